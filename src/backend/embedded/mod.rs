@@ -1,0 +1,449 @@
+//! The `embedded` backend: one redb file on local disk, crash-safe.
+//!
+//! # Storage design
+//!
+//! Each item's metadata (flow, times, deliveries) is one versioned record in
+//! `items`, and its payload is stored raw in `payloads`, both once. Every
+//! state is an index table of ids: `backlog` and `due` (keyed by a
+//! file-wide position counter so that FIFO order survives moves), `delayed`
+//! keyed by (`not_before_ms`, id), `pending` (the lease: claim time, lease
+//! number, lane) with `pending_by_time` keyed by (`claimed_at_ms`, id) for
+//! reclaim, `parked` keyed by (flow, position), `paused`, `done` and `dedup`
+//! with expiry indexes, and `dead` with `dead_by_id`. A move between states
+//! deletes from one index and inserts into another inside one write
+//! transaction, so no crash point has an item in two states or in none.
+//!
+//! # Group commit
+//!
+//! One writer thread owns the database. Operations from concurrent callers
+//! queue up while a commit is in flight and the next transaction takes all
+//! of them (up to 512), with one fsync for the lot. Each operation checks
+//! its receipts and limits before it writes anything, so one caller's bad
+//! operation (`LeaseLost`, `Full`, `InvalidInput`) never fails or changes
+//! another's; an operation that fails after writing (a storage error, an
+//! unreadable record) aborts the transaction and the others run again
+//! without it.
+//!
+//! # Durability
+//!
+//! Every write commits with redb's `Durability::Immediate`: when an
+//! operation returns `Ok`, it is on disk. There is no faster mode.
+//!
+//! # Crash recovery
+//!
+//! A file is opened by one handle at a time (`Error::Locked` otherwise), so
+//! at open every pending item belongs to a process that is gone: open
+//! records them as orphans, and `reclaim_stale` takes them whatever
+//! `min_idle`, with `deliveries + 1`.
+//!
+//! # Damaged files
+//!
+//! By default the open verifies every page checksum (redb's integrity
+//! check), so a damaged file is `Error::Corrupt` instead of a panic later.
+//! Every redb call runs on the writer thread under `catch_unwind`: a panic
+//! inside redb becomes `Error::Corrupt` and the process lives on.
+
+mod tables;
+mod writer;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Notify, mpsc, oneshot};
+
+use crate::clock::{SharedClock, SystemClock};
+use crate::config::{Config, ms};
+use crate::error::{Error, Result};
+use crate::item::{
+    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, RetryOutcome, Stats,
+};
+use crate::queue::WorkQueue;
+use tables::Limits;
+use writer::{Msg, Op, PathClaim, Reply, Request};
+
+/// When a returned write is on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Durability {
+    /// Every write that returns `Ok` has been fsynced (redb
+    /// `Durability::Immediate`). The default, and the only mode.
+    #[default]
+    Immediate,
+}
+
+/// Settings of the embedded backend only.
+#[derive(Debug, Clone)]
+pub struct EmbeddedOptions {
+    durability: Durability,
+    verify_on_open: bool,
+    cache_size_bytes: usize,
+}
+
+impl Default for EmbeddedOptions {
+    fn default() -> Self {
+        EmbeddedOptions {
+            durability: Durability::Immediate,
+            verify_on_open: true,
+            cache_size_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+impl EmbeddedOptions {
+    /// When a returned write is on disk. Default: [`Durability::Immediate`].
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// Verify every page checksum at open, so a damaged file fails with
+    /// `Error::Corrupt` rather than later. Costs one read of the whole file
+    /// per open. Default: true.
+    pub fn verify_on_open(mut self, verify: bool) -> Self {
+        self.verify_on_open = verify;
+        self
+    }
+
+    /// redb's page cache, in bytes. Default: 64 MiB.
+    pub fn cache_size_bytes(mut self, bytes: usize) -> Self {
+        self.cache_size_bytes = bytes;
+        self
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    tx: mpsc::UnboundedSender<Msg>,
+    clock: SharedClock,
+    wake: Arc<Notify>,
+    path: PathBuf,
+}
+
+/// A queue in one redb file (SPEC section 1, `embedded`). Clones share one
+/// handle; the file closes when the last clone is dropped or on
+/// [`WorkQueue::close`].
+///
+/// # Examples
+///
+/// ```
+/// use workjournal::{Config, EmbeddedQueue, NewItem, WorkQueue};
+/// # let dir = tempfile::tempdir().unwrap();
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let queue = EmbeddedQueue::open(dir.path().join("q.redb"), Config::default()).await?;
+/// queue.add(NewItem::new(b"x".to_vec())).await?;
+/// assert!(queue.stats().await?.durable);
+/// # Ok::<(), workjournal::Error>(())
+/// # }).unwrap();
+/// ```
+#[derive(Debug, Clone)]
+pub struct EmbeddedQueue {
+    inner: Arc<Inner>,
+}
+
+fn claim_path(path: &Path) -> Result<PathBuf> {
+    // Canonicalise the directory (the file may not exist yet) so that two
+    // spellings of one path are one claim.
+    let file = path
+        .file_name()
+        .ok_or_else(|| Error::invalid(format!("{} names no file", path.display())))?;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let dir = dir.canonicalize().map_err(|source| Error::Io {
+        context: format!("open {}", path.display()),
+        source,
+    })?;
+    Ok(dir.join(file))
+}
+
+impl EmbeddedQueue {
+    /// Open the queue file at `path`, creating it if missing, with the
+    /// default [`EmbeddedOptions`].
+    ///
+    /// # Errors
+    ///
+    /// `Locked` if another process or handle has it open; `Corrupt` if it is
+    /// not a queue or is damaged; `Decode` if it was written by a newer
+    /// schema; `Io` if it cannot be read or created.
+    pub async fn open(path: impl AsRef<Path>, config: Config) -> Result<Self> {
+        Self::open_with(path, config, EmbeddedOptions::default()).await
+    }
+
+    /// Open with explicit [`EmbeddedOptions`]. Errors as [`EmbeddedQueue::open`].
+    pub async fn open_with(
+        path: impl AsRef<Path>,
+        config: Config,
+        options: EmbeddedOptions,
+    ) -> Result<Self> {
+        let path = claim_path(path.as_ref())?;
+        let claim = PathClaim::take(path.clone())?;
+        let file = path.clone();
+        Self::start(config, path, claim, move || {
+            redb::Builder::new()
+                .set_check_integrity_on_open(options.verify_on_open)
+                .set_cache_size(options.cache_size_bytes)
+                .create(&file)
+        })
+        .await
+    }
+
+    /// Open a queue on a caller-supplied redb storage backend (fault
+    /// injection in tests: a backend that fails or drops writes). `name`
+    /// stands for the path in errors and in the in-process lock.
+    ///
+    /// # Errors
+    ///
+    /// As [`EmbeddedQueue::open`].
+    #[cfg(feature = "testing")]
+    pub async fn open_on_backend(
+        name: &str,
+        backend: impl redb::StorageBackend,
+        config: Config,
+        verify_on_open: bool,
+    ) -> Result<Self> {
+        let path = PathBuf::from(format!("backend:{name}"));
+        let claim = PathClaim::take(path.clone())?;
+        Self::start(config, path, claim, move || {
+            redb::Builder::new()
+                .set_check_integrity_on_open(verify_on_open)
+                .create_with_backend(backend)
+        })
+        .await
+    }
+
+    async fn start(
+        config: Config,
+        path: PathBuf,
+        claim: PathClaim,
+        build: impl FnOnce() -> std::result::Result<redb::Database, redb::DatabaseError> + Send + 'static,
+    ) -> Result<Self> {
+        let limits = Limits {
+            max_deliveries: config.max_deliveries,
+            done_ttl_ms: ms(config.done_ttl),
+            dedup_window_ms: ms(config.dedup_window),
+            dead_letter_cap: config.dead_letter_cap,
+            max_backlog: config.max_backlog,
+            max_payload_bytes: config.max_payload_bytes,
+        };
+        let clock = config.clock.clone().unwrap_or_else(|| Arc::new(SystemClock));
+        let wake = Arc::new(Notify::new());
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let thread_wake = wake.clone();
+        let thread_path = path.clone();
+        std::thread::Builder::new()
+            .name("workjournal-writer".into())
+            .spawn(move || {
+                match writer::open_database(build, &thread_path, limits) {
+                    Ok(db) => {
+                        let _ = ready_tx.send(Ok(()));
+                        writer::run(db, rx, limits, thread_wake, claim);
+                    }
+                    Err(e) => {
+                        drop(claim);
+                        let _ = ready_tx.send(Err(e));
+                    }
+                }
+            })
+            .map_err(|source| Error::Io {
+                context: "start the writer thread".into(),
+                source,
+            })?;
+        ready_rx.await.map_err(|_| Error::Closed)??;
+        Ok(EmbeddedQueue {
+            inner: Arc::new(Inner {
+                tx,
+                clock,
+                wake,
+                path,
+            }),
+        })
+    }
+
+    /// The file this queue lives in.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    async fn call(&self, op: Op) -> Result<Reply> {
+        let (reply, rx) = oneshot::channel();
+        let now = self.inner.clock.now_ms();
+        self.inner
+            .tx
+            .send(Msg::Req(Request { op, now, reply }))
+            .map_err(|_| Error::Closed)?;
+        rx.await.map_err(|_| Error::Closed)?
+    }
+}
+
+fn unexpected(reply: Reply) -> Error {
+    Error::corrupt(format!("writer answered with the wrong shape: {reply:?}"))
+}
+
+macro_rules! expect_reply {
+    ($self:ident, $op:expr, $pat:pat => $out:expr) => {
+        match $self.call($op).await? {
+            $pat => Ok($out),
+            other => Err(unexpected(other)),
+        }
+    };
+}
+
+impl WorkQueue for EmbeddedQueue {
+    async fn add(&self, item: NewItem) -> Result<Added> {
+        let mut v: Vec<Added> = expect_reply!(self, Op::Add(vec![(item, None)]), Reply::Added(v) => v)?;
+        v.pop().ok_or_else(|| Error::corrupt("add returned no id"))
+    }
+
+    async fn add_batch(&self, items: Vec<NewItem>) -> Result<Vec<Added>> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        expect_reply!(self, Op::Add(items.into_iter().map(|i| (i, None)).collect()), Reply::Added(v) => v)
+    }
+
+    async fn add_delayed(&self, item: NewItem, not_before_ms: u64) -> Result<Added> {
+        let mut v: Vec<Added> =
+            expect_reply!(self, Op::Add(vec![(item, Some(not_before_ms))]), Reply::Added(v) => v)?;
+        v.pop().ok_or_else(|| Error::corrupt("add returned no id"))
+    }
+
+    async fn next_due(&self) -> Result<Option<u64>> {
+        expect_reply!(self, Op::NextDue, Reply::Due(t) => t)
+    }
+
+    async fn promote_due(&self) -> Result<u64> {
+        expect_reply!(self, Op::Promote, Reply::Count(n) => n)
+    }
+
+    async fn claim(&self, count: usize, wait: Duration, from: ClaimFrom) -> Result<Vec<Claimed>> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let notified = self.inner.wake.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let got = expect_reply!(self, Op::Claim { count, from }, Reply::Claimed(v) => v)?;
+            if !got.is_empty() || tokio::time::Instant::now() >= deadline {
+                return Ok(got);
+            }
+            let timer = match self.next_due().await? {
+                Some(t) => self.inner.clock.sleep_until(t),
+                None => Box::pin(std::future::pending()),
+            };
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+                _ = timer => {}
+            }
+        }
+    }
+
+    async fn ack(&self, receipt: Receipt) -> Result<()> {
+        expect_reply!(self, Op::Ack(receipt), Reply::Unit => ())
+    }
+
+    async fn ack_batch(&self, receipts: Vec<Receipt>) -> Result<u64> {
+        expect_reply!(self, Op::AckBatch(receipts), Reply::Count(n) => n)
+    }
+
+    async fn touch(&self, receipts: Vec<Receipt>) -> Result<()> {
+        expect_reply!(self, Op::Touch(receipts), Reply::Unit => ())
+    }
+
+    async fn retry(&self, receipt: Receipt, not_before_ms: u64) -> Result<RetryOutcome> {
+        expect_reply!(self, Op::Retry(receipt, not_before_ms), Reply::Retry(o) => o)
+    }
+
+    async fn dead_letter(&self, receipt: Receipt, reason: &str) -> Result<()> {
+        expect_reply!(self, Op::DeadLetter(receipt, reason.to_string()), Reply::Unit => ())
+    }
+
+    async fn reclaim_stale(&self, min_idle: Duration, count: usize) -> Result<Vec<Claimed>> {
+        expect_reply!(self, Op::Reclaim { min_idle_ms: ms(min_idle), count }, Reply::Claimed(v) => v)
+    }
+
+    async fn pause(&self, flow: &str) -> Result<()> {
+        expect_reply!(self, Op::Pause(flow.to_string()), Reply::Unit => ())
+    }
+
+    async fn resume(&self, flow: &str) -> Result<u64> {
+        expect_reply!(self, Op::Resume(flow.to_string()), Reply::Count(n) => n)
+    }
+
+    async fn park(&self, receipt: Receipt) -> Result<()> {
+        expect_reply!(self, Op::Park(receipt), Reply::Unit => ())
+    }
+
+    async fn step(&self, flow: &str) -> Result<Option<Claimed>> {
+        expect_reply!(self, Op::Step(flow.to_string()), Reply::Step(c) => c)
+    }
+
+    async fn clear_flow(&self, flow: &str) -> Result<u64> {
+        expect_reply!(self, Op::ClearFlow(flow.to_string()), Reply::Count(n) => n)
+    }
+
+    async fn parked(&self, flow: &str) -> Result<u64> {
+        expect_reply!(self, Op::Parked(flow.to_string()), Reply::Count(n) => n)
+    }
+
+    async fn paused_flows(&self) -> Result<Vec<String>> {
+        expect_reply!(self, Op::PausedFlows, Reply::Flows(v) => v)
+    }
+
+    async fn mark_done(&self, id: u64, step: &str) -> Result<()> {
+        expect_reply!(self, Op::MarkDone(id, step.to_string()), Reply::Unit => ())
+    }
+
+    async fn was_done(&self, id: u64, step: &str) -> Result<bool> {
+        expect_reply!(self, Op::WasDone(id, step.to_string()), Reply::Bool(b) => b)
+    }
+
+    async fn dead_letters(&self, count: usize) -> Result<Vec<DeadLetter>> {
+        expect_reply!(self, Op::DeadLetters(count), Reply::Dead(v) => v)
+    }
+
+    async fn redrive(&self, id: u64) -> Result<bool> {
+        expect_reply!(self, Op::Redrive(id), Reply::Bool(b) => b)
+    }
+
+    async fn purge_dead_letters(&self) -> Result<u64> {
+        expect_reply!(self, Op::PurgeDead, Reply::Count(n) => n)
+    }
+
+    async fn stats(&self) -> Result<Stats> {
+        expect_reply!(self, Op::Stats, Reply::Stats(s) => s)
+    }
+
+    async fn backlog_by_flow(&self, sample: usize) -> Result<BTreeMap<String, u64>> {
+        expect_reply!(self, Op::BacklogByFlow(sample), Reply::ByFlow(m) => m)
+    }
+
+    async fn peek(&self, count: usize) -> Result<Vec<Item>> {
+        expect_reply!(self, Op::Peek(count), Reply::Items(v) => v)
+    }
+
+    async fn now_ms(&self) -> Result<u64> {
+        Ok(self.inner.clock.now_ms())
+    }
+
+    async fn compact(&self) -> Result<bool> {
+        let (reply, rx) = oneshot::channel();
+        self.inner
+            .tx
+            .send(Msg::Compact(reply))
+            .map_err(|_| Error::Closed)?;
+        rx.await.map_err(|_| Error::Closed)?
+    }
+
+    async fn close(&self) -> Result<()> {
+        let (reply, rx) = oneshot::channel();
+        if self.inner.tx.send(Msg::Close(reply)).is_err() {
+            return Ok(());
+        }
+        let _ = rx.await;
+        Ok(())
+    }
+}

@@ -1,0 +1,829 @@
+//! Table layout of the embedded file and every state move on it.
+//!
+//! Each item's metadata and payload are stored once (`items`, `payloads`);
+//! every state is an index table naming ids, so a move between states is a
+//! delete from one index and an insert into another inside one write
+//! transaction. Lanes that keep an order (backlog, due lane, parked lists,
+//! dead letters) are keyed by one file-wide position counter `seq`.
+
+use std::collections::BTreeMap;
+
+use redb::{ReadableTable, ReadableTableMetadata, Table, TableDefinition, WriteTransaction};
+
+use crate::codec::{self, DeadRecord, ItemRecord, LeaseRecord};
+use crate::error::{Error, Result};
+use crate::item::{
+    Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, NewItem, Receipt,
+    RetryOutcome, Stats,
+};
+
+/// Counters and the schema version.
+pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// id -> versioned [`ItemRecord`].
+pub(super) const ITEMS: TableDefinition<u64, &[u8]> = TableDefinition::new("items");
+/// id -> raw payload bytes.
+pub(super) const PAYLOADS: TableDefinition<u64, &[u8]> = TableDefinition::new("payloads");
+/// seq -> id, in add order.
+pub(super) const BACKLOG: TableDefinition<u64, u64> = TableDefinition::new("backlog");
+/// seq -> id, in promotion order.
+pub(super) const DUE: TableDefinition<u64, u64> = TableDefinition::new("due");
+/// (not_before_ms, id) -> ().
+pub(super) const DELAYED: TableDefinition<(u64, u64), ()> = TableDefinition::new("delayed");
+/// id -> versioned [`LeaseRecord`].
+pub(super) const PENDING: TableDefinition<u64, &[u8]> = TableDefinition::new("pending");
+/// (claimed_at_ms, id) -> (): pending items oldest claim first.
+pub(super) const PENDING_BY_TIME: TableDefinition<(u64, u64), ()> =
+    TableDefinition::new("pending_by_time");
+/// (claimed_at_ms, id) -> (): pending items claimed before the current open.
+pub(super) const ORPHANS: TableDefinition<(u64, u64), ()> = TableDefinition::new("orphans");
+/// (flow, seq) -> id.
+pub(super) const PARKED: TableDefinition<(&str, u64), u64> = TableDefinition::new("parked");
+/// flow -> ().
+pub(super) const PAUSED: TableDefinition<&str, ()> = TableDefinition::new("paused");
+/// (id, step) -> expires_at_ms.
+pub(super) const DONE: TableDefinition<(u64, &str), u64> = TableDefinition::new("done");
+/// (expires_at_ms, id, step) -> ().
+pub(super) const DONE_EXPIRY: TableDefinition<(u64, u64, &str), ()> =
+    TableDefinition::new("done_expiry");
+/// dedup key -> (id, expires_at_ms).
+pub(super) const DEDUP: TableDefinition<&str, (u64, u64)> = TableDefinition::new("dedup");
+/// (expires_at_ms, key) -> ().
+pub(super) const DEDUP_EXPIRY: TableDefinition<(u64, &str), ()> =
+    TableDefinition::new("dedup_expiry");
+/// seq -> versioned [`DeadRecord`], oldest first.
+pub(super) const DEAD: TableDefinition<u64, &[u8]> = TableDefinition::new("dead");
+/// id -> seq in `DEAD`.
+pub(super) const DEAD_BY_ID: TableDefinition<u64, u64> = TableDefinition::new("dead_by_id");
+
+pub(super) const SCHEMA_VERSION_KEY: &str = "schema_version";
+pub(super) const SCHEMA_VERSION: u64 = 1;
+const NEXT_ID: &str = "next_id";
+const NEXT_SEQ: &str = "next_seq";
+const NEXT_LEASE: &str = "next_lease";
+
+/// How many expired done markers and dedup keys one transaction purges at
+/// most, so that a backlog of expiries never makes one commit slow.
+const PURGE_PER_TXN: usize = 256;
+
+/// Map any redb error to the crate's error, naming what was being done.
+pub(super) fn db_err(e: impl Into<redb::Error>, what: &str) -> Error {
+    match e.into() {
+        redb::Error::Corrupted(detail) => Error::Corrupt {
+            detail: format!("{what}: {detail}"),
+            source: None,
+        },
+        redb::Error::Io(source) => Error::Io {
+            context: what.to_string(),
+            source,
+        },
+        other => Error::storage(what.to_string(), other),
+    }
+}
+
+pub(super) trait Ctx<T> {
+    fn ctx(self, what: &str) -> Result<T>;
+}
+
+impl<T, E: Into<redb::Error>> Ctx<T> for std::result::Result<T, E> {
+    fn ctx(self, what: &str) -> Result<T> {
+        self.map_err(|e| db_err(e, what))
+    }
+}
+
+/// The settings the table operations need.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Limits {
+    pub(super) max_deliveries: u32,
+    pub(super) done_ttl_ms: u64,
+    pub(super) dedup_window_ms: u64,
+    pub(super) dead_letter_cap: u64,
+    pub(super) max_backlog: Option<u64>,
+    pub(super) max_payload_bytes: usize,
+}
+
+/// Every table, opened once per write transaction.
+pub(super) struct Tables<'t> {
+    meta: Table<'t, &'static str, u64>,
+    items: Table<'t, u64, &'static [u8]>,
+    payloads: Table<'t, u64, &'static [u8]>,
+    backlog: Table<'t, u64, u64>,
+    due: Table<'t, u64, u64>,
+    delayed: Table<'t, (u64, u64), ()>,
+    pending: Table<'t, u64, &'static [u8]>,
+    pending_by_time: Table<'t, (u64, u64), ()>,
+    orphans: Table<'t, (u64, u64), ()>,
+    parked: Table<'t, (&'static str, u64), u64>,
+    paused: Table<'t, &'static str, ()>,
+    done: Table<'t, (u64, &'static str), u64>,
+    done_expiry: Table<'t, (u64, u64, &'static str), ()>,
+    dedup: Table<'t, &'static str, (u64, u64)>,
+    dedup_expiry: Table<'t, (u64, &'static str), ()>,
+    dead: Table<'t, u64, &'static [u8]>,
+    dead_by_id: Table<'t, u64, u64>,
+    limits: Limits,
+}
+
+fn need_flow(flow: &str) -> Result<()> {
+    if flow.is_empty() {
+        return Err(Error::invalid(
+            "a flow name is required here (the default flow \"\" cannot be paused or parked)",
+        ));
+    }
+    Ok(())
+}
+
+fn lease_lost(r: &Receipt) -> Error {
+    Error::LeaseLost {
+        id: r.id,
+        delivery: r.delivery,
+    }
+}
+
+impl<'t> Tables<'t> {
+    pub(super) fn open(txn: &'t WriteTransaction, limits: Limits) -> Result<Self> {
+        Ok(Tables {
+            meta: txn.open_table(META).ctx("open table meta")?,
+            items: txn.open_table(ITEMS).ctx("open table items")?,
+            payloads: txn.open_table(PAYLOADS).ctx("open table payloads")?,
+            backlog: txn.open_table(BACKLOG).ctx("open table backlog")?,
+            due: txn.open_table(DUE).ctx("open table due")?,
+            delayed: txn.open_table(DELAYED).ctx("open table delayed")?,
+            pending: txn.open_table(PENDING).ctx("open table pending")?,
+            pending_by_time: txn.open_table(PENDING_BY_TIME).ctx("open table pending_by_time")?,
+            orphans: txn.open_table(ORPHANS).ctx("open table orphans")?,
+            parked: txn.open_table(PARKED).ctx("open table parked")?,
+            paused: txn.open_table(PAUSED).ctx("open table paused")?,
+            done: txn.open_table(DONE).ctx("open table done")?,
+            done_expiry: txn.open_table(DONE_EXPIRY).ctx("open table done_expiry")?,
+            dedup: txn.open_table(DEDUP).ctx("open table dedup")?,
+            dedup_expiry: txn.open_table(DEDUP_EXPIRY).ctx("open table dedup_expiry")?,
+            dead: txn.open_table(DEAD).ctx("open table dead")?,
+            dead_by_id: txn.open_table(DEAD_BY_ID).ctx("open table dead_by_id")?,
+            limits,
+        })
+    }
+
+    // ---- counters -------------------------------------------------------
+
+    fn counter(&self, key: &str, start: u64) -> Result<u64> {
+        Ok(self
+            .meta
+            .get(key)
+            .ctx("read counter")?
+            .map_or(start, |v| v.value()))
+    }
+
+    fn bump(&mut self, key: &str, start: u64) -> Result<u64> {
+        let v = self.counter(key, start)?;
+        let next = v
+            .checked_add(1)
+            .ok_or_else(|| Error::corrupt(format!("counter {key} overflowed")))?;
+        self.meta.insert(key, next).ctx("write counter")?;
+        Ok(v)
+    }
+
+    fn next_seq(&mut self) -> Result<u64> {
+        self.bump(NEXT_SEQ, 1)
+    }
+
+    pub(super) fn schema_version(&self) -> Result<Option<u64>> {
+        Ok(self
+            .meta
+            .get(SCHEMA_VERSION_KEY)
+            .ctx("read schema version")?
+            .map(|v| v.value()))
+    }
+
+    pub(super) fn set_schema_version(&mut self, v: u64) -> Result<()> {
+        self.meta
+            .insert(SCHEMA_VERSION_KEY, v)
+            .ctx("write schema version")?;
+        Ok(())
+    }
+
+    // ---- records --------------------------------------------------------
+
+    fn record(&self, id: u64) -> Result<ItemRecord> {
+        let what = format!("items[{id}]");
+        let guard = self
+            .items
+            .get(id)
+            .ctx("read item")?
+            .ok_or_else(|| Error::corrupt(format!("{what} is missing")))?;
+        codec::decode(&what, guard.value())
+    }
+
+    fn put_record(&mut self, id: u64, rec: &ItemRecord) -> Result<()> {
+        let bytes = codec::encode(rec)?;
+        self.items.insert(id, bytes.as_slice()).ctx("write item")?;
+        Ok(())
+    }
+
+    fn payload(&self, id: u64) -> Result<Vec<u8>> {
+        Ok(self
+            .payloads
+            .get(id)
+            .ctx("read payload")?
+            .map(|g| g.value().to_vec())
+            .unwrap_or_default())
+    }
+
+    fn item(&self, id: u64) -> Result<Item> {
+        let rec = self.record(id)?;
+        Ok(Item {
+            id,
+            flow: rec.flow,
+            payload: self.payload(id)?,
+            enqueued_at_ms: rec.enqueued_at_ms,
+            not_before_ms: rec.not_before_ms,
+            deliveries: rec.deliveries,
+        })
+    }
+
+    fn delete_item(&mut self, id: u64) -> Result<()> {
+        self.items.remove(id).ctx("delete item")?;
+        self.payloads.remove(id).ctx("delete payload")?;
+        Ok(())
+    }
+
+    fn lease(&self, id: u64) -> Result<Option<LeaseRecord>> {
+        let what = format!("pending[{id}]");
+        match self.pending.get(id).ctx("read lease")? {
+            Some(g) => Ok(Some(codec::decode(&what, g.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    fn current(&self, r: &Receipt) -> Result<LeaseRecord> {
+        match self.lease(r.id)? {
+            Some(l) if l.lease == r.lease => Ok(l),
+            _ => Err(lease_lost(r)),
+        }
+    }
+
+    fn remove_pending(&mut self, id: u64, lease: &LeaseRecord) -> Result<()> {
+        self.pending.remove(id).ctx("delete lease")?;
+        self.pending_by_time
+            .remove((lease.claimed_at_ms, id))
+            .ctx("delete lease index")?;
+        self.orphans
+            .remove((lease.claimed_at_ms, id))
+            .ctx("delete orphan")?;
+        Ok(())
+    }
+
+    fn hand_out(&mut self, id: u64, lane: Lane, now: u64) -> Result<Claimed> {
+        let mut rec = self.record(id)?;
+        let lease = self.bump(NEXT_LEASE, 1)?;
+        rec.deliveries = rec.deliveries.saturating_add(1);
+        self.put_record(id, &rec)?;
+        let l = LeaseRecord {
+            claimed_at_ms: now,
+            lease,
+            lane: codec::lane_to_u8(lane),
+        };
+        self.pending
+            .insert(id, codec::encode(&l)?.as_slice())
+            .ctx("write lease")?;
+        self.pending_by_time
+            .insert((now, id), ())
+            .ctx("write lease index")?;
+        Ok(Claimed {
+            item: Item {
+                id,
+                payload: self.payload(id)?,
+                flow: rec.flow,
+                enqueued_at_ms: rec.enqueued_at_ms,
+                not_before_ms: rec.not_before_ms,
+                deliveries: rec.deliveries,
+            },
+            lane,
+            claimed_at_ms: now,
+            receipt: Receipt {
+                id,
+                delivery: rec.deliveries,
+                lease,
+            },
+        })
+    }
+
+    fn bury(&mut self, id: u64, reason: &str, now: u64) -> Result<()> {
+        let seq = self.next_seq()?;
+        let rec = DeadRecord {
+            id,
+            reason: reason.to_string(),
+            failed_at_ms: now,
+        };
+        self.dead
+            .insert(seq, codec::encode(&rec)?.as_slice())
+            .ctx("write dead letter")?;
+        self.dead_by_id.insert(id, seq).ctx("write dead letter index")?;
+        while self.dead.len().ctx("count dead letters")? > self.limits.dead_letter_cap {
+            let Some((_, bytes)) = self.dead.pop_first().ctx("drop dead letter")?.map(|(k, v)| (k.value(), v.value().to_vec())) else {
+                break;
+            };
+            let old: DeadRecord = codec::decode("dead letter", &bytes)?;
+            self.dead_by_id.remove(old.id).ctx("drop dead letter index")?;
+            self.delete_item(old.id)?;
+            tracing::warn!(id = old.id, "dead letter dropped: dead_letter_cap reached");
+        }
+        Ok(())
+    }
+
+    fn is_paused(&self, flow: &str) -> Result<bool> {
+        Ok(self.paused.get(flow).ctx("read paused")?.is_some())
+    }
+
+    fn park_id(&mut self, flow: &str, id: u64) -> Result<()> {
+        let seq = self.next_seq()?;
+        self.parked.insert((flow, seq), id).ctx("write parked")?;
+        Ok(())
+    }
+
+    // ---- expiry ---------------------------------------------------------
+
+    pub(super) fn purge_expired(&mut self, now: u64) -> Result<()> {
+        let mut done = Vec::new();
+        for entry in self.done_expiry.range(..(now.saturating_add(1), 0u64, "")).ctx("scan done expiry")?.take(PURGE_PER_TXN) {
+            let (k, _) = entry.ctx("scan done expiry")?;
+            let (t, id, step) = k.value();
+            done.push((t, id, step.to_string()));
+        }
+        for (t, id, step) in done {
+            self.done_expiry.remove((t, id, step.as_str())).ctx("purge done marker")?;
+            let live = self.done.get((id, step.as_str())).ctx("read done marker")?.map(|g| g.value());
+            if live == Some(t) {
+                self.done.remove((id, step.as_str())).ctx("purge done marker")?;
+            }
+        }
+        let mut keys = Vec::new();
+        for entry in self.dedup_expiry.range(..(now.saturating_add(1), "")).ctx("scan dedup expiry")?.take(PURGE_PER_TXN) {
+            let (k, _) = entry.ctx("scan dedup expiry")?;
+            let (t, key) = k.value();
+            keys.push((t, key.to_string()));
+        }
+        for (t, key) in keys {
+            self.dedup_expiry.remove((t, key.as_str())).ctx("purge dedup key")?;
+            let live = self.dedup.get(key.as_str()).ctx("read dedup key")?.map(|g| g.value());
+            if live.map(|(_, e)| e) == Some(t) {
+                self.dedup.remove(key.as_str()).ctx("purge dedup key")?;
+            }
+        }
+        Ok(())
+    }
+
+    // ---- operations (SPEC section 3) -------------------------------------
+
+    fn waiting(&self) -> Result<u64> {
+        Ok(self.backlog.len().ctx("count backlog")?
+            + self.due.len().ctx("count due")?
+            + self.delayed.len().ctx("count delayed")?)
+    }
+
+    fn live_dedup(&self, key: &str, now: u64) -> Result<Option<u64>> {
+        Ok(self
+            .dedup
+            .get(key)
+            .ctx("read dedup key")?
+            .map(|g| g.value())
+            .filter(|(_, expires)| *expires > now)
+            .map(|(id, _)| id))
+    }
+
+    pub(super) fn add(&mut self, items: &[(NewItem, Option<u64>)], now: u64) -> Result<Vec<Added>> {
+        // Validate the whole batch before touching anything.
+        let mut fresh = 0u64;
+        let mut seen = std::collections::HashSet::new();
+        for (item, _) in items {
+            if item.payload.len() > self.limits.max_payload_bytes {
+                return Err(Error::invalid(format!(
+                    "payload of {} bytes is over max_payload_bytes ({} bytes)",
+                    item.payload.len(),
+                    self.limits.max_payload_bytes
+                )));
+            }
+            match item.dedup_key.as_deref() {
+                Some(k) if seen.contains(k) || self.live_dedup(k, now)?.is_some() => {}
+                Some(k) => {
+                    seen.insert(k);
+                    fresh += 1;
+                }
+                None => fresh += 1,
+            }
+        }
+        if let Some(limit) = self.limits.max_backlog {
+            if self.waiting()?.saturating_add(fresh) > limit {
+                return Err(Error::Full { limit });
+            }
+        }
+        let mut out = Vec::with_capacity(items.len());
+        for (item, not_before) in items {
+            if let Some(k) = item.dedup_key.as_deref() {
+                if let Some(id) = self.live_dedup(k, now)? {
+                    out.push(Added { id, duplicate: true });
+                    continue;
+                }
+            }
+            let id = self.bump(NEXT_ID, 1)?;
+            if let Some(k) = item.dedup_key.as_deref() {
+                let expires = now.saturating_add(self.limits.dedup_window_ms);
+                if let Some((_, old)) = self.dedup.insert(k, (id, expires)).ctx("write dedup key")?.map(|g| g.value()) {
+                    self.dedup_expiry.remove((old, k)).ctx("purge dedup key")?;
+                }
+                self.dedup_expiry.insert((expires, k), ()).ctx("write dedup expiry")?;
+            }
+            self.put_record(
+                id,
+                &ItemRecord {
+                    flow: item.flow.clone(),
+                    enqueued_at_ms: now,
+                    not_before_ms: *not_before,
+                    deliveries: 0,
+                },
+            )?;
+            self.payloads
+                .insert(id, item.payload.as_slice())
+                .ctx("write payload")?;
+            match not_before {
+                Some(t) => {
+                    self.delayed.insert((*t, id), ()).ctx("write delayed")?;
+                }
+                None => {
+                    let seq = self.next_seq()?;
+                    self.backlog.insert(seq, id).ctx("write backlog")?;
+                }
+            }
+            out.push(Added { id, duplicate: false });
+        }
+        Ok(out)
+    }
+
+    pub(super) fn promote_due(&mut self, now: u64) -> Result<u64> {
+        let mut n = 0;
+        loop {
+            let Some((nb, id)) = self.delayed.first().ctx("read delayed")?.map(|(k, _)| k.value()) else {
+                break;
+            };
+            if nb > now {
+                break;
+            }
+            self.delayed.remove((nb, id)).ctx("delete delayed")?;
+            let seq = self.next_seq()?;
+            self.due.insert(seq, id).ctx("write due")?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    pub(super) fn claim(&mut self, count: usize, from: ClaimFrom, now: u64) -> Result<Vec<Claimed>> {
+        if count == 0 {
+            return Err(Error::invalid("claim count must be at least 1"));
+        }
+        self.promote_due(now)?;
+        let any_paused = !self.paused.is_empty().ctx("read paused")?;
+        let mut out = Vec::new();
+        let lanes: &[Lane] = match from {
+            ClaimFrom::All => &[Lane::Due, Lane::Backlog],
+            ClaimFrom::DueOnly => &[Lane::Due],
+        };
+        for &lane in lanes {
+            while out.len() < count {
+                let table = if lane == Lane::Due { &mut self.due } else { &mut self.backlog };
+                let Some(id) = table.pop_first().ctx("take from lane")?.map(|(_, v)| v.value()) else {
+                    break;
+                };
+                if any_paused {
+                    let flow = self.record(id)?.flow;
+                    if self.is_paused(&flow)? {
+                        self.park_id(&flow, id)?;
+                        continue;
+                    }
+                }
+                out.push(self.hand_out(id, lane, now)?);
+            }
+        }
+        Ok(out)
+    }
+
+    pub(super) fn ack(&mut self, r: &Receipt) -> Result<()> {
+        let lease = self.current(r)?;
+        self.remove_pending(r.id, &lease)?;
+        self.delete_item(r.id)
+    }
+
+    pub(super) fn ack_batch(&mut self, receipts: &[Receipt]) -> Result<u64> {
+        let mut n = 0;
+        for r in receipts {
+            match self.ack(r) {
+                Ok(()) => n += 1,
+                Err(Error::LeaseLost { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(n)
+    }
+
+    pub(super) fn touch(&mut self, receipts: &[Receipt], now: u64) -> Result<()> {
+        for r in receipts {
+            self.current(r)?;
+        }
+        for r in receipts {
+            // Read the lease again: a receipt named twice was moved already.
+            let mut l = self.current(r)?;
+            let old = (l.claimed_at_ms, r.id);
+            self.pending_by_time.remove(old).ctx("move lease index")?;
+            self.orphans.remove(old).ctx("delete orphan")?;
+            l.claimed_at_ms = now;
+            self.pending
+                .insert(r.id, codec::encode(&l)?.as_slice())
+                .ctx("write lease")?;
+            self.pending_by_time
+                .insert((now, r.id), ())
+                .ctx("write lease index")?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn retry(&mut self, r: &Receipt, not_before: u64, now: u64) -> Result<RetryOutcome> {
+        let lease = self.current(r)?;
+        let mut rec = self.record(r.id)?;
+        self.remove_pending(r.id, &lease)?;
+        if rec.deliveries >= self.limits.max_deliveries {
+            self.bury(r.id, MAX_DELIVERIES_REASON, now)?;
+            return Ok(RetryOutcome::DeadLettered);
+        }
+        rec.not_before_ms = Some(not_before);
+        self.put_record(r.id, &rec)?;
+        self.delayed.insert((not_before, r.id), ()).ctx("write delayed")?;
+        Ok(RetryOutcome::Delayed)
+    }
+
+    pub(super) fn dead_letter(&mut self, r: &Receipt, reason: &str, now: u64) -> Result<()> {
+        let lease = self.current(r)?;
+        self.remove_pending(r.id, &lease)?;
+        self.bury(r.id, reason, now)
+    }
+
+    pub(super) fn reclaim_stale(&mut self, min_idle_ms: u64, count: usize, now: u64) -> Result<Vec<Claimed>> {
+        if count == 0 {
+            return Err(Error::invalid("reclaim count must be at least 1"));
+        }
+        let mut out = Vec::new();
+        while out.len() < count {
+            // The next stale item is the smaller of the oldest idle claim and
+            // the oldest orphan of an earlier open.
+            let by_time = self
+                .pending_by_time
+                .first()
+                .ctx("read lease index")?
+                .map(|(k, _)| k.value())
+                .filter(|(t, _)| now.saturating_sub(*t) >= min_idle_ms);
+            let orphan = self.orphans.first().ctx("read orphans")?.map(|(k, _)| k.value());
+            let next = match (by_time, orphan) {
+                (Some(a), Some(b)) => a.min(b),
+                (Some(a), None) => a,
+                (None, Some(b)) => b,
+                (None, None) => break,
+            };
+            let id = next.1;
+            let Some(lease) = self.lease(id)? else {
+                // An index entry without a lease: drop the stray entry.
+                self.pending_by_time.remove(next).ctx("delete stray lease index")?;
+                self.orphans.remove(next).ctx("delete stray orphan")?;
+                continue;
+            };
+            self.remove_pending(id, &lease)?;
+            let rec = self.record(id)?;
+            if rec.deliveries >= self.limits.max_deliveries {
+                self.bury(id, MAX_DELIVERIES_REASON, now)?;
+                continue;
+            }
+            let lane = codec::lane_from_u8(lease.lane, &format!("pending[{id}]"))?;
+            out.push(self.hand_out(id, lane, now)?);
+        }
+        Ok(out)
+    }
+
+    /// At open: every pending item belongs to a process that is gone.
+    pub(super) fn orphan_all_pending(&mut self) -> Result<u64> {
+        let mut keys = Vec::new();
+        for entry in self.pending_by_time.iter().ctx("scan leases")? {
+            let (k, _) = entry.ctx("scan leases")?;
+            keys.push(k.value());
+        }
+        for k in &keys {
+            self.orphans.insert(*k, ()).ctx("write orphan")?;
+        }
+        Ok(keys.len() as u64)
+    }
+
+    pub(super) fn pause(&mut self, flow: &str) -> Result<()> {
+        need_flow(flow)?;
+        self.paused.insert(flow, ()).ctx("write paused")?;
+        Ok(())
+    }
+
+    fn parked_ids(&self, flow: &str) -> Result<Vec<(u64, u64)>> {
+        let mut out = Vec::new();
+        for entry in self.parked.range((flow, 0u64)..=(flow, u64::MAX)).ctx("scan parked")? {
+            let (k, v) = entry.ctx("scan parked")?;
+            out.push((k.value().1, v.value()));
+        }
+        Ok(out)
+    }
+
+    pub(super) fn resume(&mut self, flow: &str) -> Result<u64> {
+        need_flow(flow)?;
+        self.paused.remove(flow).ctx("delete paused")?;
+        let ids = self.parked_ids(flow)?;
+        for (seq, id) in &ids {
+            self.parked.remove((flow, *seq)).ctx("delete parked")?;
+            let s = self.next_seq()?;
+            self.backlog.insert(s, *id).ctx("write backlog")?;
+        }
+        Ok(ids.len() as u64)
+    }
+
+    pub(super) fn park(&mut self, r: &Receipt) -> Result<()> {
+        let lease = self.current(r)?;
+        let flow = self.record(r.id)?.flow;
+        need_flow(&flow)?;
+        self.remove_pending(r.id, &lease)?;
+        self.park_id(&flow, r.id)
+    }
+
+    pub(super) fn step(&mut self, flow: &str, now: u64) -> Result<Option<Claimed>> {
+        need_flow(flow)?;
+        let first = self
+            .parked
+            .range((flow, 0u64)..=(flow, u64::MAX))
+            .ctx("scan parked")?
+            .next()
+            .transpose()
+            .ctx("scan parked")?
+            .map(|(k, v)| (k.value().1, v.value()));
+        let Some((seq, id)) = first else { return Ok(None) };
+        self.parked.remove((flow, seq)).ctx("delete parked")?;
+        Ok(Some(self.hand_out(id, Lane::Parked, now)?))
+    }
+
+    pub(super) fn clear_flow(&mut self, flow: &str) -> Result<u64> {
+        need_flow(flow)?;
+        self.paused.remove(flow).ctx("delete paused")?;
+        let ids = self.parked_ids(flow)?;
+        for (seq, id) in &ids {
+            self.parked.remove((flow, *seq)).ctx("delete parked")?;
+            self.delete_item(*id)?;
+        }
+        Ok(ids.len() as u64)
+    }
+
+    pub(super) fn mark_done(&mut self, id: u64, step: &str, now: u64) -> Result<()> {
+        let expires = now.saturating_add(self.limits.done_ttl_ms);
+        if let Some(old) = self.done.insert((id, step), expires).ctx("write done marker")?.map(|g| g.value()) {
+            self.done_expiry.remove((old, id, step)).ctx("move done expiry")?;
+        }
+        self.done_expiry.insert((expires, id, step), ()).ctx("write done expiry")?;
+        Ok(())
+    }
+
+    pub(super) fn redrive(&mut self, id: u64) -> Result<bool> {
+        let Some(seq) = self.dead_by_id.remove(id).ctx("delete dead letter index")?.map(|g| g.value()) else {
+            return Ok(false);
+        };
+        self.dead.remove(seq).ctx("delete dead letter")?;
+        let mut rec = self.record(id)?;
+        rec.deliveries = 0;
+        rec.not_before_ms = None;
+        self.put_record(id, &rec)?;
+        let s = self.next_seq()?;
+        self.backlog.insert(s, id).ctx("write backlog")?;
+        Ok(true)
+    }
+
+    pub(super) fn purge_dead_letters(&mut self) -> Result<u64> {
+        let mut ids = Vec::new();
+        for entry in self.dead_by_id.iter().ctx("scan dead letters")? {
+            let (k, _) = entry.ctx("scan dead letters")?;
+            ids.push(k.value());
+        }
+        for id in &ids {
+            self.delete_item(*id)?;
+        }
+        self.dead.retain(|_, _| false).ctx("purge dead letters")?;
+        self.dead_by_id.retain(|_, _| false).ctx("purge dead letters")?;
+        Ok(ids.len() as u64)
+    }
+
+    // ---- reads -----------------------------------------------------------
+
+    pub(super) fn next_due(&self) -> Result<Option<u64>> {
+        Ok(self.delayed.first().ctx("read delayed")?.map(|(k, _)| k.value().0))
+    }
+
+    pub(super) fn parked_count(&self, flow: &str) -> Result<u64> {
+        Ok(self.parked_ids(flow)?.len() as u64)
+    }
+
+    pub(super) fn paused_flows(&self) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        for entry in self.paused.iter().ctx("scan paused")? {
+            let (k, _) = entry.ctx("scan paused")?;
+            out.push(k.value().to_string());
+        }
+        Ok(out)
+    }
+
+    pub(super) fn was_done(&self, id: u64, step: &str, now: u64) -> Result<bool> {
+        Ok(self
+            .done
+            .get((id, step))
+            .ctx("read done marker")?
+            .is_some_and(|g| g.value() > now))
+    }
+
+    pub(super) fn dead_letters(&self, count: usize) -> Result<Vec<DeadLetter>> {
+        let mut recs = Vec::new();
+        for entry in self.dead.iter().ctx("scan dead letters")?.rev().take(count) {
+            let (k, v) = entry.ctx("scan dead letters")?;
+            recs.push(codec::decode::<DeadRecord>(&format!("dead[{}]", k.value()), v.value())?);
+        }
+        let mut out = Vec::with_capacity(recs.len());
+        for r in recs {
+            out.push(DeadLetter {
+                item: self.item(r.id)?,
+                reason: r.reason,
+                failed_at_ms: r.failed_at_ms,
+            });
+        }
+        Ok(out)
+    }
+
+    pub(super) fn stats(&self, now: u64) -> Result<Stats> {
+        let due = self.due.len().ctx("count due")?;
+        let oldest = self
+            .pending_by_time
+            .first()
+            .ctx("read lease index")?
+            .map(|(k, _)| now.saturating_sub(k.value().0));
+        Ok(Stats {
+            backlog: self.backlog.len().ctx("count backlog")? + due,
+            due,
+            pending: self.pending.len().ctx("count pending")?,
+            delayed: self.delayed.len().ctx("count delayed")?,
+            parked: self.parked.len().ctx("count parked")?,
+            dead_letters: self.dead.len().ctx("count dead letters")?,
+            oldest_pending_age_ms: oldest,
+            durable: true,
+        })
+    }
+
+    /// Ids in claim order: due lane, delayed items already due, backlog; at
+    /// most `limit`, skipping paused flows when `skip_paused`.
+    fn claim_order(&self, limit: usize, now: u64, skip_paused: bool) -> Result<Vec<Item>> {
+        let mut out = Vec::new();
+        let paused = self.paused_flows()?;
+        let push = |t: &Self, id: u64, out: &mut Vec<Item>| -> Result<bool> {
+            let item = t.item(id)?;
+            if !(skip_paused && paused.iter().any(|p| *p == item.flow)) {
+                out.push(item);
+            }
+            Ok(out.len() >= limit)
+        };
+        if limit == 0 {
+            return Ok(out);
+        }
+        for entry in self.due.iter().ctx("scan due")? {
+            if push(self, entry.ctx("scan due")?.1.value(), &mut out)? {
+                return Ok(out);
+            }
+        }
+        for entry in self.delayed.iter().ctx("scan delayed")? {
+            let (nb, id) = entry.ctx("scan delayed")?.0.value();
+            if nb > now {
+                break;
+            }
+            if push(self, id, &mut out)? {
+                return Ok(out);
+            }
+        }
+        for entry in self.backlog.iter().ctx("scan backlog")? {
+            if push(self, entry.ctx("scan backlog")?.1.value(), &mut out)? {
+                return Ok(out);
+            }
+        }
+        Ok(out)
+    }
+
+    pub(super) fn peek(&self, count: usize, now: u64) -> Result<Vec<Item>> {
+        self.claim_order(count, now, true)
+    }
+
+    pub(super) fn backlog_by_flow(&self, sample: usize, now: u64) -> Result<BTreeMap<String, u64>> {
+        let mut out = BTreeMap::new();
+        for item in self.claim_order(sample, now, false)? {
+            *out.entry(item.flow).or_insert(0) += 1;
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,430 @@
+//! The writer thread: owns the redb `Database`, batches concurrent
+//! operations into one write transaction and one fsync (group commit), and
+//! hands each caller its own result.
+
+use std::collections::{BTreeMap, HashSet};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use redb::{Database, Durability, TableHandle};
+use tokio::sync::{Notify, mpsc, oneshot};
+
+use super::tables::{self, Ctx, Limits, Tables};
+use crate::error::{Error, Result};
+use crate::item::{Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, RetryOutcome, Stats};
+
+/// Most operations one transaction takes; more wait for the next one.
+const MAX_BATCH: usize = 512;
+
+/// One operation of the contract, with its arguments.
+#[derive(Debug)]
+pub(super) enum Op {
+    Add(Vec<(NewItem, Option<u64>)>),
+    Promote,
+    Claim { count: usize, from: ClaimFrom },
+    Ack(Receipt),
+    AckBatch(Vec<Receipt>),
+    Touch(Vec<Receipt>),
+    Retry(Receipt, u64),
+    DeadLetter(Receipt, String),
+    Reclaim { min_idle_ms: u64, count: usize },
+    Pause(String),
+    Resume(String),
+    Park(Receipt),
+    Step(String),
+    ClearFlow(String),
+    MarkDone(u64, String),
+    Redrive(u64),
+    PurgeDead,
+    NextDue,
+    Parked(String),
+    PausedFlows,
+    WasDone(u64, String),
+    DeadLetters(usize),
+    Stats,
+    BacklogByFlow(usize),
+    Peek(usize),
+}
+
+impl Op {
+    fn is_read(&self) -> bool {
+        matches!(
+            self,
+            Op::NextDue
+                | Op::Parked(_)
+                | Op::PausedFlows
+                | Op::WasDone(..)
+                | Op::DeadLetters(_)
+                | Op::Stats
+                | Op::BacklogByFlow(_)
+                | Op::Peek(_)
+        )
+    }
+
+    /// Operations whose only effect is to hand items to the caller: if the
+    /// caller has gone, running them would strand items in pending.
+    fn hands_out(&self) -> bool {
+        matches!(self, Op::Claim { .. } | Op::Reclaim { .. } | Op::Step(_))
+    }
+}
+
+/// What an operation returns.
+#[derive(Debug)]
+pub(super) enum Reply {
+    Added(Vec<Added>),
+    Count(u64),
+    Claimed(Vec<Claimed>),
+    Unit,
+    Retry(RetryOutcome),
+    Step(Option<Claimed>),
+    Bool(bool),
+    Due(Option<u64>),
+    Flows(Vec<String>),
+    Dead(Vec<DeadLetter>),
+    Stats(Stats),
+    ByFlow(BTreeMap<String, u64>),
+    Items(Vec<Item>),
+}
+
+pub(super) struct Request {
+    pub(super) op: Op,
+    pub(super) now: u64,
+    pub(super) reply: oneshot::Sender<Result<Reply>>,
+}
+
+pub(super) enum Msg {
+    Req(Request),
+    Compact(oneshot::Sender<Result<bool>>),
+    Close(oneshot::Sender<()>),
+}
+
+/// Paths open in this process: redb's file lock does not exclude a second
+/// handle of the same process on every platform, so we do.
+static OPEN_PATHS: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
+
+pub(super) struct PathClaim(PathBuf);
+
+impl PathClaim {
+    pub(super) fn take(path: PathBuf) -> Result<Self> {
+        let mut guard = OPEN_PATHS.lock().unwrap_or_else(|e| e.into_inner());
+        let set = guard.get_or_insert_with(HashSet::new);
+        if !set.insert(path.clone()) {
+            return Err(Error::Locked { path });
+        }
+        Ok(PathClaim(path))
+    }
+}
+
+impl Drop for PathClaim {
+    fn drop(&mut self) {
+        let mut guard = OPEN_PATHS.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(set) = guard.as_mut() {
+            set.remove(&self.0);
+        }
+    }
+}
+
+fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
+    Ok(match op {
+        Op::Add(items) => Reply::Added(t.add(items, now)?),
+        Op::Promote => Reply::Count(t.promote_due(now)?),
+        Op::Claim { count, from } => Reply::Claimed(t.claim(*count, *from, now)?),
+        Op::Ack(r) => {
+            t.ack(r)?;
+            Reply::Unit
+        }
+        Op::AckBatch(rs) => Reply::Count(t.ack_batch(rs)?),
+        Op::Touch(rs) => {
+            t.touch(rs, now)?;
+            Reply::Unit
+        }
+        Op::Retry(r, nb) => Reply::Retry(t.retry(r, *nb, now)?),
+        Op::DeadLetter(r, reason) => {
+            t.dead_letter(r, reason, now)?;
+            Reply::Unit
+        }
+        Op::Reclaim { min_idle_ms, count } => {
+            Reply::Claimed(t.reclaim_stale(*min_idle_ms, *count, now)?)
+        }
+        Op::Pause(f) => {
+            t.pause(f)?;
+            Reply::Unit
+        }
+        Op::Resume(f) => Reply::Count(t.resume(f)?),
+        Op::Park(r) => {
+            t.park(r)?;
+            Reply::Unit
+        }
+        Op::Step(f) => Reply::Step(t.step(f, now)?),
+        Op::ClearFlow(f) => Reply::Count(t.clear_flow(f)?),
+        Op::MarkDone(id, step) => {
+            t.mark_done(*id, step, now)?;
+            Reply::Unit
+        }
+        Op::Redrive(id) => Reply::Bool(t.redrive(*id)?),
+        Op::PurgeDead => Reply::Count(t.purge_dead_letters()?),
+        Op::NextDue => Reply::Due(t.next_due()?),
+        Op::Parked(f) => Reply::Count(t.parked_count(f)?),
+        Op::PausedFlows => Reply::Flows(t.paused_flows()?),
+        Op::WasDone(id, step) => Reply::Bool(t.was_done(*id, step, now)?),
+        Op::DeadLetters(n) => Reply::Dead(t.dead_letters(*n)?),
+        Op::Stats => Reply::Stats(t.stats(now)?),
+        Op::BacklogByFlow(n) => Reply::ByFlow(t.backlog_by_flow(*n, now)?),
+        Op::Peek(n) => Reply::Items(t.peek(*n, now)?),
+    })
+}
+
+/// Errors an operation returns before it changes anything: the transaction
+/// can go on with the other callers' operations.
+fn changed_nothing(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::LeaseLost { .. } | Error::InvalidInput(_) | Error::Full { .. }
+    )
+}
+
+/// Run `reqs` in as few write transactions as possible: normally one. An
+/// operation that fails after it may have written aborts the transaction; it
+/// gets its error and the others run again without it.
+fn execute(db: &Database, limits: Limits, reqs: &[(Op, u64)]) -> Vec<Result<Reply>> {
+    let mut results: Vec<Option<Result<Reply>>> = reqs.iter().map(|_| None).collect();
+    let mut active: Vec<usize> = (0..reqs.len()).collect();
+    while !active.is_empty() {
+        let fail_all = |results: &mut Vec<Option<Result<Reply>>>, active: &[usize], e: Error| {
+            for &i in active {
+                results[i] = Some(Err(e.duplicate()));
+            }
+        };
+        let mut txn = match db.begin_write().ctx("begin write transaction") {
+            Ok(t) => t,
+            Err(e) => {
+                fail_all(&mut results, &active, e);
+                break;
+            }
+        };
+        if let Err(e) = txn.set_durability(Durability::Immediate).ctx("set durability") {
+            fail_all(&mut results, &active, e);
+            break;
+        }
+        let mut done: Vec<(usize, Result<Reply>)> = Vec::with_capacity(active.len());
+        let mut poisoned: Option<(usize, Error)> = None;
+        let opened = Tables::open(&txn, limits).and_then(|mut t| {
+            let now = active.iter().map(|&i| reqs[i].1).max().unwrap_or(0);
+            t.purge_expired(now)?;
+            for &i in &active {
+                let (op, now) = &reqs[i];
+                match apply(&mut t, op, *now) {
+                    Ok(r) => done.push((i, Ok(r))),
+                    Err(e) if changed_nothing(&e) => done.push((i, Err(e))),
+                    Err(e) => {
+                        poisoned = Some((i, e));
+                        break;
+                    }
+                }
+            }
+            Ok(())
+        });
+        if let Err(e) = opened {
+            let _ = txn.abort();
+            fail_all(&mut results, &active, e);
+            break;
+        }
+        if let Some((i, e)) = poisoned {
+            let _ = txn.abort();
+            results[i] = Some(Err(e));
+            active.retain(|&j| j != i);
+            continue;
+        }
+        let writes = active.iter().any(|&i| !reqs[i].0.is_read());
+        let finished = if writes {
+            txn.commit().ctx("commit")
+        } else {
+            txn.abort().ctx("end read")
+        };
+        match finished {
+            Ok(()) => {
+                for (i, r) in done {
+                    results[i] = Some(r);
+                }
+            }
+            Err(e) => fail_all(&mut results, &active, e),
+        }
+        break;
+    }
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(Error::corrupt("operation was not run"))))
+        .collect()
+}
+
+fn panic_error(what: &str) -> Error {
+    Error::corrupt(format!(
+        "the storage engine panicked during {what}; the file is likely damaged"
+    ))
+}
+
+/// Open (or create) the file and run recovery: check the schema, mark every
+/// pending item as orphaned. Runs on the writer thread.
+pub(super) fn open_database(
+    build: impl FnOnce() -> std::result::Result<Database, redb::DatabaseError>,
+    path: &std::path::Path,
+    limits: Limits,
+) -> Result<Database> {
+    let db = match catch_unwind(AssertUnwindSafe(build)) {
+        Ok(Ok(db)) => db,
+        Ok(Err(e)) => return Err(open_error(e, path)),
+        Err(_) => return Err(panic_error("open")),
+    };
+    let recovered = catch_unwind(AssertUnwindSafe(|| -> Result<u64> {
+        let txn = db.begin_write().ctx("begin recovery")?;
+        let names: Vec<String> = txn
+            .list_tables()
+            .ctx("list tables")?
+            .map(|t| t.name().to_string())
+            .collect();
+        if !names.is_empty() && !names.iter().any(|n| n == tables::META.name()) {
+            return Err(Error::corrupt(format!(
+                "{} is a redb file but not a workjournal queue (tables: {})",
+                path.display(),
+                names.join(", ")
+            )));
+        }
+        let orphans = {
+            let mut t = Tables::open(&txn, limits)?;
+            match t.schema_version()? {
+                None => t.set_schema_version(tables::SCHEMA_VERSION)?,
+                Some(v) if v > tables::SCHEMA_VERSION => {
+                    return Err(Error::Decode {
+                        what: format!("schema of {}", path.display()),
+                        detail: format!(
+                            "the file has schema version {v}; this build reads up to version {}: upgrade workjournal",
+                            tables::SCHEMA_VERSION
+                        ),
+                    });
+                }
+                // Version 1 is the only older-or-equal schema so far: nothing to
+                // migrate yet. A future version adds its migration here.
+                Some(_) => {}
+            }
+            t.orphan_all_pending()?
+        };
+        txn.commit().ctx("commit recovery")?;
+        Ok(orphans)
+    }));
+    match recovered {
+        Ok(Ok(orphans)) => {
+            if orphans > 0 {
+                tracing::info!(orphans, "pending items of an earlier process will be reclaimed");
+            }
+            Ok(db)
+        }
+        Ok(Err(e)) => Err(match e {
+            Error::Storage { context, source } => Error::Corrupt {
+                detail: format!("{}: {context}", path.display()),
+                source: Some(source),
+            },
+            other => other,
+        }),
+        Err(_) => Err(panic_error("recovery")),
+    }
+}
+
+fn open_error(e: redb::DatabaseError, path: &std::path::Path) -> Error {
+    use std::io::ErrorKind;
+    match e {
+        redb::DatabaseError::DatabaseAlreadyOpen | redb::DatabaseError::LockProtocolMismatch => {
+            Error::Locked {
+                path: path.to_path_buf(),
+            }
+        }
+        redb::DatabaseError::Storage(redb::StorageError::Io(io))
+            if matches!(
+                io.kind(),
+                ErrorKind::NotFound
+                    | ErrorKind::PermissionDenied
+                    | ErrorKind::ReadOnlyFilesystem
+                    | ErrorKind::StorageFull
+                    | ErrorKind::IsADirectory
+                    | ErrorKind::NotADirectory
+            ) =>
+        {
+            Error::Io {
+                context: format!("open {}", path.display()),
+                source: io,
+            }
+        }
+        other => Error::Corrupt {
+            detail: format!("{} cannot be opened as a queue", path.display()),
+            source: Some(Box::new(other)),
+        },
+    }
+}
+
+/// The writer loop. Returns when every handle is gone or on `Close`.
+pub(super) fn run(
+    mut db: Database,
+    mut rx: mpsc::UnboundedReceiver<Msg>,
+    limits: Limits,
+    wake: Arc<Notify>,
+    claim: PathClaim,
+) {
+    let mut close_reply = None;
+    'outer: while let Some(first) = rx.blocking_recv() {
+        let mut reqs: Vec<Request> = Vec::new();
+        let mut next = Some(first);
+        while let Some(msg) = next.take() {
+            match msg {
+                Msg::Req(r) => reqs.push(r),
+                Msg::Compact(reply) => {
+                    run_batch(&db, limits, &wake, std::mem::take(&mut reqs));
+                    let result = match catch_unwind(AssertUnwindSafe(|| db.compact())) {
+                        Ok(r) => r.ctx("compact"),
+                        Err(_) => Err(panic_error("compact")),
+                    };
+                    let _ = reply.send(result);
+                }
+                Msg::Close(reply) => {
+                    run_batch(&db, limits, &wake, std::mem::take(&mut reqs));
+                    close_reply = Some(reply);
+                    break 'outer;
+                }
+            }
+            if reqs.len() < MAX_BATCH {
+                next = rx.try_recv().ok();
+            }
+        }
+        run_batch(&db, limits, &wake, reqs);
+    }
+    rx.close();
+    drop(db);
+    drop(claim);
+    if let Some(reply) = close_reply {
+        let _ = reply.send(());
+    }
+}
+
+fn run_batch(db: &Database, limits: Limits, wake: &Notify, reqs: Vec<Request>) {
+    // A claim whose caller has gone (its future was dropped) is not run, so
+    // that it strands nothing in pending.
+    let reqs: Vec<Request> = reqs
+        .into_iter()
+        .filter(|r| !(r.op.hands_out() && r.reply.is_closed()))
+        .collect();
+    if reqs.is_empty() {
+        return;
+    }
+    let (ops, replies): (Vec<(Op, u64)>, Vec<_>) =
+        reqs.into_iter().map(|r| ((r.op, r.now), r.reply)).unzip();
+    let writes = ops.iter().any(|(op, _)| !op.is_read());
+    let results = match catch_unwind(AssertUnwindSafe(|| execute(db, limits, &ops))) {
+        Ok(results) => results,
+        Err(_) => ops.iter().map(|_| Err(panic_error("a transaction"))).collect(),
+    };
+    if writes {
+        wake.notify_waiters();
+    }
+    for (reply, result) in replies.into_iter().zip(results) {
+        let _ = reply.send(result);
+    }
+}

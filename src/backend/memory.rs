@@ -1,0 +1,839 @@
+//! The `memory` backend: the reference model of SPEC.md.
+//!
+//! Plain collections behind one mutex, no persistence (`stats().durable` is
+//! false). [`Model`] is the synchronous state machine; [`MemoryQueue`] wraps
+//! it with a clock, a lock and wake-ups for blocking claims. Property tests use
+//! [`Model`] directly as the reference every other backend is compared with,
+//! so it is written to be obviously right rather than fast.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::clock::{SharedClock, SystemClock};
+use crate::config::{Config, MEMORY_DONE_MARKER_CAP, ms};
+use crate::error::{Error, Result};
+use crate::item::{
+    Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, NewItem, Receipt,
+    RetryOutcome, Stats,
+};
+use crate::queue::WorkQueue;
+
+/// A pending item's lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Lease {
+    claimed_at_ms: u64,
+    lease: u64,
+    lane: Lane,
+}
+
+/// Where an item is, for invariant checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Location {
+    /// In the backlog.
+    Backlog,
+    /// In the due lane.
+    Due,
+    /// Waiting in delayed.
+    Delayed,
+    /// Claimed, not acknowledged.
+    Pending,
+    /// Parked for its flow.
+    Parked,
+    /// A dead letter.
+    DeadLetter,
+}
+
+/// The reference state machine: every operation of SPEC section 3 as a plain
+/// synchronous method taking `now_ms` (ms since the Unix epoch).
+#[derive(Debug, Clone)]
+pub struct Model {
+    config: Config,
+    durable: bool,
+    next_id: u64,
+    next_lease: u64,
+    items: BTreeMap<u64, Item>,
+    backlog: VecDeque<u64>,
+    due: VecDeque<u64>,
+    delayed: BTreeSet<(u64, u64)>,
+    pending: BTreeMap<u64, Lease>,
+    parked: BTreeMap<String, VecDeque<u64>>,
+    paused: BTreeSet<String>,
+    done: BTreeMap<(u64, String), u64>,
+    done_order: BTreeSet<(u64, u64, String)>,
+    dedup: HashMap<String, (u64, u64)>,
+    dead: VecDeque<(u64, String, u64)>,
+}
+
+impl Model {
+    /// An empty queue with `config` (its clock is ignored: callers pass now).
+    pub fn new(config: Config) -> Self {
+        Model {
+            config,
+            durable: false,
+            next_id: 1,
+            next_lease: 1,
+            items: BTreeMap::new(),
+            backlog: VecDeque::new(),
+            due: VecDeque::new(),
+            delayed: BTreeSet::new(),
+            pending: BTreeMap::new(),
+            parked: BTreeMap::new(),
+            paused: BTreeSet::new(),
+            done: BTreeMap::new(),
+            done_order: BTreeSet::new(),
+            dedup: HashMap::new(),
+            dead: VecDeque::new(),
+        }
+    }
+
+    /// Make `stats().durable` report `durable` (a model standing in for a
+    /// durable backend in comparisons).
+    pub fn with_durable(mut self, durable: bool) -> Self {
+        self.durable = durable;
+        self
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn check_payload(&self, item: &NewItem) -> Result<()> {
+        if item.payload.len() > self.config.max_payload_bytes {
+            return Err(Error::invalid(format!(
+                "payload of {} bytes is over max_payload_bytes ({} bytes)",
+                item.payload.len(),
+                self.config.max_payload_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    fn waiting(&self) -> u64 {
+        (self.backlog.len() + self.due.len() + self.delayed.len()) as u64
+    }
+
+    fn expire(&mut self, now_ms: u64) {
+        self.dedup.retain(|_, (_, expires)| *expires > now_ms);
+        while let Some((expires, id, step)) = self.done_order.first().cloned() {
+            if expires > now_ms {
+                break;
+            }
+            self.done_order.pop_first();
+            self.done.remove(&(id, step));
+        }
+    }
+
+    /// SPEC 3, Adding: `add`, `add_batch` and `add_delayed` in one. Each
+    /// entry is an item and its `not_before_ms` (`None`: the backlog). All or
+    /// none.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput`, `Full`.
+    pub fn add_many(&mut self, items: Vec<(NewItem, Option<u64>)>, now_ms: u64) -> Result<Vec<Added>> {
+        self.expire(now_ms);
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        let mut fresh = 0u64;
+        for (index, (item, _)) in items.iter().enumerate() {
+            self.check_payload(item)?;
+            match item.dedup_key.as_deref() {
+                Some(key) if self.dedup.contains_key(key) || seen.contains_key(key) => {}
+                Some(key) => {
+                    seen.insert(key, index);
+                    fresh += 1;
+                }
+                None => fresh += 1,
+            }
+        }
+        if let Some(limit) = self.config.max_backlog {
+            if self.waiting().saturating_add(fresh) > limit {
+                return Err(Error::Full { limit });
+            }
+        }
+        let window = ms(self.config.dedup_window);
+        let mut out = Vec::with_capacity(items.len());
+        for (item, not_before_ms) in items {
+            if let Some(key) = item.dedup_key.as_deref() {
+                if let Some((id, _)) = self.dedup.get(key) {
+                    out.push(Added { id: *id, duplicate: true });
+                    continue;
+                }
+            }
+            let id = self.next_id;
+            self.next_id += 1;
+            if let Some(key) = item.dedup_key.clone() {
+                self.dedup.insert(key, (id, now_ms.saturating_add(window)));
+            }
+            self.items.insert(
+                id,
+                Item {
+                    id,
+                    flow: item.flow,
+                    payload: item.payload,
+                    enqueued_at_ms: now_ms,
+                    not_before_ms,
+                    deliveries: 0,
+                },
+            );
+            match not_before_ms {
+                Some(t) => {
+                    self.delayed.insert((t, id));
+                }
+                None => self.backlog.push_back(id),
+            }
+            out.push(Added { id, duplicate: false });
+        }
+        Ok(out)
+    }
+
+    /// SPEC 3, Timers: soonest `not_before_ms` among delayed items.
+    pub fn next_due(&self) -> Option<u64> {
+        self.delayed.first().map(|(t, _)| *t)
+    }
+
+    /// SPEC 3, Timers: move every delayed item due at `now_ms` to the due lane.
+    pub fn promote_due(&mut self, now_ms: u64) -> u64 {
+        let mut n = 0;
+        while let Some(&(t, id)) = self.delayed.first() {
+            if t > now_ms {
+                break;
+            }
+            self.delayed.pop_first();
+            self.due.push_back(id);
+            n += 1;
+        }
+        n
+    }
+
+    fn hand_out(&mut self, id: u64, lane: Lane, now_ms: u64) -> Option<Claimed> {
+        let lease = self.next_lease;
+        self.next_lease += 1;
+        let item = self.items.get_mut(&id)?;
+        item.deliveries = item.deliveries.saturating_add(1);
+        self.pending.insert(
+            id,
+            Lease {
+                claimed_at_ms: now_ms,
+                lease,
+                lane,
+            },
+        );
+        Some(Claimed {
+            item: item.clone(),
+            lane,
+            claimed_at_ms: now_ms,
+            receipt: Receipt {
+                id,
+                delivery: item.deliveries,
+                lease,
+            },
+        })
+    }
+
+    fn flow_of(&self, id: u64) -> &str {
+        self.items.get(&id).map(|i| i.flow.as_str()).unwrap_or("")
+    }
+
+    /// SPEC 3, Claiming, without the wait: promote, then take up to `count`.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for `count == 0`.
+    pub fn claim(&mut self, count: usize, from: ClaimFrom, now_ms: u64) -> Result<Vec<Claimed>> {
+        if count == 0 {
+            return Err(Error::invalid("claim count must be at least 1"));
+        }
+        self.promote_due(now_ms);
+        let mut out = Vec::new();
+        let lanes: &[Lane] = match from {
+            ClaimFrom::All => &[Lane::Due, Lane::Backlog],
+            ClaimFrom::DueOnly => &[Lane::Due],
+        };
+        for &lane in lanes {
+            while out.len() < count {
+                let next = match lane {
+                    Lane::Due => self.due.pop_front(),
+                    _ => self.backlog.pop_front(),
+                };
+                let Some(id) = next else { break };
+                let flow = self.flow_of(id).to_string();
+                if self.paused.contains(&flow) {
+                    self.parked.entry(flow).or_default().push_back(id);
+                    continue;
+                }
+                if let Some(c) = self.hand_out(id, lane, now_ms) {
+                    out.push(c);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn current(&self, r: &Receipt) -> Result<Lease> {
+        match self.pending.get(&r.id) {
+            Some(l) if l.lease == r.lease => Ok(*l),
+            _ => Err(Error::LeaseLost {
+                id: r.id,
+                delivery: r.delivery,
+            }),
+        }
+    }
+
+    /// SPEC 3, Finishing: ack.
+    ///
+    /// # Errors
+    ///
+    /// `LeaseLost`.
+    pub fn ack(&mut self, r: Receipt) -> Result<()> {
+        self.current(&r)?;
+        self.pending.remove(&r.id);
+        self.items.remove(&r.id);
+        Ok(())
+    }
+
+    /// SPEC 3, Finishing: ack_batch.
+    pub fn ack_batch(&mut self, receipts: &[Receipt]) -> u64 {
+        receipts.iter().filter(|r| self.ack(**r).is_ok()).count() as u64
+    }
+
+    /// SPEC 3, Finishing: touch, all or nothing.
+    ///
+    /// # Errors
+    ///
+    /// `LeaseLost` naming the first receipt not current.
+    pub fn touch(&mut self, receipts: &[Receipt], now_ms: u64) -> Result<()> {
+        for r in receipts {
+            self.current(r)?;
+        }
+        for r in receipts {
+            if let Some(l) = self.pending.get_mut(&r.id) {
+                l.claimed_at_ms = now_ms;
+            }
+        }
+        Ok(())
+    }
+
+    fn bury(&mut self, id: u64, reason: String, now_ms: u64) {
+        self.dead.push_back((id, reason, now_ms));
+        while self.dead.len() as u64 > self.config.dead_letter_cap {
+            if let Some((old, _, _)) = self.dead.pop_front() {
+                tracing::warn!(id = old, "dead letter dropped: dead_letter_cap reached");
+                self.items.remove(&old);
+            }
+        }
+    }
+
+    /// SPEC 3, Finishing: retry.
+    ///
+    /// # Errors
+    ///
+    /// `LeaseLost`.
+    pub fn retry(&mut self, r: Receipt, not_before_ms: u64, now_ms: u64) -> Result<RetryOutcome> {
+        self.current(&r)?;
+        self.pending.remove(&r.id);
+        let deliveries = self.items.get(&r.id).map(|i| i.deliveries).unwrap_or(0);
+        if deliveries >= self.config.max_deliveries {
+            self.bury(r.id, MAX_DELIVERIES_REASON.to_string(), now_ms);
+            return Ok(RetryOutcome::DeadLettered);
+        }
+        if let Some(item) = self.items.get_mut(&r.id) {
+            item.not_before_ms = Some(not_before_ms);
+        }
+        self.delayed.insert((not_before_ms, r.id));
+        Ok(RetryOutcome::Delayed)
+    }
+
+    /// SPEC 3, Finishing: dead_letter.
+    ///
+    /// # Errors
+    ///
+    /// `LeaseLost`.
+    pub fn dead_letter(&mut self, r: Receipt, reason: &str, now_ms: u64) -> Result<()> {
+        self.current(&r)?;
+        self.pending.remove(&r.id);
+        self.bury(r.id, reason.to_string(), now_ms);
+        Ok(())
+    }
+
+    /// SPEC 3, Crash recovery: reclaim_stale.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for `count == 0`.
+    pub fn reclaim_stale(&mut self, min_idle: Duration, count: usize, now_ms: u64) -> Result<Vec<Claimed>> {
+        if count == 0 {
+            return Err(Error::invalid("reclaim count must be at least 1"));
+        }
+        let min_idle = ms(min_idle);
+        let mut stale: Vec<(u64, u64)> = self
+            .pending
+            .iter()
+            .filter(|(_, l)| now_ms.saturating_sub(l.claimed_at_ms) >= min_idle)
+            .map(|(id, l)| (l.claimed_at_ms, *id))
+            .collect();
+        stale.sort_unstable();
+        let mut out = Vec::new();
+        for (_, id) in stale {
+            if out.len() >= count {
+                break;
+            }
+            let Some(lease) = self.pending.remove(&id) else { continue };
+            let deliveries = self.items.get(&id).map(|i| i.deliveries).unwrap_or(0);
+            if deliveries >= self.config.max_deliveries {
+                self.bury(id, MAX_DELIVERIES_REASON.to_string(), now_ms);
+                continue;
+            }
+            if let Some(c) = self.hand_out(id, lease.lane, now_ms) {
+                out.push(c);
+            }
+        }
+        Ok(out)
+    }
+
+    /// SPEC 3, Flows: pause.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for an empty flow.
+    pub fn pause(&mut self, flow: &str) -> Result<()> {
+        need_flow(flow)?;
+        self.paused.insert(flow.to_string());
+        Ok(())
+    }
+
+    /// SPEC 3, Flows: resume.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for an empty flow.
+    pub fn resume(&mut self, flow: &str) -> Result<u64> {
+        need_flow(flow)?;
+        self.paused.remove(flow);
+        let ids = self.parked.remove(flow).unwrap_or_default();
+        let n = ids.len() as u64;
+        self.backlog.extend(ids);
+        Ok(n)
+    }
+
+    /// SPEC 3, Flows: park.
+    ///
+    /// # Errors
+    ///
+    /// `LeaseLost`; `InvalidInput` for an item of the default flow.
+    pub fn park(&mut self, r: Receipt) -> Result<()> {
+        self.current(&r)?;
+        let flow = self.flow_of(r.id).to_string();
+        need_flow(&flow)?;
+        self.pending.remove(&r.id);
+        self.parked.entry(flow).or_default().push_back(r.id);
+        Ok(())
+    }
+
+    /// SPEC 3, Flows: step.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for an empty flow.
+    pub fn step(&mut self, flow: &str, now_ms: u64) -> Result<Option<Claimed>> {
+        need_flow(flow)?;
+        let Some(list) = self.parked.get_mut(flow) else { return Ok(None) };
+        let Some(id) = list.pop_front() else { return Ok(None) };
+        if list.is_empty() {
+            self.parked.remove(flow);
+        }
+        Ok(self.hand_out(id, Lane::Parked, now_ms))
+    }
+
+    /// SPEC 3, Flows: clear_flow.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for an empty flow.
+    pub fn clear_flow(&mut self, flow: &str) -> Result<u64> {
+        need_flow(flow)?;
+        self.paused.remove(flow);
+        let ids = self.parked.remove(flow).unwrap_or_default();
+        for id in &ids {
+            self.items.remove(id);
+        }
+        Ok(ids.len() as u64)
+    }
+
+    /// SPEC 3, Flows: parked count of one flow.
+    pub fn parked(&self, flow: &str) -> u64 {
+        self.parked.get(flow).map_or(0, |l| l.len() as u64)
+    }
+
+    /// SPEC 3, Flows: the paused flows, sorted.
+    pub fn paused_flows(&self) -> Vec<String> {
+        self.paused.iter().cloned().collect()
+    }
+
+    /// SPEC 3, Idempotency: mark_done.
+    pub fn mark_done(&mut self, id: u64, step: &str, now_ms: u64) {
+        self.expire(now_ms);
+        let expires = now_ms.saturating_add(ms(self.config.done_ttl));
+        if let Some(old) = self.done.insert((id, step.to_string()), expires) {
+            self.done_order.remove(&(old, id, step.to_string()));
+        }
+        self.done_order.insert((expires, id, step.to_string()));
+        while self.done.len() > MEMORY_DONE_MARKER_CAP {
+            if let Some((_, oid, ostep)) = self.done_order.pop_first() {
+                self.done.remove(&(oid, ostep));
+            }
+        }
+    }
+
+    /// SPEC 3, Idempotency: was_done.
+    pub fn was_done(&self, id: u64, step: &str, now_ms: u64) -> bool {
+        self.done
+            .get(&(id, step.to_string()))
+            .is_some_and(|expires| *expires > now_ms)
+    }
+
+    /// SPEC 3, Dead letters: newest first.
+    pub fn dead_letters(&self, count: usize) -> Vec<DeadLetter> {
+        self.dead
+            .iter()
+            .rev()
+            .take(count)
+            .filter_map(|(id, reason, at)| {
+                Some(DeadLetter {
+                    item: self.items.get(id)?.clone(),
+                    reason: reason.clone(),
+                    failed_at_ms: *at,
+                })
+            })
+            .collect()
+    }
+
+    /// SPEC 3, Dead letters: redrive.
+    pub fn redrive(&mut self, id: u64) -> bool {
+        let Some(pos) = self.dead.iter().position(|(d, _, _)| *d == id) else {
+            return false;
+        };
+        self.dead.remove(pos);
+        if let Some(item) = self.items.get_mut(&id) {
+            item.deliveries = 0;
+            item.not_before_ms = None;
+        }
+        self.backlog.push_back(id);
+        true
+    }
+
+    /// SPEC 3, Dead letters: purge.
+    pub fn purge_dead_letters(&mut self) -> u64 {
+        let n = self.dead.len() as u64;
+        for (id, _, _) in std::mem::take(&mut self.dead) {
+            self.items.remove(&id);
+        }
+        n
+    }
+
+    /// SPEC 3, Looking: exact counts.
+    pub fn stats(&self, now_ms: u64) -> Stats {
+        Stats {
+            backlog: (self.backlog.len() + self.due.len()) as u64,
+            due: self.due.len() as u64,
+            pending: self.pending.len() as u64,
+            delayed: self.delayed.len() as u64,
+            parked: self.parked.values().map(|l| l.len() as u64).sum(),
+            dead_letters: self.dead.len() as u64,
+            oldest_pending_age_ms: self
+                .pending
+                .values()
+                .map(|l| l.claimed_at_ms)
+                .min()
+                .map(|t| now_ms.saturating_sub(t)),
+            durable: self.durable,
+        }
+    }
+
+    fn claim_order(&self, now_ms: u64) -> impl Iterator<Item = &Item> + '_ {
+        let ready = self
+            .delayed
+            .iter()
+            .take_while(move |(t, _)| *t <= now_ms)
+            .map(|(_, id)| *id);
+        self.due
+            .iter()
+            .copied()
+            .chain(ready)
+            .chain(self.backlog.iter().copied())
+            .filter_map(|id| self.items.get(&id))
+    }
+
+    /// SPEC 3, Looking: backlog_by_flow.
+    pub fn backlog_by_flow(&self, sample: usize, now_ms: u64) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for item in self.claim_order(now_ms).take(sample) {
+            *out.entry(item.flow.clone()).or_insert(0) += 1;
+        }
+        out
+    }
+
+    /// SPEC 3, Looking: peek.
+    pub fn peek(&self, count: usize, now_ms: u64) -> Vec<Item> {
+        self.claim_order(now_ms)
+            .filter(|i| !self.paused.contains(&i.flow))
+            .take(count)
+            .cloned()
+            .collect()
+    }
+
+    /// Where every item is. Each id appears once by construction; used by
+    /// tests to compare with a real backend's recount.
+    pub fn locations(&self) -> BTreeMap<u64, Location> {
+        let mut out = BTreeMap::new();
+        out.extend(self.backlog.iter().map(|id| (*id, Location::Backlog)));
+        out.extend(self.due.iter().map(|id| (*id, Location::Due)));
+        out.extend(self.delayed.iter().map(|(_, id)| (*id, Location::Delayed)));
+        out.extend(self.pending.keys().map(|id| (*id, Location::Pending)));
+        for list in self.parked.values() {
+            out.extend(list.iter().map(|id| (*id, Location::Parked)));
+        }
+        out.extend(self.dead.iter().map(|(id, _, _)| (*id, Location::DeadLetter)));
+        out
+    }
+
+    /// Every stored item record, by id.
+    pub fn items(&self) -> &BTreeMap<u64, Item> {
+        &self.items
+    }
+}
+
+fn need_flow(flow: &str) -> Result<()> {
+    if flow.is_empty() {
+        return Err(Error::invalid("a flow name is required here (the default flow \"\" cannot be paused or parked)"));
+    }
+    Ok(())
+}
+
+#[derive(Debug)]
+struct Shared {
+    model: Mutex<Model>,
+    wake: Notify,
+    clock: SharedClock,
+}
+
+/// The memory backend: [`Model`] behind a mutex, with the queue's clock and
+/// wake-ups for blocking claims. Clones share one queue.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use workjournal::{ClaimFrom, Config, MemoryQueue, NewItem, WorkQueue};
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let queue = MemoryQueue::new(Config::default());
+/// queue.add(NewItem::new(b"job".to_vec())).await?;
+/// let claimed = queue.claim(1, Duration::ZERO, ClaimFrom::All).await?;
+/// queue.ack(claimed[0].receipt).await?;
+/// assert_eq!(queue.stats().await?.pending, 0);
+/// # Ok::<(), workjournal::Error>(())
+/// # }).unwrap();
+/// ```
+#[derive(Debug, Clone)]
+pub struct MemoryQueue {
+    shared: Arc<Shared>,
+}
+
+impl MemoryQueue {
+    /// A new empty queue. Uses `config`'s clock, or the system clock.
+    pub fn new(config: Config) -> Self {
+        let clock = config.clock.clone().unwrap_or_else(|| Arc::new(SystemClock));
+        MemoryQueue {
+            shared: Arc::new(Shared {
+                model: Mutex::new(Model::new(config)),
+                wake: Notify::new(),
+                clock,
+            }),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.shared.clock.now_ms()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Model> {
+        // A poisoned lock means a panic inside the model; the model's state
+        // changes are each completed before any call that could panic, so the
+        // state is still consistent and can be used.
+        self.shared.model.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Model, u64) -> T) -> T {
+        let now = self.now();
+        let mut m = self.lock();
+        f(&mut m, now)
+    }
+
+    fn changed(&self) {
+        self.shared.wake.notify_waiters();
+    }
+
+    /// A copy of the model's current state (for tests comparing backends).
+    pub fn snapshot(&self) -> Model {
+        self.lock().clone()
+    }
+}
+
+impl WorkQueue for MemoryQueue {
+    async fn add(&self, item: NewItem) -> Result<Added> {
+        let mut v = self.with(|m, now| m.add_many(vec![(item, None)], now))?;
+        self.changed();
+        v.pop().ok_or_else(|| Error::corrupt("add returned no id"))
+    }
+
+    async fn add_batch(&self, items: Vec<NewItem>) -> Result<Vec<Added>> {
+        let out = self.with(|m, now| m.add_many(items.into_iter().map(|i| (i, None)).collect(), now))?;
+        self.changed();
+        Ok(out)
+    }
+
+    async fn add_delayed(&self, item: NewItem, not_before_ms: u64) -> Result<Added> {
+        let mut v = self.with(|m, now| m.add_many(vec![(item, Some(not_before_ms))], now))?;
+        self.changed();
+        v.pop().ok_or_else(|| Error::corrupt("add returned no id"))
+    }
+
+    async fn next_due(&self) -> Result<Option<u64>> {
+        Ok(self.lock().next_due())
+    }
+
+    async fn promote_due(&self) -> Result<u64> {
+        let n = self.with(|m, now| m.promote_due(now));
+        if n > 0 {
+            self.changed();
+        }
+        Ok(n)
+    }
+
+    async fn claim(&self, count: usize, wait: Duration, from: ClaimFrom) -> Result<Vec<Claimed>> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let notified = self.shared.wake.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let got = self.with(|m, now| m.claim(count, from, now))?;
+            if !got.is_empty() || tokio::time::Instant::now() >= deadline {
+                return Ok(got);
+            }
+            let next_due = self.lock().next_due();
+            let timer = match next_due {
+                Some(t) => self.shared.clock.sleep_until(t),
+                None => Box::pin(std::future::pending()),
+            };
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+                _ = timer => {}
+            }
+        }
+    }
+
+    async fn ack(&self, receipt: Receipt) -> Result<()> {
+        self.with(|m, _| m.ack(receipt))
+    }
+
+    async fn ack_batch(&self, receipts: Vec<Receipt>) -> Result<u64> {
+        Ok(self.with(|m, _| m.ack_batch(&receipts)))
+    }
+
+    async fn touch(&self, receipts: Vec<Receipt>) -> Result<()> {
+        self.with(|m, now| m.touch(&receipts, now))
+    }
+
+    async fn retry(&self, receipt: Receipt, not_before_ms: u64) -> Result<RetryOutcome> {
+        let out = self.with(|m, now| m.retry(receipt, not_before_ms, now))?;
+        self.changed();
+        Ok(out)
+    }
+
+    async fn dead_letter(&self, receipt: Receipt, reason: &str) -> Result<()> {
+        self.with(|m, now| m.dead_letter(receipt, reason, now))
+    }
+
+    async fn reclaim_stale(&self, min_idle: Duration, count: usize) -> Result<Vec<Claimed>> {
+        self.with(|m, now| m.reclaim_stale(min_idle, count, now))
+    }
+
+    async fn pause(&self, flow: &str) -> Result<()> {
+        self.with(|m, _| m.pause(flow))
+    }
+
+    async fn resume(&self, flow: &str) -> Result<u64> {
+        let n = self.with(|m, _| m.resume(flow))?;
+        self.changed();
+        Ok(n)
+    }
+
+    async fn park(&self, receipt: Receipt) -> Result<()> {
+        self.with(|m, _| m.park(receipt))
+    }
+
+    async fn step(&self, flow: &str) -> Result<Option<Claimed>> {
+        self.with(|m, now| m.step(flow, now))
+    }
+
+    async fn clear_flow(&self, flow: &str) -> Result<u64> {
+        self.with(|m, _| m.clear_flow(flow))
+    }
+
+    async fn parked(&self, flow: &str) -> Result<u64> {
+        Ok(self.lock().parked(flow))
+    }
+
+    async fn paused_flows(&self) -> Result<Vec<String>> {
+        Ok(self.lock().paused_flows())
+    }
+
+    async fn mark_done(&self, id: u64, step: &str) -> Result<()> {
+        self.with(|m, now| m.mark_done(id, step, now));
+        Ok(())
+    }
+
+    async fn was_done(&self, id: u64, step: &str) -> Result<bool> {
+        Ok(self.with(|m, now| m.was_done(id, step, now)))
+    }
+
+    async fn dead_letters(&self, count: usize) -> Result<Vec<DeadLetter>> {
+        Ok(self.lock().dead_letters(count))
+    }
+
+    async fn redrive(&self, id: u64) -> Result<bool> {
+        let ok = self.with(|m, _| m.redrive(id));
+        if ok {
+            self.changed();
+        }
+        Ok(ok)
+    }
+
+    async fn purge_dead_letters(&self) -> Result<u64> {
+        Ok(self.with(|m, _| m.purge_dead_letters()))
+    }
+
+    async fn stats(&self) -> Result<Stats> {
+        Ok(self.with(|m, now| m.stats(now)))
+    }
+
+    async fn backlog_by_flow(&self, sample: usize) -> Result<BTreeMap<String, u64>> {
+        Ok(self.with(|m, now| m.backlog_by_flow(sample, now)))
+    }
+
+    async fn peek(&self, count: usize) -> Result<Vec<Item>> {
+        Ok(self.with(|m, now| m.peek(count, now)))
+    }
+
+    async fn now_ms(&self) -> Result<u64> {
+        Ok(self.now())
+    }
+
+    async fn close(&self) -> Result<()> {
+        Ok(())
+    }
+}

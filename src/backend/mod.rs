@@ -1,0 +1,9 @@
+//! The backends, one module each, each behind its cargo feature.
+
+pub(crate) mod memory;
+
+#[cfg(feature = "embedded")]
+pub(crate) mod embedded;
+
+#[cfg(feature = "redis")]
+pub(crate) mod redis;

@@ -1,0 +1,165 @@
+//! Versioned records of the embedded file (SPEC section 6), in one place.
+//!
+//! Each record is one version byte followed by its bincode 2 encoding
+//! (standard configuration). Decoding never trusts a stored length: the
+//! decoder's allocation limit is derived from the record's own size, so a
+//! damaged length prefix gives [`Error::Decode`] rather than a huge
+//! allocation or a panic.
+
+use bincode::{Decode, Encode};
+
+use crate::error::{Error, Result};
+use crate::item::Lane;
+
+/// The version byte written before every record by this build.
+pub(crate) const RECORD_VERSION: u8 = 1;
+
+/// An item's metadata; its payload is stored raw in its own table so that a
+/// claim rewrites a few bytes, not the whole payload.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub(crate) struct ItemRecord {
+    pub(crate) flow: String,
+    pub(crate) enqueued_at_ms: u64,
+    pub(crate) not_before_ms: Option<u64>,
+    pub(crate) deliveries: u32,
+}
+
+/// A pending item's lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
+pub(crate) struct LeaseRecord {
+    pub(crate) claimed_at_ms: u64,
+    pub(crate) lease: u64,
+    pub(crate) lane: u8,
+}
+
+/// A dead letter's reason and time.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub(crate) struct DeadRecord {
+    pub(crate) id: u64,
+    pub(crate) reason: String,
+    pub(crate) failed_at_ms: u64,
+}
+
+pub(crate) fn lane_to_u8(lane: Lane) -> u8 {
+    match lane {
+        Lane::Backlog => 0,
+        Lane::Due => 1,
+        Lane::Parked => 2,
+    }
+}
+
+pub(crate) fn lane_from_u8(v: u8, what: &str) -> Result<Lane> {
+    match v {
+        0 => Ok(Lane::Backlog),
+        1 => Ok(Lane::Due),
+        2 => Ok(Lane::Parked),
+        other => Err(Error::Decode {
+            what: what.to_string(),
+            detail: format!("unknown lane {other}"),
+        }),
+    }
+}
+
+/// Encode `value` as a version byte plus bincode.
+pub(crate) fn encode<T: Encode>(value: &T) -> Result<Vec<u8>> {
+    let mut out = vec![RECORD_VERSION];
+    let body = bincode::encode_to_vec(value, bincode::config::standard())
+        .map_err(|e| Error::invalid(format!("record does not encode: {e}")))?;
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+macro_rules! decode_with_limit {
+    ($body:expr, $len:expr, $($limit:literal),+) => {{
+        $(
+            if $len <= $limit {
+                return bincode::decode_from_slice(
+                    $body,
+                    bincode::config::standard().with_limit::<$limit>(),
+                );
+            }
+        )+
+        bincode::decode_from_slice($body, bincode::config::standard().with_limit::<{ 1 << 34 }>())
+    }};
+}
+
+fn decode_body<T: Decode<()>>(body: &[u8]) -> std::result::Result<(T, usize), bincode::error::DecodeError> {
+    // Containers are claimed at their element size (at most 8 bytes for our
+    // records), so a limit of 8x the body (rounded up) never refuses a record
+    // this build wrote, and never allows an allocation far past the input.
+    let need = body.len().saturating_mul(8).max(64);
+    decode_with_limit!(
+        body,
+        need,
+        64,
+        1024,
+        16384,
+        262144,
+        4194304,
+        67108864,
+        1073741824
+    )
+}
+
+/// Decode a record written by [`encode`]. `what` names the record in the
+/// error (table and key).
+///
+/// # Errors
+///
+/// [`Error::Decode`] for an empty record, an unknown version byte, bytes
+/// that are not a valid encoding, or trailing bytes.
+pub(crate) fn decode<T: Decode<()>>(what: &str, bytes: &[u8]) -> Result<T> {
+    let fail = |detail: String| Error::Decode {
+        what: what.to_string(),
+        detail,
+    };
+    let (&version, body) = bytes
+        .split_first()
+        .ok_or_else(|| fail("empty record".to_string()))?;
+    if version != RECORD_VERSION {
+        return Err(fail(format!(
+            "record version {version}, this build reads version {RECORD_VERSION}"
+        )));
+    }
+    let (value, used) = decode_body::<T>(body).map_err(|e| fail(e.to_string()))?;
+    if used != body.len() {
+        return Err(fail(format!("{} trailing bytes", body.len() - used)));
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn item_record_round_trips() {
+        let r = ItemRecord {
+            flow: "f".into(),
+            enqueued_at_ms: 5,
+            not_before_ms: Some(9),
+            deliveries: 2,
+        };
+        let bytes = encode(&r).unwrap();
+        assert_eq!(decode::<ItemRecord>("x", &bytes).unwrap(), r);
+    }
+
+    #[test]
+    fn huge_length_prefix_is_a_decode_error_not_an_allocation() {
+        // Version byte, then a string length claiming u64::MAX-ish bytes.
+        let bytes = [RECORD_VERSION, 0xfd, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f];
+        assert!(matches!(decode::<ItemRecord>("x", &bytes), Err(Error::Decode { .. })));
+    }
+
+    #[test]
+    fn unknown_version_and_trailing_bytes_are_refused() {
+        let r = DeadRecord { id: 1, reason: "r".into(), failed_at_ms: 2 };
+        let mut bytes = encode(&r).unwrap();
+        bytes.push(0);
+        assert!(decode::<DeadRecord>("x", &bytes).is_err());
+        bytes.pop();
+        bytes[0] = 9;
+        assert!(decode::<DeadRecord>("x", &bytes).is_err());
+        assert!(decode::<DeadRecord>("x", &[]).is_err());
+    }
+}

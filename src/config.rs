@@ -1,0 +1,146 @@
+//! Configuration shared by every backend, with the defaults of SPEC section 7.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::{Clock, SharedClock};
+
+/// Limits and time rules of a queue (SPEC section 7). Backend-specific
+/// settings (file durability, Redis replicas) live in each backend's options.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use workjournal::Config;
+/// let config = Config::default().max_deliveries(5).dedup_window(Duration::from_secs(60));
+/// assert_eq!(config.get_max_deliveries(), 5);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub(crate) max_deliveries: u32,
+    pub(crate) done_ttl: Duration,
+    pub(crate) dedup_window: Duration,
+    pub(crate) dead_letter_cap: u64,
+    pub(crate) max_backlog: Option<u64>,
+    pub(crate) max_payload_bytes: usize,
+    pub(crate) clock: Option<SharedClock>,
+}
+
+/// Default of [`Config::max_deliveries`].
+pub const DEFAULT_MAX_DELIVERIES: u32 = 3;
+/// Default of [`Config::done_ttl`]: 1 hour.
+pub const DEFAULT_DONE_TTL: Duration = Duration::from_secs(3600);
+/// Default of [`Config::dedup_window`]: 5 minutes.
+pub const DEFAULT_DEDUP_WINDOW: Duration = Duration::from_secs(300);
+/// Default of [`Config::dead_letter_cap`], in dead letters.
+pub const DEFAULT_DEAD_LETTER_CAP: u64 = 10_000;
+/// Default of [`Config::max_payload_bytes`]: 16 MiB.
+pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 16 * 1024 * 1024;
+/// How many done markers the memory backend keeps at most (oldest dropped
+/// first).
+pub const MEMORY_DONE_MARKER_CAP: usize = 10_000;
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            max_deliveries: DEFAULT_MAX_DELIVERIES,
+            done_ttl: DEFAULT_DONE_TTL,
+            dedup_window: DEFAULT_DEDUP_WINDOW,
+            dead_letter_cap: DEFAULT_DEAD_LETTER_CAP,
+            max_backlog: None,
+            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
+            clock: None,
+        }
+    }
+}
+
+impl Config {
+    /// How many deliveries an item may have before a retry or reclaim
+    /// dead-letters it instead. Default: 3. A value of 0 is treated as 1.
+    pub fn max_deliveries(mut self, n: u32) -> Self {
+        self.max_deliveries = n.max(1);
+        self
+    }
+
+    /// How long a done marker lives, by the queue's clock. Default: 1 hour.
+    pub fn done_ttl(mut self, ttl: Duration) -> Self {
+        self.done_ttl = ttl;
+        self
+    }
+
+    /// How long after the first add a dedup key makes later adds duplicates.
+    /// Default: 5 minutes.
+    pub fn dedup_window(mut self, window: Duration) -> Self {
+        self.dedup_window = window;
+        self
+    }
+
+    /// How many dead letters are kept; past it the oldest is dropped (and the
+    /// drop logged). Default: 10 000.
+    pub fn dead_letter_cap(mut self, cap: u64) -> Self {
+        self.dead_letter_cap = cap;
+        self
+    }
+
+    /// Refuse adds that would push backlog + due + delayed past `limit`
+    /// items, with `Error::Full`. Default: no limit.
+    pub fn max_backlog(mut self, limit: Option<u64>) -> Self {
+        self.max_backlog = limit;
+        self
+    }
+
+    /// Largest payload accepted, in bytes; a larger one is
+    /// `Error::InvalidInput`. Default: 16 MiB.
+    pub fn max_payload_bytes(mut self, bytes: usize) -> Self {
+        self.max_payload_bytes = bytes;
+        self
+    }
+
+    /// The clock every time rule reads. Default: the system clock for the
+    /// memory and embedded backends, the server's `TIME` for Redis.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// The configured `max_deliveries`.
+    pub fn get_max_deliveries(&self) -> u32 {
+        self.max_deliveries
+    }
+
+    /// The configured `done_ttl`.
+    pub fn get_done_ttl(&self) -> Duration {
+        self.done_ttl
+    }
+
+    /// The configured `dedup_window`.
+    pub fn get_dedup_window(&self) -> Duration {
+        self.dedup_window
+    }
+
+    /// The configured `dead_letter_cap`, in dead letters.
+    pub fn get_dead_letter_cap(&self) -> u64 {
+        self.dead_letter_cap
+    }
+
+    /// The configured `max_backlog`, in items.
+    pub fn get_max_backlog(&self) -> Option<u64> {
+        self.max_backlog
+    }
+
+    /// The configured `max_payload_bytes`.
+    pub fn get_max_payload_bytes(&self) -> usize {
+        self.max_payload_bytes
+    }
+
+    /// The injected clock, if any.
+    pub fn get_clock(&self) -> Option<&SharedClock> {
+        self.clock.as_ref()
+    }
+}
+
+/// Milliseconds in `d`, saturating.
+pub(crate) fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

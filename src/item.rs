@@ -1,0 +1,221 @@
+//! The data types every backend speaks (SPEC section 2).
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// A piece of work to add: its flow, its payload bytes and an optional
+/// deduplication key (SPEC section 3, Adding).
+///
+/// # Examples
+///
+/// ```
+/// use workjournal::NewItem;
+/// let item = NewItem::new(b"resize photo 7".to_vec()).flow("images").dedup_key("photo-7");
+/// assert_eq!(item.flow_name(), "images");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NewItem {
+    pub(crate) flow: String,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) dedup_key: Option<String>,
+}
+
+impl NewItem {
+    /// An item in the default flow (`""`) carrying `payload` as opaque bytes.
+    pub fn new(payload: impl Into<Vec<u8>>) -> Self {
+        NewItem {
+            flow: String::new(),
+            payload: payload.into(),
+            dedup_key: None,
+        }
+    }
+
+    /// An item whose payload is `value` encoded with bincode 2 (standard
+    /// configuration, through serde). Read it back with [`Item::decode`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] if serde refuses the value.
+    pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Self> {
+        let payload = bincode::serde::encode_to_vec(value, bincode::config::standard())
+            .map_err(|e| Error::invalid(format!("payload does not encode: {e}")))?;
+        Ok(NewItem::new(payload))
+    }
+
+    /// Put the item in `flow` (groups items for pause, park, step and
+    /// backlog-by-flow). Default: `""`.
+    pub fn flow(mut self, flow: impl Into<String>) -> Self {
+        self.flow = flow.into();
+        self
+    }
+
+    /// Ask for deduplication: an add whose key was added within
+    /// `dedup_window` journals nothing and returns the first item's id
+    /// flagged as a duplicate. Default: none (identical payloads are two
+    /// items).
+    pub fn dedup_key(mut self, key: impl Into<String>) -> Self {
+        self.dedup_key = Some(key.into());
+        self
+    }
+
+    /// The flow this item will join.
+    pub fn flow_name(&self) -> &str {
+        &self.flow
+    }
+
+    /// The payload bytes.
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+
+    /// The deduplication key, if any.
+    pub fn dedup_key_name(&self) -> Option<&str> {
+        self.dedup_key.as_deref()
+    }
+}
+
+/// One unit of work as the queue holds it (SPEC section 2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Item {
+    /// Assigned by the queue, unique and increasing within one queue, never
+    /// reused; the idempotency key for side effects.
+    pub id: u64,
+    /// The flow the item belongs to (`""` by default).
+    pub flow: String,
+    /// Opaque payload bytes.
+    pub payload: Vec<u8>,
+    /// When the item was added, in ms since the Unix epoch (queue clock).
+    pub enqueued_at_ms: u64,
+    /// For a delayed or retried item, the time before which it must not run,
+    /// in ms since the Unix epoch; `None` for an item added to the backlog.
+    pub not_before_ms: Option<u64>,
+    /// How many times the item has been handed out (claim, reclaim, step).
+    /// Reset to 0 by a redrive.
+    pub deliveries: u32,
+}
+
+impl Item {
+    /// Decode a payload written by [`NewItem::encode`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Decode`] if the bytes are not a bincode encoding of `T`.
+    pub fn decode<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
+        let (value, _) =
+            bincode::serde::decode_from_slice(&self.payload, bincode::config::standard())
+                .map_err(|e| Error::Decode {
+                    what: format!("payload of item {}", self.id),
+                    detail: e.to_string(),
+                })?;
+        Ok(value)
+    }
+}
+
+/// Where a claimed item was taken from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Lane {
+    /// The backlog: items ready to run, in add order.
+    Backlog,
+    /// The due lane: delayed items whose time has come, claimed first.
+    Due,
+    /// A paused flow's parked list, handed out by `step`.
+    Parked,
+}
+
+/// Which lanes a claim may take from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ClaimFrom {
+    /// The due lane first, then the backlog.
+    #[default]
+    All,
+    /// Only the due lane (timers whose time has come).
+    DueOnly,
+}
+
+/// Proof of one claim, needed to ack, touch, retry, park or dead-letter the
+/// item (SPEC section 2, receipt).
+///
+/// The operation takes effect only if the item is still pending under this
+/// very claim; otherwise it is [`Error::LeaseLost`]. `lease` is the fencing
+/// token: unique per claim within one queue and never reused, so a receipt
+/// issued before a redrive (which restarts `delivery` at 1) cannot match a
+/// later claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Receipt {
+    /// The item's id.
+    pub id: u64,
+    /// The item's delivery count at this claim (first claim: 1).
+    pub delivery: u32,
+    /// The claim's lease number, unique within the queue.
+    pub lease: u64,
+}
+
+/// What a claim, a reclaim or a step hands back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    /// The item, with `deliveries` already counting this claim.
+    pub item: Item,
+    /// The lane it was first claimed from (kept through reclaims).
+    pub lane: Lane,
+    /// When this claim (or reclaim) happened, in ms since the Unix epoch.
+    pub claimed_at_ms: u64,
+    /// The receipt for ack, touch, retry, park and dead_letter.
+    pub receipt: Receipt,
+}
+
+/// The result of an add: the id and whether it was a duplicate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Added {
+    /// The new item's id, or for a duplicate the first item's id.
+    pub id: u64,
+    /// True when the dedup key was seen within `dedup_window` and nothing was
+    /// journaled.
+    pub duplicate: bool,
+}
+
+/// What `retry` did with the item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RetryOutcome {
+    /// The item waits in delayed until its `not_before`.
+    Delayed,
+    /// The item had used up `max_deliveries` and went to the dead letters
+    /// with reason `"max deliveries exceeded"`.
+    DeadLettered,
+}
+
+/// Exact counts of every state (SPEC section 3, Looking).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Stats {
+    /// Items ready to run: backlog plus due lane.
+    pub backlog: u64,
+    /// Of those, items in the due lane.
+    pub due: u64,
+    /// Claimed and not yet acknowledged.
+    pub pending: u64,
+    /// Waiting for their `not_before` (not yet promoted).
+    pub delayed: u64,
+    /// Held in parked lists of paused flows.
+    pub parked: u64,
+    /// Dead letters kept.
+    pub dead_letters: u64,
+    /// Age of the oldest pending claim in ms, by the queue's clock; `None`
+    /// when nothing is pending.
+    pub oldest_pending_age_ms: Option<u64>,
+    /// False only for the memory backend.
+    pub durable: bool,
+}
+
+/// An item given up on (SPEC section 3, Dead letters).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadLetter {
+    /// The item as it was when it failed.
+    pub item: Item,
+    /// Why it was given up on.
+    pub reason: String,
+    /// When, in ms since the Unix epoch.
+    pub failed_at_ms: u64,
+}
+
+/// The reason given when a retry or reclaim passes `max_deliveries`.
+pub const MAX_DELIVERIES_REASON: &str = "max deliveries exceeded";

@@ -1,0 +1,657 @@
+//! The contract: trait [`WorkQueue`] (SPEC section 3) and its type-erased
+//! form [`BoxQueue`].
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::item::{
+    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, RetryOutcome, Stats,
+};
+
+/// A durable work queue: every item is journaled before anything runs it and
+/// removed only when a consumer acknowledges it.
+///
+/// # Delivery
+///
+/// At least once (SPEC section 4): an added item is handed out until someone
+/// acks it, dead-letters it or clears its flow. It is handed out again only
+/// after a crash, a reclaim, a retry, a redrive, a resume or a step. Use the
+/// item's `id` (stable through every move) with [`WorkQueue::mark_done`] /
+/// [`WorkQueue::was_done`] to make side effects idempotent.
+///
+/// # Ordering
+///
+/// FIFO within each lane: the due lane (by `not_before_ms`, then id) is
+/// claimed before the backlog (add order). No order across flows is promised
+/// beyond that.
+///
+/// # Leases and receipts
+///
+/// A claim makes an item pending and hands back a [`Receipt`]. Every
+/// operation on a pending item (ack, touch, retry, dead_letter, park) names
+/// its receipt and takes effect only if the item is still pending under that
+/// claim; otherwise it fails with [`Error::LeaseLost`](crate::Error::LeaseLost)
+/// and changes nothing. A claim that nobody touches for `min_idle` may be
+/// taken over by [`WorkQueue::reclaim_stale`].
+///
+/// # Time
+///
+/// Every time rule reads the queue's clock (ms since the Unix epoch): the
+/// system clock for memory and embedded, the Redis server's `TIME` for Redis,
+/// or an injected [`Clock`](crate::Clock). The `wait` of a blocking claim is
+/// real (tokio) time: it bounds how long the call blocks.
+///
+/// # What implementors guarantee
+///
+/// Each operation is atomic: it happens whole or not at all, including
+/// across a crash or a dropped connection; a failed operation leaves the
+/// queue as it was. No operation panics on any input, stored bytes or server
+/// reply. Two consumers never hold the same item at once, unless the first
+/// one's claim went stale and was reclaimed.
+///
+/// # Cancel safety
+///
+/// Every method is safe to cancel in the sense that dropping its future never
+/// leaves the queue half-changed. A write whose future is dropped after it
+/// was submitted may still commit; for `claim`, `reclaim_stale` and `step`
+/// the items it took then stay pending without an owner and come back
+/// through `reclaim_stale` once idle (or at the next open of an embedded
+/// file). Nothing is ever lost by cancelling.
+pub trait WorkQueue: Send + Sync {
+    /// Journal `item` at the backlog tail (SPEC 3, Adding). Returns once the
+    /// item is as durable as the backend promises.
+    ///
+    /// # Errors
+    ///
+    /// `Full` past `max_backlog`; `InvalidInput` for a payload over
+    /// `max_payload_bytes`; `Storage`/`Io`/`Backend` if the write failed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not have added the item.
+    fn add(&self, item: NewItem) -> impl Future<Output = Result<Added>> + Send;
+
+    /// Journal all of `items` at the backlog tail, all or none; results in
+    /// input order. An empty batch is `Ok(vec![])`.
+    ///
+    /// # Errors
+    ///
+    /// As [`WorkQueue::add`]; on any error nothing of the batch was journaled.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves all of the batch or none of it.
+    fn add_batch(&self, items: Vec<NewItem>) -> impl Future<Output = Result<Vec<Added>>> + Send;
+
+    /// Journal `item` into delayed, due at `not_before_ms` (ms since the Unix
+    /// epoch, queue clock). A time in the past is due at the next promotion.
+    ///
+    /// # Errors
+    ///
+    /// As [`WorkQueue::add`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`WorkQueue::add`].
+    fn add_delayed(
+        &self,
+        item: NewItem,
+        not_before_ms: u64,
+    ) -> impl Future<Output = Result<Added>> + Send;
+
+    /// The soonest `not_before_ms` among delayed items (not yet promoted).
+    ///
+    /// # Errors
+    ///
+    /// Storage or backend failures only. Cancel-safe (read only).
+    fn next_due(&self) -> impl Future<Output = Result<Option<u64>>> + Send;
+
+    /// Atomically move every delayed item with `not_before_ms <= now` to the
+    /// due-lane tail, ordered by (`not_before_ms`, id). Returns how many
+    /// moved. Claims promote on their own first; call this to see due items
+    /// in `stats()` without claiming.
+    ///
+    /// # Errors
+    ///
+    /// Storage or backend failures only.
+    ///
+    /// # Cancel safety
+    ///
+    /// A dropped call promoted all the due items or none of them.
+    fn promote_due(&self) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Take up to `count` items (never more): due lane first, then the
+    /// backlog (unless `from` is [`ClaimFrom::DueOnly`]). Items of a paused
+    /// flow are parked instead of handed out. If nothing is ready, wait up to
+    /// `wait` (real time) for an add, a promotion or a timer; return empty
+    /// when the wait runs out. Each claimed item has `deliveries += 1` and
+    /// `claimed_at_ms = now`.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for `count == 0`; `Decode` for an unreadable record at
+    /// the head of a lane; storage or backend failures.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped while waiting: nothing was taken. Dropped after the claim was
+    /// submitted: the items may be pending with nobody holding them; they
+    /// come back through [`WorkQueue::reclaim_stale`]. Nothing is lost.
+    fn claim(
+        &self,
+        count: usize,
+        wait: Duration,
+        from: ClaimFrom,
+    ) -> impl Future<Output = Result<Vec<Claimed>>> + Send;
+
+    /// The item is done and gone for good.
+    ///
+    /// # Errors
+    ///
+    /// `LeaseLost` if the item is not pending under `receipt` (including a
+    /// second ack of the same receipt); nothing changes.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped: the ack happened or it did not; acking again is safe (at
+    /// worst `LeaseLost`).
+    fn ack(&self, receipt: Receipt) -> impl Future<Output = Result<()>> + Send;
+
+    /// Ack each receipt; lost ones are skipped and not counted. Returns how
+    /// many were acked. Atomic as a whole.
+    ///
+    /// # Errors
+    ///
+    /// Storage or backend failures only.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`WorkQueue::ack`].
+    fn ack_batch(&self, receipts: Vec<Receipt>) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Extend the leases: set `claimed_at_ms = now` for every receipt;
+    /// deliveries unchanged. All or nothing.
+    ///
+    /// # Errors
+    ///
+    /// `LeaseLost` naming the first receipt that is no longer current; then
+    /// no lease was extended.
+    ///
+    /// # Cancel safety
+    ///
+    /// Idempotent: touch again.
+    fn touch(&self, receipts: Vec<Receipt>) -> impl Future<Output = Result<()>> + Send;
+
+    /// Give a failed attempt back: atomically move the pending item to
+    /// delayed, due at `not_before_ms`, keeping id and deliveries. If the
+    /// item already had `max_deliveries` deliveries it is dead-lettered
+    /// instead, and the outcome says so.
+    ///
+    /// # Errors
+    ///
+    /// `LeaseLost` if the receipt is not current; nothing changes.
+    ///
+    /// # Cancel safety
+    ///
+    /// The move happened whole or not at all.
+    fn retry(
+        &self,
+        receipt: Receipt,
+        not_before_ms: u64,
+    ) -> impl Future<Output = Result<RetryOutcome>> + Send;
+
+    /// Atomically move the pending item to the dead letters with `reason` and
+    /// `failed_at_ms = now`.
+    ///
+    /// # Errors
+    ///
+    /// `LeaseLost` if the receipt is not current; nothing changes.
+    ///
+    /// # Cancel safety
+    ///
+    /// The move happened whole or not at all.
+    fn dead_letter(&self, receipt: Receipt, reason: &str)
+    -> impl Future<Output = Result<()>> + Send;
+
+    /// Take over up to `count` pending items whose claim is at least
+    /// `min_idle` old, whoever held them, oldest claim first (by
+    /// `claimed_at_ms`, then id). Each gets `deliveries += 1`, a new receipt
+    /// and `claimed_at_ms = now`. An item that would pass `max_deliveries` is
+    /// dead-lettered instead and not returned (and does not count towards
+    /// `count`). Embedded: items claimed before the current open are stale
+    /// whatever `min_idle`.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for `count == 0`; storage or backend failures.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`WorkQueue::claim`].
+    fn reclaim_stale(
+        &self,
+        min_idle: Duration,
+        count: usize,
+    ) -> impl Future<Output = Result<Vec<Claimed>>> + Send;
+
+    /// Pause `flow`: from now on claims park its items instead of handing
+    /// them out. Durable; pausing a paused flow changes nothing.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for an empty flow name.
+    fn pause(&self, flow: &str) -> impl Future<Output = Result<()>> + Send;
+
+    /// Unpause `flow` and atomically move all of its parked items back to the
+    /// backlog tail, oldest first. Returns how many moved.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for an empty flow name.
+    fn resume(&self, flow: &str) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Atomically move a pending item to its flow's parked-list tail.
+    ///
+    /// # Errors
+    ///
+    /// `LeaseLost` if the receipt is not current; `InvalidInput` if the item
+    /// is in the default flow `""` (which cannot be parked).
+    fn park(&self, receipt: Receipt) -> impl Future<Output = Result<()>> + Send;
+
+    /// Atomically move the oldest parked item of `flow` into pending for the
+    /// caller (`deliveries += 1`, lane `Parked`): one item runs, the rest stay
+    /// held. `None` when nothing is parked. The flow stays paused.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for an empty flow name.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`WorkQueue::claim`].
+    fn step(&self, flow: &str) -> impl Future<Output = Result<Option<Claimed>>> + Send;
+
+    /// Delete the flow's parked items and its pause state; returns how many
+    /// items were deleted. Deletes work unrun.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for an empty flow name.
+    fn clear_flow(&self, flow: &str) -> impl Future<Output = Result<u64>> + Send;
+
+    /// How many items `flow` has parked.
+    fn parked(&self, flow: &str) -> impl Future<Output = Result<u64>> + Send;
+
+    /// The paused flows, sorted.
+    fn paused_flows(&self) -> impl Future<Output = Result<Vec<String>>> + Send;
+
+    /// Remember that `step` of item `id` happened, for `done_ttl`.
+    ///
+    /// # Errors
+    ///
+    /// Storage or backend failures only.
+    fn mark_done(&self, id: u64, step: &str) -> impl Future<Output = Result<()>> + Send;
+
+    /// Whether `step` of item `id` was marked done within `done_ttl`.
+    fn was_done(&self, id: u64, step: &str) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Up to `count` dead letters, newest first.
+    fn dead_letters(&self, count: usize) -> impl Future<Output = Result<Vec<DeadLetter>>> + Send;
+
+    /// Atomically move dead letter `id` back to the backlog tail with
+    /// `deliveries = 0`. False if there is no such dead letter.
+    fn redrive(&self, id: u64) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Delete every dead letter; returns how many.
+    fn purge_dead_letters(&self) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Exact counts of every state.
+    fn stats(&self) -> impl Future<Output = Result<Stats>> + Send;
+
+    /// Count by flow over the next `sample` items in claim order (due lane,
+    /// delayed items already due, backlog), paused flows included.
+    fn backlog_by_flow(
+        &self,
+        sample: usize,
+    ) -> impl Future<Output = Result<BTreeMap<String, u64>>> + Send;
+
+    /// The next `count` items a claim would hand out (due lane, delayed items
+    /// already due, backlog; paused flows skipped), without claiming them.
+    fn peek(&self, count: usize) -> impl Future<Output = Result<Vec<Item>>> + Send;
+
+    /// Now, by the queue's clock, in ms since the Unix epoch.
+    fn now_ms(&self) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Rewrite the storage to give back free space. Returns whether anything
+    /// was given back. Only the embedded backend has anything to do; the
+    /// others return `Ok(false)`.
+    fn compact(&self) -> impl Future<Output = Result<bool>> + Send {
+        async { Ok(false) }
+    }
+
+    /// Finish what is in flight and release the file or connections. Later
+    /// calls fail with `Error::Closed`.
+    fn close(&self) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// A boxed future, as returned by [`DynWorkQueue`].
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The object-safe mirror of [`WorkQueue`], implemented for every
+/// `WorkQueue`. Use [`BoxQueue`] rather than this trait directly.
+#[allow(missing_docs)]
+pub trait DynWorkQueue: Send + Sync {
+    fn add<'a>(&'a self, item: NewItem) -> BoxFuture<'a, Result<Added>>;
+    fn add_batch<'a>(&'a self, items: Vec<NewItem>) -> BoxFuture<'a, Result<Vec<Added>>>;
+    fn add_delayed<'a>(&'a self, item: NewItem, not_before_ms: u64)
+    -> BoxFuture<'a, Result<Added>>;
+    fn next_due<'a>(&'a self) -> BoxFuture<'a, Result<Option<u64>>>;
+    fn promote_due<'a>(&'a self) -> BoxFuture<'a, Result<u64>>;
+    fn claim<'a>(
+        &'a self,
+        count: usize,
+        wait: Duration,
+        from: ClaimFrom,
+    ) -> BoxFuture<'a, Result<Vec<Claimed>>>;
+    fn ack<'a>(&'a self, receipt: Receipt) -> BoxFuture<'a, Result<()>>;
+    fn ack_batch<'a>(&'a self, receipts: Vec<Receipt>) -> BoxFuture<'a, Result<u64>>;
+    fn touch<'a>(&'a self, receipts: Vec<Receipt>) -> BoxFuture<'a, Result<()>>;
+    fn retry<'a>(
+        &'a self,
+        receipt: Receipt,
+        not_before_ms: u64,
+    ) -> BoxFuture<'a, Result<RetryOutcome>>;
+    fn dead_letter<'a>(&'a self, receipt: Receipt, reason: &'a str) -> BoxFuture<'a, Result<()>>;
+    fn reclaim_stale<'a>(
+        &'a self,
+        min_idle: Duration,
+        count: usize,
+    ) -> BoxFuture<'a, Result<Vec<Claimed>>>;
+    fn pause<'a>(&'a self, flow: &'a str) -> BoxFuture<'a, Result<()>>;
+    fn resume<'a>(&'a self, flow: &'a str) -> BoxFuture<'a, Result<u64>>;
+    fn park<'a>(&'a self, receipt: Receipt) -> BoxFuture<'a, Result<()>>;
+    fn step<'a>(&'a self, flow: &'a str) -> BoxFuture<'a, Result<Option<Claimed>>>;
+    fn clear_flow<'a>(&'a self, flow: &'a str) -> BoxFuture<'a, Result<u64>>;
+    fn parked<'a>(&'a self, flow: &'a str) -> BoxFuture<'a, Result<u64>>;
+    fn paused_flows<'a>(&'a self) -> BoxFuture<'a, Result<Vec<String>>>;
+    fn mark_done<'a>(&'a self, id: u64, step: &'a str) -> BoxFuture<'a, Result<()>>;
+    fn was_done<'a>(&'a self, id: u64, step: &'a str) -> BoxFuture<'a, Result<bool>>;
+    fn dead_letters<'a>(&'a self, count: usize) -> BoxFuture<'a, Result<Vec<DeadLetter>>>;
+    fn redrive<'a>(&'a self, id: u64) -> BoxFuture<'a, Result<bool>>;
+    fn purge_dead_letters<'a>(&'a self) -> BoxFuture<'a, Result<u64>>;
+    fn stats<'a>(&'a self) -> BoxFuture<'a, Result<Stats>>;
+    fn backlog_by_flow<'a>(&'a self, sample: usize)
+    -> BoxFuture<'a, Result<BTreeMap<String, u64>>>;
+    fn peek<'a>(&'a self, count: usize) -> BoxFuture<'a, Result<Vec<Item>>>;
+    fn now_ms<'a>(&'a self) -> BoxFuture<'a, Result<u64>>;
+    fn compact<'a>(&'a self) -> BoxFuture<'a, Result<bool>>;
+    fn close<'a>(&'a self) -> BoxFuture<'a, Result<()>>;
+}
+
+impl<Q: WorkQueue> DynWorkQueue for Q {
+    fn add<'a>(&'a self, item: NewItem) -> BoxFuture<'a, Result<Added>> {
+        Box::pin(WorkQueue::add(self, item))
+    }
+    fn add_batch<'a>(&'a self, items: Vec<NewItem>) -> BoxFuture<'a, Result<Vec<Added>>> {
+        Box::pin(WorkQueue::add_batch(self, items))
+    }
+    fn add_delayed<'a>(
+        &'a self,
+        item: NewItem,
+        not_before_ms: u64,
+    ) -> BoxFuture<'a, Result<Added>> {
+        Box::pin(WorkQueue::add_delayed(self, item, not_before_ms))
+    }
+    fn next_due<'a>(&'a self) -> BoxFuture<'a, Result<Option<u64>>> {
+        Box::pin(WorkQueue::next_due(self))
+    }
+    fn promote_due<'a>(&'a self) -> BoxFuture<'a, Result<u64>> {
+        Box::pin(WorkQueue::promote_due(self))
+    }
+    fn claim<'a>(
+        &'a self,
+        count: usize,
+        wait: Duration,
+        from: ClaimFrom,
+    ) -> BoxFuture<'a, Result<Vec<Claimed>>> {
+        Box::pin(WorkQueue::claim(self, count, wait, from))
+    }
+    fn ack<'a>(&'a self, receipt: Receipt) -> BoxFuture<'a, Result<()>> {
+        Box::pin(WorkQueue::ack(self, receipt))
+    }
+    fn ack_batch<'a>(&'a self, receipts: Vec<Receipt>) -> BoxFuture<'a, Result<u64>> {
+        Box::pin(WorkQueue::ack_batch(self, receipts))
+    }
+    fn touch<'a>(&'a self, receipts: Vec<Receipt>) -> BoxFuture<'a, Result<()>> {
+        Box::pin(WorkQueue::touch(self, receipts))
+    }
+    fn retry<'a>(
+        &'a self,
+        receipt: Receipt,
+        not_before_ms: u64,
+    ) -> BoxFuture<'a, Result<RetryOutcome>> {
+        Box::pin(WorkQueue::retry(self, receipt, not_before_ms))
+    }
+    fn dead_letter<'a>(&'a self, receipt: Receipt, reason: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(WorkQueue::dead_letter(self, receipt, reason))
+    }
+    fn reclaim_stale<'a>(
+        &'a self,
+        min_idle: Duration,
+        count: usize,
+    ) -> BoxFuture<'a, Result<Vec<Claimed>>> {
+        Box::pin(WorkQueue::reclaim_stale(self, min_idle, count))
+    }
+    fn pause<'a>(&'a self, flow: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(WorkQueue::pause(self, flow))
+    }
+    fn resume<'a>(&'a self, flow: &'a str) -> BoxFuture<'a, Result<u64>> {
+        Box::pin(WorkQueue::resume(self, flow))
+    }
+    fn park<'a>(&'a self, receipt: Receipt) -> BoxFuture<'a, Result<()>> {
+        Box::pin(WorkQueue::park(self, receipt))
+    }
+    fn step<'a>(&'a self, flow: &'a str) -> BoxFuture<'a, Result<Option<Claimed>>> {
+        Box::pin(WorkQueue::step(self, flow))
+    }
+    fn clear_flow<'a>(&'a self, flow: &'a str) -> BoxFuture<'a, Result<u64>> {
+        Box::pin(WorkQueue::clear_flow(self, flow))
+    }
+    fn parked<'a>(&'a self, flow: &'a str) -> BoxFuture<'a, Result<u64>> {
+        Box::pin(WorkQueue::parked(self, flow))
+    }
+    fn paused_flows<'a>(&'a self) -> BoxFuture<'a, Result<Vec<String>>> {
+        Box::pin(WorkQueue::paused_flows(self))
+    }
+    fn mark_done<'a>(&'a self, id: u64, step: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(WorkQueue::mark_done(self, id, step))
+    }
+    fn was_done<'a>(&'a self, id: u64, step: &'a str) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(WorkQueue::was_done(self, id, step))
+    }
+    fn dead_letters<'a>(&'a self, count: usize) -> BoxFuture<'a, Result<Vec<DeadLetter>>> {
+        Box::pin(WorkQueue::dead_letters(self, count))
+    }
+    fn redrive<'a>(&'a self, id: u64) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(WorkQueue::redrive(self, id))
+    }
+    fn purge_dead_letters<'a>(&'a self) -> BoxFuture<'a, Result<u64>> {
+        Box::pin(WorkQueue::purge_dead_letters(self))
+    }
+    fn stats<'a>(&'a self) -> BoxFuture<'a, Result<Stats>> {
+        Box::pin(WorkQueue::stats(self))
+    }
+    fn backlog_by_flow<'a>(
+        &'a self,
+        sample: usize,
+    ) -> BoxFuture<'a, Result<BTreeMap<String, u64>>> {
+        Box::pin(WorkQueue::backlog_by_flow(self, sample))
+    }
+    fn peek<'a>(&'a self, count: usize) -> BoxFuture<'a, Result<Vec<Item>>> {
+        Box::pin(WorkQueue::peek(self, count))
+    }
+    fn now_ms<'a>(&'a self) -> BoxFuture<'a, Result<u64>> {
+        Box::pin(WorkQueue::now_ms(self))
+    }
+    fn compact<'a>(&'a self) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(WorkQueue::compact(self))
+    }
+    fn close<'a>(&'a self) -> BoxFuture<'a, Result<()>> {
+        Box::pin(WorkQueue::close(self))
+    }
+}
+
+/// A queue whose backend is chosen at run time (the CLI picks it from
+/// flags). Cheap to clone: clones share one handle (one consumer).
+///
+/// # Examples
+///
+/// ```
+/// use workjournal::{BoxQueue, MemoryQueue, NewItem, WorkQueue};
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let queue = BoxQueue::new(MemoryQueue::new(Default::default()));
+/// let added = queue.add(NewItem::new(b"hello".to_vec())).await?;
+/// assert_eq!(added.id, 1);
+/// # Ok::<(), workjournal::Error>(())
+/// # }).unwrap();
+/// ```
+#[derive(Clone)]
+pub struct BoxQueue {
+    inner: Arc<dyn DynWorkQueue>,
+}
+
+impl std::fmt::Debug for BoxQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BoxQueue").finish_non_exhaustive()
+    }
+}
+
+impl BoxQueue {
+    /// Erase the type of `queue`.
+    pub fn new(queue: impl WorkQueue + 'static) -> Self {
+        BoxQueue {
+            inner: Arc::new(queue),
+        }
+    }
+}
+
+impl WorkQueue for BoxQueue {
+    async fn add(&self, item: NewItem) -> Result<Added> {
+        self.inner.add(item).await
+    }
+    async fn add_batch(&self, items: Vec<NewItem>) -> Result<Vec<Added>> {
+        self.inner.add_batch(items).await
+    }
+    async fn add_delayed(
+        &self,
+        item: NewItem,
+        not_before_ms: u64,
+    ) -> Result<Added> {
+        self.inner.add_delayed(item, not_before_ms).await
+    }
+    async fn next_due(&self) -> Result<Option<u64>> {
+        self.inner.next_due().await
+    }
+    async fn promote_due(&self) -> Result<u64> {
+        self.inner.promote_due().await
+    }
+    async fn claim(
+        &self,
+        count: usize,
+        wait: Duration,
+        from: ClaimFrom,
+    ) -> Result<Vec<Claimed>> {
+        self.inner.claim(count, wait, from).await
+    }
+    async fn ack(&self, receipt: Receipt) -> Result<()> {
+        self.inner.ack(receipt).await
+    }
+    async fn ack_batch(&self, receipts: Vec<Receipt>) -> Result<u64> {
+        self.inner.ack_batch(receipts).await
+    }
+    async fn touch(&self, receipts: Vec<Receipt>) -> Result<()> {
+        self.inner.touch(receipts).await
+    }
+    async fn retry(
+        &self,
+        receipt: Receipt,
+        not_before_ms: u64,
+    ) -> Result<RetryOutcome> {
+        self.inner.retry(receipt, not_before_ms).await
+    }
+    async fn dead_letter(
+        &self,
+        receipt: Receipt,
+        reason: &str,
+    ) -> Result<()> {
+        self.inner.dead_letter(receipt, reason).await
+    }
+    async fn reclaim_stale(
+        &self,
+        min_idle: Duration,
+        count: usize,
+    ) -> Result<Vec<Claimed>> {
+        self.inner.reclaim_stale(min_idle, count).await
+    }
+    async fn pause(&self, flow: &str) -> Result<()> {
+        self.inner.pause(flow).await
+    }
+    async fn resume(&self, flow: &str) -> Result<u64> {
+        self.inner.resume(flow).await
+    }
+    async fn park(&self, receipt: Receipt) -> Result<()> {
+        self.inner.park(receipt).await
+    }
+    async fn step(&self, flow: &str) -> Result<Option<Claimed>> {
+        self.inner.step(flow).await
+    }
+    async fn clear_flow(&self, flow: &str) -> Result<u64> {
+        self.inner.clear_flow(flow).await
+    }
+    async fn parked(&self, flow: &str) -> Result<u64> {
+        self.inner.parked(flow).await
+    }
+    async fn paused_flows(&self) -> Result<Vec<String>> {
+        self.inner.paused_flows().await
+    }
+    async fn mark_done(&self, id: u64, step: &str) -> Result<()> {
+        self.inner.mark_done(id, step).await
+    }
+    async fn was_done(&self, id: u64, step: &str) -> Result<bool> {
+        self.inner.was_done(id, step).await
+    }
+    async fn dead_letters(&self, count: usize) -> Result<Vec<DeadLetter>> {
+        self.inner.dead_letters(count).await
+    }
+    async fn redrive(&self, id: u64) -> Result<bool> {
+        self.inner.redrive(id).await
+    }
+    async fn purge_dead_letters(&self) -> Result<u64> {
+        self.inner.purge_dead_letters().await
+    }
+    async fn stats(&self) -> Result<Stats> {
+        self.inner.stats().await
+    }
+    async fn backlog_by_flow(
+        &self,
+        sample: usize,
+    ) -> Result<BTreeMap<String, u64>> {
+        self.inner.backlog_by_flow(sample).await
+    }
+    async fn peek(&self, count: usize) -> Result<Vec<Item>> {
+        self.inner.peek(count).await
+    }
+    async fn now_ms(&self) -> Result<u64> {
+        self.inner.now_ms().await
+    }
+    async fn compact(&self) -> Result<bool> {
+        self.inner.compact().await
+    }
+    async fn close(&self) -> Result<()> {
+        self.inner.close().await
+    }
+}

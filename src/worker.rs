@@ -1,0 +1,1 @@
+//! Worker runtime (the worker issue fills this in).
