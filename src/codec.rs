@@ -83,21 +83,15 @@ macro_rules! decode_with_limit {
     }};
 }
 
-fn decode_body<T: Decode<()>>(body: &[u8]) -> std::result::Result<(T, usize), bincode::error::DecodeError> {
+fn decode_body<T: Decode<()>>(
+    body: &[u8],
+) -> std::result::Result<(T, usize), bincode::error::DecodeError> {
     // Containers are claimed at their element size (at most 8 bytes for our
     // records), so a limit of 8x the body (rounded up) never refuses a record
     // this build wrote, and never allows an allocation far past the input.
     let need = body.len().saturating_mul(8).max(64);
     decode_with_limit!(
-        body,
-        need,
-        64,
-        1024,
-        16384,
-        262144,
-        4194304,
-        67108864,
-        1073741824
+        body, need, 64, 1024, 16384, 262144, 4194304, 67108864, 1073741824
     )
 }
 
@@ -147,13 +141,31 @@ mod tests {
     #[test]
     fn huge_length_prefix_is_a_decode_error_not_an_allocation() {
         // Version byte, then a string length claiming u64::MAX-ish bytes.
-        let bytes = [RECORD_VERSION, 0xfd, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f];
-        assert!(matches!(decode::<ItemRecord>("x", &bytes), Err(Error::Decode { .. })));
+        let bytes = [
+            RECORD_VERSION,
+            0xfd,
+            0xff,
+            0xff,
+            0xff,
+            0xff,
+            0xff,
+            0xff,
+            0xff,
+            0x7f,
+        ];
+        assert!(matches!(
+            decode::<ItemRecord>("x", &bytes),
+            Err(Error::Decode { .. })
+        ));
     }
 
     #[test]
     fn unknown_version_and_trailing_bytes_are_refused() {
-        let r = DeadRecord { id: 1, reason: "r".into(), failed_at_ms: 2 };
+        let r = DeadRecord {
+            id: 1,
+            reason: "r".into(),
+            failed_at_ms: 2,
+        };
         let mut bytes = encode(&r).unwrap();
         bytes.push(0);
         assert!(decode::<DeadRecord>("x", &bytes).is_err());

@@ -124,10 +124,7 @@ impl Error {
         Error::InvalidInput(msg.into())
     }
 
-    pub(crate) fn storage(
-        context: impl Into<String>,
-        source: impl Into<BoxError>,
-    ) -> Self {
+    pub(crate) fn storage(context: impl Into<String>, source: impl Into<BoxError>) -> Self {
         Error::Storage {
             context: context.into(),
             source: source.into(),

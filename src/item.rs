@@ -103,11 +103,12 @@ impl Item {
     /// [`Error::Decode`] if the bytes are not a bincode encoding of `T`.
     pub fn decode<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
         let (value, _) =
-            bincode::serde::decode_from_slice(&self.payload, bincode::config::standard())
-                .map_err(|e| Error::Decode {
+            bincode::serde::decode_from_slice(&self.payload, bincode::config::standard()).map_err(
+                |e| Error::Decode {
                     what: format!("payload of item {}", self.id),
                     detail: e.to_string(),
-                })?;
+                },
+            )?;
         Ok(value)
     }
 }

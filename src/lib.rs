@@ -54,12 +54,12 @@
 
 mod backend;
 mod clock;
+#[cfg(feature = "embedded")]
+mod codec;
 mod config;
 mod error;
 mod item;
 mod queue;
-#[cfg(feature = "embedded")]
-mod codec;
 pub mod worker;
 
 #[cfg(feature = "testing")]
@@ -81,6 +81,3 @@ pub use backend::memory::{Location, MemoryQueue, Model};
 
 #[cfg(feature = "embedded")]
 pub use backend::embedded::{Durability, EmbeddedOptions, EmbeddedQueue};
-
-#[cfg(feature = "redis")]
-pub use backend::redis::{RedisOptions, RedisQueue};

@@ -214,8 +214,11 @@ pub trait WorkQueue: Send + Sync {
     /// # Cancel safety
     ///
     /// The move happened whole or not at all.
-    fn dead_letter(&self, receipt: Receipt, reason: &str)
-    -> impl Future<Output = Result<()>> + Send;
+    fn dead_letter(
+        &self,
+        receipt: Receipt,
+        reason: &str,
+    ) -> impl Future<Output = Result<()>> + Send;
 
     /// Take over up to `count` pending items whose claim is at least
     /// `min_idle` old, whoever held them, oldest claim first (by
@@ -546,11 +549,7 @@ impl WorkQueue for BoxQueue {
     async fn add_batch(&self, items: Vec<NewItem>) -> Result<Vec<Added>> {
         self.inner.add_batch(items).await
     }
-    async fn add_delayed(
-        &self,
-        item: NewItem,
-        not_before_ms: u64,
-    ) -> Result<Added> {
+    async fn add_delayed(&self, item: NewItem, not_before_ms: u64) -> Result<Added> {
         self.inner.add_delayed(item, not_before_ms).await
     }
     async fn next_due(&self) -> Result<Option<u64>> {
@@ -559,12 +558,7 @@ impl WorkQueue for BoxQueue {
     async fn promote_due(&self) -> Result<u64> {
         self.inner.promote_due().await
     }
-    async fn claim(
-        &self,
-        count: usize,
-        wait: Duration,
-        from: ClaimFrom,
-    ) -> Result<Vec<Claimed>> {
+    async fn claim(&self, count: usize, wait: Duration, from: ClaimFrom) -> Result<Vec<Claimed>> {
         self.inner.claim(count, wait, from).await
     }
     async fn ack(&self, receipt: Receipt) -> Result<()> {
@@ -576,25 +570,13 @@ impl WorkQueue for BoxQueue {
     async fn touch(&self, receipts: Vec<Receipt>) -> Result<()> {
         self.inner.touch(receipts).await
     }
-    async fn retry(
-        &self,
-        receipt: Receipt,
-        not_before_ms: u64,
-    ) -> Result<RetryOutcome> {
+    async fn retry(&self, receipt: Receipt, not_before_ms: u64) -> Result<RetryOutcome> {
         self.inner.retry(receipt, not_before_ms).await
     }
-    async fn dead_letter(
-        &self,
-        receipt: Receipt,
-        reason: &str,
-    ) -> Result<()> {
+    async fn dead_letter(&self, receipt: Receipt, reason: &str) -> Result<()> {
         self.inner.dead_letter(receipt, reason).await
     }
-    async fn reclaim_stale(
-        &self,
-        min_idle: Duration,
-        count: usize,
-    ) -> Result<Vec<Claimed>> {
+    async fn reclaim_stale(&self, min_idle: Duration, count: usize) -> Result<Vec<Claimed>> {
         self.inner.reclaim_stale(min_idle, count).await
     }
     async fn pause(&self, flow: &str) -> Result<()> {
@@ -636,10 +618,7 @@ impl WorkQueue for BoxQueue {
     async fn stats(&self) -> Result<Stats> {
         self.inner.stats().await
     }
-    async fn backlog_by_flow(
-        &self,
-        sample: usize,
-    ) -> Result<BTreeMap<String, u64>> {
+    async fn backlog_by_flow(&self, sample: usize) -> Result<BTreeMap<String, u64>> {
         self.inner.backlog_by_flow(sample).await
     }
     async fn peek(&self, count: usize) -> Result<Vec<Item>> {

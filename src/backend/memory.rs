@@ -134,7 +134,11 @@ impl Model {
     /// # Errors
     ///
     /// `InvalidInput`, `Full`.
-    pub fn add_many(&mut self, items: Vec<(NewItem, Option<u64>)>, now_ms: u64) -> Result<Vec<Added>> {
+    pub fn add_many(
+        &mut self,
+        items: Vec<(NewItem, Option<u64>)>,
+        now_ms: u64,
+    ) -> Result<Vec<Added>> {
         self.expire(now_ms);
         let mut seen: HashMap<&str, usize> = HashMap::new();
         let mut fresh = 0u64;
@@ -159,7 +163,10 @@ impl Model {
         for (item, not_before_ms) in items {
             if let Some(key) = item.dedup_key.as_deref() {
                 if let Some((id, _)) = self.dedup.get(key) {
-                    out.push(Added { id: *id, duplicate: true });
+                    out.push(Added {
+                        id: *id,
+                        duplicate: true,
+                    });
                     continue;
                 }
             }
@@ -185,7 +192,10 @@ impl Model {
                 }
                 None => self.backlog.push_back(id),
             }
-            out.push(Added { id, duplicate: false });
+            out.push(Added {
+                id,
+                duplicate: false,
+            });
         }
         Ok(out)
     }
@@ -364,7 +374,12 @@ impl Model {
     /// # Errors
     ///
     /// `InvalidInput` for `count == 0`.
-    pub fn reclaim_stale(&mut self, min_idle: Duration, count: usize, now_ms: u64) -> Result<Vec<Claimed>> {
+    pub fn reclaim_stale(
+        &mut self,
+        min_idle: Duration,
+        count: usize,
+        now_ms: u64,
+    ) -> Result<Vec<Claimed>> {
         if count == 0 {
             return Err(Error::invalid("reclaim count must be at least 1"));
         }
@@ -381,7 +396,9 @@ impl Model {
             if out.len() >= count {
                 break;
             }
-            let Some(lease) = self.pending.remove(&id) else { continue };
+            let Some(lease) = self.pending.remove(&id) else {
+                continue;
+            };
             let deliveries = self.items.get(&id).map(|i| i.deliveries).unwrap_or(0);
             if deliveries >= self.config.max_deliveries {
                 self.bury(id, MAX_DELIVERIES_REASON.to_string(), now_ms);
@@ -440,8 +457,12 @@ impl Model {
     /// `InvalidInput` for an empty flow.
     pub fn step(&mut self, flow: &str, now_ms: u64) -> Result<Option<Claimed>> {
         need_flow(flow)?;
-        let Some(list) = self.parked.get_mut(flow) else { return Ok(None) };
-        let Some(id) = list.pop_front() else { return Ok(None) };
+        let Some(list) = self.parked.get_mut(flow) else {
+            return Ok(None);
+        };
+        let Some(id) = list.pop_front() else {
+            return Ok(None);
+        };
         if list.is_empty() {
             self.parked.remove(flow);
         }
@@ -596,7 +617,11 @@ impl Model {
         for list in self.parked.values() {
             out.extend(list.iter().map(|id| (*id, Location::Parked)));
         }
-        out.extend(self.dead.iter().map(|(id, _, _)| (*id, Location::DeadLetter)));
+        out.extend(
+            self.dead
+                .iter()
+                .map(|(id, _, _)| (*id, Location::DeadLetter)),
+        );
         out
     }
 
@@ -608,7 +633,9 @@ impl Model {
 
 fn need_flow(flow: &str) -> Result<()> {
     if flow.is_empty() {
-        return Err(Error::invalid("a flow name is required here (the default flow \"\" cannot be paused or parked)"));
+        return Err(Error::invalid(
+            "a flow name is required here (the default flow \"\" cannot be paused or parked)",
+        ));
     }
     Ok(())
 }
@@ -645,7 +672,10 @@ pub struct MemoryQueue {
 impl MemoryQueue {
     /// A new empty queue. Uses `config`'s clock, or the system clock.
     pub fn new(config: Config) -> Self {
-        let clock = config.clock.clone().unwrap_or_else(|| Arc::new(SystemClock));
+        let clock = config
+            .clock
+            .clone()
+            .unwrap_or_else(|| Arc::new(SystemClock));
         MemoryQueue {
             shared: Arc::new(Shared {
                 model: Mutex::new(Model::new(config)),
@@ -690,7 +720,8 @@ impl WorkQueue for MemoryQueue {
     }
 
     async fn add_batch(&self, items: Vec<NewItem>) -> Result<Vec<Added>> {
-        let out = self.with(|m, now| m.add_many(items.into_iter().map(|i| (i, None)).collect(), now))?;
+        let out =
+            self.with(|m, now| m.add_many(items.into_iter().map(|i| (i, None)).collect(), now))?;
         self.changed();
         Ok(out)
     }

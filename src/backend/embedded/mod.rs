@@ -218,7 +218,9 @@ impl EmbeddedQueue {
         config: Config,
         path: PathBuf,
         claim: PathClaim,
-        build: impl FnOnce() -> std::result::Result<redb::Database, redb::DatabaseError> + Send + 'static,
+        build: impl FnOnce() -> std::result::Result<redb::Database, redb::DatabaseError>
+        + Send
+        + 'static,
     ) -> Result<Self> {
         let limits = Limits {
             max_deliveries: config.max_deliveries,
@@ -228,7 +230,10 @@ impl EmbeddedQueue {
             max_backlog: config.max_backlog,
             max_payload_bytes: config.max_payload_bytes,
         };
-        let clock = config.clock.clone().unwrap_or_else(|| Arc::new(SystemClock));
+        let clock = config
+            .clock
+            .clone()
+            .unwrap_or_else(|| Arc::new(SystemClock));
         let wake = Arc::new(Notify::new());
         let (tx, rx) = mpsc::unbounded_channel();
         let (ready_tx, ready_rx) = oneshot::channel();
@@ -236,8 +241,8 @@ impl EmbeddedQueue {
         let thread_path = path.clone();
         std::thread::Builder::new()
             .name("workjournal-writer".into())
-            .spawn(move || {
-                match writer::open_database(build, &thread_path, limits) {
+            .spawn(
+                move || match writer::open_database(build, &thread_path, limits) {
                     Ok(db) => {
                         let _ = ready_tx.send(Ok(()));
                         writer::run(db, rx, limits, thread_wake, claim);
@@ -246,8 +251,8 @@ impl EmbeddedQueue {
                         drop(claim);
                         let _ = ready_tx.send(Err(e));
                     }
-                }
-            })
+                },
+            )
             .map_err(|source| Error::Io {
                 context: "start the writer thread".into(),
                 source,
@@ -294,7 +299,8 @@ macro_rules! expect_reply {
 
 impl WorkQueue for EmbeddedQueue {
     async fn add(&self, item: NewItem) -> Result<Added> {
-        let mut v: Vec<Added> = expect_reply!(self, Op::Add(vec![(item, None)]), Reply::Added(v) => v)?;
+        let mut v: Vec<Added> =
+            expect_reply!(self, Op::Add(vec![(item, None)]), Reply::Added(v) => v)?;
         v.pop().ok_or_else(|| Error::corrupt("add returned no id"))
     }
 

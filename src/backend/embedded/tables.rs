@@ -149,14 +149,18 @@ impl<'t> Tables<'t> {
             due: txn.open_table(DUE).ctx("open table due")?,
             delayed: txn.open_table(DELAYED).ctx("open table delayed")?,
             pending: txn.open_table(PENDING).ctx("open table pending")?,
-            pending_by_time: txn.open_table(PENDING_BY_TIME).ctx("open table pending_by_time")?,
+            pending_by_time: txn
+                .open_table(PENDING_BY_TIME)
+                .ctx("open table pending_by_time")?,
             orphans: txn.open_table(ORPHANS).ctx("open table orphans")?,
             parked: txn.open_table(PARKED).ctx("open table parked")?,
             paused: txn.open_table(PAUSED).ctx("open table paused")?,
             done: txn.open_table(DONE).ctx("open table done")?,
             done_expiry: txn.open_table(DONE_EXPIRY).ctx("open table done_expiry")?,
             dedup: txn.open_table(DEDUP).ctx("open table dedup")?,
-            dedup_expiry: txn.open_table(DEDUP_EXPIRY).ctx("open table dedup_expiry")?,
+            dedup_expiry: txn
+                .open_table(DEDUP_EXPIRY)
+                .ctx("open table dedup_expiry")?,
             dead: txn.open_table(DEAD).ctx("open table dead")?,
             dead_by_id: txn.open_table(DEAD_BY_ID).ctx("open table dead_by_id")?,
             limits,
@@ -317,13 +321,22 @@ impl<'t> Tables<'t> {
         self.dead
             .insert(seq, codec::encode(&rec)?.as_slice())
             .ctx("write dead letter")?;
-        self.dead_by_id.insert(id, seq).ctx("write dead letter index")?;
+        self.dead_by_id
+            .insert(id, seq)
+            .ctx("write dead letter index")?;
         while self.dead.len().ctx("count dead letters")? > self.limits.dead_letter_cap {
-            let Some((_, bytes)) = self.dead.pop_first().ctx("drop dead letter")?.map(|(k, v)| (k.value(), v.value().to_vec())) else {
+            let Some((_, bytes)) = self
+                .dead
+                .pop_first()
+                .ctx("drop dead letter")?
+                .map(|(k, v)| (k.value(), v.value().to_vec()))
+            else {
                 break;
             };
             let old: DeadRecord = codec::decode("dead letter", &bytes)?;
-            self.dead_by_id.remove(old.id).ctx("drop dead letter index")?;
+            self.dead_by_id
+                .remove(old.id)
+                .ctx("drop dead letter index")?;
             self.delete_item(old.id)?;
             tracing::warn!(id = old.id, "dead letter dropped: dead_letter_cap reached");
         }
@@ -344,27 +357,51 @@ impl<'t> Tables<'t> {
 
     pub(super) fn purge_expired(&mut self, now: u64) -> Result<()> {
         let mut done = Vec::new();
-        for entry in self.done_expiry.range(..(now.saturating_add(1), 0u64, "")).ctx("scan done expiry")?.take(PURGE_PER_TXN) {
+        for entry in self
+            .done_expiry
+            .range(..(now.saturating_add(1), 0u64, ""))
+            .ctx("scan done expiry")?
+            .take(PURGE_PER_TXN)
+        {
             let (k, _) = entry.ctx("scan done expiry")?;
             let (t, id, step) = k.value();
             done.push((t, id, step.to_string()));
         }
         for (t, id, step) in done {
-            self.done_expiry.remove((t, id, step.as_str())).ctx("purge done marker")?;
-            let live = self.done.get((id, step.as_str())).ctx("read done marker")?.map(|g| g.value());
+            self.done_expiry
+                .remove((t, id, step.as_str()))
+                .ctx("purge done marker")?;
+            let live = self
+                .done
+                .get((id, step.as_str()))
+                .ctx("read done marker")?
+                .map(|g| g.value());
             if live == Some(t) {
-                self.done.remove((id, step.as_str())).ctx("purge done marker")?;
+                self.done
+                    .remove((id, step.as_str()))
+                    .ctx("purge done marker")?;
             }
         }
         let mut keys = Vec::new();
-        for entry in self.dedup_expiry.range(..(now.saturating_add(1), "")).ctx("scan dedup expiry")?.take(PURGE_PER_TXN) {
+        for entry in self
+            .dedup_expiry
+            .range(..(now.saturating_add(1), ""))
+            .ctx("scan dedup expiry")?
+            .take(PURGE_PER_TXN)
+        {
             let (k, _) = entry.ctx("scan dedup expiry")?;
             let (t, key) = k.value();
             keys.push((t, key.to_string()));
         }
         for (t, key) in keys {
-            self.dedup_expiry.remove((t, key.as_str())).ctx("purge dedup key")?;
-            let live = self.dedup.get(key.as_str()).ctx("read dedup key")?.map(|g| g.value());
+            self.dedup_expiry
+                .remove((t, key.as_str()))
+                .ctx("purge dedup key")?;
+            let live = self
+                .dedup
+                .get(key.as_str())
+                .ctx("read dedup key")?
+                .map(|g| g.value());
             if live.map(|(_, e)| e) == Some(t) {
                 self.dedup.remove(key.as_str()).ctx("purge dedup key")?;
             }
@@ -420,17 +457,27 @@ impl<'t> Tables<'t> {
         for (item, not_before) in items {
             if let Some(k) = item.dedup_key.as_deref() {
                 if let Some(id) = self.live_dedup(k, now)? {
-                    out.push(Added { id, duplicate: true });
+                    out.push(Added {
+                        id,
+                        duplicate: true,
+                    });
                     continue;
                 }
             }
             let id = self.bump(NEXT_ID, 1)?;
             if let Some(k) = item.dedup_key.as_deref() {
                 let expires = now.saturating_add(self.limits.dedup_window_ms);
-                if let Some((_, old)) = self.dedup.insert(k, (id, expires)).ctx("write dedup key")?.map(|g| g.value()) {
+                if let Some((_, old)) = self
+                    .dedup
+                    .insert(k, (id, expires))
+                    .ctx("write dedup key")?
+                    .map(|g| g.value())
+                {
                     self.dedup_expiry.remove((old, k)).ctx("purge dedup key")?;
                 }
-                self.dedup_expiry.insert((expires, k), ()).ctx("write dedup expiry")?;
+                self.dedup_expiry
+                    .insert((expires, k), ())
+                    .ctx("write dedup expiry")?;
             }
             self.put_record(
                 id,
@@ -453,7 +500,10 @@ impl<'t> Tables<'t> {
                     self.backlog.insert(seq, id).ctx("write backlog")?;
                 }
             }
-            out.push(Added { id, duplicate: false });
+            out.push(Added {
+                id,
+                duplicate: false,
+            });
         }
         Ok(out)
     }
@@ -461,7 +511,12 @@ impl<'t> Tables<'t> {
     pub(super) fn promote_due(&mut self, now: u64) -> Result<u64> {
         let mut n = 0;
         loop {
-            let Some((nb, id)) = self.delayed.first().ctx("read delayed")?.map(|(k, _)| k.value()) else {
+            let Some((nb, id)) = self
+                .delayed
+                .first()
+                .ctx("read delayed")?
+                .map(|(k, _)| k.value())
+            else {
                 break;
             };
             if nb > now {
@@ -475,7 +530,12 @@ impl<'t> Tables<'t> {
         Ok(n)
     }
 
-    pub(super) fn claim(&mut self, count: usize, from: ClaimFrom, now: u64) -> Result<Vec<Claimed>> {
+    pub(super) fn claim(
+        &mut self,
+        count: usize,
+        from: ClaimFrom,
+        now: u64,
+    ) -> Result<Vec<Claimed>> {
         if count == 0 {
             return Err(Error::invalid("claim count must be at least 1"));
         }
@@ -488,8 +548,16 @@ impl<'t> Tables<'t> {
         };
         for &lane in lanes {
             while out.len() < count {
-                let table = if lane == Lane::Due { &mut self.due } else { &mut self.backlog };
-                let Some(id) = table.pop_first().ctx("take from lane")?.map(|(_, v)| v.value()) else {
+                let table = if lane == Lane::Due {
+                    &mut self.due
+                } else {
+                    &mut self.backlog
+                };
+                let Some(id) = table
+                    .pop_first()
+                    .ctx("take from lane")?
+                    .map(|(_, v)| v.value())
+                else {
                     break;
                 };
                 if any_paused {
@@ -554,7 +622,9 @@ impl<'t> Tables<'t> {
         }
         rec.not_before_ms = Some(not_before);
         self.put_record(r.id, &rec)?;
-        self.delayed.insert((not_before, r.id), ()).ctx("write delayed")?;
+        self.delayed
+            .insert((not_before, r.id), ())
+            .ctx("write delayed")?;
         Ok(RetryOutcome::Delayed)
     }
 
@@ -564,7 +634,12 @@ impl<'t> Tables<'t> {
         self.bury(r.id, reason, now)
     }
 
-    pub(super) fn reclaim_stale(&mut self, min_idle_ms: u64, count: usize, now: u64) -> Result<Vec<Claimed>> {
+    pub(super) fn reclaim_stale(
+        &mut self,
+        min_idle_ms: u64,
+        count: usize,
+        now: u64,
+    ) -> Result<Vec<Claimed>> {
         if count == 0 {
             return Err(Error::invalid("reclaim count must be at least 1"));
         }
@@ -578,7 +653,11 @@ impl<'t> Tables<'t> {
                 .ctx("read lease index")?
                 .map(|(k, _)| k.value())
                 .filter(|(t, _)| now.saturating_sub(*t) >= min_idle_ms);
-            let orphan = self.orphans.first().ctx("read orphans")?.map(|(k, _)| k.value());
+            let orphan = self
+                .orphans
+                .first()
+                .ctx("read orphans")?
+                .map(|(k, _)| k.value());
             let next = match (by_time, orphan) {
                 (Some(a), Some(b)) => a.min(b),
                 (Some(a), None) => a,
@@ -588,7 +667,9 @@ impl<'t> Tables<'t> {
             let id = next.1;
             let Some(lease) = self.lease(id)? else {
                 // An index entry without a lease: drop the stray entry.
-                self.pending_by_time.remove(next).ctx("delete stray lease index")?;
+                self.pending_by_time
+                    .remove(next)
+                    .ctx("delete stray lease index")?;
                 self.orphans.remove(next).ctx("delete stray orphan")?;
                 continue;
             };
@@ -625,7 +706,11 @@ impl<'t> Tables<'t> {
 
     fn parked_ids(&self, flow: &str) -> Result<Vec<(u64, u64)>> {
         let mut out = Vec::new();
-        for entry in self.parked.range((flow, 0u64)..=(flow, u64::MAX)).ctx("scan parked")? {
+        for entry in self
+            .parked
+            .range((flow, 0u64)..=(flow, u64::MAX))
+            .ctx("scan parked")?
+        {
             let (k, v) = entry.ctx("scan parked")?;
             out.push((k.value().1, v.value()));
         }
@@ -662,7 +747,9 @@ impl<'t> Tables<'t> {
             .transpose()
             .ctx("scan parked")?
             .map(|(k, v)| (k.value().1, v.value()));
-        let Some((seq, id)) = first else { return Ok(None) };
+        let Some((seq, id)) = first else {
+            return Ok(None);
+        };
         self.parked.remove((flow, seq)).ctx("delete parked")?;
         Ok(Some(self.hand_out(id, Lane::Parked, now)?))
     }
@@ -680,15 +767,29 @@ impl<'t> Tables<'t> {
 
     pub(super) fn mark_done(&mut self, id: u64, step: &str, now: u64) -> Result<()> {
         let expires = now.saturating_add(self.limits.done_ttl_ms);
-        if let Some(old) = self.done.insert((id, step), expires).ctx("write done marker")?.map(|g| g.value()) {
-            self.done_expiry.remove((old, id, step)).ctx("move done expiry")?;
+        if let Some(old) = self
+            .done
+            .insert((id, step), expires)
+            .ctx("write done marker")?
+            .map(|g| g.value())
+        {
+            self.done_expiry
+                .remove((old, id, step))
+                .ctx("move done expiry")?;
         }
-        self.done_expiry.insert((expires, id, step), ()).ctx("write done expiry")?;
+        self.done_expiry
+            .insert((expires, id, step), ())
+            .ctx("write done expiry")?;
         Ok(())
     }
 
     pub(super) fn redrive(&mut self, id: u64) -> Result<bool> {
-        let Some(seq) = self.dead_by_id.remove(id).ctx("delete dead letter index")?.map(|g| g.value()) else {
+        let Some(seq) = self
+            .dead_by_id
+            .remove(id)
+            .ctx("delete dead letter index")?
+            .map(|g| g.value())
+        else {
             return Ok(false);
         };
         self.dead.remove(seq).ctx("delete dead letter")?;
@@ -711,14 +812,20 @@ impl<'t> Tables<'t> {
             self.delete_item(*id)?;
         }
         self.dead.retain(|_, _| false).ctx("purge dead letters")?;
-        self.dead_by_id.retain(|_, _| false).ctx("purge dead letters")?;
+        self.dead_by_id
+            .retain(|_, _| false)
+            .ctx("purge dead letters")?;
         Ok(ids.len() as u64)
     }
 
     // ---- reads -----------------------------------------------------------
 
     pub(super) fn next_due(&self) -> Result<Option<u64>> {
-        Ok(self.delayed.first().ctx("read delayed")?.map(|(k, _)| k.value().0))
+        Ok(self
+            .delayed
+            .first()
+            .ctx("read delayed")?
+            .map(|(k, _)| k.value().0))
     }
 
     pub(super) fn parked_count(&self, flow: &str) -> Result<u64> {
@@ -746,7 +853,10 @@ impl<'t> Tables<'t> {
         let mut recs = Vec::new();
         for entry in self.dead.iter().ctx("scan dead letters")?.rev().take(count) {
             let (k, v) = entry.ctx("scan dead letters")?;
-            recs.push(codec::decode::<DeadRecord>(&format!("dead[{}]", k.value()), v.value())?);
+            recs.push(codec::decode::<DeadRecord>(
+                &format!("dead[{}]", k.value()),
+                v.value(),
+            )?);
         }
         let mut out = Vec::with_capacity(recs.len());
         for r in recs {

@@ -12,7 +12,9 @@ use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::tables::{self, Ctx, Limits, Tables};
 use crate::error::{Error, Result};
-use crate::item::{Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, RetryOutcome, Stats};
+use crate::item::{
+    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, RetryOutcome, Stats,
+};
 
 /// Most operations one transaction takes; more wait for the next one.
 const MAX_BATCH: usize = 512;
@@ -203,7 +205,10 @@ fn execute(db: &Database, limits: Limits, reqs: &[(Op, u64)]) -> Vec<Result<Repl
                 break;
             }
         };
-        if let Err(e) = txn.set_durability(Durability::Immediate).ctx("set durability") {
+        if let Err(e) = txn
+            .set_durability(Durability::Immediate)
+            .ctx("set durability")
+        {
             fail_all(&mut results, &active, e);
             break;
         }
@@ -315,7 +320,10 @@ pub(super) fn open_database(
     match recovered {
         Ok(Ok(orphans)) => {
             if orphans > 0 {
-                tracing::info!(orphans, "pending items of an earlier process will be reclaimed");
+                tracing::info!(
+                    orphans,
+                    "pending items of an earlier process will be reclaimed"
+                );
             }
             Ok(db)
         }
@@ -419,7 +427,10 @@ fn run_batch(db: &Database, limits: Limits, wake: &Notify, reqs: Vec<Request>) {
     let writes = ops.iter().any(|(op, _)| !op.is_read());
     let results = match catch_unwind(AssertUnwindSafe(|| execute(db, limits, &ops))) {
         Ok(results) => results,
-        Err(_) => ops.iter().map(|_| Err(panic_error("a transaction"))).collect(),
+        Err(_) => ops
+            .iter()
+            .map(|_| Err(panic_error("a transaction")))
+            .collect(),
     };
     if writes {
         wake.notify_waiters();

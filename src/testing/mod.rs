@@ -1,0 +1,104 @@
+//! Test support shared by the integration tests, the fuzz targets and the
+//! benchmarks (feature `testing`): the conformance cases every backend must
+//! pass, and factories that make a fresh queue of each backend.
+//!
+//! Not part of the stable API.
+
+use std::any::Any;
+use std::future::Future;
+
+use crate::config::Config;
+use crate::queue::{BoxFuture, BoxQueue};
+
+pub mod conformance;
+
+/// A queue under test and whatever keeps it alive (a temp dir, a server).
+pub struct Subject {
+    /// The queue, type-erased so one case body serves every backend.
+    pub queue: BoxQueue,
+    keep: Vec<Box<dyn Any + Send + Sync>>,
+}
+
+impl std::fmt::Debug for Subject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subject")
+            .field("keep", &self.keep.len())
+            .finish()
+    }
+}
+
+impl Subject {
+    /// A subject whose resources `keep` live as long as it.
+    pub fn new(queue: BoxQueue, keep: Vec<Box<dyn Any + Send + Sync>>) -> Self {
+        Subject { queue, keep }
+    }
+}
+
+/// Makes a fresh, empty queue of one backend with a given config.
+pub trait Factory: Send + Sync {
+    /// The backend's name, for messages.
+    fn name(&self) -> &'static str;
+
+    /// A fresh empty queue using `config` (which carries the test's clock).
+    ///
+    /// # Panics
+    ///
+    /// Test support: panics if the backend cannot be set up.
+    fn make(&self, config: Config) -> BoxFuture<'_, Subject>;
+
+    /// Whether the backend is durable (`stats().durable`).
+    fn durable(&self) -> bool;
+}
+
+/// Factory of [`MemoryQueue`](crate::MemoryQueue)s.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MemoryFactory;
+
+impl Factory for MemoryFactory {
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+
+    fn make(&self, config: Config) -> BoxFuture<'_, Subject> {
+        Box::pin(
+            async move { Subject::new(BoxQueue::new(crate::MemoryQueue::new(config)), Vec::new()) },
+        )
+    }
+
+    fn durable(&self) -> bool {
+        false
+    }
+}
+
+/// Factory of [`EmbeddedQueue`](crate::EmbeddedQueue)s, each in a file of
+/// its own temp dir.
+#[cfg(feature = "embedded")]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct EmbeddedFactory;
+
+#[cfg(feature = "embedded")]
+impl Factory for EmbeddedFactory {
+    fn name(&self) -> &'static str {
+        "embedded"
+    }
+
+    #[allow(clippy::expect_used)]
+    fn make(&self, config: Config) -> BoxFuture<'_, Subject> {
+        Box::pin(async move {
+            let dir = tempfile::tempdir().expect("temp dir for an embedded queue");
+            let queue = crate::EmbeddedQueue::open(dir.path().join("queue.redb"), config)
+                .await
+                .expect("open an embedded queue in a fresh temp dir");
+            Subject::new(BoxQueue::new(queue), vec![Box::new(dir)])
+        })
+    }
+
+    fn durable(&self) -> bool {
+        true
+    }
+}
+
+/// Run `f` and wait for it: a helper for sync callers (proptest, fuzz).
+pub fn block_on<F: Future>(rt: &tokio::runtime::Runtime, f: F) -> F::Output {
+    rt.block_on(f)
+}
