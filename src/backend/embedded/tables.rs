@@ -449,21 +449,21 @@ impl<'t> Tables<'t> {
                 None => fresh += 1,
             }
         }
-        if let Some(limit) = self.limits.max_backlog {
-            if self.waiting()?.saturating_add(fresh) > limit {
-                return Err(Error::Full { limit });
-            }
+        if let Some(limit) = self.limits.max_backlog
+            && self.waiting()?.saturating_add(fresh) > limit
+        {
+            return Err(Error::Full { limit });
         }
         let mut out = Vec::with_capacity(items.len());
         for (item, not_before) in items {
-            if let Some(k) = item.dedup_key.as_deref() {
-                if let Some(id) = self.live_dedup(k, now)? {
-                    out.push(Added {
-                        id,
-                        duplicate: true,
-                    });
-                    continue;
-                }
+            if let Some(k) = item.dedup_key.as_deref()
+                && let Some(id) = self.live_dedup(k, now)?
+            {
+                out.push(Added {
+                    id,
+                    duplicate: true,
+                });
+                continue;
             }
             let id = self.bump(NEXT_ID, 1)?;
             if let Some(k) = item.dedup_key.as_deref() {
@@ -917,7 +917,7 @@ impl<'t> Tables<'t> {
         let paused = self.paused_flows()?;
         let push = |t: &Self, id: u64, out: &mut Vec<Item>| -> Result<bool> {
             let item = t.item(id)?;
-            if !(skip_paused && paused.iter().any(|p| *p == item.flow)) {
+            if !(skip_paused && paused.contains(&item.flow)) {
                 out.push(item);
             }
             Ok(out.len() >= limit)
