@@ -7,6 +7,7 @@
 //! dead letters) are keyed by one file-wide position counter `seq`.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 
 use redb::{ReadableTable, ReadableTableMetadata, Table, TableDefinition, WriteTransaction};
 
@@ -644,15 +645,32 @@ impl<'t> Tables<'t> {
             return Err(Error::invalid("reclaim count must be at least 1"));
         }
         let mut out = Vec::new();
+        // Claims this call made are re-indexed at (now, id), possibly ahead of
+        // the scan: skip them, and resume each scan after the last key seen.
+        let mut handed: std::collections::HashSet<u64> = std::collections::HashSet::new();
+        let mut after: Option<(u64, u64)> = None;
         while out.len() < count {
             // The next stale item is the smaller of the oldest idle claim and
             // the oldest orphan of an earlier open.
-            let by_time = self
+            let mut by_time = None;
+            let lower = match after {
+                Some(k) => Bound::Excluded(k),
+                None => Bound::Unbounded,
+            };
+            for entry in self
                 .pending_by_time
-                .first()
-                .ctx("read lease index")?
-                .map(|(k, _)| k.value())
-                .filter(|(t, _)| now.saturating_sub(*t) >= min_idle_ms);
+                .range::<(u64, u64)>((lower, Bound::Unbounded))
+                .ctx("scan lease index")?
+            {
+                let key = entry.ctx("scan lease index")?.0.value();
+                if now.saturating_sub(key.0) < min_idle_ms {
+                    break;
+                }
+                if !handed.contains(&key.1) {
+                    by_time = Some(key);
+                    break;
+                }
+            }
             let orphan = self
                 .orphans
                 .first()
@@ -664,6 +682,9 @@ impl<'t> Tables<'t> {
                 (None, Some(b)) => b,
                 (None, None) => break,
             };
+            if Some(next) == by_time {
+                after = Some(next);
+            }
             let id = next.1;
             let Some(lease) = self.lease(id)? else {
                 // An index entry without a lease: drop the stray entry.
@@ -680,6 +701,7 @@ impl<'t> Tables<'t> {
                 continue;
             }
             let lane = codec::lane_from_u8(lease.lane, &format!("pending[{id}]"))?;
+            handed.insert(id);
             out.push(self.hand_out(id, lane, now)?);
         }
         Ok(out)
