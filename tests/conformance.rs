@@ -11,3 +11,8 @@ mod memory {
 mod embedded {
     workjournal::conformance_tests!(workjournal::testing::EmbeddedFactory);
 }
+
+#[cfg(feature = "redis")]
+mod redis {
+    workjournal::conformance_tests!(workjournal::testing::RedisFactory);
+}

@@ -11,6 +11,11 @@ use crate::config::Config;
 use crate::queue::{BoxFuture, BoxQueue};
 
 pub mod conformance;
+#[cfg(feature = "redis")]
+pub mod redis_server;
+
+#[cfg(feature = "redis")]
+pub use redis_server::{RedisFactory, RedisServer, RedisServerOptions};
 
 /// A queue under test and whatever keeps it alive (a temp dir, a server).
 pub struct Subject {
