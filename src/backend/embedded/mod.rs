@@ -297,6 +297,23 @@ macro_rules! expect_reply {
     };
 }
 
+impl EmbeddedQueue {
+    /// Where every item is, by a full scan of the file's state indexes on
+    /// the writer thread (test support, feature `testing`): for invariant
+    /// checks against [`Stats`] and against what a test knows was
+    /// acknowledged. An id with two entries is in two states (a bug); an id
+    /// with none has an item record that no state names (a bug).
+    ///
+    /// # Errors
+    ///
+    /// `Corrupt` if an index names an id without an item record; `Decode`
+    /// for an unreadable dead-letter record; storage failures.
+    #[cfg(feature = "testing")]
+    pub async fn locations(&self) -> Result<BTreeMap<u64, Vec<crate::Location>>> {
+        expect_reply!(self, Op::Locations, Reply::Locations(m) => m)
+    }
+}
+
 impl WorkQueue for EmbeddedQueue {
     async fn add(&self, item: NewItem) -> Result<Added> {
         let mut v: Vec<Added> =

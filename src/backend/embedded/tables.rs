@@ -888,6 +888,53 @@ impl<'t> Tables<'t> {
         })
     }
 
+    /// Where every id is, by a full scan of the state indexes (test support).
+    /// An id listed twice is in two states; an item record that no index
+    /// names is listed with no location; an index entry naming an id
+    /// without an item record is `Corrupt`.
+    #[cfg(feature = "testing")]
+    pub(super) fn locations(&self) -> Result<BTreeMap<u64, Vec<crate::Location>>> {
+        use crate::Location;
+        let mut out: BTreeMap<u64, Vec<Location>> = BTreeMap::new();
+        for entry in self.backlog.iter().ctx("scan backlog")? {
+            let id = entry.ctx("scan backlog")?.1.value();
+            out.entry(id).or_default().push(Location::Backlog);
+        }
+        for entry in self.due.iter().ctx("scan due")? {
+            let id = entry.ctx("scan due")?.1.value();
+            out.entry(id).or_default().push(Location::Due);
+        }
+        for entry in self.delayed.iter().ctx("scan delayed")? {
+            let (_, id) = entry.ctx("scan delayed")?.0.value();
+            out.entry(id).or_default().push(Location::Delayed);
+        }
+        for entry in self.pending.iter().ctx("scan leases")? {
+            let id = entry.ctx("scan leases")?.0.value();
+            out.entry(id).or_default().push(Location::Pending);
+        }
+        for entry in self.parked.iter().ctx("scan parked")? {
+            let id = entry.ctx("scan parked")?.1.value();
+            out.entry(id).or_default().push(Location::Parked);
+        }
+        for entry in self.dead.iter().ctx("scan dead letters")? {
+            let (k, v) = entry.ctx("scan dead letters")?;
+            let rec: DeadRecord = codec::decode(&format!("dead[{}]", k.value()), v.value())?;
+            out.entry(rec.id).or_default().push(Location::DeadLetter);
+        }
+        for id in out.keys() {
+            if self.items.get(*id).ctx("read item")?.is_none() {
+                return Err(Error::corrupt(format!(
+                    "an index names item {id}, which has no record"
+                )));
+            }
+        }
+        for entry in self.items.iter().ctx("scan items")? {
+            let id = entry.ctx("scan items")?.0.value();
+            out.entry(id).or_default();
+        }
+        Ok(out)
+    }
+
     /// Ids in claim order: due lane, delayed items already due, backlog; at
     /// most `limit`, skipping paused flows when `skip_paused`.
     fn claim_order(&self, limit: usize, now: u64, skip_paused: bool) -> Result<Vec<Item>> {

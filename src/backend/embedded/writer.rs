@@ -24,13 +24,19 @@ const MAX_BATCH: usize = 512;
 pub(super) enum Op {
     Add(Vec<(NewItem, Option<u64>)>),
     Promote,
-    Claim { count: usize, from: ClaimFrom },
+    Claim {
+        count: usize,
+        from: ClaimFrom,
+    },
     Ack(Receipt),
     AckBatch(Vec<Receipt>),
     Touch(Vec<Receipt>),
     Retry(Receipt, u64),
     DeadLetter(Receipt, String),
-    Reclaim { min_idle_ms: u64, count: usize },
+    Reclaim {
+        min_idle_ms: u64,
+        count: usize,
+    },
     Pause(String),
     Resume(String),
     Park(Receipt),
@@ -47,6 +53,8 @@ pub(super) enum Op {
     Stats,
     BacklogByFlow(usize),
     Peek(usize),
+    #[cfg(feature = "testing")]
+    Locations,
 }
 
 impl Op {
@@ -61,7 +69,17 @@ impl Op {
                 | Op::Stats
                 | Op::BacklogByFlow(_)
                 | Op::Peek(_)
-        )
+        ) || self.is_test_read()
+    }
+
+    #[cfg(feature = "testing")]
+    fn is_test_read(&self) -> bool {
+        matches!(self, Op::Locations)
+    }
+
+    #[cfg(not(feature = "testing"))]
+    fn is_test_read(&self) -> bool {
+        false
     }
 
     /// Operations whose only effect is to hand items to the caller: if the
@@ -87,6 +105,8 @@ pub(super) enum Reply {
     Stats(Stats),
     ByFlow(BTreeMap<String, u64>),
     Items(Vec<Item>),
+    #[cfg(feature = "testing")]
+    Locations(BTreeMap<u64, Vec<crate::Location>>),
 }
 
 pub(super) struct Request {
@@ -174,6 +194,8 @@ fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
         Op::Stats => Reply::Stats(t.stats(now)?),
         Op::BacklogByFlow(n) => Reply::ByFlow(t.backlog_by_flow(*n, now)?),
         Op::Peek(n) => Reply::Items(t.peek(*n, now)?),
+        #[cfg(feature = "testing")]
+        Op::Locations => Reply::Locations(t.locations()?),
     })
 }
 
