@@ -312,6 +312,20 @@ impl EmbeddedQueue {
     pub async fn locations(&self) -> Result<BTreeMap<u64, Vec<crate::Location>>> {
         expect_reply!(self, Op::Locations, Reply::Locations(m) => m)
     }
+
+    /// Every table of the file as text, table by table, leaving out the
+    /// orphan index that each open rewrites (test support, feature
+    /// `testing`): two queues hold exactly the same state when their dumps
+    /// are equal. Power-loss tests compare a reopened file with the state
+    /// after the last acknowledged commit.
+    ///
+    /// # Errors
+    ///
+    /// Storage failures only.
+    #[cfg(feature = "testing")]
+    pub async fn dump_tables(&self) -> Result<BTreeMap<String, Vec<String>>> {
+        expect_reply!(self, Op::Dump, Reply::Dump(m) => m)
+    }
 }
 
 impl WorkQueue for EmbeddedQueue {

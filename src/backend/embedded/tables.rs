@@ -8,6 +8,8 @@
 
 use std::collections::BTreeMap;
 
+#[cfg(feature = "testing")]
+use redb::TableHandle;
 use redb::{ReadableTable, ReadableTableMetadata, Table, TableDefinition, WriteTransaction};
 
 use crate::codec::{self, DeadRecord, ItemRecord, LeaseRecord};
@@ -932,6 +934,48 @@ impl<'t> Tables<'t> {
             let id = entry.ctx("scan items")?.0.value();
             out.entry(id).or_default();
         }
+        Ok(out)
+    }
+
+    /// Every table's entries as text, table by table (test support):
+    /// two files hold the same queue state exactly when their dumps are
+    /// equal. `orphans` is left out: each open rewrites it from `pending`.
+    #[cfg(feature = "testing")]
+    pub(super) fn dump(&self) -> Result<BTreeMap<String, Vec<String>>> {
+        fn rows<K, V>(t: &Table<'_, K, V>) -> Result<Vec<String>>
+        where
+            K: redb::Key + 'static,
+            V: redb::Value + 'static,
+            for<'a> K::SelfType<'a>: std::fmt::Debug,
+            for<'a> V::SelfType<'a>: std::fmt::Debug,
+        {
+            let mut out = Vec::new();
+            for entry in t.iter().ctx("dump table")? {
+                let (k, v) = entry.ctx("dump table")?;
+                out.push(format!("{:?} = {:?}", k.value(), v.value()));
+            }
+            Ok(out)
+        }
+        let mut out = BTreeMap::new();
+        out.insert(META.name().to_string(), rows(&self.meta)?);
+        out.insert(ITEMS.name().to_string(), rows(&self.items)?);
+        out.insert(PAYLOADS.name().to_string(), rows(&self.payloads)?);
+        out.insert(BACKLOG.name().to_string(), rows(&self.backlog)?);
+        out.insert(DUE.name().to_string(), rows(&self.due)?);
+        out.insert(DELAYED.name().to_string(), rows(&self.delayed)?);
+        out.insert(PENDING.name().to_string(), rows(&self.pending)?);
+        out.insert(
+            PENDING_BY_TIME.name().to_string(),
+            rows(&self.pending_by_time)?,
+        );
+        out.insert(PARKED.name().to_string(), rows(&self.parked)?);
+        out.insert(PAUSED.name().to_string(), rows(&self.paused)?);
+        out.insert(DONE.name().to_string(), rows(&self.done)?);
+        out.insert(DONE_EXPIRY.name().to_string(), rows(&self.done_expiry)?);
+        out.insert(DEDUP.name().to_string(), rows(&self.dedup)?);
+        out.insert(DEDUP_EXPIRY.name().to_string(), rows(&self.dedup_expiry)?);
+        out.insert(DEAD.name().to_string(), rows(&self.dead)?);
+        out.insert(DEAD_BY_ID.name().to_string(), rows(&self.dead_by_id)?);
         Ok(out)
     }
 

@@ -55,6 +55,8 @@ pub(super) enum Op {
     Peek(usize),
     #[cfg(feature = "testing")]
     Locations,
+    #[cfg(feature = "testing")]
+    Dump,
 }
 
 impl Op {
@@ -74,7 +76,7 @@ impl Op {
 
     #[cfg(feature = "testing")]
     fn is_test_read(&self) -> bool {
-        matches!(self, Op::Locations)
+        matches!(self, Op::Locations | Op::Dump)
     }
 
     #[cfg(not(feature = "testing"))]
@@ -107,6 +109,8 @@ pub(super) enum Reply {
     Items(Vec<Item>),
     #[cfg(feature = "testing")]
     Locations(BTreeMap<u64, Vec<crate::Location>>),
+    #[cfg(feature = "testing")]
+    Dump(BTreeMap<String, Vec<String>>),
 }
 
 pub(super) struct Request {
@@ -196,6 +200,8 @@ fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
         Op::Peek(n) => Reply::Items(t.peek(*n, now)?),
         #[cfg(feature = "testing")]
         Op::Locations => Reply::Locations(t.locations()?),
+        #[cfg(feature = "testing")]
+        Op::Dump => Reply::Dump(t.dump()?),
     })
 }
 
