@@ -47,11 +47,29 @@ struct State {
     fail_writes: Option<i32>,
     /// Fail every sync with this OS error while set.
     fail_syncs: Option<i32>,
-    /// Cut the power when this many more writes and syncs have succeeded:
-    /// the next one and everything after fails with `EIO`.
-    cut_after: Option<u64>,
+    /// The armed fault: after this many more writes and syncs succeed, the
+    /// next one meets it.
+    armed: Option<(u64, Armed)>,
     /// The power is off.
     dead: bool,
+    /// What the last one-off fault hit.
+    last_hit: Option<Hit>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Armed {
+    PowerCut,
+    Once(i32),
+}
+
+/// What a one-off fault armed by [`SimDisk::fail_once_after`] hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hit {
+    /// A write, which then wrote nothing.
+    Write,
+    /// A `sync_data`, which then made nothing durable; the writes before
+    /// it stay in the page cache, where reads (and a reopen) see them.
+    Sync,
 }
 
 /// A file in memory that can lose power or fail its writes and syncs.
@@ -149,7 +167,26 @@ impl SimDisk {
     /// Cut the power once `events` more writes and syncs have succeeded: the
     /// next write or sync, and every one after it, fails with `EIO`.
     pub fn cut_power_after(&self, events: u64) {
-        self.lock().cut_after = Some(events);
+        self.lock().armed = Some((events, Armed::PowerCut));
+    }
+
+    /// Once `events` more writes and syncs have succeeded, fail the next
+    /// one with OS error `errno`; the disk works again after it.
+    pub fn fail_once_after(&self, events: u64, errno: i32) {
+        let mut s = self.lock();
+        s.armed = Some((events, Armed::Once(errno)));
+        s.last_hit = None;
+    }
+
+    /// What the one-off fault of [`SimDisk::fail_once_after`] hit, once it
+    /// has; `None` while it is still armed.
+    pub fn last_hit(&self) -> Option<Hit> {
+        self.lock().last_hit
+    }
+
+    /// Disarm a fault that has not hit yet.
+    pub fn disarm(&self) {
+        self.lock().armed = None;
     }
 
     /// Whether the power has been cut.
@@ -219,18 +256,25 @@ impl SimDisk {
         io::Error::from_raw_os_error(errno)
     }
 
-    /// Count one event, or refuse it if the power is (now) off.
-    fn admit(s: &mut State) -> io::Result<()> {
+    /// Count one event (a write when `hit` is [`Hit::Write`]), or refuse
+    /// it if the power is (now) off or an armed fault meets it.
+    fn admit(s: &mut State, hit: Hit) -> io::Result<()> {
         if s.dead {
             return Err(Self::fail(EIO));
         }
-        if let Some(left) = s.cut_after {
-            if left == 0 {
+        match s.armed {
+            Some((0, Armed::PowerCut)) => {
                 s.dead = true;
-                s.cut_after = None;
+                s.armed = None;
                 return Err(Self::fail(EIO));
             }
-            s.cut_after = Some(left - 1);
+            Some((0, Armed::Once(errno))) => {
+                s.armed = None;
+                s.last_hit = Some(hit);
+                return Err(Self::fail(errno));
+            }
+            Some((left, fault)) => s.armed = Some((left - 1, fault)),
+            None => {}
         }
         s.events += 1;
         Ok(())
@@ -272,7 +316,7 @@ impl redb::StorageBackend for SimBackend {
         if let Some(errno) = s.fail_syncs {
             return Err(SimDisk::fail(errno));
         }
-        SimDisk::admit(&mut s)?;
+        SimDisk::admit(&mut s, Hit::Sync)?;
         s.durable = s.current.clone();
         s.log.clear();
         Ok(())
@@ -283,7 +327,7 @@ impl redb::StorageBackend for SimBackend {
         if let Some(errno) = s.fail_writes {
             return Err(SimDisk::fail(errno));
         }
-        SimDisk::admit(&mut s)?;
+        SimDisk::admit(&mut s, Hit::Write)?;
         let start = usize::try_from(offset).map_err(|_| SimDisk::fail(ENOSPC))?;
         put(&mut s.current, start, data);
         s.log.push(Event::Write {
