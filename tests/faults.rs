@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use workjournal::testing::faults::SimDisk;
+use workjournal::testing::faults::{EIO, ENOSPC, SimDisk};
 use workjournal::{
     ClaimFrom, Claimed, Clock, Config, EmbeddedQueue, Error, Location, ManualClock, NewItem,
     Receipt, WorkQueue,
@@ -370,4 +370,109 @@ async fn power_loss_leaves_the_last_acknowledged_commit_or_the_one_in_flight() {
     let tally = power_loss_run(cuts, seed).await;
     eprintln!("{tally:?} in {:.1} s", started.elapsed().as_secs_f64());
     assert_eq!(tally.cuts, cuts);
+}
+
+/// Open a queue on `disk` that can reopen itself on the same disk.
+async fn open_reopenable(name: &str, disk: &SimDisk, clock: &ManualClock) -> EmbeddedQueue {
+    let d = disk.clone();
+    EmbeddedQueue::open_on_backend_with(name, move || Ok(d.backend()), config(clock), true)
+        .await
+        .unwrap()
+}
+
+fn os_error_of(e: &Error) -> String {
+    let mut out = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        src = s.source();
+    }
+    out
+}
+
+// Regression: after one failed write (ENOSPC or EIO) redb poisons its
+// Database and answers PreviousIo to every later call, so the queue failed
+// every operation, with a retryable error, until the process reopened the
+// file by hand; the writer now reopens the database itself.
+#[tokio::test]
+async fn a_failed_write_changes_nothing_and_the_queue_carries_on() {
+    for (errno, text) in [(ENOSPC, "os error 28"), (EIO, "os error 5")] {
+        let clock = ManualClock::new(1_000_000);
+        let disk = SimDisk::new();
+        let q = open_reopenable(&format!("wfault{errno}"), &disk, &clock).await;
+        let a = q.add(NewItem::new(b"a".to_vec())).await.unwrap().id;
+        q.add(NewItem::new(b"b".to_vec())).await.unwrap();
+        let held = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+        assert_eq!(held[0].item.id, a);
+        let before = q.dump_tables().await.unwrap();
+
+        disk.fail_writes(Some(errno));
+        let e = q.add(NewItem::new(b"c".to_vec())).await.unwrap_err();
+        assert!(matches!(e, Error::Io { .. }), "{e:?}");
+        assert!(e.is_retryable());
+        assert!(os_error_of(&e).contains(text), "{}", os_error_of(&e));
+        let e = q.ack(held[0].receipt).await.unwrap_err();
+        assert!(e.is_retryable(), "{e:?}");
+        let e = q
+            .claim(1, Duration::ZERO, ClaimFrom::All)
+            .await
+            .unwrap_err();
+        assert!(e.is_retryable(), "{e:?}");
+
+        disk.fail_writes(None);
+        assert_eq!(q.dump_tables().await.unwrap(), before, "errno {errno}");
+        // The claim made before the fault is still this consumer's.
+        q.ack(held[0].receipt).await.unwrap();
+        let c = q.add(NewItem::new(b"c".to_vec())).await.unwrap().id;
+        let locs = q.locations().await.unwrap();
+        assert_eq!(locs.keys().copied().collect::<Vec<_>>(), vec![a + 1, c]);
+        check_invariants(&q, "after a write fault").await;
+        q.close().await.unwrap();
+
+        // What a crash right now would leave holds the same.
+        let again = SimDisk::from_image(disk.image());
+        let q = open(&format!("wfault{errno}-again"), &again, &clock, true).await;
+        assert_eq!(q.locations().await.unwrap(), locs);
+        q.close().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_failed_fsync_keeps_the_operation_whole_or_not_at_all_and_the_queue_carries_on() {
+    for errno in [EIO, ENOSPC] {
+        let clock = ManualClock::new(1_000_000);
+        let disk = SimDisk::new();
+        let q = open_reopenable(&format!("sfault{errno}"), &disk, &clock).await;
+        let items = (0..3)
+            .map(|i| NewItem::new(vec![i; 10]))
+            .collect::<Vec<_>>();
+        let first = q.add_batch(items.clone()).await.unwrap();
+        let before = q.locations().await.unwrap();
+
+        disk.fail_syncs(Some(errno));
+        let e = q.add_batch(items.clone()).await.unwrap_err();
+        assert!(matches!(e, Error::Io { .. }), "{e:?}");
+        assert!(e.is_retryable());
+        disk.fail_syncs(None);
+
+        // The batch's pages reached the page cache before the fsync failed,
+        // so it may be there: whole or not at all.
+        let after = q.locations().await.unwrap();
+        let extra: Vec<u64> = after
+            .keys()
+            .filter(|id| !before.contains_key(id))
+            .copied()
+            .collect();
+        assert!(
+            extra.is_empty() || extra.len() == items.len(),
+            "errno {errno}: the failed batch left {extra:?}"
+        );
+        for id in first.iter().map(|a| a.id) {
+            assert_eq!(after.get(&id), Some(&vec![Location::Backlog]));
+        }
+        check_invariants(&q, "after an fsync fault").await;
+        q.add(NewItem::new(b"z".to_vec())).await.unwrap();
+        q.close().await.unwrap();
+    }
 }
