@@ -9,6 +9,8 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
+#[cfg(feature = "testing")]
+use redb::TableHandle;
 use redb::{ReadableTable, ReadableTableMetadata, Table, TableDefinition, WriteTransaction};
 
 use crate::codec::{self, DeadRecord, ItemRecord, LeaseRecord};
@@ -908,6 +910,95 @@ impl<'t> Tables<'t> {
             oldest_pending_age_ms: oldest,
             durable: true,
         })
+    }
+
+    /// Where every id is, by a full scan of the state indexes (test support).
+    /// An id listed twice is in two states; an item record that no index
+    /// names is listed with no location; an index entry naming an id
+    /// without an item record is `Corrupt`.
+    #[cfg(feature = "testing")]
+    pub(super) fn locations(&self) -> Result<BTreeMap<u64, Vec<crate::Location>>> {
+        use crate::Location;
+        let mut out: BTreeMap<u64, Vec<Location>> = BTreeMap::new();
+        for entry in self.backlog.iter().ctx("scan backlog")? {
+            let id = entry.ctx("scan backlog")?.1.value();
+            out.entry(id).or_default().push(Location::Backlog);
+        }
+        for entry in self.due.iter().ctx("scan due")? {
+            let id = entry.ctx("scan due")?.1.value();
+            out.entry(id).or_default().push(Location::Due);
+        }
+        for entry in self.delayed.iter().ctx("scan delayed")? {
+            let (_, id) = entry.ctx("scan delayed")?.0.value();
+            out.entry(id).or_default().push(Location::Delayed);
+        }
+        for entry in self.pending.iter().ctx("scan leases")? {
+            let id = entry.ctx("scan leases")?.0.value();
+            out.entry(id).or_default().push(Location::Pending);
+        }
+        for entry in self.parked.iter().ctx("scan parked")? {
+            let id = entry.ctx("scan parked")?.1.value();
+            out.entry(id).or_default().push(Location::Parked);
+        }
+        for entry in self.dead.iter().ctx("scan dead letters")? {
+            let (k, v) = entry.ctx("scan dead letters")?;
+            let rec: DeadRecord = codec::decode(&format!("dead[{}]", k.value()), v.value())?;
+            out.entry(rec.id).or_default().push(Location::DeadLetter);
+        }
+        for id in out.keys() {
+            if self.items.get(*id).ctx("read item")?.is_none() {
+                return Err(Error::corrupt(format!(
+                    "an index names item {id}, which has no record"
+                )));
+            }
+        }
+        for entry in self.items.iter().ctx("scan items")? {
+            let id = entry.ctx("scan items")?.0.value();
+            out.entry(id).or_default();
+        }
+        Ok(out)
+    }
+
+    /// Every table's entries as text, table by table (test support):
+    /// two files hold the same queue state exactly when their dumps are
+    /// equal. `orphans` is left out: each open rewrites it from `pending`.
+    #[cfg(feature = "testing")]
+    pub(super) fn dump(&self) -> Result<BTreeMap<String, Vec<String>>> {
+        fn rows<K, V>(t: &Table<'_, K, V>) -> Result<Vec<String>>
+        where
+            K: redb::Key + 'static,
+            V: redb::Value + 'static,
+            for<'a> K::SelfType<'a>: std::fmt::Debug,
+            for<'a> V::SelfType<'a>: std::fmt::Debug,
+        {
+            let mut out = Vec::new();
+            for entry in t.iter().ctx("dump table")? {
+                let (k, v) = entry.ctx("dump table")?;
+                out.push(format!("{:?} = {:?}", k.value(), v.value()));
+            }
+            Ok(out)
+        }
+        let mut out = BTreeMap::new();
+        out.insert(META.name().to_string(), rows(&self.meta)?);
+        out.insert(ITEMS.name().to_string(), rows(&self.items)?);
+        out.insert(PAYLOADS.name().to_string(), rows(&self.payloads)?);
+        out.insert(BACKLOG.name().to_string(), rows(&self.backlog)?);
+        out.insert(DUE.name().to_string(), rows(&self.due)?);
+        out.insert(DELAYED.name().to_string(), rows(&self.delayed)?);
+        out.insert(PENDING.name().to_string(), rows(&self.pending)?);
+        out.insert(
+            PENDING_BY_TIME.name().to_string(),
+            rows(&self.pending_by_time)?,
+        );
+        out.insert(PARKED.name().to_string(), rows(&self.parked)?);
+        out.insert(PAUSED.name().to_string(), rows(&self.paused)?);
+        out.insert(DONE.name().to_string(), rows(&self.done)?);
+        out.insert(DONE_EXPIRY.name().to_string(), rows(&self.done_expiry)?);
+        out.insert(DEDUP.name().to_string(), rows(&self.dedup)?);
+        out.insert(DEDUP_EXPIRY.name().to_string(), rows(&self.dedup_expiry)?);
+        out.insert(DEAD.name().to_string(), rows(&self.dead)?);
+        out.insert(DEAD_BY_ID.name().to_string(), rows(&self.dead_by_id)?);
+        Ok(out)
     }
 
     /// Ids in claim order: due lane, delayed items already due, backlog; at
