@@ -11,6 +11,7 @@ use crate::config::Config;
 use crate::queue::{BoxFuture, BoxQueue};
 
 pub mod conformance;
+pub mod ops;
 
 /// A queue under test and whatever keeps it alive (a temp dir, a server).
 pub struct Subject {

@@ -297,6 +297,21 @@ macro_rules! expect_reply {
     };
 }
 
+impl EmbeddedQueue {
+    /// Test support (SPEC 3, Looking): where every item is, from a full scan
+    /// of the file's index tables, for the model tests' recount.
+    ///
+    /// # Errors
+    ///
+    /// `Corrupt` if an id is found in two states, if an index names an id
+    /// without an item record, if an item record is in no state, or if the
+    /// lease index and the leases disagree; storage errors as any read.
+    #[cfg(feature = "testing")]
+    pub async fn locations(&self) -> Result<BTreeMap<u64, crate::backend::memory::Location>> {
+        expect_reply!(self, Op::Locations, Reply::Locations(m) => m)
+    }
+}
+
 impl WorkQueue for EmbeddedQueue {
     async fn add(&self, item: NewItem) -> Result<Added> {
         let mut v: Vec<Added> =

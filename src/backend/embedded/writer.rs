@@ -47,6 +47,9 @@ pub(super) enum Op {
     Stats,
     BacklogByFlow(usize),
     Peek(usize),
+    /// Test support: where every item is, from a scan of the index tables.
+    #[cfg(feature = "testing")]
+    Locations,
 }
 
 impl Op {
@@ -61,7 +64,17 @@ impl Op {
                 | Op::Stats
                 | Op::BacklogByFlow(_)
                 | Op::Peek(_)
-        )
+        ) || self.is_inspection()
+    }
+
+    #[cfg(feature = "testing")]
+    fn is_inspection(&self) -> bool {
+        matches!(self, Op::Locations)
+    }
+
+    #[cfg(not(feature = "testing"))]
+    fn is_inspection(&self) -> bool {
+        false
     }
 
     /// Operations whose only effect is to hand items to the caller: if the
@@ -87,6 +100,8 @@ pub(super) enum Reply {
     Stats(Stats),
     ByFlow(BTreeMap<String, u64>),
     Items(Vec<Item>),
+    #[cfg(feature = "testing")]
+    Locations(BTreeMap<u64, crate::backend::memory::Location>),
 }
 
 pub(super) struct Request {
@@ -174,6 +189,8 @@ fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
         Op::Stats => Reply::Stats(t.stats(now)?),
         Op::BacklogByFlow(n) => Reply::ByFlow(t.backlog_by_flow(*n, now)?),
         Op::Peek(n) => Reply::Items(t.peek(*n, now)?),
+        #[cfg(feature = "testing")]
+        Op::Locations => Reply::Locations(t.locations()?),
     })
 }
 
