@@ -165,3 +165,34 @@ prop_state_machine! {
     #[test]
     fn memory_queue_matches_model(sequential 1..50 => Sut<Memory>);
 }
+
+// ---- regressions found by the model tests ---------------------------------
+
+#[tokio::test]
+async fn reclaim_with_zero_idle_takes_each_stale_item_once() {
+    // The embedded reclaim looped on the oldest lease-index entry; the item
+    // it had just reclaimed was pending again under `now`, so with
+    // `min_idle` 0 it was reclaimed again and again until dead-lettered.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(START_MS);
+    let config = workjournal::Config::default()
+        .max_deliveries(3)
+        .clock(clock.clone());
+    let q = workjournal::EmbeddedQueue::open(dir.path().join("q.redb"), config)
+        .await
+        .unwrap();
+    use workjournal::WorkQueue;
+    q.add(workjournal::NewItem::new(b"x".to_vec())).await.unwrap();
+    let first = q
+        .claim(1, std::time::Duration::ZERO, workjournal::ClaimFrom::All)
+        .await
+        .unwrap();
+    let again = q
+        .reclaim_stale(std::time::Duration::ZERO, 5)
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].item.deliveries, first[0].item.deliveries + 1);
+    let stats = q.stats().await.unwrap();
+    assert_eq!((stats.pending, stats.dead_letters), (1, 0));
+}

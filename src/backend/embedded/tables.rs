@@ -643,16 +643,21 @@ impl<'t> Tables<'t> {
         if count == 0 {
             return Err(Error::invalid("reclaim count must be at least 1"));
         }
-        let mut out = Vec::new();
+        let mut out: Vec<Claimed> = Vec::new();
         while out.len() < count {
             // The next stale item is the smaller of the oldest idle claim and
-            // the oldest orphan of an earlier open.
-            let by_time = self
-                .pending_by_time
-                .first()
-                .ctx("read lease index")?
-                .map(|(k, _)| k.value())
-                .filter(|(t, _)| now.saturating_sub(*t) >= min_idle_ms);
+            // the oldest orphan of an earlier open. Items this call has just
+            // reclaimed are pending again under `now` and are skipped, or a
+            // `min_idle` of 0 would reclaim them again.
+            let mut by_time = None;
+            for entry in self.pending_by_time.iter().ctx("read lease index")? {
+                let key = entry.ctx("read lease index")?.0.value();
+                if !out.iter().any(|c| c.item.id == key.1) {
+                    by_time = Some(key);
+                    break;
+                }
+            }
+            let by_time = by_time.filter(|(t, _)| now.saturating_sub(*t) >= min_idle_ms);
             let orphan = self
                 .orphans
                 .first()
