@@ -182,15 +182,14 @@ async fn reclaim_with_zero_idle_takes_each_stale_item_once() {
         .await
         .unwrap();
     use workjournal::WorkQueue;
-    q.add(workjournal::NewItem::new(b"x".to_vec())).await.unwrap();
+    q.add(workjournal::NewItem::new(b"x".to_vec()))
+        .await
+        .unwrap();
     let first = q
         .claim(1, std::time::Duration::ZERO, workjournal::ClaimFrom::All)
         .await
         .unwrap();
-    let again = q
-        .reclaim_stale(std::time::Duration::ZERO, 5)
-        .await
-        .unwrap();
+    let again = q.reclaim_stale(std::time::Duration::ZERO, 5).await.unwrap();
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].item.deliveries, first[0].item.deliveries + 1);
     let stats = q.stats().await.unwrap();

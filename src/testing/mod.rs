@@ -11,6 +11,8 @@ use crate::config::Config;
 use crate::queue::{BoxFuture, BoxQueue};
 
 pub mod conformance;
+#[cfg(feature = "embedded")]
+pub mod fuzz;
 pub mod ops;
 
 /// A queue under test and whatever keeps it alive (a temp dir, a server).

@@ -86,7 +86,9 @@ impl Setup {
             .max_backlog(self.max_backlog.map(|b| u64::from(b % 10) + 1))
             .dead_letter_cap(u64::from(self.dead_letter_cap % 4) + 1)
             .max_deliveries(u32::from(self.max_deliveries % 3) + 1)
-            .dedup_window(Duration::from_millis(u64::from(self.dedup_window % 64) * 100))
+            .dedup_window(Duration::from_millis(
+                u64::from(self.dedup_window % 64) * 100,
+            ))
             .done_ttl(Duration::from_millis(u64::from(self.done_ttl % 64) * 100))
             .max_payload_bytes(usize::from(self.max_payload_bytes % 16) + 8)
     }
@@ -108,8 +110,8 @@ pub struct ItemSpec {
 impl ItemSpec {
     /// The item this spec stands for.
     pub fn build(&self) -> NewItem {
-        let item = NewItem::new(vec![self.fill; usize::from(self.len % 20)])
-            .flow(pick(&FLOWS, self.flow));
+        let item =
+            NewItem::new(vec![self.fill; usize::from(self.len % 20)]).flow(pick(&FLOWS, self.flow));
         match self.dedup {
             Some(k) => item.dedup_key(pick(&DEDUP_KEYS, k)),
             None => item,
@@ -499,7 +501,9 @@ impl Reference {
         let now = self.now_ms;
         match op {
             Op::Add(i) => Call::Add(i.build()),
-            Op::AddBatch(v) => Call::AddBatch(v.iter().take(MAX_BATCH).map(|i| i.build()).collect()),
+            Op::AddBatch(v) => {
+                Call::AddBatch(v.iter().take(MAX_BATCH).map(|i| i.build()).collect())
+            }
             Op::AddDelayed(i, d) => Call::AddDelayed(i.build(), offset_ms(now, *d)),
             Op::NextDue => Call::NextDue,
             Op::PromoteDue => Call::PromoteDue,
@@ -741,7 +745,8 @@ impl EmbeddedTarget {
             context: "make a temp dir".into(),
             source,
         })?;
-        let queue = crate::EmbeddedQueue::open(dir.path().join("queue.redb"), config.clone()).await?;
+        let queue =
+            crate::EmbeddedQueue::open(dir.path().join("queue.redb"), config.clone()).await?;
         Ok(EmbeddedTarget {
             dir,
             config,
@@ -788,6 +793,7 @@ pub struct System {
     clock: ManualClock,
     receipts: Vec<Receipt>,
     leases: BTreeSet<u64>,
+    reused_lease: Option<u64>,
     exact_leases: bool,
 }
 
@@ -810,6 +816,7 @@ impl System {
             clock,
             receipts: Vec::new(),
             leases: BTreeSet::new(),
+            reused_lease: None,
             exact_leases,
         }
     }
@@ -832,15 +839,29 @@ impl System {
         }
     }
 
-    /// Run `call` on the backend.
+    /// Run `call` on the backend, keeping the receipts it hands out (slot
+    /// for slot with the reference's).
     pub async fn run(&mut self, call: &Call) -> Outcome {
+        let got = self.run_call(call).await;
+        if let Ok(v) = &got {
+            for c in claimed(v) {
+                if !self.leases.insert(c.receipt.lease) {
+                    self.reused_lease.get_or_insert(c.receipt.lease);
+                }
+                self.receipts.push(c.receipt);
+            }
+        }
+        got
+    }
+
+    async fn run_call(&mut self, call: &Call) -> Outcome {
         let q = self.target.queue().clone();
         match call {
             Call::Add(i) => outcome(q.add(i.clone()).await, |a| Value::Added(vec![a])),
             Call::AddBatch(v) => outcome(q.add_batch(v.clone()).await, Value::Added),
-            Call::AddDelayed(i, t) => {
-                outcome(q.add_delayed(i.clone(), *t).await, |a| Value::Added(vec![a]))
-            }
+            Call::AddDelayed(i, t) => outcome(q.add_delayed(i.clone(), *t).await, |a| {
+                Value::Added(vec![a])
+            }),
             Call::NextDue => outcome(q.next_due().await, Value::Due),
             Call::PromoteDue => outcome(q.promote_due().await, Value::Count),
             Call::Claim(n, from) => {
@@ -889,7 +910,8 @@ impl System {
         }
     }
 
-    fn normalise(&self, v: &Outcome) -> Outcome {
+    /// `v` as compared: lease numbers blanked unless they must be exact.
+    pub fn normalise(&self, v: &Outcome) -> Outcome {
         let mut v = v.clone();
         if !self.exact_leases {
             let blank = |c: &mut Claimed| c.receipt.lease = 0;
@@ -914,16 +936,10 @@ impl System {
             return Ok(());
         };
         let got = self.run(call).await;
-        if let Ok(v) = &got {
-            for c in claimed(v) {
-                if !self.leases.insert(c.receipt.lease) {
-                    return Err(format!(
-                        "{call:?}: lease {} handed out twice ({c:?})",
-                        c.receipt.lease
-                    ));
-                }
-                self.receipts.push(c.receipt);
-            }
+        if let Some(lease) = self.reused_lease {
+            return Err(format!(
+                "{call:?}: lease {lease} handed out twice ({got:?})"
+            ));
         }
         if self.normalise(&got) != self.normalise(expected) {
             return Err(format!(

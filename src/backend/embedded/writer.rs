@@ -24,13 +24,19 @@ const MAX_BATCH: usize = 512;
 pub(super) enum Op {
     Add(Vec<(NewItem, Option<u64>)>),
     Promote,
-    Claim { count: usize, from: ClaimFrom },
+    Claim {
+        count: usize,
+        from: ClaimFrom,
+    },
     Ack(Receipt),
     AckBatch(Vec<Receipt>),
     Touch(Vec<Receipt>),
     Retry(Receipt, u64),
     DeadLetter(Receipt, String),
-    Reclaim { min_idle_ms: u64, count: usize },
+    Reclaim {
+        min_idle_ms: u64,
+        count: usize,
+    },
     Pause(String),
     Resume(String),
     Park(Receipt),
