@@ -27,6 +27,8 @@ struct Lease {
     claimed_at_ms: u64,
     lease: u64,
     lane: Lane,
+    /// Claimed before the last [`Model::reopen`]: stale whatever `min_idle`.
+    orphan: bool,
 }
 
 /// Where an item is, for invariant checks.
@@ -230,6 +232,7 @@ impl Model {
                 claimed_at_ms: now_ms,
                 lease,
                 lane,
+                orphan: false,
             },
         );
         Some(Claimed {
@@ -322,6 +325,7 @@ impl Model {
         for r in receipts {
             if let Some(l) = self.pending.get_mut(&r.id) {
                 l.claimed_at_ms = now_ms;
+                l.orphan = false;
             }
         }
         Ok(())
@@ -387,7 +391,7 @@ impl Model {
         let mut stale: Vec<(u64, u64)> = self
             .pending
             .iter()
-            .filter(|(_, l)| now_ms.saturating_sub(l.claimed_at_ms) >= min_idle)
+            .filter(|(_, l)| l.orphan || now_ms.saturating_sub(l.claimed_at_ms) >= min_idle)
             .map(|(id, l)| (l.claimed_at_ms, *id))
             .collect();
         stale.sort_unstable();
@@ -409,6 +413,18 @@ impl Model {
             }
         }
         Ok(out)
+    }
+
+    /// SPEC 3, Crash recovery, embedded only: the file was closed and opened
+    /// again, so every item pending now belongs to a process that is gone and
+    /// is stale for `reclaim_stale` whatever `min_idle`, until it is touched
+    /// (a touch shows its holder is alive) or leaves pending. The memory
+    /// backend never calls this; the model tests of the embedded backend call
+    /// it where they close and reopen the file.
+    pub fn reopen(&mut self) {
+        for l in self.pending.values_mut() {
+            l.orphan = true;
+        }
     }
 
     /// SPEC 3, Flows: pause.
