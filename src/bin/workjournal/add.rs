@@ -99,10 +99,10 @@ async fn add_lines(queue: &BoxQueue, args: &AddArgs, not_before_ms: Option<u64>)
         let eof = n == 0;
         if !eof {
             line_no += 1;
-            if let Some(b) = &bar {
-                if total_bytes.is_some() {
-                    b.inc(n as u64);
-                }
+            if let Some(b) = &bar
+                && total_bytes.is_some()
+            {
+                b.inc(n as u64);
             }
             let mut text: &[u8] = &line;
             text = text.strip_suffix(b"\n").unwrap_or(text);

@@ -74,13 +74,13 @@ async fn run_work(queue: &BoxQueue, args: &WorkArgs) -> CliResult {
         Some(n) => n as usize,
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
-    if let Some(flow) = &args.flow {
-        if !queue.paused_flows().await?.contains(flow) {
-            let _ = writeln!(
-                std::io::stderr(),
-                "workjournal: note: flow {flow:?} is not paused; --flow works on its parked items only"
-            );
-        }
+    if let Some(flow) = &args.flow
+        && !queue.paused_flows().await?.contains(flow)
+    {
+        let _ = writeln!(
+            std::io::stderr(),
+            "workjournal: note: flow {flow:?} is not paused; --flow works on its parked items only"
+        );
     }
 
     let tty = std::io::stderr().is_terminal();
