@@ -257,6 +257,7 @@ fn child_process_entry() {
         .unwrap();
     // End the line libtest started ("test child_process_entry ... ").
     say("");
+    say("opening");
     rt.block_on(async move {
         let q = match EmbeddedQueue::open(&path, Config::default()).await {
             Ok(q) => q,
@@ -556,6 +557,37 @@ fn sigkill_loses_no_acknowledged_add_or_ack() {
         ops > cycles,
         "the children acknowledged only {ops} operations"
     );
+}
+
+// Regression: redb initialises a new file in place and writes its magic
+// number last, so a process killed while it first opened a queue left a
+// file that every later open refused as corrupt; the file is now built
+// under a temporary name and linked into place.
+#[test]
+fn sigkill_while_creating_the_queue_file_leaves_it_openable() {
+    let tries: u64 = 40;
+    let mut rng = Rng(seed_from_env("WORKJOURNAL_CRASH_SEED"));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut failures = Vec::new();
+    for t in 0..tries {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("queue.redb");
+        let stderr = dir.path().join("child-stderr.txt");
+        let mut child = spawn_child(&path, rng.next(), &stderr);
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        while lines.next().unwrap().unwrap() != "opening" {}
+        std::thread::sleep(Duration::from_micros(rng.below(4000)));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let len = std::fs::metadata(&path).map(|m| m.len()).ok();
+        if let Err(e) = rt.block_on(EmbeddedQueue::open(&path, Config::default())) {
+            failures.push(format!("try {t}: file of {len:?} bytes: {e}"));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
 }
 
 #[tokio::test]
