@@ -12,6 +12,12 @@ use crate::config::Config;
 use crate::queue::{BoxFuture, BoxQueue};
 
 pub mod conformance;
+#[cfg(feature = "redis")]
+pub mod redis_server;
+
+#[cfg(feature = "redis")]
+pub use redis_server::{RedisFactory, RedisServer, RedisServerOptions};
+
 #[cfg(feature = "embedded")]
 pub mod faults;
 

@@ -7,6 +7,7 @@
 //! dead letters) are keyed by one file-wide position counter `seq`.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 
 #[cfg(feature = "testing")]
 use redb::TableHandle;
@@ -450,21 +451,21 @@ impl<'t> Tables<'t> {
                 None => fresh += 1,
             }
         }
-        if let Some(limit) = self.limits.max_backlog {
-            if self.waiting()?.saturating_add(fresh) > limit {
-                return Err(Error::Full { limit });
-            }
+        if let Some(limit) = self.limits.max_backlog
+            && self.waiting()?.saturating_add(fresh) > limit
+        {
+            return Err(Error::Full { limit });
         }
         let mut out = Vec::with_capacity(items.len());
         for (item, not_before) in items {
-            if let Some(k) = item.dedup_key.as_deref() {
-                if let Some(id) = self.live_dedup(k, now)? {
-                    out.push(Added {
-                        id,
-                        duplicate: true,
-                    });
-                    continue;
-                }
+            if let Some(k) = item.dedup_key.as_deref()
+                && let Some(id) = self.live_dedup(k, now)?
+            {
+                out.push(Added {
+                    id,
+                    duplicate: true,
+                });
+                continue;
             }
             let id = self.bump(NEXT_ID, 1)?;
             if let Some(k) = item.dedup_key.as_deref() {
@@ -646,15 +647,32 @@ impl<'t> Tables<'t> {
             return Err(Error::invalid("reclaim count must be at least 1"));
         }
         let mut out = Vec::new();
+        // Claims this call made are re-indexed at (now, id), possibly ahead of
+        // the scan: skip them, and resume each scan after the last key seen.
+        let mut handed: std::collections::HashSet<u64> = std::collections::HashSet::new();
+        let mut after: Option<(u64, u64)> = None;
         while out.len() < count {
             // The next stale item is the smaller of the oldest idle claim and
             // the oldest orphan of an earlier open.
-            let by_time = self
+            let mut by_time = None;
+            let lower = match after {
+                Some(k) => Bound::Excluded(k),
+                None => Bound::Unbounded,
+            };
+            for entry in self
                 .pending_by_time
-                .first()
-                .ctx("read lease index")?
-                .map(|(k, _)| k.value())
-                .filter(|(t, _)| now.saturating_sub(*t) >= min_idle_ms);
+                .range::<(u64, u64)>((lower, Bound::Unbounded))
+                .ctx("scan lease index")?
+            {
+                let key = entry.ctx("scan lease index")?.0.value();
+                if now.saturating_sub(key.0) < min_idle_ms {
+                    break;
+                }
+                if !handed.contains(&key.1) {
+                    by_time = Some(key);
+                    break;
+                }
+            }
             let orphan = self
                 .orphans
                 .first()
@@ -666,6 +684,9 @@ impl<'t> Tables<'t> {
                 (None, Some(b)) => b,
                 (None, None) => break,
             };
+            if Some(next) == by_time {
+                after = Some(next);
+            }
             let id = next.1;
             let Some(lease) = self.lease(id)? else {
                 // An index entry without a lease: drop the stray entry.
@@ -682,6 +703,7 @@ impl<'t> Tables<'t> {
                 continue;
             }
             let lane = codec::lane_from_u8(lease.lane, &format!("pending[{id}]"))?;
+            handed.insert(id);
             out.push(self.hand_out(id, lane, now)?);
         }
         Ok(out)
@@ -986,7 +1008,7 @@ impl<'t> Tables<'t> {
         let paused = self.paused_flows()?;
         let push = |t: &Self, id: u64, out: &mut Vec<Item>| -> Result<bool> {
             let item = t.item(id)?;
-            if !(skip_paused && paused.iter().any(|p| *p == item.flow)) {
+            if !(skip_paused && paused.contains(&item.flow)) {
                 out.push(item);
             }
             Ok(out.len() >= limit)
