@@ -97,11 +97,20 @@ async fn late_ack_from_a_reclaimed_handle_is_lease_lost() {
     assert_eq!(taken.len(), 1);
     assert_eq!(taken[0].receipt.delivery, 2);
     // The first holder's late operations all fail and change nothing.
-    assert!(matches!(a.touch(vec![first]).await, Err(Error::LeaseLost { id: 1, delivery: 1 })));
+    assert!(matches!(
+        a.touch(vec![first]).await,
+        Err(Error::LeaseLost { id: 1, delivery: 1 })
+    ));
     assert!(matches!(a.ack(first).await, Err(Error::LeaseLost { .. })));
-    assert!(matches!(a.retry(first, T0).await, Err(Error::LeaseLost { .. })));
+    assert!(matches!(
+        a.retry(first, T0).await,
+        Err(Error::LeaseLost { .. })
+    ));
     assert!(matches!(a.park(first).await, Err(Error::LeaseLost { .. })));
-    assert!(matches!(a.dead_letter(first, "late").await, Err(Error::LeaseLost { .. })));
+    assert!(matches!(
+        a.dead_letter(first, "late").await,
+        Err(Error::LeaseLost { .. })
+    ));
     assert_eq!(a.ack_batch(vec![first]).await.unwrap(), 0);
     assert_eq!(a.stats().await.unwrap().pending, 1);
     // The group's PEL follows the new owner.
@@ -116,7 +125,10 @@ async fn late_ack_from_a_reclaimed_handle_is_lease_lost() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert!(matches!(&pel, redis::Value::Array(v) if v.len() == 1), "{pel:?}");
+    assert!(
+        matches!(&pel, redis::Value::Array(v) if v.len() == 1),
+        "{pel:?}"
+    );
     b.ack(taken[0].receipt).await.unwrap();
     let s = a.stats().await.unwrap();
     assert_eq!((s.pending, s.backlog), (0, 0));
@@ -135,7 +147,9 @@ async fn six_hundred_stale_claims_behind_four_hundred_fresh_are_all_reclaimed() 
     let clock = ManualClock::new(T0);
     let a = connect(&url, &ns, Config::default().clock(clock.clone())).await;
     let b = connect(&url, &ns, Config::default().clock(clock.clone())).await;
-    let items = (0..1000).map(|i| NewItem::new(vec![(i % 251) as u8])).collect();
+    let items = (0..1000)
+        .map(|i| NewItem::new(vec![(i % 251) as u8]))
+        .collect();
     a.add_batch(items).await.unwrap();
     let mut receipts = Vec::new();
     while receipts.len() < 1000 {
@@ -158,7 +172,10 @@ async fn six_hundred_stale_claims_behind_four_hundred_fresh_are_all_reclaimed() 
         reclaimed.extend(got.into_iter().map(|c| c.item.id));
     }
     let want: Vec<u64> = (401..=1000).collect();
-    assert_eq!(reclaimed, want, "every stale claim, oldest (claimed_at, id) first");
+    assert_eq!(
+        reclaimed, want,
+        "every stale claim, oldest (claimed_at, id) first"
+    );
     assert_eq!(b.stats().await.unwrap().pending, 1000);
 }
 
@@ -173,9 +190,16 @@ async fn aof_always_restart_loses_no_acknowledged_add() {
     let q = connect(&url, "aof", Config::default()).await;
     let mut added = Vec::new();
     for i in 0..100u32 {
-        added.push(q.add(NewItem::new(i.to_be_bytes().to_vec())).await.unwrap().id);
+        added.push(
+            q.add(NewItem::new(i.to_be_bytes().to_vec()))
+                .await
+                .unwrap()
+                .id,
+        );
     }
-    let batch = (0..100u32).map(|i| NewItem::new(i.to_le_bytes().to_vec())).collect();
+    let batch = (0..100u32)
+        .map(|i| NewItem::new(i.to_le_bytes().to_vec()))
+        .collect();
     added.extend(q.add_batch(batch).await.unwrap().into_iter().map(|a| a.id));
     let claimed = q.claim(30, Duration::ZERO, ClaimFrom::All).await.unwrap();
     let acked: BTreeSet<u64> = claimed[..20].iter().map(|c| c.item.id).collect();
@@ -200,7 +224,11 @@ async fn aof_always_restart_loses_no_acknowledged_add() {
         assert_eq!(c.item.deliveries, 2);
         left.insert(c.item.id);
     }
-    let want: BTreeSet<u64> = added.iter().copied().filter(|id| !acked.contains(id)).collect();
+    let want: BTreeSet<u64> = added
+        .iter()
+        .copied()
+        .filter(|id| !acked.contains(id))
+        .collect();
     assert_eq!(left, want);
     // New ids continue after the old ones: the counter survived too.
     let next = q2.add(NewItem::new(b"after".to_vec())).await.unwrap();
@@ -226,10 +254,17 @@ async fn killed_redis_fails_within_the_timeout_and_works_after_restart() {
         assert!(err.is_retryable());
         // Bound: connect_timeout + response_timeout = 0.8 s, plus slack for
         // a loaded machine; the point is that it never hangs.
-        assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
     }
     let started = Instant::now();
-    let err = q.claim(1, Duration::from_secs(30), ClaimFrom::All).await.unwrap_err();
+    let err = q
+        .claim(1, Duration::from_secs(30), ClaimFrom::All)
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::Backend { .. }), "{err:?}");
     assert!(started.elapsed() < Duration::from_secs(5));
     // The restarted server has no data and no scripts (NOSCRIPT is handled).
@@ -250,14 +285,21 @@ async fn killed_redis_fails_within_the_timeout_and_works_after_restart() {
     let q2 = RedisQueue::connect(&url, "faults", Config::default(), RedisOptions::default())
         .await
         .unwrap();
-    let got = q2.claim(1, Duration::from_secs(1), ClaimFrom::All).await.unwrap();
+    let got = q2
+        .claim(1, Duration::from_secs(1), ClaimFrom::All)
+        .await
+        .unwrap();
     assert_eq!(got.len(), 1);
     q2.ack(got[0].receipt).await.unwrap();
 }
 
 async fn info_field(url: &str, section: &str, field: &str) -> String {
     let mut conn = raw(url).await;
-    let info: String = redis::cmd("INFO").arg(section).query_async(&mut conn).await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg(section)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     info.lines()
         .find_map(|l| l.strip_prefix(&format!("{field}:")))
         .unwrap_or("")
@@ -324,22 +366,37 @@ async fn blocking_claim_wakes_on_add_and_is_quiet_while_idle() {
     let q = connect(&url, "idle", Config::default()).await;
     let producer = connect(&url, "idle", Config::default()).await;
     // Warm up: load the claim script and open the waiting connection.
-    assert!(q.claim(1, Duration::from_millis(50), ClaimFrom::All).await.unwrap().is_empty());
+    assert!(
+        q.claim(1, Duration::from_millis(50), ClaimFrom::All)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // Idle: a claim waiting 2 s sends a handful of commands, not a poll loop.
     let mut admin = raw(&url).await;
     let before = client_requests(&mut admin).await;
-    let got = q.claim(1, Duration::from_secs(2), ClaimFrom::All).await.unwrap();
+    let got = q
+        .claim(1, Duration::from_secs(2), ClaimFrom::All)
+        .await
+        .unwrap();
     assert!(got.is_empty());
     let after = client_requests(&mut admin).await;
     // At most 20 commands/s are allowed; the design sends 2 per wait (the
     // claim script and one XREAD BLOCK).
-    assert!(after - before <= 4, "{} commands in 2 s of idle waiting", after - before);
+    assert!(
+        after - before <= 4,
+        "{} commands in 2 s of idle waiting",
+        after - before
+    );
     // Wake-up: an add from another handle ends the wait.
     let waiter = tokio::spawn({
         let q = q.clone();
         async move {
             let started = Instant::now();
-            let got = q.claim(1, Duration::from_secs(20), ClaimFrom::All).await.unwrap();
+            let got = q
+                .claim(1, Duration::from_secs(20), ClaimFrom::All)
+                .await
+                .unwrap();
             (got, started.elapsed())
         }
     });
@@ -347,14 +404,20 @@ async fn blocking_claim_wakes_on_add_and_is_quiet_while_idle() {
     producer.add(NewItem::new(b"wake".to_vec())).await.unwrap();
     let (got, waited) = waiter.await.unwrap();
     assert_eq!(got.len(), 1);
-    assert!(waited < Duration::from_secs(10), "claim slept through the add: {waited:?}");
+    assert!(
+        waited < Duration::from_secs(10),
+        "claim slept through the add: {waited:?}"
+    );
     // A timer coming due (server clock) also ends the wait.
     let now = q.now_ms().await.unwrap();
     producer
         .add_delayed(NewItem::new(b"timer".to_vec()), now + 300)
         .await
         .unwrap();
-    let got = q.claim(1, Duration::from_secs(20), ClaimFrom::DueOnly).await.unwrap();
+    let got = q
+        .claim(1, Duration::from_secs(20), ClaimFrom::DueOnly)
+        .await
+        .unwrap();
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].item.payload, b"timer");
 }

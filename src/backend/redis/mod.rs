@@ -529,7 +529,13 @@ impl RedisQueue {
 
     /// Run `script` with the namespace prefix as its key and `now` first in
     /// its arguments; after a write, wait for replicas if asked.
-    async fn run(&self, what: &str, script: &Script, args: Vec<Vec<u8>>, write: bool) -> Result<Value> {
+    async fn run(
+        &self,
+        what: &str,
+        script: &Script,
+        args: Vec<Vec<u8>>,
+        write: bool,
+    ) -> Result<Value> {
         self.check_open()?;
         let mut inv = script.key(self.inner.prefix.as_str());
         inv.arg(self.now_arg());
@@ -664,7 +670,9 @@ impl RedisQueue {
                 ClaimFrom::DueOnly => b"due".to_vec(),
             },
         ];
-        let v = self.run("claim", &self.inner.scripts.claim, args, true).await?;
+        let v = self
+            .run("claim", &self.inner.scripts.claim, args, true)
+            .await?;
         let a = array(&v, "claim")?;
         let got = claims(at(a, 0, "claim")?)?;
         self.log_missing(uint(at(a, 1, "claim")?, "claim missing")?, "claim");
@@ -683,7 +691,11 @@ impl RedisQueue {
     }
 
     fn give_blocker(&self, conn: MultiplexedConnection) {
-        let mut pool = self.inner.blockers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pool = self
+            .inner
+            .blockers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if pool.len() < 4 {
             pool.push(conn);
         }
@@ -706,7 +718,9 @@ impl RedisQueue {
                 bounded(
                     "connect",
                     self.limit(),
-                    self.inner.client.get_multiplexed_async_connection_with_config(&cfg),
+                    self.inner
+                        .client
+                        .get_multiplexed_async_connection_with_config(&cfg),
                 )
                 .await?
             }
@@ -751,7 +765,8 @@ impl RedisQueue {
 
     async fn look(&self, mode: &str, n: usize) -> Result<Value> {
         let args = vec![mode.as_bytes().to_vec(), n.to_string().into_bytes()];
-        self.run("look", &self.inner.scripts.look, args, false).await
+        self.run("look", &self.inner.scripts.look, args, false)
+            .await
     }
 
     async fn simple<T: redis::FromRedisValue>(&self, what: &str, cmd: redis::Cmd) -> Result<T> {
@@ -764,7 +779,8 @@ impl RedisQueue {
 impl WorkQueue for RedisQueue {
     async fn add(&self, item: NewItem) -> Result<Added> {
         let mut v = self.add_many(vec![(item, None)]).await?;
-        v.pop().ok_or_else(|| Error::backend("redis add returned no id"))
+        v.pop()
+            .ok_or_else(|| Error::backend("redis add returned no id"))
     }
 
     async fn add_batch(&self, items: Vec<NewItem>) -> Result<Vec<Added>> {
@@ -774,7 +790,8 @@ impl WorkQueue for RedisQueue {
 
     async fn add_delayed(&self, item: NewItem, not_before_ms: u64) -> Result<Added> {
         let mut v = self.add_many(vec![(item, Some(not_before_ms))]).await?;
-        v.pop().ok_or_else(|| Error::backend("redis add returned no id"))
+        v.pop()
+            .ok_or_else(|| Error::backend("redis add returned no id"))
     }
 
     async fn next_due(&self) -> Result<Option<u64>> {
@@ -853,7 +870,9 @@ impl WorkQueue for RedisQueue {
         for r in &receipts {
             receipt_args(&mut args, r);
         }
-        let v = self.run("ack_batch", &self.inner.scripts.ack, args, true).await?;
+        let v = self
+            .run("ack_batch", &self.inner.scripts.ack, args, true)
+            .await?;
         uint(&v, "ack_batch")
     }
 
@@ -865,7 +884,9 @@ impl WorkQueue for RedisQueue {
         for r in &receipts {
             receipt_args(&mut args, r);
         }
-        let v = self.run("touch", &self.inner.scripts.touch, args, true).await?;
+        let v = self
+            .run("touch", &self.inner.scripts.touch, args, true)
+            .await?;
         let lost = uint(&v, "touch")?;
         if lost == 0 {
             return Ok(());
@@ -884,7 +905,9 @@ impl WorkQueue for RedisQueue {
         args.push(not_before_ms.min(MAX_LUA_MS).to_string().into_bytes());
         args.push(c.max_deliveries.to_string().into_bytes());
         args.push(c.dead_letter_cap.to_string().into_bytes());
-        let v = self.run("retry", &self.inner.scripts.retry, args, true).await?;
+        let v = self
+            .run("retry", &self.inner.scripts.retry, args, true)
+            .await?;
         let a = array(&v, "retry")?;
         match int(at(a, 0, "retry")?, "retry")? {
             1 => Ok(RetryOutcome::Delayed),
@@ -929,7 +952,10 @@ impl WorkQueue for RedisQueue {
             .await?;
         let a = array(&v, "reclaim")?;
         let got = claims(at(a, 0, "reclaim")?)?;
-        self.log_missing(uint(at(a, 1, "reclaim")?, "reclaim missing")?, "reclaim_stale");
+        self.log_missing(
+            uint(at(a, 1, "reclaim")?, "reclaim missing")?,
+            "reclaim_stale",
+        );
         self.log_dropped(uint(at(a, 2, "reclaim")?, "reclaim dropped")?);
         Ok(got)
     }
@@ -951,7 +977,12 @@ impl WorkQueue for RedisQueue {
     async fn resume(&self, flow: &str) -> Result<u64> {
         need_flow(flow)?;
         let v = self
-            .run("resume", &self.inner.scripts.resume, vec![flow.as_bytes().to_vec()], true)
+            .run(
+                "resume",
+                &self.inner.scripts.resume,
+                vec![flow.as_bytes().to_vec()],
+                true,
+            )
             .await?;
         uint(&v, "resume")
     }
@@ -959,7 +990,9 @@ impl WorkQueue for RedisQueue {
     async fn park(&self, receipt: Receipt) -> Result<()> {
         let mut args = Vec::new();
         receipt_args(&mut args, &receipt);
-        let v = self.run("park", &self.inner.scripts.park, args, true).await?;
+        let v = self
+            .run("park", &self.inner.scripts.park, args, true)
+            .await?;
         match int(&v, "park")? {
             1 => Ok(()),
             -2 => Err(Error::invalid(
@@ -975,7 +1008,9 @@ impl WorkQueue for RedisQueue {
             self.inner.consumer.clone().into_bytes(),
             flow.as_bytes().to_vec(),
         ];
-        let v = self.run("step", &self.inner.scripts.step, args, true).await?;
+        let v = self
+            .run("step", &self.inner.scripts.step, args, true)
+            .await?;
         Ok(claims(&v)?.pop())
     }
 
@@ -1069,7 +1104,9 @@ impl WorkQueue for RedisQueue {
 
     async fn redrive(&self, id: u64) -> Result<bool> {
         let args = vec![b"redrive".to_vec(), id.to_string().into_bytes()];
-        let v = self.run("redrive", &self.inner.scripts.dead, args, true).await?;
+        let v = self
+            .run("redrive", &self.inner.scripts.dead, args, true)
+            .await?;
         Ok(uint(&v, "redrive")? == 1)
     }
 
