@@ -36,6 +36,19 @@
 //! records them as orphans, and `reclaim_stale` takes them whatever
 //! `min_idle`, with `deliveries + 1`.
 //!
+//! A new file is built under a temporary name (`.NAME.creating.PID`) and
+//! linked into place, because redb initialises a file in place and writes
+//! its magic number last: a crash during the first open must not leave a
+//! file that no later open accepts.
+//!
+//! # Disk faults
+//!
+//! After a failed write or fsync (`EIO`, `ENOSPC`) redb refuses all further
+//! work on that `Database` (`PreviousIo`). The failing operation returns
+//! `Error::Io`; before the next one the writer drops the database and opens
+//! the file again, without orphaning this process's claims, so the queue
+//! carries on by itself once the fault clears (SPEC section 5).
+//!
 //! # Damaged files
 //!
 //! By default the open verifies every page checksum (redb's integrity
