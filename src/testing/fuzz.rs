@@ -176,6 +176,28 @@ async fn timed<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
     }
 }
 
+/// For the fuzz binaries of targets that feed damaged files to redb:
+/// libFuzzer aborts on every panic, even one that is caught. The embedded
+/// backend runs every redb call under `catch_unwind` and turns a panic of
+/// redb on a damaged file into `Error::Corrupt` (SPEC section 5), so this
+/// hook lets panics raised inside redb's own source pass and keeps
+/// libFuzzer's abort for every other panic. Installed once; call it at the
+/// top of the target.
+pub fn let_redb_panics_be_caught() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let outer = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let in_redb = info
+                .location()
+                .is_some_and(|l| l.file().replace('\\', "/").contains("/redb-"));
+            if !in_redb {
+                outer(info);
+            }
+        }));
+    });
+}
+
 /// Target `open_damaged_file`: a valid queue file with bytes flipped or cut
 /// off; opening it, `stats`, `claim` and the other calls give errors or
 /// work, never a panic and never a hang.
