@@ -195,3 +195,46 @@ async fn reclaim_with_zero_idle_takes_each_stale_item_once() {
     let stats = q.stats().await.unwrap();
     assert_eq!((stats.pending, stats.dead_letters), (1, 0));
 }
+
+#[tokio::test]
+async fn add_that_journals_nothing_is_never_full() {
+    // With the queue pushed past max_backlog by a retry, the memory model
+    // refused an empty add_batch (and every backend a duplicate add) with
+    // Full, though nothing would be journaled; the embedded backend
+    // returned Ok for the empty batch, so the two disagreed.
+    use workjournal::{ClaimFrom, NewItem, WorkQueue};
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(START_MS);
+    let config = workjournal::Config::default()
+        .max_backlog(Some(1))
+        .clock(clock.clone());
+    let embedded = workjournal::EmbeddedQueue::open(dir.path().join("q.redb"), config.clone())
+        .await
+        .unwrap();
+    let queues = [
+        workjournal::BoxQueue::new(workjournal::MemoryQueue::new(config)),
+        workjournal::BoxQueue::new(embedded),
+    ];
+    for q in queues {
+        q.add(NewItem::new(b"a".to_vec())).await.unwrap();
+        let a = q
+            .claim(1, std::time::Duration::ZERO, ClaimFrom::All)
+            .await
+            .unwrap();
+        let b = q
+            .add(NewItem::new(b"b".to_vec()).dedup_key("b"))
+            .await
+            .unwrap();
+        q.retry(a[0].receipt, START_MS + 1_000).await.unwrap();
+        assert_eq!(q.add_batch(Vec::new()).await.unwrap(), Vec::new());
+        let again = q
+            .add(NewItem::new(b"b".to_vec()).dedup_key("b"))
+            .await
+            .unwrap();
+        assert!(again.duplicate && again.id == b.id);
+        assert!(matches!(
+            q.add(NewItem::new(b"c".to_vec())).await,
+            Err(workjournal::Error::Full { limit: 1 })
+        ));
+    }
+}

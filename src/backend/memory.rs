@@ -155,10 +155,14 @@ impl Model {
                 None => fresh += 1,
             }
         }
-        if let Some(limit) = self.config.max_backlog {
-            if self.waiting().saturating_add(fresh) > limit {
-                return Err(Error::Full { limit });
-            }
+        // An add that journals nothing (an empty batch, only duplicates) is
+        // never Full, even when retries or redrives have pushed the queue
+        // past the limit.
+        if let Some(limit) = self.config.max_backlog
+            && fresh > 0
+            && self.waiting().saturating_add(fresh) > limit
+        {
+            return Err(Error::Full { limit });
         }
         let window = ms(self.config.dedup_window);
         let mut out = Vec::with_capacity(items.len());

@@ -448,10 +448,12 @@ impl<'t> Tables<'t> {
                 None => fresh += 1,
             }
         }
-        if let Some(limit) = self.limits.max_backlog {
-            if self.waiting()?.saturating_add(fresh) > limit {
-                return Err(Error::Full { limit });
-            }
+        // An add that journals nothing (only duplicates) is never Full.
+        if let Some(limit) = self.limits.max_backlog
+            && fresh > 0
+            && self.waiting()?.saturating_add(fresh) > limit
+        {
+            return Err(Error::Full { limit });
         }
         let mut out = Vec::with_capacity(items.len());
         for (item, not_before) in items {
