@@ -167,14 +167,14 @@ impl Model {
         let window = ms(self.config.dedup_window);
         let mut out = Vec::with_capacity(items.len());
         for (item, not_before_ms) in items {
-            if let Some(key) = item.dedup_key.as_deref() {
-                if let Some((id, _)) = self.dedup.get(key) {
-                    out.push(Added {
-                        id: *id,
-                        duplicate: true,
-                    });
-                    continue;
-                }
+            if let Some(key) = item.dedup_key.as_deref()
+                && let Some((id, _)) = self.dedup.get(key)
+            {
+                out.push(Added {
+                    id: *id,
+                    duplicate: true,
+                });
+                continue;
             }
             let id = self.next_id;
             self.next_id += 1;

@@ -433,7 +433,7 @@ impl Target for OnDisk {
     }
 
     fn recount(&self) -> BoxFuture<'_, Option<crate::Result<BTreeMap<u64, Location>>>> {
-        Box::pin(async move { Some(self.queue.locations().await) })
+        Box::pin(async move { Some(self.queue.audit().await) })
     }
 }
 
@@ -527,7 +527,7 @@ async fn crash_run(input: &CrashInput) -> Result<(), String> {
             .await
             .map_err(|e| format!("the file does not open after the cut: {e}"))?;
     let located = reopened
-        .locations()
+        .audit()
         .await
         .map_err(|e| format!("recount after the cut: {e}"))?;
     let stats = reopened

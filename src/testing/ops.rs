@@ -847,7 +847,7 @@ impl Target for EmbeddedTarget {
     }
 
     fn recount(&self) -> BoxFuture<'_, Option<crate::Result<BTreeMap<u64, Location>>>> {
-        Box::pin(async move { Some(self.queue.locations().await) })
+        Box::pin(async move { Some(self.queue.audit().await) })
     }
 }
 
