@@ -35,7 +35,8 @@ for i = 0, n - 1 do
   end
 end
 
-if limit ~= '' then
+-- An add that journals nothing (only duplicates) is never full.
+if limit ~= '' and fresh > 0 then
   local waiting = unread(K_BACKLOG) + unread(K_DUE) + redis.call('ZCARD', K_DELAYED)
   if waiting + fresh > tonumber(limit) then return { 'full', limit } end
 end
