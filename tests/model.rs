@@ -259,3 +259,41 @@ async fn add_that_journals_nothing_is_never_full() {
         ));
     }
 }
+
+#[tokio::test]
+async fn zero_dedup_window_never_deduplicates_even_within_a_batch() {
+    // With dedup_window 0 the memory model still took a key repeated in one
+    // add_batch as a duplicate (it looked the key up without checking its
+    // expiry), while the embedded backend journaled both items; and every
+    // backend counted the repeat as no new item, so such a batch could pass
+    // max_backlog. Found by the ops_vs_model and crash_recovery fuzzers.
+    use workjournal::testing::EmbeddedFactory;
+    use workjournal::{NewItem, WorkQueue};
+    let factories: Vec<Box<dyn Factory>> = vec![
+        Box::new(MemoryFactory),
+        Box::new(EmbeddedFactory),
+        #[cfg(feature = "redis")]
+        Box::new(workjournal::testing::RedisFactory),
+    ];
+    for f in &factories {
+        let config = workjournal::Config::default()
+            .dedup_window(std::time::Duration::ZERO)
+            .max_backlog(Some(2))
+            .clock(ManualClock::new(START_MS));
+        let subject = f.make(config).await;
+        let q = &subject.queue;
+        let twice = || vec![NewItem::new(b"x".to_vec()).dedup_key("k"); 2];
+        let added = q.add_batch(twice()).await.unwrap();
+        assert_eq!(added.len(), 2, "{}", f.name());
+        assert!(added.iter().all(|a| !a.duplicate), "{}", f.name());
+        assert_ne!(added[0].id, added[1].id, "{}", f.name());
+        assert!(
+            matches!(
+                q.add_batch(twice()).await,
+                Err(workjournal::Error::Full { limit: 2 })
+            ),
+            "{}",
+            f.name()
+        );
+    }
+}

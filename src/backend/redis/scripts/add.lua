@@ -26,7 +26,9 @@ for i = 0, n - 1 do
   local b = 4 + i * 5
   if ARGV[b + 2] == '1' then
     local key = ARGV[b + 3]
-    if not seen[key] and not known(key) then
+    -- A key earlier in the batch is live only while its window is open:
+    -- never with a window of 0 (deduplication off).
+    if not (seen[key] and window > 0) and not known(key) then
       seen[key] = true
       fresh = fresh + 1
     end
