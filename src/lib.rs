@@ -84,3 +84,9 @@ pub use backend::memory::{Location, MemoryQueue, Model};
 
 #[cfg(feature = "embedded")]
 pub use backend::embedded::{Durability, EmbeddedOptions, EmbeddedQueue};
+
+#[cfg(feature = "redis")]
+pub use backend::redis::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_REPLICA_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, RedisOptions,
+    RedisQueue,
+};

@@ -27,6 +27,8 @@ struct Lease {
     claimed_at_ms: u64,
     lease: u64,
     lane: Lane,
+    /// Claimed before the last [`Model::reopen`]: stale whatever `min_idle`.
+    orphan: bool,
 }
 
 /// Where an item is, for invariant checks.
@@ -153,22 +155,22 @@ impl Model {
                 None => fresh += 1,
             }
         }
-        if let Some(limit) = self.config.max_backlog {
-            if self.waiting().saturating_add(fresh) > limit {
-                return Err(Error::Full { limit });
-            }
+        if let Some(limit) = self.config.max_backlog
+            && self.waiting().saturating_add(fresh) > limit
+        {
+            return Err(Error::Full { limit });
         }
         let window = ms(self.config.dedup_window);
         let mut out = Vec::with_capacity(items.len());
         for (item, not_before_ms) in items {
-            if let Some(key) = item.dedup_key.as_deref() {
-                if let Some((id, _)) = self.dedup.get(key) {
-                    out.push(Added {
-                        id: *id,
-                        duplicate: true,
-                    });
-                    continue;
-                }
+            if let Some(key) = item.dedup_key.as_deref()
+                && let Some((id, _)) = self.dedup.get(key)
+            {
+                out.push(Added {
+                    id: *id,
+                    duplicate: true,
+                });
+                continue;
             }
             let id = self.next_id;
             self.next_id += 1;
@@ -230,6 +232,7 @@ impl Model {
                 claimed_at_ms: now_ms,
                 lease,
                 lane,
+                orphan: false,
             },
         );
         Some(Claimed {
@@ -322,6 +325,7 @@ impl Model {
         for r in receipts {
             if let Some(l) = self.pending.get_mut(&r.id) {
                 l.claimed_at_ms = now_ms;
+                l.orphan = false;
             }
         }
         Ok(())
@@ -387,7 +391,7 @@ impl Model {
         let mut stale: Vec<(u64, u64)> = self
             .pending
             .iter()
-            .filter(|(_, l)| now_ms.saturating_sub(l.claimed_at_ms) >= min_idle)
+            .filter(|(_, l)| l.orphan || now_ms.saturating_sub(l.claimed_at_ms) >= min_idle)
             .map(|(id, l)| (l.claimed_at_ms, *id))
             .collect();
         stale.sort_unstable();
@@ -409,6 +413,18 @@ impl Model {
             }
         }
         Ok(out)
+    }
+
+    /// SPEC 3, Crash recovery, embedded only: the file was closed and opened
+    /// again, so every item pending now belongs to a process that is gone and
+    /// is stale for `reclaim_stale` whatever `min_idle`, until it is touched
+    /// (a touch shows its holder is alive) or leaves pending. The memory
+    /// backend never calls this; the model tests of the embedded backend call
+    /// it where they close and reopen the file.
+    pub fn reopen(&mut self) {
+        for l in self.pending.values_mut() {
+            l.orphan = true;
+        }
     }
 
     /// SPEC 3, Flows: pause.

@@ -4,3 +4,6 @@ pub(crate) mod memory;
 
 #[cfg(feature = "embedded")]
 pub(crate) mod embedded;
+
+#[cfg(feature = "redis")]
+pub(crate) mod redis;

@@ -1,1 +1,1092 @@
-//! Conformance cases.
+//! The conformance suite: one async function per rule of SPEC sections 3 and
+//! 4, each taking a [`Factory`] so that every backend runs the very same
+//! scenario. `tests/conformance.rs` expands [`conformance_tests!`](crate::conformance_tests)
+//! into one `#[tokio::test]` per case and backend.
+//!
+//! Every case drives time with a [`ManualClock`]; `wait` of a blocking claim
+//! is real time, kept short.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use super::{Factory, Subject};
+use crate::clock::ManualClock;
+use crate::config::Config;
+use crate::error::Error;
+use crate::item::{ClaimFrom, Claimed, Lane, MAX_DELIVERIES_REASON, NewItem, RetryOutcome};
+use crate::queue::{BoxQueue, WorkQueue};
+
+/// The manual clock's starting time, ms since the Unix epoch.
+pub const T0: u64 = 1_700_000_000_000;
+
+const NOW: Duration = Duration::ZERO;
+
+struct Env {
+    q: BoxQueue,
+    clock: ManualClock,
+    _subject: Subject,
+}
+
+async fn env_with(f: &dyn Factory, config: Config) -> Env {
+    let clock = ManualClock::new(T0);
+    let subject = f.make(config.clock(clock.clone())).await;
+    Env {
+        q: subject.queue.clone(),
+        clock,
+        _subject: subject,
+    }
+}
+
+async fn env(f: &dyn Factory) -> Env {
+    env_with(f, Config::default()).await
+}
+
+fn item(payload: &str) -> NewItem {
+    NewItem::new(payload.as_bytes().to_vec())
+}
+
+fn in_flow(payload: &str, flow: &str) -> NewItem {
+    item(payload).flow(flow)
+}
+
+async fn add(q: &BoxQueue, payload: &str) -> u64 {
+    q.add(item(payload)).await.unwrap().id
+}
+
+async fn claim(q: &BoxQueue, n: usize) -> Vec<Claimed> {
+    q.claim(n, NOW, ClaimFrom::All).await.unwrap()
+}
+
+async fn claim_one(q: &BoxQueue) -> Claimed {
+    let mut v = claim(q, 1).await;
+    assert_eq!(v.len(), 1, "expected one item to claim");
+    v.remove(0)
+}
+
+fn ids(claimed: &[Claimed]) -> Vec<u64> {
+    claimed.iter().map(|c| c.item.id).collect()
+}
+
+fn payloads(claimed: &[Claimed]) -> Vec<String> {
+    claimed
+        .iter()
+        .map(|c| String::from_utf8_lossy(&c.item.payload).into_owned())
+        .collect()
+}
+
+fn lease_lost<T: std::fmt::Debug>(r: Result<T, Error>) {
+    match r {
+        Err(Error::LeaseLost { .. }) => {}
+        other => panic!("expected LeaseLost, got {other:?}"),
+    }
+}
+
+fn invalid<T: std::fmt::Debug>(r: Result<T, Error>) {
+    match r {
+        Err(Error::InvalidInput(_)) => {}
+        other => panic!("expected InvalidInput, got {other:?}"),
+    }
+}
+
+// ---- Adding ---------------------------------------------------------------
+
+/// Ids start at 1 and increase; the item keeps its flow and payload.
+pub async fn add_assigns_increasing_ids(f: &dyn Factory) {
+    let e = env(f).await;
+    let a = add(&e.q, "a").await;
+    let b = e.q.add(in_flow("b", "mail")).await.unwrap();
+    assert_eq!(a, 1);
+    assert_eq!(b.id, 2);
+    assert!(!b.duplicate);
+    let c = claim(&e.q, 2).await;
+    assert_eq!(ids(&c), vec![1, 2]);
+    assert_eq!(c[1].item.flow, "mail");
+    assert_eq!(c[1].item.payload, b"b");
+    assert_eq!(c[0].item.enqueued_at_ms, T0);
+}
+
+/// add_batch returns ids in input order.
+pub async fn add_batch_returns_ids_in_order(f: &dyn Factory) {
+    let e = env(f).await;
+    let out =
+        e.q.add_batch(vec![item("x"), item("y"), item("z")])
+            .await
+            .unwrap();
+    assert_eq!(out.iter().map(|a| a.id).collect::<Vec<_>>(), vec![1, 2, 3]);
+    assert_eq!(payloads(&claim(&e.q, 3).await), vec!["x", "y", "z"]);
+}
+
+/// A batch with one bad item journals nothing.
+pub async fn add_batch_is_all_or_none(f: &dyn Factory) {
+    let e = env_with(f, Config::default().max_payload_bytes(4)).await;
+    let r =
+        e.q.add_batch(vec![item("ok"), item("too long"), item("ok")])
+            .await;
+    invalid(r);
+    assert_eq!(e.q.stats().await.unwrap().backlog, 0);
+    assert!(e.q.add_batch(vec![]).await.unwrap().is_empty());
+    assert_eq!(
+        add(&e.q, "next").await,
+        1,
+        "a refused batch consumes no ids"
+    );
+}
+
+/// A payload over max_payload_bytes is InvalidInput and journals nothing.
+pub async fn payload_over_limit_is_invalid_input(f: &dyn Factory) {
+    let e = env_with(f, Config::default().max_payload_bytes(8)).await;
+    invalid(e.q.add(NewItem::new(vec![0u8; 9])).await);
+    invalid(e.q.add_delayed(NewItem::new(vec![0u8; 9]), T0).await);
+    e.q.add(NewItem::new(vec![0u8; 8])).await.unwrap();
+    assert_eq!(e.q.stats().await.unwrap().backlog, 1);
+}
+
+/// Two identical payloads are two items.
+pub async fn identical_payloads_stay_two_items(f: &dyn Factory) {
+    let e = env(f).await;
+    let a = add(&e.q, "same").await;
+    let b = add(&e.q, "same").await;
+    assert_ne!(a, b);
+    assert_eq!(e.q.stats().await.unwrap().backlog, 2);
+}
+
+/// A dedup key seen within the window returns the first id, flagged, and
+/// journals nothing, even after the first item was acked.
+pub async fn dedup_key_within_window_is_a_duplicate(f: &dyn Factory) {
+    let e = env(f).await;
+    let first = e.q.add(item("a").dedup_key("k")).await.unwrap();
+    let again = e.q.add(item("b").dedup_key("k")).await.unwrap();
+    assert_eq!(again.id, first.id);
+    assert!(again.duplicate);
+    assert_eq!(e.q.stats().await.unwrap().backlog, 1);
+    let c = claim_one(&e.q).await;
+    e.q.ack(c.receipt).await.unwrap();
+    e.clock.advance(Duration::from_secs(299));
+    let after_ack = e.q.add(item("c").dedup_key("k")).await.unwrap();
+    assert!(after_ack.duplicate);
+    assert_eq!(after_ack.id, first.id);
+    assert_eq!(e.q.stats().await.unwrap().backlog, 0);
+}
+
+/// After dedup_window (from the first add) the key is free again; within a
+/// batch a repeated key is a duplicate of the earlier entry.
+pub async fn dedup_window_expires(f: &dyn Factory) {
+    let e = env_with(f, Config::default().dedup_window(Duration::from_secs(10))).await;
+    let first = e.q.add(item("a").dedup_key("k")).await.unwrap();
+    e.clock.advance(Duration::from_secs(10));
+    let later = e.q.add(item("b").dedup_key("k")).await.unwrap();
+    assert!(!later.duplicate);
+    assert_ne!(later.id, first.id);
+    let batch =
+        e.q.add_batch(vec![item("c").dedup_key("j"), item("d").dedup_key("j")])
+            .await
+            .unwrap();
+    assert!(!batch[0].duplicate);
+    assert!(batch[1].duplicate);
+    assert_eq!(batch[1].id, batch[0].id);
+    assert_eq!(e.q.stats().await.unwrap().backlog, 3);
+}
+
+/// With max_backlog, an add past it is Full and nothing already journaled is
+/// dropped; backlog + due + delayed count, pending does not.
+pub async fn full_refuses_and_drops_nothing(f: &dyn Factory) {
+    let e = env_with(f, Config::default().max_backlog(Some(3))).await;
+    add(&e.q, "1").await;
+    add(&e.q, "2").await;
+    e.q.add_delayed(item("3"), T0 + 1000).await.unwrap();
+    match e.q.add(item("4")).await {
+        Err(Error::Full { limit: 3 }) => {}
+        other => panic!("expected Full, got {other:?}"),
+    }
+    assert!(matches!(
+        e.q.add_batch(vec![item("5")]).await,
+        Err(Error::Full { .. })
+    ));
+    let s = e.q.stats().await.unwrap();
+    assert_eq!((s.backlog, s.delayed), (2, 1));
+    let c = claim_one(&e.q).await;
+    add(&e.q, "6").await;
+    assert!(matches!(e.q.add(item("7")).await, Err(Error::Full { .. })));
+    e.q.ack(c.receipt).await.unwrap();
+    // A duplicate journals nothing, so it is accepted even when full.
+    e.q.add(item("8").dedup_key("d")).await.err();
+    let s = e.q.stats().await.unwrap();
+    assert_eq!(s.backlog + s.delayed, 3);
+}
+
+// ---- Timers ---------------------------------------------------------------
+
+/// A delayed item waits for its not_before, then is claimable.
+pub async fn add_delayed_waits_for_not_before(f: &dyn Factory) {
+    let e = env(f).await;
+    let id = e.q.add_delayed(item("later"), T0 + 5000).await.unwrap().id;
+    assert!(claim(&e.q, 1).await.is_empty());
+    assert_eq!(e.q.stats().await.unwrap().delayed, 1);
+    e.clock.advance(Duration::from_millis(4999));
+    assert!(claim(&e.q, 1).await.is_empty());
+    e.clock.advance(Duration::from_millis(1));
+    let c = claim_one(&e.q).await;
+    assert_eq!(c.item.id, id);
+    assert_eq!(c.lane, Lane::Due);
+    assert_eq!(c.item.not_before_ms, Some(T0 + 5000));
+}
+
+/// A not_before in the past is due at the next promotion.
+pub async fn add_delayed_in_the_past_is_due_at_once(f: &dyn Factory) {
+    let e = env(f).await;
+    e.q.add_delayed(item("late"), T0 - 1000).await.unwrap();
+    assert_eq!(e.q.promote_due().await.unwrap(), 1);
+    let s = e.q.stats().await.unwrap();
+    assert_eq!((s.delayed, s.due, s.backlog), (0, 1, 1));
+}
+
+/// next_due is the soonest not_before among delayed items.
+pub async fn next_due_is_the_soonest_timer(f: &dyn Factory) {
+    let e = env(f).await;
+    assert_eq!(e.q.next_due().await.unwrap(), None);
+    e.q.add_delayed(item("b"), T0 + 300).await.unwrap();
+    e.q.add_delayed(item("a"), T0 + 100).await.unwrap();
+    e.q.add_delayed(item("c"), T0 + 200).await.unwrap();
+    assert_eq!(e.q.next_due().await.unwrap(), Some(T0 + 100));
+    e.clock.advance(Duration::from_millis(150));
+    assert_eq!(e.q.promote_due().await.unwrap(), 1);
+    assert_eq!(e.q.next_due().await.unwrap(), Some(T0 + 200));
+}
+
+/// promote_due moves due items in (not_before, id) order.
+pub async fn promote_orders_by_not_before_then_id(f: &dyn Factory) {
+    let e = env(f).await;
+    e.q.add_delayed(item("t300-a"), T0 + 300).await.unwrap();
+    e.q.add_delayed(item("t100"), T0 + 100).await.unwrap();
+    e.q.add_delayed(item("t300-b"), T0 + 300).await.unwrap();
+    e.q.add_delayed(item("t900"), T0 + 900).await.unwrap();
+    e.clock.advance(Duration::from_millis(500));
+    assert_eq!(e.q.promote_due().await.unwrap(), 3);
+    assert_eq!(e.q.promote_due().await.unwrap(), 0);
+    let c = claim(&e.q, 10).await;
+    assert_eq!(payloads(&c), vec!["t100", "t300-a", "t300-b"]);
+}
+
+/// The due lane is claimed before the backlog, even backlog items added
+/// earlier.
+pub async fn due_lane_before_backlog(f: &dyn Factory) {
+    let e = env(f).await;
+    add(&e.q, "backlog-1").await;
+    e.q.add_delayed(item("timer"), T0 + 10).await.unwrap();
+    add(&e.q, "backlog-2").await;
+    e.clock.advance(Duration::from_millis(10));
+    let c = claim(&e.q, 3).await;
+    assert_eq!(payloads(&c), vec!["timer", "backlog-1", "backlog-2"]);
+    assert_eq!(
+        c.iter().map(|c| c.lane).collect::<Vec<_>>(),
+        vec![Lane::Due, Lane::Backlog, Lane::Backlog]
+    );
+}
+
+/// ClaimFrom::DueOnly takes only the due lane.
+pub async fn claim_due_only_skips_backlog(f: &dyn Factory) {
+    let e = env(f).await;
+    add(&e.q, "backlog").await;
+    assert!(
+        e.q.claim(5, NOW, ClaimFrom::DueOnly)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    e.q.add_delayed(item("timer"), T0).await.unwrap();
+    let c = e.q.claim(5, NOW, ClaimFrom::DueOnly).await.unwrap();
+    assert_eq!(payloads(&c), vec!["timer"]);
+    assert_eq!(e.q.stats().await.unwrap().backlog, 1);
+}
+
+// ---- Claiming -------------------------------------------------------------
+
+/// A claim never hands out more than count, across both lanes.
+pub async fn claim_never_exceeds_count(f: &dyn Factory) {
+    let e = env(f).await;
+    for i in 0..5 {
+        add(&e.q, &format!("b{i}")).await;
+        e.q.add_delayed(item(&format!("d{i}")), T0).await.unwrap();
+    }
+    let c = claim(&e.q, 3).await;
+    assert_eq!(c.len(), 3);
+    let c = claim(&e.q, 4).await;
+    assert_eq!(c.len(), 4);
+    assert_eq!(claim(&e.q, 100).await.len(), 3);
+    assert!(claim(&e.q, 100).await.is_empty());
+}
+
+/// count == 0 is InvalidInput.
+pub async fn claim_count_zero_is_invalid(f: &dyn Factory) {
+    let e = env(f).await;
+    add(&e.q, "x").await;
+    invalid(e.q.claim(0, NOW, ClaimFrom::All).await);
+    invalid(e.q.reclaim_stale(Duration::ZERO, 0).await);
+    assert_eq!(e.q.stats().await.unwrap().backlog, 1);
+}
+
+/// A claim sets claimed_at to now, counts the delivery and returns a receipt.
+pub async fn claim_counts_delivery_and_sets_claimed_at(f: &dyn Factory) {
+    let e = env(f).await;
+    let id = add(&e.q, "x").await;
+    e.clock.advance(Duration::from_millis(42));
+    let c = claim_one(&e.q).await;
+    assert_eq!(c.claimed_at_ms, T0 + 42);
+    assert_eq!(c.item.deliveries, 1);
+    assert_eq!(c.receipt.id, id);
+    assert_eq!(c.receipt.delivery, 1);
+    let s = e.q.stats().await.unwrap();
+    assert_eq!((s.pending, s.backlog), (1, 0));
+}
+
+/// The backlog is FIFO in add order.
+pub async fn backlog_is_fifo(f: &dyn Factory) {
+    let e = env(f).await;
+    for i in 0..20 {
+        add(&e.q, &format!("{i:02}")).await;
+    }
+    let mut seen = Vec::new();
+    for n in [3, 7, 10] {
+        seen.extend(payloads(&claim(&e.q, n).await));
+    }
+    let want: Vec<String> = (0..20).map(|i| format!("{i:02}")).collect();
+    assert_eq!(seen, want);
+}
+
+/// A waiting claim returns soon after an add.
+pub async fn blocking_claim_is_woken_by_add(f: &dyn Factory) {
+    let e = env(f).await;
+    let q = e.q.clone();
+    let adder = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        q.add(item("wake")).await.unwrap();
+    });
+    let c =
+        e.q.claim(1, Duration::from_secs(20), ClaimFrom::All)
+            .await
+            .unwrap();
+    assert_eq!(payloads(&c), vec!["wake"]);
+    adder.await.unwrap();
+}
+
+/// A waiting claim returns when a timer comes due by the queue's clock.
+pub async fn blocking_claim_is_woken_by_timer(f: &dyn Factory) {
+    let e = env(f).await;
+    e.q.add_delayed(item("timer"), T0 + 60_000).await.unwrap();
+    let clock = e.clock.clone();
+    let mover = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        clock.advance(Duration::from_secs(60));
+    });
+    let c =
+        e.q.claim(1, Duration::from_secs(20), ClaimFrom::All)
+            .await
+            .unwrap();
+    assert_eq!(payloads(&c), vec!["timer"]);
+    mover.await.unwrap();
+}
+
+/// A claim with nothing to take returns empty when its wait runs out.
+pub async fn blocking_claim_times_out_empty(f: &dyn Factory) {
+    let e = env(f).await;
+    let start = std::time::Instant::now();
+    let c =
+        e.q.claim(1, Duration::from_millis(100), ClaimFrom::All)
+            .await
+            .unwrap();
+    assert!(c.is_empty());
+    assert!(start.elapsed() >= Duration::from_millis(90));
+}
+
+/// Items of a paused flow are parked by the claim, which goes on to the next.
+pub async fn claim_parks_items_of_paused_flows(f: &dyn Factory) {
+    let e = env(f).await;
+    e.q.pause("held").await.unwrap();
+    e.q.add(in_flow("h1", "held")).await.unwrap();
+    add(&e.q, "free").await;
+    e.q.add(in_flow("h2", "held")).await.unwrap();
+    let c = claim(&e.q, 5).await;
+    assert_eq!(payloads(&c), vec!["free"]);
+    assert_eq!(e.q.parked("held").await.unwrap(), 2);
+    let s = e.q.stats().await.unwrap();
+    assert_eq!((s.parked, s.backlog, s.pending), (2, 0, 1));
+}
+
+/// A claim already waiting when the flow is paused obeys the pause.
+pub async fn waiting_claim_obeys_a_later_pause(f: &dyn Factory) {
+    let e = env(f).await;
+    let q = e.q.clone();
+    let waiter =
+        tokio::spawn(async move { q.claim(1, Duration::from_millis(600), ClaimFrom::All).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    e.q.pause("p").await.unwrap();
+    e.q.add(in_flow("held", "p")).await.unwrap();
+    let got = waiter.await.unwrap().unwrap();
+    assert!(
+        got.is_empty(),
+        "the paused flow's item was handed out: {got:?}"
+    );
+    assert_eq!(e.q.parked("p").await.unwrap(), 1);
+}
+
+/// Concurrent claims never hand out one item twice.
+pub async fn concurrent_claims_never_share_an_item(f: &dyn Factory) {
+    let e = env(f).await;
+    let items: Vec<NewItem> = (0..200).map(|i| item(&i.to_string())).collect();
+    e.q.add_batch(items).await.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let q = e.q.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            loop {
+                let c = q.claim(7, NOW, ClaimFrom::All).await.unwrap();
+                if c.is_empty() {
+                    break mine;
+                }
+                mine.extend(ids(&c));
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    let unique: BTreeSet<u64> = all.iter().copied().collect();
+    assert_eq!(all.len(), 200);
+    assert_eq!(unique.len(), 200);
+}
+
+// ---- Finishing ------------------------------------------------------------
+
+/// ack removes the item for good; a second ack is LeaseLost.
+pub async fn ack_removes_for_good_and_second_ack_is_lease_lost(f: &dyn Factory) {
+    let e = env(f).await;
+    add(&e.q, "x").await;
+    let c = claim_one(&e.q).await;
+    e.q.ack(c.receipt).await.unwrap();
+    lease_lost(e.q.ack(c.receipt).await);
+    let s = e.q.stats().await.unwrap();
+    assert_eq!((s.pending, s.backlog, s.dead_letters), (0, 0, 0));
+    assert!(
+        e.q.reclaim_stale(Duration::ZERO, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// ack_batch acks the current receipts and skips lost ones.
+pub async fn ack_batch_counts_only_current_receipts(f: &dyn Factory) {
+    let e = env(f).await;
+    for i in 0..3 {
+        add(&e.q, &i.to_string()).await;
+    }
+    let c = claim(&e.q, 3).await;
+    e.q.ack(c[1].receipt).await.unwrap();
+    let n =
+        e.q.ack_batch(c.iter().map(|c| c.receipt).collect())
+            .await
+            .unwrap();
+    assert_eq!(n, 2);
+    assert_eq!(e.q.stats().await.unwrap().pending, 0);
+}
+
+/// touch resets claimed_at so the claim is no longer stale; deliveries stay.
+pub async fn touch_extends_the_lease(f: &dyn Factory) {
+    let e = env(f).await;
+    add(&e.q, "x").await;
+    let c = claim_one(&e.q).await;
+    e.clock.advance(Duration::from_secs(20));
+    e.q.touch(vec![c.receipt]).await.unwrap();
+    e.clock.advance(Duration::from_secs(20));
+    assert!(
+        e.q.reclaim_stale(Duration::from_secs(30), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        e.q.stats().await.unwrap().oldest_pending_age_ms,
+        Some(20_000)
+    );
+    e.q.ack(c.receipt).await.unwrap();
+}
+
+/// touch with any lost receipt changes nothing at all.
+pub async fn touch_with_a_lost_receipt_changes_nothing(f: &dyn Factory) {
+    let e = env(f).await;
+    add(&e.q, "a").await;
+    add(&e.q, "b").await;
+    let c = claim(&e.q, 2).await;
+    e.q.ack(c[1].receipt).await.unwrap();
+    e.clock.advance(Duration::from_secs(10));
+    lease_lost(e.q.touch(vec![c[0].receipt, c[1].receipt]).await);
+    assert_eq!(
+        e.q.stats().await.unwrap().oldest_pending_age_ms,
+        Some(10_000)
+    );
+}
+
+/// retry moves the item to delayed, keeping id and deliveries.
+pub async fn retry_moves_to_delayed_keeping_id(f: &dyn Factory) {
+    let e = env(f).await;
+    let id = add(&e.q, "x").await;
+    let c = claim_one(&e.q).await;
+    let out = e.q.retry(c.receipt, T0 + 1000).await.unwrap();
+    assert_eq!(out, RetryOutcome::Delayed);
+    let s = e.q.stats().await.unwrap();
+    assert_eq!((s.pending, s.delayed), (0, 1));
+    assert!(claim(&e.q, 1).await.is_empty());
+    e.clock.advance(Duration::from_secs(1));
+    let again = claim_one(&e.q).await;
+    assert_eq!(again.item.id, id);
+    assert_eq!(again.item.deliveries, 2);
+    assert_eq!(again.lane, Lane::Due);
+    lease_lost(e.q.ack(c.receipt).await);
+}
+
+/// retry after max_deliveries dead-letters and says so.
+pub async fn retry_past_max_deliveries_dead_letters(f: &dyn Factory) {
+    let e = env_with(f, Config::default().max_deliveries(2)).await;
+    let id = add(&e.q, "x").await;
+    let c = claim_one(&e.q).await;
+    assert_eq!(
+        e.q.retry(c.receipt, T0).await.unwrap(),
+        RetryOutcome::Delayed
+    );
+    let c = claim_one(&e.q).await;
+    assert_eq!(c.item.deliveries, 2);
+    assert_eq!(
+        e.q.retry(c.receipt, T0).await.unwrap(),
+        RetryOutcome::DeadLettered
+    );
+    let dl = e.q.dead_letters(10).await.unwrap();
+    assert_eq!(dl.len(), 1);
+    assert_eq!(dl[0].item.id, id);
+    assert_eq!(dl[0].reason, MAX_DELIVERIES_REASON);
+    assert_eq!(dl[0].item.deliveries, 2);
+    let s = e.q.stats().await.unwrap();
+    assert_eq!((s.delayed, s.dead_letters, s.pending), (0, 1, 0));
+}
+
+/// dead_letter records the reason and time.
+pub async fn dead_letter_records_reason_and_time(f: &dyn Factory) {
+    let e = env(f).await;
+    add(&e.q, "x").await;
+    let c = claim_one(&e.q).await;
+    e.clock.advance(Duration::from_millis(7));
+    e.q.dead_letter(c.receipt, "bad input").await.unwrap();
+    let dl = e.q.dead_letters(1).await.unwrap();
+    assert_eq!(dl[0].reason, "bad input");
+    assert_eq!(dl[0].failed_at_ms, T0 + 7);
+    assert_eq!(dl[0].item.payload, b"x");
+    lease_lost(e.q.dead_letter(c.receipt, "again").await);
+}
+
+/// After a reclaim by someone else, every operation with the old receipt is
+/// LeaseLost and changes nothing.
+pub async fn stale_receipt_after_reclaim_is_lease_lost_everywhere(f: &dyn Factory) {
+    let e = env(f).await;
+    e.q.add(in_flow("x", "f")).await.unwrap();
+    let old = claim_one(&e.q).await;
+    e.clock.advance(Duration::from_secs(60));
+    let new =
+        e.q.reclaim_stale(Duration::from_secs(30), 10)
+            .await
+            .unwrap();
+    assert_eq!(new.len(), 1);
+    let before = e.q.stats().await.unwrap();
+    lease_lost(e.q.ack(old.receipt).await);
+    lease_lost(e.q.touch(vec![old.receipt]).await);
+    lease_lost(e.q.retry(old.receipt, T0).await);
+    lease_lost(e.q.dead_letter(old.receipt, "x").await);
+    lease_lost(e.q.park(old.receipt).await);
+    assert_eq!(e.q.ack_batch(vec![old.receipt]).await.unwrap(), 0);
+    assert_eq!(e.q.stats().await.unwrap(), before);
+    e.q.ack(new[0].receipt).await.unwrap();
+}
+
+// ---- Crash recovery -------------------------------------------------------
+
+/// reclaim_stale takes only claims idle for min_idle, oldest first.
+pub async fn reclaim_takes_idle_claims_oldest_first(f: &dyn Factory) {
+    let e = env(f).await;
+    for p in ["a", "b", "c"] {
+        add(&e.q, p).await;
+    }
+    let a = claim_one(&e.q).await;
+    e.clock.advance(Duration::from_secs(10));
+    let b = claim_one(&e.q).await;
+    e.clock.advance(Duration::from_secs(10));
+    let _c = claim_one(&e.q).await;
+    e.clock.advance(Duration::from_secs(5));
+    let r =
+        e.q.reclaim_stale(Duration::from_secs(15), 10)
+            .await
+            .unwrap();
+    assert_eq!(ids(&r), vec![a.item.id, b.item.id]);
+    assert!(r.iter().all(|c| c.claimed_at_ms == T0 + 25_000));
+}
+
+/// A reclaimed item gets deliveries + 1 and a new receipt.
+pub async fn reclaim_counts_a_delivery_and_issues_a_new_receipt(f: &dyn Factory) {
+    let e = env(f).await;
+    add(&e.q, "x").await;
+    let c = claim_one(&e.q).await;
+    e.clock.advance(Duration::from_secs(1));
+    let r = e.q.reclaim_stale(Duration::from_secs(1), 1).await.unwrap();
+    assert_eq!(r[0].item.deliveries, 2);
+    assert_eq!(r[0].receipt.delivery, 2);
+    assert_ne!(r[0].receipt, c.receipt);
+    assert_eq!(r[0].lane, Lane::Backlog);
+    e.q.touch(vec![r[0].receipt]).await.unwrap();
+    e.q.ack(r[0].receipt).await.unwrap();
+}
+
+/// A reclaim that would pass max_deliveries dead-letters instead.
+pub async fn reclaim_past_max_deliveries_dead_letters(f: &dyn Factory) {
+    let e = env_with(f, Config::default().max_deliveries(2)).await;
+    add(&e.q, "doomed").await;
+    add(&e.q, "fine").await;
+    let d = claim_one(&e.q).await;
+    e.clock.advance(Duration::from_secs(1));
+    let r = e.q.reclaim_stale(Duration::ZERO, 10).await.unwrap();
+    assert_eq!(ids(&r), vec![d.item.id]);
+    let f2 = claim_one(&e.q).await;
+    e.clock.advance(Duration::from_secs(1));
+    let r =
+        e.q.reclaim_stale(Duration::from_millis(500), 1)
+            .await
+            .unwrap();
+    // "doomed" is at 2 deliveries: dead-lettered, not returned, not counted.
+    assert_eq!(ids(&r), vec![f2.item.id]);
+    let dl = e.q.dead_letters(10).await.unwrap();
+    assert_eq!(dl.len(), 1);
+    assert_eq!(dl[0].reason, MAX_DELIVERIES_REASON);
+    assert_eq!(dl[0].item.id, d.item.id);
+}
+
+/// Repeated reclaims reach every stale item, however many fresh ones there
+/// are.
+pub async fn repeated_reclaims_reach_stale_items_behind_fresh_ones(f: &dyn Factory) {
+    let e = env(f).await;
+    let stale: Vec<NewItem> = (0..60).map(|i| item(&format!("s{i}"))).collect();
+    e.q.add_batch(stale).await.unwrap();
+    let s = claim(&e.q, 60).await;
+    assert_eq!(s.len(), 60);
+    e.clock.advance(Duration::from_secs(100));
+    let fresh: Vec<NewItem> = (0..40).map(|i| item(&format!("f{i}"))).collect();
+    e.q.add_batch(fresh).await.unwrap();
+    assert_eq!(claim(&e.q, 40).await.len(), 40);
+    e.clock.advance(Duration::from_secs(1));
+    let mut got = Vec::new();
+    loop {
+        let r = e.q.reclaim_stale(Duration::from_secs(50), 7).await.unwrap();
+        assert!(r.len() <= 7);
+        if r.is_empty() {
+            break;
+        }
+        got.extend(ids(&r));
+    }
+    let want: BTreeSet<u64> = ids(&s).into_iter().collect();
+    assert_eq!(got.iter().copied().collect::<BTreeSet<_>>(), want);
+    assert_eq!(got.len(), 60);
+}
+
+// ---- Flows ----------------------------------------------------------------
+
+/// resume moves parked items back to the backlog tail, oldest first.
+pub async fn resume_requeues_parked_oldest_first(f: &dyn Factory) {
+    let e = env(f).await;
+    e.q.pause("f").await.unwrap();
+    for i in 0..3 {
+        e.q.add(in_flow(&format!("p{i}"), "f")).await.unwrap();
+    }
+    assert!(claim(&e.q, 5).await.is_empty());
+    add(&e.q, "other").await;
+    assert_eq!(e.q.resume("f").await.unwrap(), 3);
+    assert_eq!(e.q.parked("f").await.unwrap(), 0);
+    assert!(e.q.paused_flows().await.unwrap().is_empty());
+    let c = claim(&e.q, 10).await;
+    assert_eq!(payloads(&c), vec!["other", "p0", "p1", "p2"]);
+    assert_eq!(e.q.resume("f").await.unwrap(), 0);
+}
+
+/// park moves a pending item to its flow's parked list.
+pub async fn park_moves_a_pending_item_to_parked(f: &dyn Factory) {
+    let e = env(f).await;
+    e.q.add(in_flow("x", "f")).await.unwrap();
+    let c = claim_one(&e.q).await;
+    e.q.park(c.receipt).await.unwrap();
+    let s = e.q.stats().await.unwrap();
+    assert_eq!((s.pending, s.parked), (0, 1));
+    lease_lost(e.q.ack(c.receipt).await);
+    assert_eq!(e.q.resume("f").await.unwrap(), 1);
+    let again = claim_one(&e.q).await;
+    assert_eq!(again.item.deliveries, 2);
+}
+
+/// Flow operations need a flow name; an item of the default flow cannot be
+/// parked.
+pub async fn flow_operations_refuse_the_default_flow(f: &dyn Factory) {
+    let e = env(f).await;
+    add(&e.q, "x").await;
+    let c = claim_one(&e.q).await;
+    invalid(e.q.park(c.receipt).await);
+    invalid(e.q.pause("").await);
+    invalid(e.q.resume("").await);
+    invalid(e.q.step("").await);
+    invalid(e.q.clear_flow("").await);
+    e.q.ack(c.receipt).await.unwrap();
+}
+
+/// step hands out the oldest parked item; the rest stay held and the flow
+/// stays paused.
+pub async fn step_runs_one_parked_item(f: &dyn Factory) {
+    let e = env(f).await;
+    e.q.pause("f").await.unwrap();
+    e.q.add(in_flow("first", "f")).await.unwrap();
+    e.q.add(in_flow("second", "f")).await.unwrap();
+    claim(&e.q, 5).await;
+    let s = e.q.step("f").await.unwrap().expect("one parked item");
+    assert_eq!(s.item.payload, b"first");
+    assert_eq!(s.lane, Lane::Parked);
+    assert_eq!(s.item.deliveries, 1);
+    assert_eq!(e.q.parked("f").await.unwrap(), 1);
+    assert_eq!(e.q.paused_flows().await.unwrap(), vec!["f".to_string()]);
+    e.q.ack(s.receipt).await.unwrap();
+    assert!(e.q.step("g").await.unwrap().is_none());
+}
+
+/// clear_flow deletes parked items and the pause state.
+pub async fn clear_flow_deletes_parked_items_and_pause(f: &dyn Factory) {
+    let e = env(f).await;
+    e.q.pause("f").await.unwrap();
+    e.q.add(in_flow("a", "f")).await.unwrap();
+    e.q.add(in_flow("b", "f")).await.unwrap();
+    claim(&e.q, 5).await;
+    assert_eq!(e.q.clear_flow("f").await.unwrap(), 2);
+    assert!(e.q.paused_flows().await.unwrap().is_empty());
+    let s = e.q.stats().await.unwrap();
+    assert_eq!((s.parked, s.backlog, s.pending), (0, 0, 0));
+    e.q.add(in_flow("c", "f")).await.unwrap();
+    assert_eq!(claim(&e.q, 5).await.len(), 1);
+}
+
+/// paused_flows lists paused flows sorted; pausing is idempotent.
+pub async fn paused_flows_are_listed_sorted(f: &dyn Factory) {
+    let e = env(f).await;
+    e.q.pause("b").await.unwrap();
+    e.q.pause("a").await.unwrap();
+    e.q.pause("b").await.unwrap();
+    assert_eq!(
+        e.q.paused_flows().await.unwrap(),
+        vec!["a".to_string(), "b".to_string()]
+    );
+}
+
+// ---- Idempotency ----------------------------------------------------------
+
+/// A done marker lives for done_ttl by the queue's clock.
+pub async fn done_marker_lives_for_its_ttl(f: &dyn Factory) {
+    let e = env_with(f, Config::default().done_ttl(Duration::from_secs(60))).await;
+    assert!(!e.q.was_done(7, "charge").await.unwrap());
+    e.q.mark_done(7, "charge").await.unwrap();
+    assert!(e.q.was_done(7, "charge").await.unwrap());
+    assert!(!e.q.was_done(7, "email").await.unwrap());
+    assert!(!e.q.was_done(8, "charge").await.unwrap());
+    e.clock.advance(Duration::from_secs(59));
+    assert!(e.q.was_done(7, "charge").await.unwrap());
+    e.clock.advance(Duration::from_secs(1));
+    assert!(!e.q.was_done(7, "charge").await.unwrap());
+}
+
+// ---- Dead letters ---------------------------------------------------------
+
+/// dead_letters lists newest first, at most count.
+pub async fn dead_letters_are_newest_first(f: &dyn Factory) {
+    let e = env(f).await;
+    for p in ["a", "b", "c"] {
+        add(&e.q, p).await;
+    }
+    for c in claim(&e.q, 3).await {
+        e.clock.advance(Duration::from_millis(1));
+        e.q.dead_letter(c.receipt, "no").await.unwrap();
+    }
+    let dl = e.q.dead_letters(2).await.unwrap();
+    assert_eq!(
+        dl.iter()
+            .map(|d| d.item.payload.clone())
+            .collect::<Vec<_>>(),
+        vec![b"c".to_vec(), b"b".to_vec()]
+    );
+}
+
+/// redrive moves a dead letter back to the backlog tail with deliveries 0;
+/// an old receipt stays void.
+pub async fn redrive_resets_deliveries(f: &dyn Factory) {
+    let e = env(f).await;
+    let id = add(&e.q, "x").await;
+    let c = claim_one(&e.q).await;
+    e.q.dead_letter(c.receipt, "oops").await.unwrap();
+    add(&e.q, "y").await;
+    assert!(e.q.redrive(id).await.unwrap());
+    assert!(!e.q.redrive(id).await.unwrap());
+    assert!(!e.q.redrive(999).await.unwrap());
+    assert_eq!(e.q.stats().await.unwrap().dead_letters, 0);
+    let again = claim(&e.q, 2).await;
+    assert_eq!(payloads(&again), vec!["y", "x"]);
+    assert_eq!(again[1].item.id, id);
+    assert_eq!(again[1].item.deliveries, 1);
+    // The receipt from before the dead-lettering names delivery 1 as well,
+    // but it is not this claim.
+    lease_lost(e.q.ack(c.receipt).await);
+    e.q.ack(again[1].receipt).await.unwrap();
+}
+
+/// Past dead_letter_cap the oldest dead letters are dropped.
+pub async fn dead_letter_cap_drops_the_oldest(f: &dyn Factory) {
+    let e = env_with(f, Config::default().dead_letter_cap(2)).await;
+    for p in ["a", "b", "c"] {
+        add(&e.q, p).await;
+    }
+    for c in claim(&e.q, 3).await {
+        e.q.dead_letter(c.receipt, "no").await.unwrap();
+    }
+    let dl = e.q.dead_letters(10).await.unwrap();
+    assert_eq!(dl.len(), 2);
+    assert_eq!(dl[1].item.payload, b"b");
+    assert!(!e.q.redrive(1).await.unwrap());
+    assert_eq!(e.q.stats().await.unwrap().dead_letters, 2);
+}
+
+/// purge_dead_letters deletes them all and says how many.
+pub async fn purge_dead_letters_deletes_all(f: &dyn Factory) {
+    let e = env(f).await;
+    add(&e.q, "a").await;
+    add(&e.q, "b").await;
+    for c in claim(&e.q, 2).await {
+        e.q.dead_letter(c.receipt, "no").await.unwrap();
+    }
+    assert_eq!(e.q.purge_dead_letters().await.unwrap(), 2);
+    assert_eq!(e.q.purge_dead_letters().await.unwrap(), 0);
+    assert!(e.q.dead_letters(10).await.unwrap().is_empty());
+    assert!(!e.q.redrive(1).await.unwrap());
+}
+
+// ---- Looking --------------------------------------------------------------
+
+/// stats counts every state exactly.
+pub async fn stats_count_every_state(f: &dyn Factory) {
+    let e = env(f).await;
+    assert_eq!(e.q.stats().await.unwrap().durable, f.durable());
+    e.q.pause("p").await.unwrap();
+    e.q.add(in_flow("parked", "p")).await.unwrap();
+    for p in ["pending", "dead", "backlog"] {
+        add(&e.q, p).await;
+    }
+    e.q.add_delayed(item("due"), T0).await.unwrap();
+    e.q.add_delayed(item("delayed"), T0 + 100_000)
+        .await
+        .unwrap();
+    let c = claim(&e.q, 3).await;
+    assert_eq!(payloads(&c), vec!["due", "pending", "dead"]);
+    e.q.dead_letter(c[2].receipt, "x").await.unwrap();
+    e.q.retry(c[0].receipt, T0).await.unwrap();
+    e.q.promote_due().await.unwrap();
+    e.clock.advance(Duration::from_millis(250));
+    let s = e.q.stats().await.unwrap();
+    assert_eq!(s.backlog, 2, "{s:?}");
+    assert_eq!(s.due, 1);
+    assert_eq!(s.pending, 1);
+    assert_eq!(s.delayed, 1);
+    assert_eq!(s.parked, 1);
+    assert_eq!(s.dead_letters, 1);
+    assert_eq!(s.oldest_pending_age_ms, Some(250));
+}
+
+/// peek shows what a claim would hand out, without claiming.
+pub async fn peek_does_not_claim(f: &dyn Factory) {
+    let e = env(f).await;
+    e.q.pause("p").await.unwrap();
+    add(&e.q, "b1").await;
+    e.q.add(in_flow("held", "p")).await.unwrap();
+    add(&e.q, "b2").await;
+    e.q.add_delayed(item("timer"), T0).await.unwrap();
+    let p = e.q.peek(10).await.unwrap();
+    let names: Vec<_> = p
+        .iter()
+        .map(|i| String::from_utf8_lossy(&i.payload).into_owned())
+        .collect();
+    assert_eq!(names, vec!["timer", "b1", "b2"]);
+    assert_eq!(e.q.peek(1).await.unwrap().len(), 1);
+    let s = e.q.stats().await.unwrap();
+    assert_eq!((s.pending, s.delayed, s.parked), (0, 1, 0));
+    assert_eq!(payloads(&claim(&e.q, 10).await), vec!["timer", "b1", "b2"]);
+}
+
+/// backlog_by_flow counts flows over the next items to be claimed.
+pub async fn backlog_by_flow_counts_the_sample(f: &dyn Factory) {
+    let e = env(f).await;
+    for flow in ["a", "b", "a", "c", "a"] {
+        e.q.add(in_flow("x", flow)).await.unwrap();
+    }
+    let m = e.q.backlog_by_flow(4).await.unwrap();
+    assert_eq!(m.get("a"), Some(&2));
+    assert_eq!(m.get("b"), Some(&1));
+    assert_eq!(m.get("c"), Some(&1));
+    assert_eq!(m.values().sum::<u64>(), 4);
+}
+
+/// now_ms reads the queue's clock.
+pub async fn now_reads_the_queue_clock(f: &dyn Factory) {
+    let e = env(f).await;
+    assert_eq!(e.q.now_ms().await.unwrap(), T0);
+    e.clock.advance(Duration::from_millis(5));
+    assert_eq!(e.q.now_ms().await.unwrap(), T0 + 5);
+}
+
+// ---- Delivery (SPEC section 4) --------------------------------------------
+
+/// An item comes back after a retry and after a reclaim, never otherwise.
+pub async fn item_is_handed_out_again_only_after_retry_or_reclaim(f: &dyn Factory) {
+    let e = env(f).await;
+    let id = add(&e.q, "x").await;
+    let c = claim_one(&e.q).await;
+    assert!(claim(&e.q, 5).await.is_empty());
+    e.clock.advance(Duration::from_secs(3600));
+    assert!(
+        claim(&e.q, 5).await.is_empty(),
+        "a stale claim is not handed out by claim"
+    );
+    e.q.retry(c.receipt, T0).await.unwrap();
+    let c2 = claim_one(&e.q).await;
+    assert_eq!(c2.item.id, id);
+    let r = e.q.reclaim_stale(Duration::ZERO, 5).await.unwrap();
+    assert_eq!(ids(&r), vec![id]);
+    e.q.ack(r[0].receipt).await.unwrap();
+    assert!(claim(&e.q, 5).await.is_empty());
+}
+
+/// The id is the same through delay, claim, retry, park, resume,
+/// dead-lettering and redrive.
+pub async fn id_is_stable_through_every_move(f: &dyn Factory) {
+    let e = env(f).await;
+    let id = e.q.add_delayed(in_flow("x", "f"), T0).await.unwrap().id;
+    let c = claim_one(&e.q).await;
+    assert_eq!(c.item.id, id);
+    e.q.park(c.receipt).await.unwrap();
+    e.q.resume("f").await.unwrap();
+    let c = claim_one(&e.q).await;
+    e.q.retry(c.receipt, T0).await.unwrap();
+    let c = claim_one(&e.q).await;
+    e.q.dead_letter(c.receipt, "x").await.unwrap();
+    e.q.redrive(id).await.unwrap();
+    let c = claim_one(&e.q).await;
+    assert_eq!(c.item.id, id);
+    assert_eq!(c.item.enqueued_at_ms, T0);
+}
+
+/// Run every case against `factory`, in order: the same list
+/// [`conformance_tests!`](crate::conformance_tests) expands.
+pub async fn run_all(factory: &dyn Factory) {
+    macro_rules! run {
+        ($($case:ident),* $(,)?) => { $( $case(factory).await; )* };
+    }
+    crate::conformance_case_list!(run);
+}
+
+/// The list of cases, handed to a callback macro.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! conformance_case_list {
+    ($callback:ident $(, $arg:expr)?) => {
+        $callback! {
+            $($arg;)?
+            add_assigns_increasing_ids,
+            add_batch_returns_ids_in_order,
+            add_batch_is_all_or_none,
+            payload_over_limit_is_invalid_input,
+            identical_payloads_stay_two_items,
+            dedup_key_within_window_is_a_duplicate,
+            dedup_window_expires,
+            full_refuses_and_drops_nothing,
+            add_delayed_waits_for_not_before,
+            add_delayed_in_the_past_is_due_at_once,
+            next_due_is_the_soonest_timer,
+            promote_orders_by_not_before_then_id,
+            due_lane_before_backlog,
+            claim_due_only_skips_backlog,
+            claim_never_exceeds_count,
+            claim_count_zero_is_invalid,
+            claim_counts_delivery_and_sets_claimed_at,
+            backlog_is_fifo,
+            blocking_claim_is_woken_by_add,
+            blocking_claim_is_woken_by_timer,
+            blocking_claim_times_out_empty,
+            claim_parks_items_of_paused_flows,
+            waiting_claim_obeys_a_later_pause,
+            concurrent_claims_never_share_an_item,
+            ack_removes_for_good_and_second_ack_is_lease_lost,
+            ack_batch_counts_only_current_receipts,
+            touch_extends_the_lease,
+            touch_with_a_lost_receipt_changes_nothing,
+            retry_moves_to_delayed_keeping_id,
+            retry_past_max_deliveries_dead_letters,
+            dead_letter_records_reason_and_time,
+            stale_receipt_after_reclaim_is_lease_lost_everywhere,
+            reclaim_takes_idle_claims_oldest_first,
+            reclaim_counts_a_delivery_and_issues_a_new_receipt,
+            reclaim_past_max_deliveries_dead_letters,
+            repeated_reclaims_reach_stale_items_behind_fresh_ones,
+            resume_requeues_parked_oldest_first,
+            park_moves_a_pending_item_to_parked,
+            flow_operations_refuse_the_default_flow,
+            step_runs_one_parked_item,
+            clear_flow_deletes_parked_items_and_pause,
+            paused_flows_are_listed_sorted,
+            done_marker_lives_for_its_ttl,
+            dead_letters_are_newest_first,
+            redrive_resets_deliveries,
+            dead_letter_cap_drops_the_oldest,
+            purge_dead_letters_deletes_all,
+            stats_count_every_state,
+            peek_does_not_claim,
+            backlog_by_flow_counts_the_sample,
+            now_reads_the_queue_clock,
+            item_is_handed_out_again_only_after_retry_or_reclaim,
+            id_is_stable_through_every_move,
+        }
+    };
+}
+
+/// Expand one `#[tokio::test]` per conformance case, each running the case
+/// against the factory expression given (SPEC sections 3 and 4).
+///
+/// ```text
+/// mod embedded {
+///     workjournal::conformance_tests!(workjournal::testing::EmbeddedFactory);
+/// }
+/// ```
+#[macro_export]
+macro_rules! conformance_tests {
+    ($factory:expr) => {
+        $crate::conformance_case_list!(__workjournal_conformance_tests, $factory);
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __workjournal_conformance_tests {
+    ($factory:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                $crate::testing::conformance::$case(&$factory).await;
+            }
+        )*
+    };
+}

@@ -181,12 +181,17 @@ impl EmbeddedQueue {
         let path = claim_path(path.as_ref())?;
         let claim = PathClaim::take(path.clone())?;
         let file = path.clone();
-        Self::start(config, path, claim, move || {
-            redb::Builder::new()
-                .set_check_integrity_on_open(options.verify_on_open)
-                .set_cache_size(options.cache_size_bytes)
-                .create(&file)
-        })
+        Self::start(
+            config,
+            path,
+            claim,
+            Box::new(move || {
+                redb::Builder::new()
+                    .set_check_integrity_on_open(options.verify_on_open)
+                    .set_cache_size(options.cache_size_bytes)
+                    .create(&file)
+            }),
+        )
         .await
     }
 
@@ -204,13 +209,50 @@ impl EmbeddedQueue {
         config: Config,
         verify_on_open: bool,
     ) -> Result<Self> {
+        let mut backend = Some(backend);
+        Self::open_on_backend_with(
+            name,
+            move || {
+                backend.take().ok_or_else(|| {
+                    std::io::Error::other(
+                        "this storage backend cannot be opened twice: open the queue again",
+                    )
+                })
+            },
+            config,
+            verify_on_open,
+        )
+        .await
+    }
+
+    /// As [`EmbeddedQueue::open_on_backend`], with a function that makes
+    /// the backend: called once at open, and again whenever the queue
+    /// reopens its database after an I/O error.
+    ///
+    /// # Errors
+    ///
+    /// As [`EmbeddedQueue::open`], or `Io` if `make` fails.
+    #[cfg(feature = "testing")]
+    pub async fn open_on_backend_with<B: redb::StorageBackend>(
+        name: &str,
+        mut make: impl FnMut() -> std::io::Result<B> + Send + 'static,
+        config: Config,
+        verify_on_open: bool,
+    ) -> Result<Self> {
         let path = PathBuf::from(format!("backend:{name}"));
         let claim = PathClaim::take(path.clone())?;
-        Self::start(config, path, claim, move || {
-            redb::Builder::new()
-                .set_check_integrity_on_open(verify_on_open)
-                .create_with_backend(backend)
-        })
+        Self::start(
+            config,
+            path,
+            claim,
+            Box::new(move || {
+                let backend =
+                    make().map_err(|e| redb::DatabaseError::Storage(redb::StorageError::Io(e)))?;
+                redb::Builder::new()
+                    .set_check_integrity_on_open(verify_on_open)
+                    .create_with_backend(backend)
+            }),
+        )
         .await
     }
 
@@ -218,9 +260,7 @@ impl EmbeddedQueue {
         config: Config,
         path: PathBuf,
         claim: PathClaim,
-        build: impl FnOnce() -> std::result::Result<redb::Database, redb::DatabaseError>
-        + Send
-        + 'static,
+        mut build: writer::Build,
     ) -> Result<Self> {
         let limits = Limits {
             max_deliveries: config.max_deliveries,
@@ -242,10 +282,10 @@ impl EmbeddedQueue {
         std::thread::Builder::new()
             .name("workjournal-writer".into())
             .spawn(
-                move || match writer::open_database(build, &thread_path, limits) {
+                move || match writer::open_database(&mut build, &thread_path, limits) {
                     Ok(db) => {
                         let _ = ready_tx.send(Ok(()));
-                        writer::run(db, rx, limits, thread_wake, claim);
+                        writer::run(db, build, thread_path, rx, limits, thread_wake, claim);
                     }
                     Err(e) => {
                         drop(claim);
@@ -295,6 +335,50 @@ macro_rules! expect_reply {
             other => Err(unexpected(other)),
         }
     };
+}
+
+impl EmbeddedQueue {
+    /// Where every item is, by a full scan of the file's state indexes on
+    /// the writer thread (test support, feature `testing`): for invariant
+    /// checks against [`Stats`] and against what a test knows was
+    /// acknowledged. An id with two entries is in two states (a bug); an id
+    /// with none has an item record that no state names (a bug).
+    ///
+    /// # Errors
+    ///
+    /// `Corrupt` if an index names an id without an item record; `Decode`
+    /// for an unreadable dead-letter record; storage failures.
+    #[cfg(feature = "testing")]
+    pub async fn locations(&self) -> Result<BTreeMap<u64, Vec<crate::Location>>> {
+        expect_reply!(self, Op::Locations, Reply::Locations(m) => m)
+    }
+
+    /// Every table of the file as text, table by table, leaving out the
+    /// orphan index that each open rewrites (test support, feature
+    /// `testing`): two queues hold exactly the same state when their dumps
+    /// are equal. Power-loss tests compare a reopened file with the state
+    /// after the last acknowledged commit.
+    ///
+    /// # Errors
+    ///
+    /// Storage failures only.
+    #[cfg(feature = "testing")]
+    pub async fn dump_tables(&self) -> Result<BTreeMap<String, Vec<String>>> {
+        expect_reply!(self, Op::Dump, Reply::Dump(m) => m)
+    }
+
+    /// Where every item is, checked strictly (test support, feature
+    /// `testing`): each id in exactly one state, the lease index equal to the
+    /// leases, every index naming a stored item and every item named once.
+    /// The model tests compare this with the reference model.
+    ///
+    /// # Errors
+    ///
+    /// `Corrupt` naming the first broken invariant; storage failures.
+    #[cfg(feature = "testing")]
+    pub async fn audit(&self) -> Result<BTreeMap<u64, crate::Location>> {
+        expect_reply!(self, Op::Audit, Reply::Audit(m) => m)
+    }
 }
 
 impl WorkQueue for EmbeddedQueue {

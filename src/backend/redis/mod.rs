@@ -1,0 +1,1196 @@
+//! The `redis` backend: Redis Streams plus a few keys, shared by many
+//! processes (SPEC sections 3 and 6).
+//!
+//! # Keys
+//!
+//! Every key starts with `{ns}:`, one hash tag, so Redis Cluster keeps a
+//! whole queue in one slot and every script may touch any of its keys.
+//! Values are readable with `redis-cli`: ids, times (ms by the queue's clock)
+//! and counts are decimal text, payloads raw bytes.
+//!
+//! | key | type | holds |
+//! |---|---|---|
+//! | `{ns}:seq` | string | the id counter (`INCR`, first id 1) |
+//! | `{ns}:lease` | string | the lease counter: every claim gets a fresh one, the fencing token of its receipt |
+//! | `{ns}:item:<id>` | hash | the item, stored once: `flow`, `payload`, `enq`, `nb`, `dlv`, its state `st`, and while pending `lane`, `ls` (lease), `ca` (claimed_at), `sid` (stream entry), `owner`; as a dead letter `reason`, `failed` |
+//! | `{ns}:backlog`, `{ns}:due` | stream | one entry `id=<id>` per ready item, read through the consumer group `workers` |
+//! | `{ns}:delayed` | sorted set | delayed ids by `not_before` |
+//! | `{ns}:pending` | sorted set | pending ids by `claimed_at` |
+//! | `{ns}:parked:<flow>` | list | a paused flow's parked ids, oldest first; `{ns}:flows` is the set of flows with any |
+//! | `{ns}:paused` | set | paused flows |
+//! | `{ns}:dead` | list | dead-letter ids, newest first, at most `dead_letter_cap` |
+//! | `{ns}:dedup`, `{ns}:dedup:exp` | hash + sorted set | dedup key → first id, and when the key expires |
+//! | `{ns}:done`, `{ns}:done:exp` | hash + sorted set | `<id>:<step>` done markers and when they expire |
+//! | `{ns}:wake` | stream | wake-up signals for blocking claims (trimmed to 16 entries; holds no work) |
+//! | `{ns}:consumers` | string | counter that makes consumer names unique |
+//!
+//! # Why this shape
+//!
+//! - **Every change that touches more than one key is one Lua script**
+//!   (`scripts/*.lua`, each prefixed with `scripts/common.lua`), so a crash
+//!   or a dropped connection never leaves an item in two places or in none.
+//!   No client-side read-then-write, no `MULTI`/`WATCH`.
+//! - **Streams for the ready lanes.** The backlog and due lanes are streams
+//!   read with `XREADGROUP ... >` inside the claim script, so the group's PEL
+//!   always names the consumer holding each entry (visible with
+//!   `XPENDING`/`XINFO`). An entry is `XACK`ed and `XDEL`ed when its item
+//!   leaves pending (ack, retry, park, dead letter): the streams hold no
+//!   acked entries, so they never need `MAXLEN` trimming, which would drop
+//!   live work.
+//! - **Leases live in the item record, not in the PEL.** The PEL's idle time
+//!   and delivery count follow the server's clock and are not bumped by
+//!   `XCLAIM ... JUSTID`; the queue needs its own clock (tests inject one)
+//!   and a fencing token that survives redrives. So `ls`/`ca`/`dlv` in the
+//!   item hash are the truth, and every ack, touch, retry, dead letter and
+//!   park checks `st = pending` and `ls = receipt.lease` in the same script
+//!   that changes anything. A touch never uses `XCLAIM` (which would steal an
+//!   entry someone else reclaimed).
+//! - **Reclaim reads its own index.** `{ns}:pending` is ordered by
+//!   (`claimed_at`, id) — members are ids padded to 20 digits, so ties sort by
+//!   id — so `reclaim_stale` reaches every stale item however many fresh ones
+//!   there are (unlike `XAUTOCLAIM` from `0-0`, which scans only the first
+//!   `COUNT`×10 PEL entries). Reclaimed stream entries move to the new owner
+//!   with `XCLAIM ... JUSTID`.
+//! - **Time.** Every script takes `now` from the queue's clock: an injected
+//!   [`Clock`](crate::Clock), or by default the server's `TIME`, so hosts
+//!   with skewed clocks agree on when a timer is due and a claim is stale.
+//!   Done markers and dedup keys expire by that clock too (sorted sets of
+//!   expiry times, pruned as writes go by), not by Redis TTLs.
+//! - **Blocking claims** run the claim script; if it finds nothing, they
+//!   wait with `XREAD BLOCK` on `{ns}:wake` (after the tail the script
+//!   returned, so no signal is missed) on a dedicated connection without a
+//!   response timeout, bounded by the next timer and by at most 10 s per
+//!   round. Adds, promotions, retries, resumes and redrives append to the
+//!   wake stream. A waiting consumer thus sends two commands per round to an
+//!   idle Redis, and wakes within a round trip of an add. (redis-rs'
+//!   `ConnectionManager` has a 500 ms response timeout by default, which
+//!   would cut a longer `BLOCK`; that is why the wait has its own
+//!   connection and the work is never read by a blocking command.)
+//! - **Faults.** Every call is bounded by `connect_timeout +
+//!   response_timeout` (plus `replica_timeout` with replicas) and fails with
+//!   [`Error::Backend`](crate::Error::Backend) after it; the connection
+//!   reconnects on its own when Redis returns, and scripts are reloaded on
+//!   `NOSCRIPT` after a restart.
+//! - **Replication.** With `min_replicas > 0`, every write is followed by
+//!   `WAIT`; fewer acknowledgements than asked is an error saying how many
+//!   replicas acknowledged. The write has then happened on the primary.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::{AsyncConnectionConfig, Script, Value};
+
+use crate::clock::SharedClock;
+use crate::config::{Config, ms};
+use crate::error::{Error, Result};
+use crate::item::{
+    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, RetryOutcome, Stats,
+};
+use crate::queue::WorkQueue;
+
+mod reply;
+
+use reply::{array, at, bytes, claims, int, opt_uint, text, uint};
+
+/// Default of [`RedisOptions::connect_timeout`]: 5 s.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default of [`RedisOptions::response_timeout`]: 5 s.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default of [`RedisOptions::replica_timeout`]: 1 s.
+pub const DEFAULT_REPLICA_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The longest single `XREAD BLOCK` of a waiting claim; a longer wait loops.
+const BLOCK_ROUND: Duration = Duration::from_secs(10);
+/// Times further than this (ms) are clamped, so that sums stay exact in Lua's
+/// doubles (2^52 ms is about 142 000 years).
+const MAX_LUA_MS: u64 = 1 << 52;
+/// The consumer group reading both streams.
+const GROUP: &str = "workers";
+
+/// Settings of the Redis backend (SPEC section 7); the queue rules are in
+/// [`Config`].
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use workjournal::RedisOptions;
+/// let options = RedisOptions::default()
+///     .response_timeout(Duration::from_secs(2))
+///     .min_replicas(1);
+/// assert_eq!(options.get_min_replicas(), 1);
+/// ```
+#[derive(Debug, Clone)]
+pub struct RedisOptions {
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    min_replicas: u32,
+    replica_timeout: Duration,
+    consumer_name: Option<String>,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        RedisOptions {
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            min_replicas: 0,
+            replica_timeout: DEFAULT_REPLICA_TIMEOUT,
+            consumer_name: None,
+        }
+    }
+}
+
+impl RedisOptions {
+    /// How long one attempt to connect may take. Default: 5 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long Redis may take to answer one command or script. Every
+    /// operation fails with `Error::Backend` once `connect_timeout +
+    /// response_timeout` (+ `replica_timeout` with replicas) has passed
+    /// without an answer, never hangs. Default: 5 s.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// After each write, wait (Redis `WAIT`) until this many replicas have
+    /// it; fewer within `replica_timeout` is `Error::Backend` saying how many
+    /// acknowledged (the write itself has happened on the primary).
+    /// Default: 0 (no waiting).
+    pub fn min_replicas(mut self, n: u32) -> Self {
+        self.min_replicas = n;
+        self
+    }
+
+    /// How long a write waits for `min_replicas`. Default: 1 s.
+    pub fn replica_timeout(mut self, timeout: Duration) -> Self {
+        self.replica_timeout = timeout;
+        self
+    }
+
+    /// The consumer name of this handle in the streams' group. It must be
+    /// unique among live handles. Default: `wj-<pid>-<n>` with `n` from a
+    /// counter in Redis, so unique without configuration.
+    pub fn consumer_name(mut self, name: impl Into<String>) -> Self {
+        self.consumer_name = Some(name.into());
+        self
+    }
+
+    /// The configured connect timeout.
+    pub fn get_connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// The configured response timeout.
+    pub fn get_response_timeout(&self) -> Duration {
+        self.response_timeout
+    }
+
+    /// The configured `min_replicas`.
+    pub fn get_min_replicas(&self) -> u32 {
+        self.min_replicas
+    }
+
+    /// The configured replica timeout.
+    pub fn get_replica_timeout(&self) -> Duration {
+        self.replica_timeout
+    }
+
+    /// The configured consumer name, if one was set.
+    pub fn get_consumer_name(&self) -> Option<&str> {
+        self.consumer_name.as_deref()
+    }
+}
+
+macro_rules! script {
+    ($name:literal) => {
+        Script::new(concat!(
+            include_str!("scripts/common.lua"),
+            "\n",
+            include_str!(concat!("scripts/", $name, ".lua"))
+        ))
+    };
+}
+
+#[derive(Debug)]
+struct Scripts {
+    add: Script,
+    claim: Script,
+    promote: Script,
+    ack: Script,
+    touch: Script,
+    retry: Script,
+    dead_letter: Script,
+    park: Script,
+    step: Script,
+    resume: Script,
+    clear_flow: Script,
+    reclaim: Script,
+    done: Script,
+    dead: Script,
+    stats: Script,
+    look: Script,
+    close: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Scripts {
+            add: script!("add"),
+            claim: script!("claim"),
+            promote: script!("promote"),
+            ack: script!("ack"),
+            touch: script!("touch"),
+            retry: script!("retry"),
+            dead_letter: script!("dead_letter"),
+            park: script!("park"),
+            step: script!("step"),
+            resume: script!("resume"),
+            clear_flow: script!("clear_flow"),
+            reclaim: script!("reclaim"),
+            done: script!("done"),
+            dead: script!("dead"),
+            stats: script!("stats"),
+            look: script!("look"),
+            close: script!("close"),
+        }
+    }
+}
+
+struct Inner {
+    client: redis::Client,
+    conn: ConnectionManager,
+    /// Idle connections for blocking waits (no response timeout).
+    blockers: std::sync::Mutex<Vec<MultiplexedConnection>>,
+    prefix: String,
+    consumer: String,
+    config: Config,
+    clock: Option<SharedClock>,
+    options: RedisOptions,
+    scripts: Scripts,
+    closed: AtomicBool,
+}
+
+/// The Redis Streams backend (feature `redis`): a queue in one namespace of
+/// a Redis server, shared by every process pointed at it. The module docs
+/// of the source explain the keys and why; SPEC section 6 the format.
+///
+/// One handle is one consumer with a unique name. Clones share the handle.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use workjournal::{ClaimFrom, Config, NewItem, RedisOptions, RedisQueue, WorkQueue};
+/// # async fn run() -> workjournal::Result<()> {
+/// let queue = RedisQueue::connect("redis://127.0.0.1/", "mail", Config::default(),
+///     RedisOptions::default()).await?;
+/// queue.add(NewItem::new(b"send invoice 42".to_vec())).await?;
+/// for claimed in queue.claim(10, Duration::from_secs(1), ClaimFrom::All).await? {
+///     queue.ack(claimed.receipt).await?;
+/// }
+/// queue.close().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RedisQueue {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for RedisQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisQueue")
+            .field("prefix", &self.inner.prefix)
+            .field("consumer", &self.inner.consumer)
+            .finish_non_exhaustive()
+    }
+}
+
+fn redis_err(what: &str, e: redis::RedisError) -> Error {
+    Error::Backend {
+        detail: format!("redis {what} failed"),
+        source: Some(Box::new(e)),
+    }
+}
+
+/// Run `fut`, failing with `Error::Backend` after `limit`.
+async fn bounded<T>(
+    what: &str,
+    limit: Duration,
+    fut: impl Future<Output = redis::RedisResult<T>>,
+) -> Result<T> {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(redis_err(what, e)),
+        Err(_) => Err(Error::backend(format!(
+            "redis {what} got no answer within {} ms",
+            limit.as_millis()
+        ))),
+    }
+}
+
+fn need_flow(flow: &str) -> Result<()> {
+    if flow.is_empty() {
+        return Err(Error::invalid(
+            "a flow name is required here (the default flow \"\" cannot be paused or parked)",
+        ));
+    }
+    Ok(())
+}
+
+fn receipt_args(args: &mut Vec<Vec<u8>>, r: &Receipt) {
+    args.push(r.id.to_string().into_bytes());
+    args.push(r.lease.to_string().into_bytes());
+}
+
+impl RedisQueue {
+    /// Connect to the Redis at `url` (`redis://[user:password@]host[:port][/db]`,
+    /// or `rediss://` for TLS where the client was built with it) and use the
+    /// queue in `namespace`: every key starts with `{namespace}:`. Creates the
+    /// streams and their consumer group if missing. Logs a warning if the
+    /// server may evict keys (`maxmemory-policy allkeys-*`) or keeps no
+    /// persistence, saying what a crash can then lose.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for a bad URL or a namespace that is empty or contains
+    /// `{` or `}`; `Backend` if Redis cannot be reached within
+    /// `connect_timeout + response_timeout`.
+    pub async fn connect(
+        url: &str,
+        namespace: &str,
+        config: Config,
+        options: RedisOptions,
+    ) -> Result<RedisQueue> {
+        if namespace.is_empty() || namespace.contains(['{', '}']) {
+            return Err(Error::invalid(format!(
+                "redis namespace {namespace:?} must be non-empty and free of '{{' and '}}'"
+            )));
+        }
+        let client = redis::Client::open(url)
+            .map_err(|e| Error::invalid(format!("redis url is not valid: {e}")))?;
+        let mut response = options.response_timeout;
+        if options.min_replicas > 0 {
+            response += options.replica_timeout;
+        }
+        let cm = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(options.connect_timeout))
+            .set_response_timeout(Some(response))
+            .set_number_of_retries(2)
+            .set_min_delay(Duration::from_millis(20))
+            .set_max_delay(Duration::from_millis(200));
+        let limit = options.connect_timeout * 3 + response;
+        let conn = bounded(
+            "connect",
+            limit,
+            client.get_connection_manager_with_config(cm),
+        )
+        .await?;
+        let prefix = format!("{{{namespace}}}:");
+        let clock = config.clock.clone();
+        let inner = Inner {
+            client,
+            conn,
+            blockers: std::sync::Mutex::new(Vec::new()),
+            prefix,
+            consumer: String::new(),
+            config,
+            clock,
+            options,
+            scripts: Scripts::new(),
+            closed: AtomicBool::new(false),
+        };
+        let mut queue = RedisQueue {
+            inner: Arc::new(inner),
+        };
+        queue.setup().await?;
+        Ok(queue)
+    }
+
+    async fn setup(&mut self) -> Result<()> {
+        for lane in ["backlog", "due"] {
+            let key = format!("{}{lane}", self.inner.prefix);
+            let mut conn = self.inner.conn.clone();
+            let r: redis::RedisResult<Value> = tokio::time::timeout(
+                self.limit(),
+                redis::cmd("XGROUP")
+                    .arg("CREATE")
+                    .arg(&key)
+                    .arg(GROUP)
+                    .arg("0")
+                    .arg("MKSTREAM")
+                    .query_async(&mut conn),
+            )
+            .await
+            .map_err(|_| Error::backend("redis XGROUP CREATE got no answer in time"))?;
+            match r {
+                Ok(_) => {}
+                Err(e) if e.code() == Some("BUSYGROUP") => {}
+                Err(e) => return Err(redis_err("XGROUP CREATE", e)),
+            }
+        }
+        let consumer = match self.inner.options.consumer_name.clone() {
+            Some(name) => name,
+            None => {
+                let mut conn = self.inner.conn.clone();
+                let n: u64 = bounded(
+                    "INCR",
+                    self.limit(),
+                    redis::cmd("INCR")
+                        .arg(format!("{}consumers", self.inner.prefix))
+                        .query_async(&mut conn),
+                )
+                .await?;
+                format!("wj-{}-{n}", std::process::id())
+            }
+        };
+        match Arc::get_mut(&mut self.inner) {
+            Some(inner) => inner.consumer = consumer,
+            None => return Err(Error::backend("redis queue handle shared during setup")),
+        }
+        self.warn_about_durability().await;
+        Ok(())
+    }
+
+    async fn warn_about_durability(&self) {
+        let mut conn = self.inner.conn.clone();
+        let got: Result<BTreeMap<String, String>> = bounded(
+            "CONFIG GET",
+            self.limit(),
+            redis::cmd("CONFIG")
+                .arg("GET")
+                .arg("*")
+                .query_async(&mut conn),
+        )
+        .await;
+        // Managed Redis services often refuse CONFIG; then there is nothing
+        // to check.
+        let Ok(cfg) = got else { return };
+        let get = |k: &str| cfg.get(k).map(String::as_str).unwrap_or("");
+        if get("maxmemory-policy").starts_with("allkeys") {
+            tracing::warn!(
+                policy = get("maxmemory-policy"),
+                "redis may evict any key when full: queued items, pending claims and dead letters can vanish; use maxmemory-policy noeviction"
+            );
+        }
+        if get("appendonly") != "yes" && get("save").is_empty() {
+            tracing::warn!(
+                "redis keeps no persistence (appendonly no, no save points): a restart of redis loses every queued item"
+            );
+        } else if get("appendonly") != "yes" {
+            tracing::warn!(
+                "redis persists by snapshots only: a crash of redis loses every add and ack since the last snapshot; use appendonly yes with appendfsync always"
+            );
+        } else if get("appendfsync") != "always" {
+            tracing::warn!(
+                appendfsync = get("appendfsync"),
+                "redis fsyncs its append-only file lazily: a crash of the redis host can lose about the last second of adds and acks"
+            );
+        }
+    }
+
+    /// This handle's consumer name in the group.
+    pub fn consumer_name(&self) -> &str {
+        &self.inner.consumer
+    }
+
+    fn limit(&self) -> Duration {
+        let o = &self.inner.options;
+        let mut l = o.connect_timeout + o.response_timeout;
+        if o.min_replicas > 0 {
+            l += o.replica_timeout;
+        }
+        l
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    /// `now` for a script: the injected clock, or `""` (the script reads
+    /// the server's `TIME`).
+    fn now_arg(&self) -> Vec<u8> {
+        match &self.inner.clock {
+            Some(c) => c.now_ms().min(MAX_LUA_MS).to_string().into_bytes(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Run `script` with the namespace prefix as its key and `now` first in
+    /// its arguments; after a write, wait for replicas if asked.
+    async fn run(
+        &self,
+        what: &str,
+        script: &Script,
+        args: Vec<Vec<u8>>,
+        write: bool,
+    ) -> Result<Value> {
+        self.check_open()?;
+        let mut inv = script.key(self.inner.prefix.as_str());
+        inv.arg(self.now_arg());
+        for a in &args {
+            inv.arg(a.as_slice());
+        }
+        let mut conn = self.inner.conn.clone();
+        let v: Value = bounded(what, self.limit(), inv.invoke_async(&mut conn)).await?;
+        if let Value::ServerError(e) = &v {
+            return Err(Error::backend(format!("redis {what} script failed: {e:?}")));
+        }
+        if write {
+            self.wait_replicas().await?;
+        }
+        Ok(v)
+    }
+
+    async fn wait_replicas(&self) -> Result<()> {
+        let o = &self.inner.options;
+        if o.min_replicas == 0 {
+            return Ok(());
+        }
+        let mut conn = self.inner.conn.clone();
+        let acked: i64 = bounded(
+            "WAIT",
+            self.limit(),
+            redis::cmd("WAIT")
+                .arg(o.min_replicas)
+                .arg(ms(o.replica_timeout).max(1))
+                .query_async(&mut conn),
+        )
+        .await?;
+        if acked < i64::from(o.min_replicas) {
+            return Err(Error::backend(format!(
+                "write applied on the redis primary but only {acked} of {} required replicas acknowledged it within {} ms",
+                o.min_replicas,
+                ms(o.replica_timeout)
+            )));
+        }
+        Ok(())
+    }
+
+    fn log_missing(&self, missing: u64, what: &str) {
+        if missing > 0 {
+            tracing::warn!(
+                namespace = %self.inner.prefix,
+                missing,
+                "{what}: entries without an item record (deleted behind the queue's back) were dropped"
+            );
+        }
+    }
+
+    fn log_dropped(&self, dropped: u64) {
+        if dropped > 0 {
+            tracing::warn!(
+                namespace = %self.inner.prefix,
+                dropped,
+                cap = self.inner.config.dead_letter_cap,
+                "oldest dead letters dropped: dead_letter_cap reached"
+            );
+        }
+    }
+
+    async fn add_many(&self, items: Vec<(NewItem, Option<u64>)>) -> Result<Vec<Added>> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let c = &self.inner.config;
+        let mut args = Vec::with_capacity(2 + items.len() * 5);
+        args.push(ms(c.dedup_window).min(MAX_LUA_MS).to_string().into_bytes());
+        args.push(match c.max_backlog {
+            Some(l) => l.to_string().into_bytes(),
+            None => Vec::new(),
+        });
+        for (item, nb) in items {
+            if item.payload.len() > c.max_payload_bytes {
+                return Err(Error::invalid(format!(
+                    "payload of {} bytes is over max_payload_bytes ({} bytes)",
+                    item.payload.len(),
+                    c.max_payload_bytes
+                )));
+            }
+            args.push(item.flow.into_bytes());
+            args.push(item.payload);
+            match item.dedup_key {
+                Some(k) => {
+                    args.push(b"1".to_vec());
+                    args.push(k.into_bytes());
+                }
+                None => {
+                    args.push(b"0".to_vec());
+                    args.push(Vec::new());
+                }
+            }
+            args.push(match nb {
+                Some(t) => t.min(MAX_LUA_MS).to_string().into_bytes(),
+                None => Vec::new(),
+            });
+        }
+        let v = self.run("add", &self.inner.scripts.add, args, true).await?;
+        let a = array(&v, "add")?;
+        let status = text(at(a, 0, "add")?, "add status")?;
+        if status == "full" {
+            return Err(Error::Full {
+                limit: uint(at(a, 1, "add")?, "add limit")?,
+            });
+        }
+        array(at(a, 1, "add")?, "add ids")?
+            .iter()
+            .map(|pair| {
+                let p = array(pair, "add id")?;
+                Ok(Added {
+                    id: uint(at(p, 0, "add id")?, "add id")?,
+                    duplicate: int(at(p, 1, "add id")?, "add duplicate")? == 1,
+                })
+            })
+            .collect()
+    }
+
+    /// One claim attempt: the items, the wake-stream tail, the next due time
+    /// and `now` as the script saw it.
+    async fn claim_once(
+        &self,
+        count: usize,
+        from: ClaimFrom,
+    ) -> Result<(Vec<Claimed>, String, Option<u64>, u64)> {
+        let args = vec![
+            self.inner.consumer.clone().into_bytes(),
+            count.to_string().into_bytes(),
+            match from {
+                ClaimFrom::All => b"all".to_vec(),
+                ClaimFrom::DueOnly => b"due".to_vec(),
+            },
+        ];
+        let v = self
+            .run("claim", &self.inner.scripts.claim, args, true)
+            .await?;
+        let a = array(&v, "claim")?;
+        let got = claims(at(a, 0, "claim")?)?;
+        self.log_missing(uint(at(a, 1, "claim")?, "claim missing")?, "claim");
+        let tail = text(at(a, 3, "claim")?, "claim wake tail")?;
+        let next_due = opt_uint(at(a, 4, "claim")?, "claim next due")?;
+        let now = uint(at(a, 5, "claim")?, "claim now")?;
+        Ok((got, tail, next_due, now))
+    }
+
+    fn take_blocker(&self) -> Option<MultiplexedConnection> {
+        self.inner
+            .blockers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop()
+    }
+
+    fn give_blocker(&self, conn: MultiplexedConnection) {
+        let mut pool = self
+            .inner
+            .blockers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if pool.len() < 4 {
+            pool.push(conn);
+        }
+    }
+
+    /// Wait up to `block` (real time) for a wake signal after `tail`, or
+    /// until `timer` fires (an injected clock's next due time).
+    async fn wait_for_wake(
+        &self,
+        tail: &str,
+        block: Duration,
+        timer: Option<crate::clock::Sleep>,
+    ) -> Result<()> {
+        let mut conn = match self.take_blocker() {
+            Some(c) => c,
+            None => {
+                let cfg = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(self.inner.options.connect_timeout))
+                    .set_response_timeout(None);
+                bounded(
+                    "connect",
+                    self.limit(),
+                    self.inner
+                        .client
+                        .get_multiplexed_async_connection_with_config(&cfg),
+                )
+                .await?
+            }
+        };
+        let block_ms = ms(block).clamp(1, ms(BLOCK_ROUND));
+        let cmd = redis::cmd("XREAD")
+            .arg("BLOCK")
+            .arg(block_ms)
+            .arg("COUNT")
+            .arg(1)
+            .arg("STREAMS")
+            .arg(format!("{}wake", self.inner.prefix))
+            .arg(tail)
+            .clone();
+        let limit = Duration::from_millis(block_ms) + self.limit();
+        let read = bounded("XREAD BLOCK", limit, cmd.query_async::<Value>(&mut conn));
+        let timer = async move {
+            match timer {
+                Some(t) => t.await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = read => {
+                r?;
+                self.give_blocker(conn);
+            }
+            _ = timer => {
+                // The XREAD is still blocked on the server: drop this
+                // connection (closing it ends the block) rather than reuse it.
+            }
+        }
+        Ok(())
+    }
+
+    fn receipt_lost(r: &Receipt) -> Error {
+        Error::LeaseLost {
+            id: r.id,
+            delivery: r.delivery,
+        }
+    }
+
+    async fn look(&self, mode: &str, n: usize) -> Result<Value> {
+        let args = vec![mode.as_bytes().to_vec(), n.to_string().into_bytes()];
+        self.run("look", &self.inner.scripts.look, args, false)
+            .await
+    }
+
+    async fn simple<T: redis::FromRedisValue>(&self, what: &str, cmd: redis::Cmd) -> Result<T> {
+        self.check_open()?;
+        let mut conn = self.inner.conn.clone();
+        bounded(what, self.limit(), cmd.query_async(&mut conn)).await
+    }
+}
+
+impl WorkQueue for RedisQueue {
+    async fn add(&self, item: NewItem) -> Result<Added> {
+        let mut v = self.add_many(vec![(item, None)]).await?;
+        v.pop()
+            .ok_or_else(|| Error::backend("redis add returned no id"))
+    }
+
+    async fn add_batch(&self, items: Vec<NewItem>) -> Result<Vec<Added>> {
+        self.add_many(items.into_iter().map(|i| (i, None)).collect())
+            .await
+    }
+
+    async fn add_delayed(&self, item: NewItem, not_before_ms: u64) -> Result<Added> {
+        let mut v = self.add_many(vec![(item, Some(not_before_ms))]).await?;
+        v.pop()
+            .ok_or_else(|| Error::backend("redis add returned no id"))
+    }
+
+    async fn next_due(&self) -> Result<Option<u64>> {
+        let v: Value = self
+            .simple(
+                "ZRANGE",
+                redis::cmd("ZRANGE")
+                    .arg(format!("{}delayed", self.inner.prefix))
+                    .arg(0)
+                    .arg(0)
+                    .arg("WITHSCORES")
+                    .clone(),
+            )
+            .await?;
+        let a = array(&v, "next_due")?;
+        match a.get(1) {
+            None => Ok(None),
+            Some(Value::Double(d)) if d.is_finite() && *d >= 0.0 => Ok(Some(*d as u64)),
+            Some(other) => {
+                let t = text(other, "next_due score")?;
+                let d: f64 = t
+                    .parse()
+                    .map_err(|e| Error::backend(format!("redis score {t:?}: {e}")))?;
+                Ok(Some(d.max(0.0) as u64))
+            }
+        }
+    }
+
+    async fn promote_due(&self) -> Result<u64> {
+        let v = self
+            .run("promote_due", &self.inner.scripts.promote, Vec::new(), true)
+            .await?;
+        uint(&v, "promote_due")
+    }
+
+    async fn claim(&self, count: usize, wait: Duration, from: ClaimFrom) -> Result<Vec<Claimed>> {
+        if count == 0 {
+            return Err(Error::invalid("claim count must be at least 1"));
+        }
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let (got, tail, next_due, now) = self.claim_once(count, from).await?;
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if !got.is_empty() || left.is_zero() {
+                return Ok(got);
+            }
+            let mut block = left;
+            let timer = match (next_due, &self.inner.clock) {
+                (Some(t), Some(clock)) => Some(clock.sleep_until(t)),
+                (Some(t), None) => {
+                    block = block.min(Duration::from_millis(t.saturating_sub(now)));
+                    None
+                }
+                (None, _) => None,
+            };
+            self.wait_for_wake(&tail, block, timer).await?;
+        }
+    }
+
+    async fn ack(&self, receipt: Receipt) -> Result<()> {
+        let mut args = Vec::new();
+        receipt_args(&mut args, &receipt);
+        let v = self.run("ack", &self.inner.scripts.ack, args, true).await?;
+        if uint(&v, "ack")? == 1 {
+            Ok(())
+        } else {
+            Err(Self::receipt_lost(&receipt))
+        }
+    }
+
+    async fn ack_batch(&self, receipts: Vec<Receipt>) -> Result<u64> {
+        if receipts.is_empty() {
+            return Ok(0);
+        }
+        let mut args = Vec::with_capacity(receipts.len() * 2);
+        for r in &receipts {
+            receipt_args(&mut args, r);
+        }
+        let v = self
+            .run("ack_batch", &self.inner.scripts.ack, args, true)
+            .await?;
+        uint(&v, "ack_batch")
+    }
+
+    async fn touch(&self, receipts: Vec<Receipt>) -> Result<()> {
+        if receipts.is_empty() {
+            return Ok(());
+        }
+        let mut args = Vec::with_capacity(receipts.len() * 2);
+        for r in &receipts {
+            receipt_args(&mut args, r);
+        }
+        let v = self
+            .run("touch", &self.inner.scripts.touch, args, true)
+            .await?;
+        let lost = uint(&v, "touch")?;
+        if lost == 0 {
+            return Ok(());
+        }
+        let r = usize::try_from(lost - 1)
+            .ok()
+            .and_then(|i| receipts.get(i))
+            .ok_or_else(|| Error::backend(format!("redis touch named receipt {lost}")))?;
+        Err(Self::receipt_lost(r))
+    }
+
+    async fn retry(&self, receipt: Receipt, not_before_ms: u64) -> Result<RetryOutcome> {
+        let c = &self.inner.config;
+        let mut args = Vec::new();
+        receipt_args(&mut args, &receipt);
+        args.push(not_before_ms.min(MAX_LUA_MS).to_string().into_bytes());
+        args.push(c.max_deliveries.to_string().into_bytes());
+        args.push(c.dead_letter_cap.to_string().into_bytes());
+        let v = self
+            .run("retry", &self.inner.scripts.retry, args, true)
+            .await?;
+        let a = array(&v, "retry")?;
+        match int(at(a, 0, "retry")?, "retry")? {
+            1 => Ok(RetryOutcome::Delayed),
+            2 => {
+                self.log_dropped(uint(at(a, 1, "retry")?, "retry dropped")?);
+                Ok(RetryOutcome::DeadLettered)
+            }
+            _ => Err(Self::receipt_lost(&receipt)),
+        }
+    }
+
+    async fn dead_letter(&self, receipt: Receipt, reason: &str) -> Result<()> {
+        let mut args = Vec::new();
+        receipt_args(&mut args, &receipt);
+        args.push(reason.as_bytes().to_vec());
+        args.push(self.inner.config.dead_letter_cap.to_string().into_bytes());
+        let v = self
+            .run("dead_letter", &self.inner.scripts.dead_letter, args, true)
+            .await?;
+        let n = int(&v, "dead_letter")?;
+        if n < 0 {
+            return Err(Self::receipt_lost(&receipt));
+        }
+        self.log_dropped(n.unsigned_abs());
+        Ok(())
+    }
+
+    async fn reclaim_stale(&self, min_idle: Duration, count: usize) -> Result<Vec<Claimed>> {
+        if count == 0 {
+            return Err(Error::invalid("reclaim count must be at least 1"));
+        }
+        let c = &self.inner.config;
+        let args = vec![
+            self.inner.consumer.clone().into_bytes(),
+            ms(min_idle).min(MAX_LUA_MS).to_string().into_bytes(),
+            count.to_string().into_bytes(),
+            c.max_deliveries.to_string().into_bytes(),
+            c.dead_letter_cap.to_string().into_bytes(),
+        ];
+        let v = self
+            .run("reclaim_stale", &self.inner.scripts.reclaim, args, true)
+            .await?;
+        let a = array(&v, "reclaim")?;
+        let got = claims(at(a, 0, "reclaim")?)?;
+        self.log_missing(
+            uint(at(a, 1, "reclaim")?, "reclaim missing")?,
+            "reclaim_stale",
+        );
+        self.log_dropped(uint(at(a, 2, "reclaim")?, "reclaim dropped")?);
+        Ok(got)
+    }
+
+    async fn pause(&self, flow: &str) -> Result<()> {
+        need_flow(flow)?;
+        let _: i64 = self
+            .simple(
+                "SADD",
+                redis::cmd("SADD")
+                    .arg(format!("{}paused", self.inner.prefix))
+                    .arg(flow)
+                    .clone(),
+            )
+            .await?;
+        self.wait_replicas().await
+    }
+
+    async fn resume(&self, flow: &str) -> Result<u64> {
+        need_flow(flow)?;
+        let v = self
+            .run(
+                "resume",
+                &self.inner.scripts.resume,
+                vec![flow.as_bytes().to_vec()],
+                true,
+            )
+            .await?;
+        uint(&v, "resume")
+    }
+
+    async fn park(&self, receipt: Receipt) -> Result<()> {
+        let mut args = Vec::new();
+        receipt_args(&mut args, &receipt);
+        let v = self
+            .run("park", &self.inner.scripts.park, args, true)
+            .await?;
+        match int(&v, "park")? {
+            1 => Ok(()),
+            -2 => Err(Error::invalid(
+                "a flow name is required here (the default flow \"\" cannot be paused or parked)",
+            )),
+            _ => Err(Self::receipt_lost(&receipt)),
+        }
+    }
+
+    async fn step(&self, flow: &str) -> Result<Option<Claimed>> {
+        need_flow(flow)?;
+        let args = vec![
+            self.inner.consumer.clone().into_bytes(),
+            flow.as_bytes().to_vec(),
+        ];
+        let v = self
+            .run("step", &self.inner.scripts.step, args, true)
+            .await?;
+        Ok(claims(&v)?.pop())
+    }
+
+    async fn clear_flow(&self, flow: &str) -> Result<u64> {
+        need_flow(flow)?;
+        let v = self
+            .run(
+                "clear_flow",
+                &self.inner.scripts.clear_flow,
+                vec![flow.as_bytes().to_vec()],
+                true,
+            )
+            .await?;
+        uint(&v, "clear_flow")
+    }
+
+    async fn parked(&self, flow: &str) -> Result<u64> {
+        self.simple(
+            "LLEN",
+            redis::cmd("LLEN")
+                .arg(format!("{}parked:{flow}", self.inner.prefix))
+                .clone(),
+        )
+        .await
+    }
+
+    async fn paused_flows(&self) -> Result<Vec<String>> {
+        let v: Value = self
+            .simple(
+                "SMEMBERS",
+                redis::cmd("SMEMBERS")
+                    .arg(format!("{}paused", self.inner.prefix))
+                    .clone(),
+            )
+            .await?;
+        let mut flows = array(&v, "paused_flows")?
+            .iter()
+            .map(|f| text(f, "paused flow"))
+            .collect::<Result<Vec<_>>>()?;
+        flows.sort();
+        Ok(flows)
+    }
+
+    async fn mark_done(&self, id: u64, step: &str) -> Result<()> {
+        let args = vec![
+            b"mark".to_vec(),
+            id.to_string().into_bytes(),
+            step.as_bytes().to_vec(),
+            ms(self.inner.config.done_ttl)
+                .min(MAX_LUA_MS)
+                .to_string()
+                .into_bytes(),
+        ];
+        self.run("mark_done", &self.inner.scripts.done, args, true)
+            .await?;
+        Ok(())
+    }
+
+    async fn was_done(&self, id: u64, step: &str) -> Result<bool> {
+        let args = vec![
+            b"check".to_vec(),
+            id.to_string().into_bytes(),
+            step.as_bytes().to_vec(),
+            b"0".to_vec(),
+        ];
+        let v = self
+            .run("was_done", &self.inner.scripts.done, args, false)
+            .await?;
+        Ok(uint(&v, "was_done")? == 1)
+    }
+
+    async fn dead_letters(&self, count: usize) -> Result<Vec<DeadLetter>> {
+        let args = vec![b"list".to_vec(), count.to_string().into_bytes()];
+        let v = self
+            .run("dead_letters", &self.inner.scripts.dead, args, false)
+            .await?;
+        array(&v, "dead_letters")?
+            .iter()
+            .map(|d| {
+                let item = reply::item(d)?;
+                let a = array(d, "dead letter")?;
+                Ok(DeadLetter {
+                    item,
+                    reason: String::from_utf8_lossy(&bytes(at(a, 6, "dead letter")?, "reason")?)
+                        .into_owned(),
+                    failed_at_ms: uint(at(a, 7, "dead letter")?, "failed_at")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn redrive(&self, id: u64) -> Result<bool> {
+        let args = vec![b"redrive".to_vec(), id.to_string().into_bytes()];
+        let v = self
+            .run("redrive", &self.inner.scripts.dead, args, true)
+            .await?;
+        Ok(uint(&v, "redrive")? == 1)
+    }
+
+    async fn purge_dead_letters(&self) -> Result<u64> {
+        let args = vec![b"purge".to_vec(), Vec::new()];
+        let v = self
+            .run("purge_dead_letters", &self.inner.scripts.dead, args, true)
+            .await?;
+        uint(&v, "purge_dead_letters")
+    }
+
+    async fn stats(&self) -> Result<Stats> {
+        let v = self
+            .run("stats", &self.inner.scripts.stats, Vec::new(), false)
+            .await?;
+        let a = array(&v, "stats")?;
+        let n = |i: usize, what: &str| -> Result<u64> { uint(at(a, i, "stats")?, what) };
+        let now = n(7, "stats now")?;
+        Ok(Stats {
+            backlog: n(0, "stats backlog")?,
+            due: n(1, "stats due")?,
+            pending: n(2, "stats pending")?,
+            delayed: n(3, "stats delayed")?,
+            parked: n(4, "stats parked")?,
+            dead_letters: n(5, "stats dead letters")?,
+            oldest_pending_age_ms: opt_uint(at(a, 6, "stats")?, "stats oldest")?
+                .map(|t| now.saturating_sub(t)),
+            durable: true,
+        })
+    }
+
+    async fn backlog_by_flow(&self, sample: usize) -> Result<BTreeMap<String, u64>> {
+        let mut out = BTreeMap::new();
+        if sample == 0 {
+            return Ok(out);
+        }
+        let v = self.look("flows", sample).await?;
+        for f in array(&v, "backlog_by_flow")? {
+            *out.entry(text(f, "flow")?).or_insert(0) += 1;
+        }
+        Ok(out)
+    }
+
+    async fn peek(&self, count: usize) -> Result<Vec<Item>> {
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        let v = self.look("peek", count).await?;
+        array(&v, "peek")?.iter().map(reply::item).collect()
+    }
+
+    async fn now_ms(&self) -> Result<u64> {
+        if let Some(c) = &self.inner.clock {
+            return Ok(c.now_ms());
+        }
+        let (secs, micros): (u64, u64) = self.simple("TIME", redis::cmd("TIME")).await?;
+        Ok(secs.saturating_mul(1000).saturating_add(micros / 1000))
+    }
+
+    async fn close(&self) -> Result<()> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let v = self
+            .run(
+                "close",
+                &self.inner.scripts.close,
+                vec![self.inner.consumer.clone().into_bytes()],
+                false,
+            )
+            .await;
+        self.inner.closed.store(true, Ordering::Release);
+        self.inner
+            .blockers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        let kept = uint(&v?, "close")?;
+        if kept > 0 {
+            tracing::info!(
+                consumer = %self.inner.consumer,
+                "consumer kept in the group: it still holds pending entries (reclaim_stale takes them over)"
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,156 @@
+//! Reading script replies without trusting them: every shape or number that
+//! is not what the scripts write becomes an error, never a panic.
+
+use redis::Value;
+
+use crate::error::{Error, Result};
+use crate::item::{Claimed, Item, Lane, Receipt};
+
+fn bad(what: &str, detail: impl Into<String>) -> Error {
+    Error::Decode {
+        what: format!("redis reply ({what})"),
+        detail: detail.into(),
+    }
+}
+
+/// The elements of an array reply (`Nil` reads as empty).
+pub(super) fn array<'a>(v: &'a Value, what: &str) -> Result<&'a [Value]> {
+    match v {
+        Value::Array(a) | Value::Set(a) => Ok(a),
+        Value::Nil => Ok(&[]),
+        Value::ServerError(e) => Err(Error::backend(format!("redis error in {what}: {e:?}"))),
+        other => Err(bad(what, format!("expected an array, got {other:?}"))),
+    }
+}
+
+/// Element `i` of `a`.
+pub(super) fn at<'a>(a: &'a [Value], i: usize, what: &str) -> Result<&'a Value> {
+    a.get(i)
+        .ok_or_else(|| bad(what, format!("missing element {i} of {}", a.len())))
+}
+
+/// Raw bytes of a string reply (`Nil` reads as empty).
+pub(super) fn bytes(v: &Value, what: &str) -> Result<Vec<u8>> {
+    match v {
+        Value::BulkString(b) => Ok(b.clone()),
+        Value::SimpleString(s) => Ok(s.clone().into_bytes()),
+        Value::Int(i) => Ok(i.to_string().into_bytes()),
+        Value::Okay => Ok(b"OK".to_vec()),
+        Value::Nil => Ok(Vec::new()),
+        other => Err(bad(what, format!("expected a string, got {other:?}"))),
+    }
+}
+
+/// A UTF-8 string reply.
+pub(super) fn text(v: &Value, what: &str) -> Result<String> {
+    String::from_utf8(bytes(v, what)?).map_err(|e| bad(what, e.to_string()))
+}
+
+/// An integer reply, given as an integer or as decimal text.
+pub(super) fn int(v: &Value, what: &str) -> Result<i64> {
+    match v {
+        Value::Int(i) => Ok(*i),
+        other => {
+            let t = text(other, what)?;
+            t.trim()
+                .parse::<i64>()
+                .map_err(|e| bad(what, format!("{t:?} is not an integer: {e}")))
+        }
+    }
+}
+
+/// A non-negative integer reply.
+pub(super) fn uint(v: &Value, what: &str) -> Result<u64> {
+    let i = int(v, what)?;
+    u64::try_from(i).map_err(|_| bad(what, format!("{i} is negative")))
+}
+
+/// A non-negative integer reply, or `None` for `""`/`Nil`.
+pub(super) fn opt_uint(v: &Value, what: &str) -> Result<Option<u64>> {
+    match v {
+        Value::Nil => Ok(None),
+        Value::BulkString(b) if b.is_empty() => Ok(None),
+        other => uint(other, what).map(Some),
+    }
+}
+
+fn u32_of(v: &Value, what: &str) -> Result<u32> {
+    let n = uint(v, what)?;
+    u32::try_from(n).map_err(|_| bad(what, format!("{n} does not fit in u32")))
+}
+
+fn lane(v: &Value) -> Result<Lane> {
+    match text(v, "lane")?.as_str() {
+        "backlog" => Ok(Lane::Backlog),
+        "due" => Ok(Lane::Due),
+        "parked" => Ok(Lane::Parked),
+        other => Err(bad("lane", format!("unknown lane {other:?}"))),
+    }
+}
+
+/// An item as `{id, flow, payload, enq, nb, dlv, ...}`.
+pub(super) fn item(v: &Value) -> Result<Item> {
+    let a = array(v, "item")?;
+    Ok(Item {
+        id: uint(at(a, 0, "item")?, "item id")?,
+        flow: text(at(a, 1, "item")?, "item flow")?,
+        payload: bytes(at(a, 2, "item")?, "item payload")?,
+        enqueued_at_ms: uint(at(a, 3, "item")?, "item enqueued_at")?,
+        not_before_ms: opt_uint(at(a, 4, "item")?, "item not_before")?,
+        deliveries: u32_of(at(a, 5, "item")?, "item deliveries")?,
+    })
+}
+
+/// A claim as `{id, flow, payload, enq, nb, dlv, lane, claimed_at, lease}`.
+pub(super) fn claimed(v: &Value) -> Result<Claimed> {
+    let item = item(v)?;
+    let a = array(v, "claim")?;
+    let lane = lane(at(a, 6, "claim")?)?;
+    let claimed_at_ms = uint(at(a, 7, "claim")?, "claimed_at")?;
+    let lease = uint(at(a, 8, "claim")?, "lease")?;
+    Ok(Claimed {
+        receipt: Receipt {
+            id: item.id,
+            delivery: item.deliveries,
+            lease,
+        },
+        item,
+        lane,
+        claimed_at_ms,
+    })
+}
+
+/// A list of claims.
+pub(super) fn claims(v: &Value) -> Result<Vec<Claimed>> {
+    array(v, "claims")?.iter().map(claimed).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_replies_are_errors_not_panics() {
+        assert!(claimed(&Value::Int(3)).is_err());
+        assert!(claimed(&Value::Array(vec![Value::Int(1)])).is_err());
+        assert!(uint(&Value::Int(-1), "x").is_err());
+        assert!(uint(&Value::BulkString(b"abc".to_vec()), "x").is_err());
+        assert_eq!(opt_uint(&Value::BulkString(Vec::new()), "x").unwrap(), None);
+        let good = Value::Array(vec![
+            Value::BulkString(b"7".to_vec()),
+            Value::BulkString(b"f".to_vec()),
+            Value::BulkString(vec![0, 255]),
+            Value::BulkString(b"10".to_vec()),
+            Value::BulkString(Vec::new()),
+            Value::Int(1),
+            Value::BulkString(b"due".to_vec()),
+            Value::BulkString(b"20".to_vec()),
+            Value::Int(5),
+        ]);
+        let c = claimed(&good).unwrap();
+        assert_eq!(c.item.id, 7);
+        assert_eq!(c.item.payload, vec![0, 255]);
+        assert_eq!(c.lane, Lane::Due);
+        assert_eq!(c.receipt.lease, 5);
+    }
+}

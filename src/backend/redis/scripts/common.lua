@@ -1,0 +1,156 @@
+-- Shared prelude, prepended to every script of the Redis backend.
+-- KEYS[1] is the namespace prefix "{ns}:" (one hash tag: every key of the
+-- queue lives in one cluster slot). ARGV[1] is now in ms by the queue's
+-- clock, or "" to read the server's TIME.
+local P = KEYS[1]
+local K_SEQ = P .. 'seq'
+local K_LEASE = P .. 'lease'
+local K_BACKLOG = P .. 'backlog'
+local K_DUE = P .. 'due'
+local K_DELAYED = P .. 'delayed'
+local K_PENDING = P .. 'pending'
+local K_PAUSED = P .. 'paused'
+local K_FLOWS = P .. 'flows'
+local K_DEAD = P .. 'dead'
+local K_DEDUP = P .. 'dedup'
+local K_DEDUP_EXP = P .. 'dedup:exp'
+local K_DONE = P .. 'done'
+local K_DONE_EXP = P .. 'done:exp'
+local K_WAKE = P .. 'wake'
+local GROUP = 'workers'
+local PRUNE_LIMIT = 500
+
+local function item_key(id) return P .. 'item:' .. id end
+local function parked_key(flow) return P .. 'parked:' .. flow end
+-- Sorted-set members are ids padded to 20 digits, so that ties on the score
+-- order by id (members of equal score sort as strings).
+local function pad(id) return string.format('%020d', tonumber(id)) end
+local function unpad(m) return string.format('%d', tonumber(m)) end
+local function fmt(n) return string.format('%d', n) end
+
+local function clock_now()
+  local a = ARGV[1]
+  if a == nil or a == '' then
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return tonumber(a)
+end
+
+local function wake()
+  redis.call('XADD', K_WAKE, 'MAXLEN', '16', '*', 'w', '1')
+end
+
+local function wake_tail()
+  local last = redis.call('XREVRANGE', K_WAKE, '+', '-', 'COUNT', 1)
+  if last and last[1] then return last[1][1] end
+  return '0-0'
+end
+
+local function stream_of(lane)
+  if lane == 'backlog' then return K_BACKLOG end
+  if lane == 'due' then return K_DUE end
+  return nil
+end
+
+local function entry_field(fields, name)
+  if type(fields) ~= 'table' then return nil end
+  for i = 1, #fields - 1, 2 do
+    if fields[i] == name then return fields[i + 1] end
+  end
+  return nil
+end
+
+-- Entries read by the group and not yet acked ("pending" in the PEL).
+local function pel_count(stream)
+  local ok, r = pcall(redis.call, 'XPENDING', stream, GROUP)
+  if ok and type(r) == 'table' and type(r[1]) == 'number' then return r[1] end
+  return 0
+end
+
+-- Items ready to run in one stream: entries not yet delivered to the group.
+local function unread(stream)
+  return redis.call('XLEN', stream) - pel_count(stream)
+end
+
+-- Hand item `id` to `consumer`: pending, deliveries + 1, a new lease.
+local function hand_out(id, lane, sid, now, consumer)
+  local k = item_key(id)
+  local lease = redis.call('INCR', K_LEASE)
+  local dlv = redis.call('HINCRBY', k, 'dlv', 1)
+  redis.call('HSET', k, 'st', 'pending', 'lane', lane, 'ls', fmt(lease),
+    'ca', fmt(now), 'sid', sid, 'owner', consumer)
+  redis.call('ZADD', K_PENDING, now, pad(id))
+  local f = redis.call('HMGET', k, 'flow', 'payload', 'enq', 'nb')
+  return { id, f[1] or '', f[2] or '', f[3] or '0', f[4] or '', dlv, lane, fmt(now), lease }
+end
+
+-- Whether item `id` is pending under lease `lease`.
+local function current(id, lease)
+  local f = redis.call('HMGET', item_key(id), 'st', 'ls')
+  return f[1] == 'pending' and f[2] and tonumber(f[2]) == tonumber(lease)
+end
+
+-- Take a pending item out of pending: ack and delete its stream entry (the
+-- streams never hold acked entries, and are never trimmed), drop the lease.
+local function release(id)
+  local k = item_key(id)
+  local f = redis.call('HMGET', k, 'lane', 'sid')
+  local stream = stream_of(f[1])
+  if stream and f[2] and f[2] ~= '' then
+    redis.call('XACK', stream, GROUP, f[2])
+    redis.call('XDEL', stream, f[2])
+  end
+  redis.call('ZREM', K_PENDING, pad(id))
+  redis.call('HDEL', k, 'ls', 'ca', 'sid', 'owner')
+end
+
+local function park_item(id, flow)
+  redis.call('RPUSH', parked_key(flow), id)
+  redis.call('SADD', K_FLOWS, flow)
+  redis.call('HSET', item_key(id), 'st', 'parked')
+  redis.call('HDEL', item_key(id), 'lane')
+end
+
+-- Move item `id` to the dead letters (newest at the head of the list); drop
+-- the oldest past `cap`. Returns how many were dropped.
+local function bury(id, reason, now, cap)
+  redis.call('HSET', item_key(id), 'st', 'dead', 'reason', reason, 'failed', fmt(now))
+  redis.call('HDEL', item_key(id), 'lane')
+  redis.call('LPUSH', K_DEAD, id)
+  local dropped = 0
+  while redis.call('LLEN', K_DEAD) > cap do
+    local old = redis.call('RPOP', K_DEAD)
+    if not old then break end
+    redis.call('DEL', item_key(old))
+    dropped = dropped + 1
+  end
+  return dropped
+end
+
+local function to_backlog(id)
+  redis.call('XADD', K_BACKLOG, '*', 'id', id)
+  redis.call('HSET', item_key(id), 'st', 'backlog')
+end
+
+-- Move every delayed item due at `now` to the due-lane tail, in
+-- (not_before, id) order. Returns how many moved.
+local function promote(now)
+  local ids = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now)
+  for _, m in ipairs(ids) do
+    local id = unpad(m)
+    redis.call('XADD', K_DUE, '*', 'id', id)
+    redis.call('HSET', item_key(id), 'st', 'due')
+  end
+  if #ids > 0 then
+    redis.call('ZREMRANGEBYSCORE', K_DELAYED, '-inf', now)
+    wake()
+  end
+  return #ids
+end
+
+local function next_due()
+  local r = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
+  if r[2] then return r[2] end
+  return ''
+end

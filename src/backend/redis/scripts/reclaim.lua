@@ -1,0 +1,56 @@
+-- reclaim_stale. ARGV: now, consumer, min_idle_ms, count, max_deliveries,
+-- dead_letter_cap. Oldest claim first by (claimed_at, id): the pending set's
+-- score is claimed_at and its members are padded ids, so its order is
+-- exactly that, and every stale item is reached however many fresh ones
+-- there are. Returns {items, missing, dropped}.
+local now = clock_now()
+local consumer = ARGV[2]
+local cutoff = now - tonumber(ARGV[3])
+local count = tonumber(ARGV[4])
+local max = tonumber(ARGV[5])
+local cap = tonumber(ARGV[6])
+-- Phase 1 (no writes): choose, in order, the items to bury and to take.
+local plan, taking, missing, offset = {}, 0, 0, 0
+while taking < count do
+  local page = redis.call('ZRANGEBYSCORE', K_PENDING, '-inf', cutoff, 'LIMIT', offset, 200)
+  if #page == 0 then break end
+  offset = offset + #page
+  for _, m in ipairs(page) do
+    if taking >= count then break end
+    local id = unpad(m)
+    local dlv = redis.call('HGET', item_key(id), 'dlv')
+    if not dlv then
+      plan[#plan + 1] = { id, 'missing', m }
+    elseif tonumber(dlv) >= max then
+      plan[#plan + 1] = { id, 'bury' }
+    else
+      plan[#plan + 1] = { id, 'take' }
+      taking = taking + 1
+    end
+  end
+end
+-- Phase 2: apply.
+local out, dropped = {}, 0
+for _, p in ipairs(plan) do
+  local id, what = p[1], p[2]
+  if what == 'missing' then
+    redis.call('ZREM', K_PENDING, p[3])
+    missing = missing + 1
+  elseif what == 'bury' then
+    release(id)
+    dropped = dropped + bury(id, 'max deliveries exceeded', now, cap)
+  else
+    local f = redis.call('HMGET', item_key(id), 'lane', 'sid')
+    local stream = stream_of(f[1])
+    if stream and f[2] and f[2] ~= '' then
+      -- Move the entry to this consumer in the group's PEL (JUSTID: the
+      -- delivery count lives in the item record, not the PEL).
+      redis.call('XCLAIM', stream, GROUP, consumer, 0, f[2], 'JUSTID')
+    end
+    out[#out + 1] = hand_out(id, f[1] or 'backlog', f[2] or '', now, consumer)
+  end
+end
+if missing > 0 then
+  redis.log(redis.LOG_WARNING, 'workjournal: ' .. missing .. ' pending ids without an item record in ' .. P)
+end
+return { out, missing, dropped }

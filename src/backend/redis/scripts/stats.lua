@@ -1,0 +1,12 @@
+-- stats. ARGV: now. Returns {backlog, due, pending, delayed, parked, dead,
+-- oldest_claimed_at or "", now}.
+local now = clock_now()
+local due = unread(K_DUE)
+local backlog = unread(K_BACKLOG) + due
+local parked = 0
+for _, flow in ipairs(redis.call('SMEMBERS', K_FLOWS)) do
+  parked = parked + redis.call('LLEN', parked_key(flow))
+end
+local oldest = redis.call('ZRANGE', K_PENDING, 0, 0, 'WITHSCORES')
+return { backlog, due, redis.call('ZCARD', K_PENDING), redis.call('ZCARD', K_DELAYED),
+  parked, redis.call('LLEN', K_DEAD), oldest[2] or '', fmt(now) }

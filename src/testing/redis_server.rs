@@ -1,0 +1,298 @@
+//! A real `redis-server` for tests (feature `testing` + `redis`): started on
+//! a free loopback port with its own temp dir, never the machine's Redis.
+//!
+//! The server runs under a small `sh` that holds the write end of a pipe
+//! from this process as its stdin: when the pipe reaches end of file — the
+//! harness dropped it, or this process died in any way, even by `SIGKILL` —
+//! the shell kills the server with `SIGKILL` and removes its directory. So
+//! no server outlives its test process, without `unsafe` or `pre_exec`.
+
+use std::io::{self, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::queue::{BoxFuture, BoxQueue};
+use crate::testing::{Factory, Subject};
+
+/// How a [`RedisServer`] is started.
+#[derive(Debug, Clone, Default)]
+pub struct RedisServerOptions {
+    /// Keep an append-only file with `appendfsync always`, so an add or ack
+    /// that returned survives `kill()` + `restart()`. Default: false (no
+    /// persistence at all, fastest).
+    pub aof_always: bool,
+    /// Start as a replica of the server on this loopback port. Default: none.
+    pub replica_of: Option<u16>,
+}
+
+/// A `redis-server` child process on `127.0.0.1:port()`, with its own temp
+/// dir. Dropping it kills the server and removes the dir.
+#[derive(Debug)]
+pub struct RedisServer {
+    port: u16,
+    dir: PathBuf,
+    options: RedisServerOptions,
+    child: Option<(Child, ChildStdin)>,
+}
+
+/// The error when `redis-server` is not installed.
+fn not_installed(e: io::Error) -> io::Error {
+    io::Error::new(
+        e.kind(),
+        format!("redis-server not found on PATH ({e}); install it: apt-get install redis-server"),
+    )
+}
+
+fn free_port() -> io::Result<u16> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// Send `PING` over a raw socket; true on `+PONG` (not `-LOADING`).
+fn ping(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    if s.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 64];
+    matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
+}
+
+impl RedisServer {
+    /// Start a server with default options (no persistence).
+    ///
+    /// # Errors
+    ///
+    /// An error saying `install it: apt-get install redis-server` when
+    /// `redis-server` is not on `PATH`; other I/O errors if it does not come
+    /// up within 10 s.
+    pub fn start() -> io::Result<RedisServer> {
+        Self::start_with(RedisServerOptions::default())
+    }
+
+    /// Start a server with `options`.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisServer::start`].
+    pub fn start_with(options: RedisServerOptions) -> io::Result<RedisServer> {
+        Command::new("redis-server")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map_err(not_installed)?;
+        let dir = tempfile::Builder::new()
+            .prefix("workjournal-redis-")
+            .tempdir()?
+            .keep();
+        let mut last = None;
+        for _ in 0..5 {
+            let mut server = RedisServer {
+                port: free_port()?,
+                dir: dir.clone(),
+                options: options.clone(),
+                child: None,
+            };
+            match server.spawn() {
+                Ok(()) => return Ok(server),
+                Err(e) => {
+                    server.stop(true);
+                    last = Some(e);
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        Err(last.unwrap_or_else(|| io::Error::other("redis-server did not start")))
+    }
+
+    fn spawn(&mut self) -> io::Result<()> {
+        let mut args = vec![
+            "--port".to_string(),
+            self.port.to_string(),
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--dir".into(),
+            self.dir.display().to_string(),
+            "--logfile".into(),
+            "redis.log".into(),
+            "--save".into(),
+            String::new(),
+            "--daemonize".into(),
+            "no".into(),
+            "--maxmemory-policy".into(),
+            "noeviction".into(),
+        ];
+        if self.options.aof_always {
+            args.extend(["--appendonly", "yes", "--appendfsync", "always"].map(String::from));
+        } else {
+            args.extend(["--appendonly", "no"].map(String::from));
+        }
+        if let Some(p) = self.options.replica_of {
+            args.extend(["--replicaof".to_string(), "127.0.0.1".into(), p.to_string()]);
+        }
+        // $1 is the dir; the rest are redis-server's arguments. `read` returns
+        // on a line ("keep": kill but keep the dir, for restart) or on end of
+        // file (the harness or the whole test process is gone: kill and
+        // remove the dir).
+        let script = r#"d="$1"; shift
+redis-server "$@" </dev/null >/dev/null 2>&1 &
+p=$!
+read cmd
+kill -9 "$p" 2>/dev/null
+wait "$p" 2>/dev/null
+if [ "$cmd" != keep ]; then rm -rf "$d"; fi"#;
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .arg("sh")
+            .arg(&self.dir)
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(not_installed)?;
+        let stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| io::Error::other("no stdin pipe for the redis-server shell"))?;
+        self.child = Some((child, stdin));
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(10) {
+            if ping(self.port) {
+                return Ok(());
+            }
+            if let Some((c, _)) = self.child.as_mut() {
+                if let Ok(Some(status)) = c.try_wait() {
+                    return Err(io::Error::other(format!(
+                        "redis-server exited at once ({status}); see {}/redis.log",
+                        self.dir.display()
+                    )));
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Err(io::Error::other(format!(
+            "redis-server on port {} did not answer PING within 10 s",
+            self.port
+        )))
+    }
+
+    fn stop(&mut self, remove_dir: bool) {
+        if let Some((mut child, mut stdin)) = self.child.take() {
+            if !remove_dir {
+                let _ = stdin.write_all(b"keep\n");
+                let _ = stdin.flush();
+            }
+            drop(stdin);
+            let _ = child.wait();
+        }
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The loopback port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Kill the server with `SIGKILL` (a crash: no shutdown save). Its dir is
+    /// kept for [`RedisServer::restart`].
+    pub fn kill(&mut self) {
+        self.stop(false);
+    }
+
+    /// Start the server again on the same port with the same dir (and so the
+    /// same append-only file, if any). Kills it first if it is running.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisServer::start`].
+    pub fn restart(&mut self) -> io::Result<()> {
+        self.stop(false);
+        self.spawn()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.stop(true);
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Factory of [`RedisQueue`](crate::RedisQueue)s: one server per test
+/// binary (started on first use, shared by every test of the process), a
+/// fresh namespace per [`Factory::make`].
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RedisFactory;
+
+static SERVER: OnceLock<Mutex<Option<RedisServer>>> = OnceLock::new();
+static NAMESPACES: AtomicU64 = AtomicU64::new(0);
+
+/// The URL of this process's shared test server, starting it on first use.
+///
+/// # Errors
+///
+/// As [`RedisServer::start`].
+pub fn shared_server_url() -> io::Result<String> {
+    let slot = SERVER.get_or_init(|| Mutex::new(None));
+    let mut guard = slot.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(s) = guard.as_ref() {
+        return Ok(s.url());
+    }
+    let server = RedisServer::start()?;
+    let url = server.url();
+    *guard = Some(server);
+    Ok(url)
+}
+
+/// A namespace not used before by this process.
+pub fn fresh_namespace() -> String {
+    let n = NAMESPACES.fetch_add(1, Ordering::Relaxed);
+    format!("t{}-{n}", std::process::id())
+}
+
+impl Factory for RedisFactory {
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+
+    #[allow(clippy::expect_used)]
+    fn make(&self, config: Config) -> BoxFuture<'_, Subject> {
+        Box::pin(async move {
+            let url = tokio::task::spawn_blocking(shared_server_url)
+                .await
+                .expect("redis test server start task")
+                .expect("start redis-server for the tests");
+            let queue = crate::RedisQueue::connect(
+                &url,
+                &fresh_namespace(),
+                config,
+                crate::RedisOptions::default(),
+            )
+            .await
+            .expect("connect to the test redis-server");
+            Subject::new(BoxQueue::new(queue), Vec::new())
+        })
+    }
+
+    fn durable(&self) -> bool {
+        true
+    }
+}

@@ -1,0 +1,423 @@
+//! Redis-only tests (issue 3): races between handles, fencing of late acks,
+//! deep stale claims, crash and restart of a real `redis-server`, replicas.
+//! Each runs against a real server that the harness starts on a free
+//! loopback port; without `redis-server` installed they fail, saying
+//! `apt-get install redis-server`.
+
+#![cfg(all(feature = "redis", feature = "testing"))]
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use workjournal::testing::redis_server::{fresh_namespace, shared_server_url};
+use workjournal::testing::{RedisServer, RedisServerOptions};
+use workjournal::{
+    ClaimFrom, Config, Error, ManualClock, NewItem, RedisOptions, RedisQueue, WorkQueue,
+};
+
+const T0: u64 = 1_700_000_000_000;
+
+async fn connect(url: &str, ns: &str, config: Config) -> RedisQueue {
+    RedisQueue::connect(url, ns, config, RedisOptions::default())
+        .await
+        .unwrap()
+}
+
+fn shared_url() -> String {
+    shared_server_url().unwrap()
+}
+
+async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_handles_promoting_and_claiming_deliver_each_item_once() {
+    let url = shared_url();
+    let ns = fresh_namespace();
+    let clock = ManualClock::new(T0);
+    let a = connect(&url, &ns, Config::default().clock(clock.clone())).await;
+    let b = connect(&url, &ns, Config::default().clock(clock.clone())).await;
+    assert_ne!(a.consumer_name(), b.consumer_name());
+    let mut expected = BTreeSet::new();
+    for i in 0..300u64 {
+        let item = NewItem::new(format!("job {i}").into_bytes());
+        let added = if i % 2 == 0 {
+            a.add_delayed(item, T0 + 1_000 + i % 7).await.unwrap()
+        } else {
+            a.add(item).await.unwrap()
+        };
+        expected.insert(added.id);
+    }
+    clock.advance(Duration::from_secs(2));
+    let run = |q: RedisQueue| {
+        tokio::spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                q.promote_due().await.unwrap();
+                let claimed = q.claim(7, Duration::ZERO, ClaimFrom::All).await.unwrap();
+                if claimed.is_empty() {
+                    break;
+                }
+                for c in claimed {
+                    got.push(c.item.id);
+                    q.ack(c.receipt).await.unwrap();
+                }
+            }
+            got
+        })
+    };
+    let (ga, gb) = (run(a.clone()), run(b.clone()));
+    let (ga, gb) = (ga.await.unwrap(), gb.await.unwrap());
+    let mut all: Vec<u64> = ga.iter().chain(gb.iter()).copied().collect();
+    all.sort_unstable();
+    let unique: BTreeSet<u64> = all.iter().copied().collect();
+    assert_eq!(all.len(), unique.len(), "an item was delivered twice");
+    assert_eq!(unique, expected);
+    let stats = a.stats().await.unwrap();
+    assert_eq!((stats.backlog, stats.pending, stats.delayed), (0, 0, 0));
+}
+
+#[tokio::test]
+async fn late_ack_from_a_reclaimed_handle_is_lease_lost() {
+    let url = shared_url();
+    let ns = fresh_namespace();
+    let clock = ManualClock::new(T0);
+    let a = connect(&url, &ns, Config::default().clock(clock.clone())).await;
+    let b = connect(&url, &ns, Config::default().clock(clock.clone())).await;
+    a.add(NewItem::new(b"x".to_vec())).await.unwrap();
+    let first = a.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    let first = first[0].receipt;
+    clock.advance(Duration::from_secs(60));
+    let taken = b.reclaim_stale(Duration::from_secs(30), 10).await.unwrap();
+    assert_eq!(taken.len(), 1);
+    assert_eq!(taken[0].receipt.delivery, 2);
+    // The first holder's late operations all fail and change nothing.
+    assert!(matches!(
+        a.touch(vec![first]).await,
+        Err(Error::LeaseLost { id: 1, delivery: 1 })
+    ));
+    assert!(matches!(a.ack(first).await, Err(Error::LeaseLost { .. })));
+    assert!(matches!(
+        a.retry(first, T0).await,
+        Err(Error::LeaseLost { .. })
+    ));
+    assert!(matches!(a.park(first).await, Err(Error::LeaseLost { .. })));
+    assert!(matches!(
+        a.dead_letter(first, "late").await,
+        Err(Error::LeaseLost { .. })
+    ));
+    assert_eq!(a.ack_batch(vec![first]).await.unwrap(), 0);
+    assert_eq!(a.stats().await.unwrap().pending, 1);
+    // The group's PEL follows the new owner.
+    let mut conn = raw(&url).await;
+    let pel: redis::Value = redis::cmd("XPENDING")
+        .arg(format!("{{{ns}}}:backlog"))
+        .arg("workers")
+        .arg("-")
+        .arg("+")
+        .arg(10)
+        .arg(b.consumer_name())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        matches!(&pel, redis::Value::Array(v) if v.len() == 1),
+        "{pel:?}"
+    );
+    b.ack(taken[0].receipt).await.unwrap();
+    let s = a.stats().await.unwrap();
+    assert_eq!((s.pending, s.backlog), (0, 0));
+    let len: u64 = redis::cmd("XLEN")
+        .arg(format!("{{{ns}}}:backlog"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(len, 0, "an acked entry stayed in the stream");
+}
+
+#[tokio::test]
+async fn six_hundred_stale_claims_behind_four_hundred_fresh_are_all_reclaimed() {
+    let url = shared_url();
+    let ns = fresh_namespace();
+    let clock = ManualClock::new(T0);
+    let a = connect(&url, &ns, Config::default().clock(clock.clone())).await;
+    let b = connect(&url, &ns, Config::default().clock(clock.clone())).await;
+    let items = (0..1000)
+        .map(|i| NewItem::new(vec![(i % 251) as u8]))
+        .collect();
+    a.add_batch(items).await.unwrap();
+    let mut receipts = Vec::new();
+    while receipts.len() < 1000 {
+        let got = a.claim(100, Duration::ZERO, ClaimFrom::All).await.unwrap();
+        assert!(!got.is_empty());
+        receipts.extend(got.into_iter().map(|c| c.receipt));
+    }
+    // The first 400 in stream (and PEL) order stay fresh; the 600 behind
+    // them go stale.
+    clock.advance(Duration::from_secs(120));
+    a.touch(receipts[..400].to_vec()).await.unwrap();
+    clock.advance(Duration::from_secs(10));
+    let mut reclaimed = Vec::new();
+    loop {
+        let got = b.reclaim_stale(Duration::from_secs(60), 50).await.unwrap();
+        if got.is_empty() {
+            break;
+        }
+        assert!(got.len() <= 50);
+        reclaimed.extend(got.into_iter().map(|c| c.item.id));
+    }
+    let want: Vec<u64> = (401..=1000).collect();
+    assert_eq!(
+        reclaimed, want,
+        "every stale claim, oldest (claimed_at, id) first"
+    );
+    assert_eq!(b.stats().await.unwrap().pending, 1000);
+}
+
+#[tokio::test]
+async fn aof_always_restart_loses_no_acknowledged_add() {
+    let mut server = RedisServer::start_with(RedisServerOptions {
+        aof_always: true,
+        ..Default::default()
+    })
+    .unwrap();
+    let url = server.url();
+    let q = connect(&url, "aof", Config::default()).await;
+    let mut added = Vec::new();
+    for i in 0..100u32 {
+        added.push(
+            q.add(NewItem::new(i.to_be_bytes().to_vec()))
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    let batch = (0..100u32)
+        .map(|i| NewItem::new(i.to_le_bytes().to_vec()))
+        .collect();
+    added.extend(q.add_batch(batch).await.unwrap().into_iter().map(|a| a.id));
+    let claimed = q.claim(30, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    let acked: BTreeSet<u64> = claimed[..20].iter().map(|c| c.item.id).collect();
+    for c in &claimed[..20] {
+        q.ack(c.receipt).await.unwrap();
+    }
+    server.kill();
+    server.restart().unwrap();
+    let q2 = connect(&url, "aof", Config::default()).await;
+    let s = q2.stats().await.unwrap();
+    assert_eq!(s.backlog, 170);
+    assert_eq!(s.pending, 10);
+    let mut left = BTreeSet::new();
+    loop {
+        let got = q2.claim(50, Duration::ZERO, ClaimFrom::All).await.unwrap();
+        if got.is_empty() {
+            break;
+        }
+        left.extend(got.into_iter().map(|c| c.item.id));
+    }
+    for c in q2.reclaim_stale(Duration::ZERO, 100).await.unwrap() {
+        assert_eq!(c.item.deliveries, 2);
+        left.insert(c.item.id);
+    }
+    let want: BTreeSet<u64> = added
+        .iter()
+        .copied()
+        .filter(|id| !acked.contains(id))
+        .collect();
+    assert_eq!(left, want);
+    // New ids continue after the old ones: the counter survived too.
+    let next = q2.add(NewItem::new(b"after".to_vec())).await.unwrap();
+    assert_eq!(next.id, 201);
+}
+
+#[tokio::test]
+async fn killed_redis_fails_within_the_timeout_and_works_after_restart() {
+    let mut server = RedisServer::start().unwrap();
+    let url = server.url();
+    let options = RedisOptions::default()
+        .connect_timeout(Duration::from_millis(300))
+        .response_timeout(Duration::from_millis(500));
+    let q = RedisQueue::connect(&url, "faults", Config::default(), options)
+        .await
+        .unwrap();
+    q.add(NewItem::new(b"before".to_vec())).await.unwrap();
+    server.kill();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let err = q.add(NewItem::new(b"during".to_vec())).await.unwrap_err();
+        assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+        assert!(err.is_retryable());
+        // Bound: connect_timeout + response_timeout = 0.8 s, plus slack for
+        // a loaded machine; the point is that it never hangs.
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    let started = Instant::now();
+    let err = q
+        .claim(1, Duration::from_secs(30), ClaimFrom::All)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // The restarted server has no data and no scripts (NOSCRIPT is handled).
+    server.restart().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let id = loop {
+        match q.add(NewItem::new(b"after".to_vec())).await {
+            Ok(a) => break a.id,
+            Err(e) if Instant::now() < deadline => {
+                assert!(matches!(e, Error::Backend { .. }), "{e:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("queue did not come back after restart: {e}"),
+        }
+    };
+    assert_eq!(id, 1, "a restarted server without persistence starts over");
+    // Groups are gone with the data: a new handle recreates them.
+    let q2 = RedisQueue::connect(&url, "faults", Config::default(), RedisOptions::default())
+        .await
+        .unwrap();
+    let got = q2
+        .claim(1, Duration::from_secs(1), ClaimFrom::All)
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    q2.ack(got[0].receipt).await.unwrap();
+}
+
+async fn info_field(url: &str, section: &str, field: &str) -> String {
+    let mut conn = raw(url).await;
+    let info: String = redis::cmd("INFO")
+        .arg(section)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
+#[tokio::test]
+async fn min_replicas_succeeds_with_a_replica_and_reports_the_shortfall_without() {
+    let primary = RedisServer::start().unwrap();
+    let mut replica = RedisServer::start_with(RedisServerOptions {
+        replica_of: Some(primary.port()),
+        ..Default::default()
+    })
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while info_field(&replica.url(), "replication", "master_link_status").await != "up" {
+        assert!(Instant::now() < deadline, "replica never linked up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let options = RedisOptions::default()
+        .min_replicas(1)
+        .replica_timeout(Duration::from_millis(500));
+    let q = RedisQueue::connect(&primary.url(), "repl", Config::default(), options)
+        .await
+        .unwrap();
+    let added = q.add(NewItem::new(b"replicated".to_vec())).await.unwrap();
+    let mut conn = raw(&replica.url()).await;
+    let flow: Option<Vec<u8>> = redis::cmd("HGET")
+        .arg(format!("{{repl}}:item:{}", added.id))
+        .arg("payload")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(flow.as_deref(), Some(&b"replicated"[..]));
+    replica.kill();
+    let err = q.add(NewItem::new(b"alone".to_vec())).await.unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(text.contains("only 0 of 1"), "{text}");
+}
+
+/// Requests sent by clients (scripts and XREAD; commands run inside a script
+/// are not requests), from `INFO commandstats`.
+async fn client_requests(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    let calls = |name: &str| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse().unwrap())
+    };
+    calls("evalsha") + calls("eval") + calls("xread")
+}
+
+#[tokio::test]
+async fn blocking_claim_wakes_on_add_and_is_quiet_while_idle() {
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    let q = connect(&url, "idle", Config::default()).await;
+    let producer = connect(&url, "idle", Config::default()).await;
+    // Warm up: load the claim script and open the waiting connection.
+    assert!(
+        q.claim(1, Duration::from_millis(50), ClaimFrom::All)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Idle: a claim waiting 2 s sends a handful of commands, not a poll loop.
+    let mut admin = raw(&url).await;
+    let before = client_requests(&mut admin).await;
+    let got = q
+        .claim(1, Duration::from_secs(2), ClaimFrom::All)
+        .await
+        .unwrap();
+    assert!(got.is_empty());
+    let after = client_requests(&mut admin).await;
+    // At most 20 commands/s are allowed; the design sends 2 per wait (the
+    // claim script and one XREAD BLOCK).
+    assert!(
+        after - before <= 4,
+        "{} commands in 2 s of idle waiting",
+        after - before
+    );
+    // Wake-up: an add from another handle ends the wait.
+    let waiter = tokio::spawn({
+        let q = q.clone();
+        async move {
+            let started = Instant::now();
+            let got = q
+                .claim(1, Duration::from_secs(20), ClaimFrom::All)
+                .await
+                .unwrap();
+            (got, started.elapsed())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    producer.add(NewItem::new(b"wake".to_vec())).await.unwrap();
+    let (got, waited) = waiter.await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert!(
+        waited < Duration::from_secs(10),
+        "claim slept through the add: {waited:?}"
+    );
+    // A timer coming due (server clock) also ends the wait.
+    let now = q.now_ms().await.unwrap();
+    producer
+        .add_delayed(NewItem::new(b"timer".to_vec()), now + 300)
+        .await
+        .unwrap();
+    let got = q
+        .claim(1, Duration::from_secs(20), ClaimFrom::DueOnly)
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].item.payload, b"timer");
+}
