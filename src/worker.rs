@@ -497,7 +497,14 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
             tokio::select! {
                 biased;
                 () = &mut shutdown => break,
-                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {
+                    // The last item just finished: if the queue is empty now,
+                    // stop without waiting out the claim in progress (it is
+                    // waiting on an empty queue, so dropping it takes nothing).
+                    if self.until_empty && tasks.is_empty() && matches!(shared.is_empty().await, Ok(true)) {
+                        break;
+                    }
+                }
                 result = async { match fill.as_mut() {
                     Some(f) => f.await,
                     None => std::future::pending().await,

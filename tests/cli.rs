@@ -124,7 +124,7 @@ fn add_work_stats_round_trip() {
     assert_eq!(env.stats()["backlog"], 4);
     assert_eq!(env.ok(&["peek", "1"]).trim(), "1\tgreet\t0\thello");
 
-    let summary = env.ok(&[
+    let out = env.run(&[
         "work",
         "--exec",
         &record("ran.txt"),
@@ -132,7 +132,9 @@ fn add_work_stats_round_trip() {
         "--concurrency",
         "2",
     ]);
-    assert!(summary.contains("4 acked"), "{summary}");
+    assert!(out.status.success());
+    let summary = text(&out.stderr);
+    assert!(summary.contains("done: 4 acked"), "{summary}");
     let mut ran: Vec<String> = env.read("ran.txt").lines().map(String::from).collect();
     ran.sort();
     assert_eq!(ran, ["1 greet 1 hello", "2  1 a", "3  1 b", "4  1 c"]);
