@@ -418,3 +418,47 @@ async fn blocking_claim_wakes_on_add_and_is_quiet_while_idle() {
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].item.payload, b"timer");
 }
+
+#[tokio::test]
+async fn records_deleted_behind_the_queues_back_are_skipped_not_fatal() {
+    let url = shared_url();
+    let ns = fresh_namespace();
+    let q = connect(&url, &ns, Config::default()).await;
+    for i in 1..=4u8 {
+        q.add(NewItem::new(vec![i])).await.unwrap();
+    }
+    let mut conn = raw(&url).await;
+    // Someone deletes item 2's record, and the stream entry of a claimed item.
+    let _: () = redis::cmd("DEL")
+        .arg(format!("{{{ns}}}:item:2"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let got = q.claim(10, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    let ids: Vec<u64> = got.iter().map(|c| c.item.id).collect();
+    assert_eq!(ids, vec![1, 3, 4]);
+    let entries: Vec<redis::Value> = redis::cmd("XRANGE")
+        .arg(format!("{{{ns}}}:backlog"))
+        .arg("-")
+        .arg("+")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(entries.len(), 3, "the orphan entry was acked and deleted");
+    let _: () = redis::cmd("DEL")
+        .arg(format!("{{{ns}}}:backlog"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // Acks still work; a repeated receipt in one batch counts once.
+    let r = got[0].receipt;
+    assert_eq!(q.ack_batch(vec![r, r]).await.unwrap(), 1);
+    q.ack(got[1].receipt).await.unwrap();
+    let stats = q.stats().await.unwrap();
+    assert_eq!((stats.pending, stats.backlog), (1, 0));
+    // The stream and its group come back on the next add and claim.
+    q.add(NewItem::new(b"later".to_vec())).await.unwrap();
+    let again = q.claim(10, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].item.payload, b"later");
+}
