@@ -138,7 +138,7 @@ impl Error {
         }
     }
 
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    #[allow(dead_code)] // used by the redis backend
     pub(crate) fn backend(detail: impl Into<String>) -> Self {
         Error::Backend {
             detail: detail.into(),

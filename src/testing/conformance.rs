@@ -1066,7 +1066,7 @@ macro_rules! conformance_case_list {
 /// Expand one `#[tokio::test]` per conformance case, each running the case
 /// against the factory expression given (SPEC sections 3 and 4).
 ///
-/// ```ignore
+/// ```text
 /// mod embedded {
 ///     workjournal::conformance_tests!(workjournal::testing::EmbeddedFactory);
 /// }

@@ -1,6 +1,7 @@
 //! Test support shared by the integration tests, the fuzz targets and the
 //! benchmarks (feature `testing`): the conformance cases every backend must
-//! pass, and factories that make a fresh queue of each backend.
+//! pass, factories that make a fresh queue of each backend, and a
+//! simulated disk for power-loss and I/O-fault tests ([`faults`]).
 //!
 //! Not part of the stable API.
 
@@ -16,6 +17,13 @@ pub mod redis_server;
 
 #[cfg(feature = "redis")]
 pub use redis_server::{RedisFactory, RedisServer, RedisServerOptions};
+
+#[cfg(feature = "embedded")]
+pub mod faults;
+
+#[cfg(feature = "embedded")]
+pub mod fuzz;
+pub mod ops;
 
 /// A queue under test and whatever keeps it alive (a temp dir, a server).
 pub struct Subject {

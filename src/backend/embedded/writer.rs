@@ -24,13 +24,19 @@ const MAX_BATCH: usize = 512;
 pub(super) enum Op {
     Add(Vec<(NewItem, Option<u64>)>),
     Promote,
-    Claim { count: usize, from: ClaimFrom },
+    Claim {
+        count: usize,
+        from: ClaimFrom,
+    },
     Ack(Receipt),
     AckBatch(Vec<Receipt>),
     Touch(Vec<Receipt>),
     Retry(Receipt, u64),
     DeadLetter(Receipt, String),
-    Reclaim { min_idle_ms: u64, count: usize },
+    Reclaim {
+        min_idle_ms: u64,
+        count: usize,
+    },
     Pause(String),
     Resume(String),
     Park(Receipt),
@@ -47,6 +53,12 @@ pub(super) enum Op {
     Stats,
     BacklogByFlow(usize),
     Peek(usize),
+    #[cfg(feature = "testing")]
+    Locations,
+    #[cfg(feature = "testing")]
+    Dump,
+    #[cfg(feature = "testing")]
+    Audit,
 }
 
 impl Op {
@@ -61,7 +73,17 @@ impl Op {
                 | Op::Stats
                 | Op::BacklogByFlow(_)
                 | Op::Peek(_)
-        )
+        ) || self.is_test_read()
+    }
+
+    #[cfg(feature = "testing")]
+    fn is_test_read(&self) -> bool {
+        matches!(self, Op::Locations | Op::Dump | Op::Audit)
+    }
+
+    #[cfg(not(feature = "testing"))]
+    fn is_test_read(&self) -> bool {
+        false
     }
 
     /// Operations whose only effect is to hand items to the caller: if the
@@ -87,6 +109,12 @@ pub(super) enum Reply {
     Stats(Stats),
     ByFlow(BTreeMap<String, u64>),
     Items(Vec<Item>),
+    #[cfg(feature = "testing")]
+    Locations(BTreeMap<u64, Vec<crate::Location>>),
+    #[cfg(feature = "testing")]
+    Dump(BTreeMap<String, Vec<String>>),
+    #[cfg(feature = "testing")]
+    Audit(BTreeMap<u64, crate::Location>),
 }
 
 pub(super) struct Request {
@@ -174,6 +202,12 @@ fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
         Op::Stats => Reply::Stats(t.stats(now)?),
         Op::BacklogByFlow(n) => Reply::ByFlow(t.backlog_by_flow(*n, now)?),
         Op::Peek(n) => Reply::Items(t.peek(*n, now)?),
+        #[cfg(feature = "testing")]
+        Op::Locations => Reply::Locations(t.locations()?),
+        #[cfg(feature = "testing")]
+        Op::Dump => Reply::Dump(t.dump()?),
+        #[cfg(feature = "testing")]
+        Op::Audit => Reply::Audit(t.audit()?),
     })
 }
 
@@ -269,12 +303,29 @@ fn panic_error(what: &str) -> Error {
     ))
 }
 
+/// Opens the database: from the file's path and options, or from a test's
+/// storage backend. Called again to reopen after an I/O error.
+pub(super) type Build =
+    Box<dyn FnMut() -> std::result::Result<Database, redb::DatabaseError> + Send>;
+
 /// Open (or create) the file and run recovery: check the schema, mark every
 /// pending item as orphaned. Runs on the writer thread.
 pub(super) fn open_database(
-    build: impl FnOnce() -> std::result::Result<Database, redb::DatabaseError>,
+    build: &mut Build,
     path: &std::path::Path,
     limits: Limits,
+) -> Result<Database> {
+    open_and_recover(build, path, limits, true)
+}
+
+/// Open and check the schema; with `orphan`, mark every pending item as
+/// belonging to a process that is gone. A reopen by the same process after
+/// an I/O error does not: its consumers still hold their claims.
+fn open_and_recover(
+    build: &mut Build,
+    path: &std::path::Path,
+    limits: Limits,
+    orphan: bool,
 ) -> Result<Database> {
     let db = match catch_unwind(AssertUnwindSafe(build)) {
         Ok(Ok(db)) => db,
@@ -312,7 +363,7 @@ pub(super) fn open_database(
                 // migrate yet. A future version adds its migration here.
                 Some(_) => {}
             }
-            t.orphan_all_pending()?
+            if orphan { t.orphan_all_pending()? } else { 0 }
         };
         txn.commit().ctx("commit recovery")?;
         Ok(orphans)
@@ -369,14 +420,84 @@ fn open_error(e: redb::DatabaseError, path: &std::path::Path) -> Error {
     }
 }
 
+/// The database and how to open it again.
+struct Store {
+    /// `None` after an I/O error, until a reopen succeeds.
+    db: Option<Database>,
+    build: Build,
+    path: PathBuf,
+    limits: Limits,
+    /// An operation failed with an I/O or storage error: before the next
+    /// one, check whether redb has poisoned itself.
+    suspect: bool,
+}
+
+/// Whether `db` refuses all work after an earlier I/O error (redb then
+/// answers every call with `PreviousIo` until it is dropped and reopened).
+fn poisoned(db: &Database) -> bool {
+    match catch_unwind(AssertUnwindSafe(|| db.begin_write())) {
+        Ok(Ok(txn)) => {
+            let _ = txn.abort();
+            false
+        }
+        Ok(Err(redb::TransactionError::Storage(
+            redb::StorageError::PreviousIo | redb::StorageError::Io(_),
+        ))) => true,
+        Ok(Err(_)) => false,
+        Err(_) => true,
+    }
+}
+
+impl Store {
+    /// The database, reopened first if an I/O error has poisoned it, so
+    /// that the queue carries on once the fault (a full disk, a failing
+    /// device) clears, without the caller reopening it.
+    fn ready(&mut self) -> Result<&mut Database> {
+        if self.suspect {
+            if self.db.as_ref().is_some_and(poisoned) {
+                // Dropped before the reopen, which needs the file lock.
+                self.db = None;
+            }
+            if self.db.is_none() {
+                let db = open_and_recover(&mut self.build, &self.path, self.limits, false)
+                    .map_err(|e| Error::Io {
+                        context: format!("reopen {} after an i/o error", self.path.display()),
+                        source: std::io::Error::other(e),
+                    })?;
+                tracing::warn!(path = %self.path.display(), "reopened after an i/o error");
+                self.db = Some(db);
+            }
+            self.suspect = false;
+        }
+        self.db
+            .as_mut()
+            .ok_or_else(|| Error::corrupt("the database is not open"))
+    }
+
+    fn note<T>(&mut self, result: &Result<T>) {
+        if matches!(result, Err(Error::Io { .. } | Error::Storage { .. })) {
+            self.suspect = true;
+        }
+    }
+}
+
 /// The writer loop. Returns when every handle is gone or on `Close`.
 pub(super) fn run(
-    mut db: Database,
+    db: Database,
+    build: Build,
+    path: PathBuf,
     mut rx: mpsc::UnboundedReceiver<Msg>,
     limits: Limits,
     wake: Arc<Notify>,
     claim: PathClaim,
 ) {
+    let mut store = Store {
+        db: Some(db),
+        build,
+        path,
+        limits,
+        suspect: false,
+    };
     let mut close_reply = None;
     'outer: while let Some(first) = rx.blocking_recv() {
         let mut reqs: Vec<Request> = Vec::new();
@@ -385,15 +506,18 @@ pub(super) fn run(
             match msg {
                 Msg::Req(r) => reqs.push(r),
                 Msg::Compact(reply) => {
-                    run_batch(&db, limits, &wake, std::mem::take(&mut reqs));
-                    let result = match catch_unwind(AssertUnwindSafe(|| db.compact())) {
-                        Ok(r) => r.ctx("compact"),
-                        Err(_) => Err(panic_error("compact")),
-                    };
+                    run_batch(&mut store, &wake, std::mem::take(&mut reqs));
+                    let result = store.ready().and_then(|db| {
+                        match catch_unwind(AssertUnwindSafe(|| db.compact())) {
+                            Ok(r) => r.ctx("compact"),
+                            Err(_) => Err(panic_error("compact")),
+                        }
+                    });
+                    store.note(&result);
                     let _ = reply.send(result);
                 }
                 Msg::Close(reply) => {
-                    run_batch(&db, limits, &wake, std::mem::take(&mut reqs));
+                    run_batch(&mut store, &wake, std::mem::take(&mut reqs));
                     close_reply = Some(reply);
                     break 'outer;
                 }
@@ -402,17 +526,17 @@ pub(super) fn run(
                 next = rx.try_recv().ok();
             }
         }
-        run_batch(&db, limits, &wake, reqs);
+        run_batch(&mut store, &wake, reqs);
     }
     rx.close();
-    drop(db);
+    drop(store);
     drop(claim);
     if let Some(reply) = close_reply {
         let _ = reply.send(());
     }
 }
 
-fn run_batch(db: &Database, limits: Limits, wake: &Notify, reqs: Vec<Request>) {
+fn run_batch(store: &mut Store, wake: &Notify, reqs: Vec<Request>) {
     // A claim whose caller has gone (its future was dropped) is not run, so
     // that it strands nothing in pending.
     let reqs: Vec<Request> = reqs
@@ -425,13 +549,23 @@ fn run_batch(db: &Database, limits: Limits, wake: &Notify, reqs: Vec<Request>) {
     let (ops, replies): (Vec<(Op, u64)>, Vec<_>) =
         reqs.into_iter().map(|r| ((r.op, r.now), r.reply)).unzip();
     let writes = ops.iter().any(|(op, _)| !op.is_read());
-    let results = match catch_unwind(AssertUnwindSafe(|| execute(db, limits, &ops))) {
-        Ok(results) => results,
-        Err(_) => ops
-            .iter()
-            .map(|_| Err(panic_error("a transaction")))
-            .collect(),
+    let limits = store.limits;
+    let results = match store.ready() {
+        Ok(db) => match catch_unwind(AssertUnwindSafe(|| execute(&*db, limits, &ops))) {
+            Ok(results) => results,
+            Err(_) => ops
+                .iter()
+                .map(|_| Err(panic_error("a transaction")))
+                .collect(),
+        },
+        Err(e) => {
+            store.suspect = true;
+            ops.iter().map(|_| Err(e.duplicate())).collect()
+        }
     };
+    for r in &results {
+        store.note(r);
+    }
     if writes {
         wake.notify_waiters();
     }

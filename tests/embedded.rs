@@ -1,0 +1,320 @@
+//! Embedded-only behaviour: the file survives close and reopen, is locked
+//! against a second handle, refuses damaged or foreign files without a
+//! panic, and hands orphaned claims back after a reopen (SPEC sections 3,
+//! 5 and 6).
+
+use std::time::Duration;
+
+use workjournal::testing::conformance::T0;
+use workjournal::{ClaimFrom, Config, EmbeddedQueue, Error, ManualClock, NewItem, WorkQueue};
+
+fn config(clock: &ManualClock) -> Config {
+    Config::default().clock(clock.clone())
+}
+
+async fn open(path: &std::path::Path, clock: &ManualClock) -> EmbeddedQueue {
+    EmbeddedQueue::open(path, config(clock)).await.unwrap()
+}
+
+#[tokio::test]
+async fn every_state_survives_close_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let clock = ManualClock::new(T0);
+    let q = open(&path, &clock).await;
+    q.pause("p").await.unwrap();
+    q.add(NewItem::new(b"parked".to_vec()).flow("p"))
+        .await
+        .unwrap();
+    q.add(NewItem::new(b"pending".to_vec())).await.unwrap();
+    q.add(NewItem::new(b"dead".to_vec())).await.unwrap();
+    q.add(NewItem::new(b"backlog".to_vec()).dedup_key("k"))
+        .await
+        .unwrap();
+    q.add_delayed(NewItem::new(b"due".to_vec()), T0)
+        .await
+        .unwrap();
+    q.add_delayed(NewItem::new(b"delayed".to_vec()), T0 + 60_000)
+        .await
+        .unwrap();
+    let c = q.claim(3, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    q.dead_letter(c[2].receipt, "broken").await.unwrap();
+    q.retry(c[0].receipt, T0).await.unwrap();
+    q.promote_due().await.unwrap();
+    q.mark_done(2, "email").await.unwrap();
+    let before = q.stats().await.unwrap();
+    let peek_before = q.peek(10).await.unwrap();
+    q.close().await.unwrap();
+    assert!(matches!(q.stats().await, Err(Error::Closed)));
+
+    let q = open(&path, &clock).await;
+    assert_eq!(q.stats().await.unwrap(), before);
+    assert_eq!(q.peek(10).await.unwrap(), peek_before);
+    assert_eq!(q.paused_flows().await.unwrap(), vec!["p".to_string()]);
+    assert_eq!(q.parked("p").await.unwrap(), 1);
+    assert!(q.was_done(2, "email").await.unwrap());
+    let dl = q.dead_letters(5).await.unwrap();
+    assert_eq!(dl[0].reason, "broken");
+    let dup = q
+        .add(NewItem::new(b"again".to_vec()).dedup_key("k"))
+        .await
+        .unwrap();
+    assert!(dup.duplicate);
+    // Ids keep increasing across opens; they are never reused.
+    let next = q.add(NewItem::new(b"new".to_vec())).await.unwrap();
+    assert_eq!(next.id, 7);
+}
+
+#[tokio::test]
+async fn a_second_open_of_the_same_file_is_locked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let clock = ManualClock::new(T0);
+    let q = open(&path, &clock).await;
+    match EmbeddedQueue::open(&path, config(&clock)).await {
+        Err(Error::Locked { path: p }) => assert!(p.ends_with("q.redb")),
+        other => panic!("expected Locked, got {other:?}"),
+    }
+    // Another spelling of the same path is the same file.
+    let other_spelling = dir.path().join(".").join("q.redb");
+    assert!(matches!(
+        EmbeddedQueue::open(&other_spelling, config(&clock)).await,
+        Err(Error::Locked { .. })
+    ));
+    q.close().await.unwrap();
+    let again = open(&path, &clock).await;
+    again.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn dropping_the_last_handle_releases_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let clock = ManualClock::new(T0);
+    let q = open(&path, &clock).await;
+    q.add(NewItem::new(b"x".to_vec())).await.unwrap();
+    drop(q);
+    // The writer thread lets go of the file shortly after the last handle.
+    let mut reopened = None;
+    for _ in 0..100 {
+        match EmbeddedQueue::open(&path, config(&clock)).await {
+            Ok(q) => {
+                reopened = Some(q);
+                break;
+            }
+            Err(Error::Locked { .. }) => tokio::time::sleep(Duration::from_millis(10)).await,
+            Err(e) => panic!("unexpected {e}"),
+        }
+    }
+    let q = reopened.expect("file released after the last handle was dropped");
+    assert_eq!(q.stats().await.unwrap().backlog, 1);
+}
+
+async fn expect_corrupt(path: &std::path::Path, what: &str) {
+    let clock = ManualClock::new(T0);
+    match EmbeddedQueue::open(path, config(&clock)).await {
+        Err(Error::Corrupt { .. }) => {}
+        Ok(q) => {
+            // A damage redb can repair is acceptable only if every read works.
+            let r = q.stats().await;
+            panic!("{what}: opened a damaged file, stats gave {r:?}");
+        }
+        Err(e) => panic!("{what}: expected Corrupt, got {e:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_file_that_is_not_a_queue_is_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "this is not a database\n".repeat(400)).unwrap();
+    expect_corrupt(&text, "text file").await;
+    // A valid redb file of another program is not a queue either.
+    let other = dir.path().join("other.redb");
+    {
+        let db = redb::Database::create(&other).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let def: redb::TableDefinition<u64, u64> = redb::TableDefinition::new("accounts");
+            let mut t = txn.open_table(def).unwrap();
+            t.insert(1, 2).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    expect_corrupt(&other, "foreign redb file").await;
+    // The files are left as they were.
+    assert!(
+        std::fs::read_to_string(&text)
+            .unwrap()
+            .starts_with("this is not")
+    );
+}
+
+async fn make_queue_file(path: &std::path::Path) -> Vec<u8> {
+    let clock = ManualClock::new(T0);
+    let q = open(path, &clock).await;
+    let items: Vec<NewItem> = (0..300).map(|i| NewItem::new(vec![i as u8; 100])).collect();
+    q.add_batch(items).await.unwrap();
+    let c = q.claim(50, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    for c in &c[..25] {
+        q.ack(c.receipt).await.unwrap();
+    }
+    q.close().await.unwrap();
+    std::fs::read(path).unwrap()
+}
+
+#[tokio::test]
+async fn a_truncated_file_is_corrupt_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let bytes = make_queue_file(&path).await;
+    for keep in [bytes.len() / 2, 4096, 600, 10] {
+        std::fs::write(&path, &bytes[..keep]).unwrap();
+        expect_corrupt(&path, &format!("truncated to {keep} bytes")).await;
+    }
+}
+
+#[tokio::test]
+async fn bit_flips_give_corrupt_or_a_working_queue_never_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let bytes = make_queue_file(&path).await;
+    let clock = ManualClock::new(T0);
+    // Flip one bit at offsets spread over the file: the header, the region
+    // headers and data pages. Each open either refuses with a clear error
+    // or gives a queue whose reads and claims answer without panicking.
+    let step = (bytes.len() / 61).max(1);
+    let mut refused = 0;
+    for offset in (0..bytes.len()).step_by(step) {
+        let mut damaged = bytes.clone();
+        damaged[offset] ^= 0x10;
+        std::fs::write(&path, &damaged).unwrap();
+        match EmbeddedQueue::open(&path, config(&clock)).await {
+            Ok(q) => {
+                let _ = q.stats().await;
+                let _ = q.claim(5, Duration::ZERO, ClaimFrom::All).await;
+                let _ = q.peek(5).await;
+                q.close().await.unwrap();
+            }
+            Err(Error::Corrupt { .. }) => refused += 1,
+            Err(e) => panic!("flip at {offset}: expected Corrupt, got {e:?}"),
+        }
+    }
+    assert!(refused > 0, "no damaged file was refused");
+}
+
+#[tokio::test]
+async fn orphaned_claims_are_reclaimed_after_reopen_with_one_more_delivery() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let clock = ManualClock::new(T0);
+    let q = open(&path, &clock).await;
+    for p in ["a", "b", "c"] {
+        q.add(NewItem::new(p.as_bytes().to_vec())).await.unwrap();
+    }
+    let claimed = q.claim(2, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    q.close().await.unwrap();
+
+    let q = open(&path, &clock).await;
+    // No time has passed, yet the claims of the closed handle are stale.
+    let r = q
+        .reclaim_stale(Duration::from_secs(3600), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        r.iter().map(|c| c.item.id).collect::<Vec<_>>(),
+        claimed.iter().map(|c| c.item.id).collect::<Vec<_>>()
+    );
+    assert!(r.iter().all(|c| c.item.deliveries == 2));
+    for c in &claimed {
+        assert!(q.ack(c.receipt).await.unwrap_err().is_lease_lost());
+    }
+    // A claim of this open is not an orphan.
+    let fresh = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert!(
+        q.reclaim_stale(Duration::from_secs(3600), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    q.ack(fresh[0].receipt).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_newer_schema_is_refused_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let clock = ManualClock::new(T0);
+    open(&path, &clock).await.close().await.unwrap();
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let def: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta");
+            let mut t = txn.open_table(def).unwrap();
+            t.insert("schema_version", 99).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    match EmbeddedQueue::open(&path, config(&clock)).await {
+        Err(Error::Decode { detail, .. }) => assert!(detail.contains("99"), "{detail}"),
+        other => panic!("expected Decode, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn many_concurrent_producers_share_commits_and_get_their_own_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let q = EmbeddedQueue::open(&path, Config::default().max_payload_bytes(10))
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..64u32 {
+        let q = q.clone();
+        tasks.push(tokio::spawn(async move {
+            // Every eighth producer sends a payload over the limit: it alone fails.
+            let payload = if i % 8 == 0 {
+                vec![0u8; 11]
+            } else {
+                vec![1u8; 4]
+            };
+            q.add(NewItem::new(payload)).await
+        }));
+    }
+    let mut ok = std::collections::BTreeSet::new();
+    let mut refused = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(a) => {
+                ok.insert(a.id);
+            }
+            Err(Error::InvalidInput(_)) => refused += 1,
+            Err(e) => panic!("unexpected {e}"),
+        }
+    }
+    assert_eq!(refused, 8);
+    assert_eq!(ok.len(), 56);
+    assert_eq!(q.stats().await.unwrap().backlog, 56);
+}
+
+#[tokio::test]
+async fn compact_gives_space_back_and_keeps_the_items() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let q = EmbeddedQueue::open(&path, Config::default()).await.unwrap();
+    let items: Vec<NewItem> = (0..2000).map(|_| NewItem::new(vec![7u8; 1024])).collect();
+    q.add_batch(items).await.unwrap();
+    let c = q.claim(1990, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    q.ack_batch(c.iter().map(|c| c.receipt).collect())
+        .await
+        .unwrap();
+    let before = std::fs::metadata(&path).unwrap().len();
+    q.compact().await.unwrap();
+    let after = std::fs::metadata(&path).unwrap().len();
+    assert!(
+        after < before,
+        "compact did not shrink the file: {before} -> {after}"
+    );
+    assert_eq!(q.stats().await.unwrap().backlog, 10);
+}
