@@ -129,6 +129,18 @@ async fn late_ack_from_a_reclaimed_handle_is_lease_lost() {
         matches!(&pel, redis::Value::Array(v) if v.len() == 1),
         "{pel:?}"
     );
+    // The first consumer holds nothing any more and was removed from the
+    // group; the reclaimer stays.
+    let consumers: Vec<redis::Value> = redis::cmd("XINFO")
+        .arg("CONSUMERS")
+        .arg(format!("{{{ns}}}:backlog"))
+        .arg("workers")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let listed = format!("{consumers:?}");
+    assert!(!listed.contains(a.consumer_name()), "{listed}");
+    assert!(listed.contains(b.consumer_name()), "{listed}");
     b.ack(taken[0].receipt).await.unwrap();
     let s = a.stats().await.unwrap();
     assert_eq!((s.pending, s.backlog), (0, 0));

@@ -50,7 +50,14 @@
 //!   id — so `reclaim_stale` reaches every stale item however many fresh ones
 //!   there are (unlike `XAUTOCLAIM` from `0-0`, which scans only the first
 //!   `COUNT`×10 PEL entries). Reclaimed stream entries move to the new owner
-//!   with `XCLAIM ... JUSTID`.
+//!   with `XCLAIM ... JUSTID`. A reclaim that took anything over also
+//!   removes consumers that hold no pending entries (handles that died):
+//!   removing a consumer deletes its PEL entries, so one that holds any is
+//!   never removed, and `close` removes its own consumer only when empty.
+//! - **Hot paths are batched.** A claim reads each item with one `HMGET` and
+//!   writes it with one `HSET`; the lease counter and the pending index are
+//!   written once per call; an ack reads each receipt with one `HMGET` and
+//!   acks, deletes and unindexes the whole batch with one command each.
 //! - **Time.** Every script takes `now` from the queue's clock: an injected
 //!   [`Clock`](crate::Clock), or by default the server's `TIME`, so hosts
 //!   with skewed clocks agree on when a timer is due and a claim is stale.
