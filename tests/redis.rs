@@ -474,3 +474,63 @@ async fn records_deleted_behind_the_queues_back_are_skipped_not_fatal() {
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].item.payload, b"later");
 }
+
+/// Whether something answers `PING` on the loopback `port`.
+fn answers_ping(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut buf = [0u8; 16];
+    s.write_all(b"PING\r\n").is_ok()
+        && matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
+}
+
+/// The harness's server dies with the test process, even on `SIGKILL`: the
+/// test runs itself as a child that starts a server and is then killed.
+#[test]
+fn server_dies_with_its_test_process_even_on_sigkill() {
+    use std::io::BufRead;
+    const CHILD: &str = "WORKJOURNAL_REDIS_HARNESS_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        let server = RedisServer::start().unwrap();
+        println!("port={}", server.port());
+        std::thread::sleep(Duration::from_secs(60));
+        drop(server);
+        return;
+    }
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "server_dies_with_its_test_process_even_on_sigkill",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let port: u16 = std::io::BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        // libtest may print "test <name> ... " before it on the same line.
+        .find_map(|l| {
+            l.split_once("port=")
+                .map(|(_, p)| p.trim().parse().unwrap())
+        })
+        .expect("the child printed its server's port");
+    assert!(answers_ping(port));
+    child.kill().unwrap(); // SIGKILL: no destructor runs in the child
+    child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while answers_ping(port) {
+        assert!(
+            Instant::now() < deadline,
+            "redis-server outlived its test process"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
