@@ -50,7 +50,14 @@
 //!   id — so `reclaim_stale` reaches every stale item however many fresh ones
 //!   there are (unlike `XAUTOCLAIM` from `0-0`, which scans only the first
 //!   `COUNT`×10 PEL entries). Reclaimed stream entries move to the new owner
-//!   with `XCLAIM ... JUSTID`.
+//!   with `XCLAIM ... JUSTID`. A reclaim that took anything over also
+//!   removes consumers that hold no pending entries (handles that died):
+//!   removing a consumer deletes its PEL entries, so one that holds any is
+//!   never removed, and `close` removes its own consumer only when empty.
+//! - **Hot paths are batched.** A claim reads each item with one `HMGET` and
+//!   writes it with one `HSET`; the lease counter and the pending index are
+//!   written once per call; an ack reads each receipt with one `HMGET` and
+//!   acks, deletes and unindexes the whole batch with one command each.
 //! - **Time.** Every script takes `now` from the queue's clock: an injected
 //!   [`Clock`](crate::Clock), or by default the server's `TIME`, so hosts
 //!   with skewed clocks agree on when a timer is due and a claim is stale.
@@ -344,6 +351,12 @@ fn need_flow(flow: &str) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// A count as a script argument, clamped so that Lua's doubles print it as
+/// an integer.
+fn n_arg(n: usize) -> Vec<u8> {
+    (n as u64).min(MAX_LUA_MS).to_string().into_bytes()
 }
 
 fn receipt_args(args: &mut Vec<Vec<u8>>, r: &Receipt) {
@@ -664,7 +677,7 @@ impl RedisQueue {
     ) -> Result<(Vec<Claimed>, String, Option<u64>, u64)> {
         let args = vec![
             self.inner.consumer.clone().into_bytes(),
-            count.to_string().into_bytes(),
+            n_arg(count),
             match from {
                 ClaimFrom::All => b"all".to_vec(),
                 ClaimFrom::DueOnly => b"due".to_vec(),
@@ -764,7 +777,7 @@ impl RedisQueue {
     }
 
     async fn look(&self, mode: &str, n: usize) -> Result<Value> {
-        let args = vec![mode.as_bytes().to_vec(), n.to_string().into_bytes()];
+        let args = vec![mode.as_bytes().to_vec(), n_arg(n)];
         self.run("look", &self.inner.scripts.look, args, false)
             .await
     }
@@ -904,7 +917,7 @@ impl WorkQueue for RedisQueue {
         receipt_args(&mut args, &receipt);
         args.push(not_before_ms.min(MAX_LUA_MS).to_string().into_bytes());
         args.push(c.max_deliveries.to_string().into_bytes());
-        args.push(c.dead_letter_cap.to_string().into_bytes());
+        args.push(c.dead_letter_cap.min(MAX_LUA_MS).to_string().into_bytes());
         let v = self
             .run("retry", &self.inner.scripts.retry, args, true)
             .await?;
@@ -923,7 +936,14 @@ impl WorkQueue for RedisQueue {
         let mut args = Vec::new();
         receipt_args(&mut args, &receipt);
         args.push(reason.as_bytes().to_vec());
-        args.push(self.inner.config.dead_letter_cap.to_string().into_bytes());
+        args.push(
+            self.inner
+                .config
+                .dead_letter_cap
+                .min(MAX_LUA_MS)
+                .to_string()
+                .into_bytes(),
+        );
         let v = self
             .run("dead_letter", &self.inner.scripts.dead_letter, args, true)
             .await?;
@@ -943,9 +963,9 @@ impl WorkQueue for RedisQueue {
         let args = vec![
             self.inner.consumer.clone().into_bytes(),
             ms(min_idle).min(MAX_LUA_MS).to_string().into_bytes(),
-            count.to_string().into_bytes(),
+            n_arg(count),
             c.max_deliveries.to_string().into_bytes(),
-            c.dead_letter_cap.to_string().into_bytes(),
+            c.dead_letter_cap.min(MAX_LUA_MS).to_string().into_bytes(),
         ];
         let v = self
             .run("reclaim_stale", &self.inner.scripts.reclaim, args, true)
@@ -1083,7 +1103,7 @@ impl WorkQueue for RedisQueue {
     }
 
     async fn dead_letters(&self, count: usize) -> Result<Vec<DeadLetter>> {
-        let args = vec![b"list".to_vec(), count.to_string().into_bytes()];
+        let args = vec![b"list".to_vec(), n_arg(count)];
         let v = self
             .run("dead_letters", &self.inner.scripts.dead, args, false)
             .await?;
