@@ -505,6 +505,9 @@ fn run_kill_cycles(cycles: u64, seed: u64) -> Knowledge {
             know.kills_mid_operation += 1;
         }
         rt.block_on(check(&path, &mut know, &flight, cycle));
+        if (cycle + 1) % 100 == 0 {
+            eprintln!("{} kill cycles checked", cycle + 1);
+        }
     }
     know
 }
