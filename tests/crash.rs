@@ -889,17 +889,56 @@ mod redis_faults {
         }
     }
 
+    /// The raw keys that name item `id`, for a failure message.
+    async fn evidence(url: &str, ns: &str, id: u64) -> String {
+        let mut conn = raw(url).await;
+        let p = format!("{{{ns}}}:");
+        let item: BTreeMap<String, Vec<u8>> = conn.hgetall(format!("{p}item:{id}")).await.unwrap();
+        let item: BTreeMap<String, String> = item
+            .into_iter()
+            .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
+            .collect();
+        let mut out = format!("item:{id} = {item:?}");
+        for lane in ["backlog", "due"] {
+            let entries: Vec<(String, u64, bool)> = stream(&mut conn, &format!("{p}{lane}"))
+                .await
+                .into_iter()
+                .filter(|e| e.1 == id)
+                .collect();
+            let pel: redis::Value = redis::cmd("XPENDING")
+                .arg(format!("{p}{lane}"))
+                .arg("workers")
+                .arg("-")
+                .arg("+")
+                .arg(1_000_000)
+                .query_async(&mut conn)
+                .await
+                .unwrap_or(redis::Value::Nil);
+            let info: redis::Value = redis::cmd("XINFO")
+                .arg("GROUPS")
+                .arg(format!("{p}{lane}"))
+                .query_async(&mut conn)
+                .await
+                .unwrap_or(redis::Value::Nil);
+            out.push_str(&format!(
+                "\n{lane} entries naming it (sid, id, delivered): {entries:?}\n{lane} PEL: {pel:?}\n{lane} groups: {info:?}"
+            ));
+        }
+        out
+    }
+
     /// Check the namespace after a restart against what was acknowledged.
     async fn check(url: &str, ns: &str, know: &Knowledge, cycle: u64) -> BTreeSet<u64> {
         let (locs, bad) = recount(url, ns).await;
         assert!(bad.is_empty(), "cycle {cycle}: {bad:#?}");
         let mut count: BTreeMap<Location, u64> = BTreeMap::new();
         for (id, places) in &locs {
-            assert_eq!(
-                places.len(),
-                1,
-                "cycle {cycle}: item {id} is in {places:?}, not in exactly one state"
-            );
+            if places.len() != 1 {
+                panic!(
+                    "cycle {cycle}: item {id} is in {places:?}, not in exactly one state\n{}",
+                    evidence(url, ns, *id).await
+                );
+            }
             *count.entry(places[0]).or_default() += 1;
             assert!(
                 !know.gone.contains(id),
