@@ -76,6 +76,9 @@ pub use item::{
     RetryOutcome, Stats,
 };
 pub use queue::{BoxFuture, BoxQueue, DynWorkQueue, WorkQueue};
+pub use worker::{
+    Event as WorkerEvent, Report as WorkerReport, RetryPolicy, Worker, idempotent_step,
+};
 
 pub use backend::memory::{Location, MemoryQueue, Model};
 

@@ -27,6 +27,8 @@ struct Lease {
     claimed_at_ms: u64,
     lease: u64,
     lane: Lane,
+    /// Claimed before the last [`Model::reopen`]: stale whatever `min_idle`.
+    orphan: bool,
 }
 
 /// Where an item is, for invariant checks.
@@ -140,12 +142,17 @@ impl Model {
         now_ms: u64,
     ) -> Result<Vec<Added>> {
         self.expire(now_ms);
+        let window = ms(self.config.dedup_window);
         let mut seen: HashMap<&str, usize> = HashMap::new();
         let mut fresh = 0u64;
         for (index, (item, _)) in items.iter().enumerate() {
             self.check_payload(item)?;
             match item.dedup_key.as_deref() {
-                Some(key) if self.dedup.contains_key(key) || seen.contains_key(key) => {}
+                // A key earlier in the same batch makes a duplicate only if
+                // its window is still open at `now`: never when the window
+                // is 0, which turns deduplication off.
+                Some(key)
+                    if window > 0 && (self.dedup.contains_key(key) || seen.contains_key(key)) => {}
                 Some(key) => {
                     seen.insert(key, index);
                     fresh += 1;
@@ -153,16 +160,20 @@ impl Model {
                 None => fresh += 1,
             }
         }
+        // An add that journals nothing (an empty batch, only duplicates) is
+        // never Full, even when retries or redrives have pushed the queue
+        // past the limit.
         if let Some(limit) = self.config.max_backlog
+            && fresh > 0
             && self.waiting().saturating_add(fresh) > limit
         {
             return Err(Error::Full { limit });
         }
-        let window = ms(self.config.dedup_window);
         let mut out = Vec::with_capacity(items.len());
         for (item, not_before_ms) in items {
             if let Some(key) = item.dedup_key.as_deref()
-                && let Some((id, _)) = self.dedup.get(key)
+                && let Some((id, expires)) = self.dedup.get(key)
+                && *expires > now_ms
             {
                 out.push(Added {
                     id: *id,
@@ -230,6 +241,7 @@ impl Model {
                 claimed_at_ms: now_ms,
                 lease,
                 lane,
+                orphan: false,
             },
         );
         Some(Claimed {
@@ -322,6 +334,7 @@ impl Model {
         for r in receipts {
             if let Some(l) = self.pending.get_mut(&r.id) {
                 l.claimed_at_ms = now_ms;
+                l.orphan = false;
             }
         }
         Ok(())
@@ -387,7 +400,7 @@ impl Model {
         let mut stale: Vec<(u64, u64)> = self
             .pending
             .iter()
-            .filter(|(_, l)| now_ms.saturating_sub(l.claimed_at_ms) >= min_idle)
+            .filter(|(_, l)| l.orphan || now_ms.saturating_sub(l.claimed_at_ms) >= min_idle)
             .map(|(id, l)| (l.claimed_at_ms, *id))
             .collect();
         stale.sort_unstable();
@@ -409,6 +422,18 @@ impl Model {
             }
         }
         Ok(out)
+    }
+
+    /// SPEC 3, Crash recovery, embedded only: the file was closed and opened
+    /// again, so every item pending now belongs to a process that is gone and
+    /// is stale for `reclaim_stale` whatever `min_idle`, until it is touched
+    /// (a touch shows its holder is alive) or leaves pending. The memory
+    /// backend never calls this; the model tests of the embedded backend call
+    /// it where they close and reopen the file.
+    pub fn reopen(&mut self) {
+        for l in self.pending.values_mut() {
+            l.orphan = true;
+        }
     }
 
     /// SPEC 3, Flows: pause.

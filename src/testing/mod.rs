@@ -21,6 +21,10 @@ pub use redis_server::{RedisFactory, RedisServer, RedisServerOptions};
 #[cfg(feature = "embedded")]
 pub mod faults;
 
+#[cfg(feature = "embedded")]
+pub mod fuzz;
+pub mod ops;
+
 /// A queue under test and whatever keeps it alive (a temp dir, a server).
 pub struct Subject {
     /// The queue, type-erased so one case body serves every backend.

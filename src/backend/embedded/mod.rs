@@ -430,6 +430,19 @@ impl EmbeddedQueue {
     pub async fn dump_tables(&self) -> Result<BTreeMap<String, Vec<String>>> {
         expect_reply!(self, Op::Dump, Reply::Dump(m) => m)
     }
+
+    /// Where every item is, checked strictly (test support, feature
+    /// `testing`): each id in exactly one state, the lease index equal to the
+    /// leases, every index naming a stored item and every item named once.
+    /// The model tests compare this with the reference model.
+    ///
+    /// # Errors
+    ///
+    /// `Corrupt` naming the first broken invariant; storage failures.
+    #[cfg(feature = "testing")]
+    pub async fn audit(&self) -> Result<BTreeMap<u64, crate::Location>> {
+        expect_reply!(self, Op::Audit, Reply::Audit(m) => m)
+    }
 }
 
 impl WorkQueue for EmbeddedQueue {

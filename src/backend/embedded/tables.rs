@@ -443,7 +443,11 @@ impl<'t> Tables<'t> {
                 )));
             }
             match item.dedup_key.as_deref() {
-                Some(k) if seen.contains(k) || self.live_dedup(k, now)?.is_some() => {}
+                // A key earlier in the batch is live only while its window
+                // is open: never with a window of 0 (deduplication off).
+                Some(k)
+                    if self.live_dedup(k, now)?.is_some()
+                        || (self.limits.dedup_window_ms > 0 && seen.contains(k)) => {}
                 Some(k) => {
                     seen.insert(k);
                     fresh += 1;
@@ -451,7 +455,9 @@ impl<'t> Tables<'t> {
                 None => fresh += 1,
             }
         }
+        // An add that journals nothing (only duplicates) is never Full.
         if let Some(limit) = self.limits.max_backlog
+            && fresh > 0
             && self.waiting()?.saturating_add(fresh) > limit
         {
             return Err(Error::Full { limit });
@@ -889,6 +895,95 @@ impl<'t> Tables<'t> {
                 reason: r.reason,
                 failed_at_ms: r.failed_at_ms,
             });
+        }
+        Ok(out)
+    }
+
+    /// Test support: where every item is, by a scan of every index table,
+    /// checking on the way that no id is in two states and that the indexes
+    /// agree with each other and with the item records.
+    #[cfg(feature = "testing")]
+    pub(super) fn audit(&self) -> Result<BTreeMap<u64, crate::backend::memory::Location>> {
+        use crate::backend::memory::Location;
+        let mut out: BTreeMap<u64, Location> = BTreeMap::new();
+        let mut place = |id: u64, at: Location| -> Result<()> {
+            match out.insert(id, at) {
+                Some(before) => Err(Error::corrupt(format!(
+                    "item {id} is in two states: {before:?} and {at:?}"
+                ))),
+                None => Ok(()),
+            }
+        };
+        for entry in self.backlog.iter().ctx("scan backlog")? {
+            place(entry.ctx("scan backlog")?.1.value(), Location::Backlog)?;
+        }
+        for entry in self.due.iter().ctx("scan due")? {
+            place(entry.ctx("scan due")?.1.value(), Location::Due)?;
+        }
+        for entry in self.delayed.iter().ctx("scan delayed")? {
+            place(entry.ctx("scan delayed")?.0.value().1, Location::Delayed)?;
+        }
+        let mut by_time = std::collections::BTreeSet::new();
+        for entry in self.pending.iter().ctx("scan leases")? {
+            let (k, v) = entry.ctx("scan leases")?;
+            let id = k.value();
+            let lease: LeaseRecord = codec::decode(&format!("pending[{id}]"), v.value())?;
+            by_time.insert((lease.claimed_at_ms, id));
+            place(id, Location::Pending)?;
+        }
+        let mut indexed = std::collections::BTreeSet::new();
+        for entry in self.pending_by_time.iter().ctx("scan lease index")? {
+            indexed.insert(entry.ctx("scan lease index")?.0.value());
+        }
+        if indexed != by_time {
+            return Err(Error::corrupt(format!(
+                "lease index {indexed:?} disagrees with the leases {by_time:?}"
+            )));
+        }
+        for entry in self.orphans.iter().ctx("scan orphans")? {
+            let k = entry.ctx("scan orphans")?.0.value();
+            if !by_time.contains(&k) {
+                return Err(Error::corrupt(format!("orphan {k:?} has no lease")));
+            }
+        }
+        for entry in self.parked.iter().ctx("scan parked")? {
+            place(entry.ctx("scan parked")?.1.value(), Location::Parked)?;
+        }
+        let mut dead_seqs = BTreeMap::new();
+        for entry in self.dead.iter().ctx("scan dead letters")? {
+            let (k, v) = entry.ctx("scan dead letters")?;
+            let rec: DeadRecord = codec::decode(&format!("dead[{}]", k.value()), v.value())?;
+            dead_seqs.insert(rec.id, k.value());
+        }
+        for entry in self.dead_by_id.iter().ctx("scan dead letter index")? {
+            let (k, v) = entry.ctx("scan dead letter index")?;
+            if dead_seqs.get(&k.value()) != Some(&v.value()) {
+                return Err(Error::corrupt(format!(
+                    "dead letter index names item {} at {}, the dead letters disagree",
+                    k.value(),
+                    v.value()
+                )));
+            }
+            place(k.value(), Location::DeadLetter)?;
+        }
+        if dead_seqs.len() as u64 != self.dead.len().ctx("count dead letters")? {
+            return Err(Error::corrupt("two dead letters name one item"));
+        }
+        let mut records = std::collections::BTreeSet::new();
+        for entry in self.items.iter().ctx("scan items")? {
+            records.insert(entry.ctx("scan items")?.0.value());
+        }
+        let located: std::collections::BTreeSet<u64> = out.keys().copied().collect();
+        if records != located {
+            return Err(Error::corrupt(format!(
+                "item records {records:?} and located items {located:?} differ"
+            )));
+        }
+        for entry in self.payloads.iter().ctx("scan payloads")? {
+            let id = entry.ctx("scan payloads")?.0.value();
+            if !records.contains(&id) {
+                return Err(Error::corrupt(format!("payload {id} has no item record")));
+            }
         }
         Ok(out)
     }

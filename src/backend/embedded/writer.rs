@@ -57,6 +57,8 @@ pub(super) enum Op {
     Locations,
     #[cfg(feature = "testing")]
     Dump,
+    #[cfg(feature = "testing")]
+    Audit,
 }
 
 impl Op {
@@ -76,7 +78,7 @@ impl Op {
 
     #[cfg(feature = "testing")]
     fn is_test_read(&self) -> bool {
-        matches!(self, Op::Locations | Op::Dump)
+        matches!(self, Op::Locations | Op::Dump | Op::Audit)
     }
 
     #[cfg(not(feature = "testing"))]
@@ -111,6 +113,8 @@ pub(super) enum Reply {
     Locations(BTreeMap<u64, Vec<crate::Location>>),
     #[cfg(feature = "testing")]
     Dump(BTreeMap<String, Vec<String>>),
+    #[cfg(feature = "testing")]
+    Audit(BTreeMap<u64, crate::Location>),
 }
 
 pub(super) struct Request {
@@ -202,6 +206,8 @@ fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
         Op::Locations => Reply::Locations(t.locations()?),
         #[cfg(feature = "testing")]
         Op::Dump => Reply::Dump(t.dump()?),
+        #[cfg(feature = "testing")]
+        Op::Audit => Reply::Audit(t.audit()?),
     })
 }
 
