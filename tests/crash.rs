@@ -1042,18 +1042,19 @@ mod redis_faults {
                 t.await.unwrap();
             }
             tokio::task::block_in_place(|| server.restart()).unwrap();
-            let mut k = know.lock().unwrap_or_else(|e| e.into_inner());
-            let snapshot = Knowledge {
-                added: k.added.clone(),
-                gone: k.gone.clone(),
-                unsure: k.unsure.clone(),
-                maybe_added: k.maybe_added,
-                acknowledged: k.acknowledged,
+            let snapshot = {
+                let k = know.lock().unwrap();
+                Knowledge {
+                    added: k.added.clone(),
+                    gone: k.gone.clone(),
+                    unsure: k.unsure.clone(),
+                    maybe_added: k.maybe_added,
+                    acknowledged: k.acknowledged,
+                }
             };
-            drop(k);
             let unknown = check(&url, ns, &snapshot, cycle).await;
             // Adds in doubt that did happen are as durable as any now.
-            k = know.lock().unwrap();
+            let mut k = know.lock().unwrap();
             k.maybe_added -= unknown.len() as u64;
             k.added.extend(unknown);
         }
