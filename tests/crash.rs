@@ -505,6 +505,9 @@ fn run_kill_cycles(cycles: u64, seed: u64) -> Knowledge {
             know.kills_mid_operation += 1;
         }
         rt.block_on(check(&path, &mut know, &flight, cycle));
+        if (cycle + 1) % 100 == 0 {
+            eprintln!("{} kill cycles checked", cycle + 1);
+        }
     }
     know
 }
@@ -628,10 +631,15 @@ mod redis_faults {
             .response_timeout(Duration::from_millis(1000))
     }
 
+    /// A plain connection for reading raw keys. Its response timeout is
+    /// long: redis-rs' default of 500 ms fails a large XPENDING on a loaded
+    /// machine, and a check must not mistake that for an empty PEL.
     async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
+        let config =
+            redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(60)));
         redis::Client::open(url)
             .unwrap()
-            .get_multiplexed_async_connection()
+            .get_multiplexed_async_connection_with_config(&config)
             .await
             .unwrap()
     }
@@ -673,7 +681,7 @@ mod redis_faults {
             .query_async(conn)
             .await
             .unwrap();
-        let pel: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+        let pel: Vec<(String, String, u64, u64)> = match redis::cmd("XPENDING")
             .arg(key)
             .arg("workers")
             .arg("-")
@@ -681,7 +689,12 @@ mod redis_faults {
             .arg(1_000_000)
             .query_async(conn)
             .await
-            .unwrap_or_default();
+        {
+            Ok(p) => p,
+            // No group yet: nothing was ever delivered.
+            Err(e) if e.code() == Some("NOGROUP") => Vec::new(),
+            Err(e) => panic!("XPENDING {key}: {e}"),
+        };
         let delivered: BTreeSet<String> = pel.into_iter().map(|p| p.0).collect();
         entries
             .into_iter()
@@ -886,17 +899,56 @@ mod redis_faults {
         }
     }
 
+    /// The raw keys that name item `id`, for a failure message.
+    async fn evidence(url: &str, ns: &str, id: u64) -> String {
+        let mut conn = raw(url).await;
+        let p = format!("{{{ns}}}:");
+        let item: BTreeMap<String, Vec<u8>> = conn.hgetall(format!("{p}item:{id}")).await.unwrap();
+        let item: BTreeMap<String, String> = item
+            .into_iter()
+            .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
+            .collect();
+        let mut out = format!("item:{id} = {item:?}");
+        for lane in ["backlog", "due"] {
+            let entries: Vec<(String, u64, bool)> = stream(&mut conn, &format!("{p}{lane}"))
+                .await
+                .into_iter()
+                .filter(|e| e.1 == id)
+                .collect();
+            let pel: redis::Value = redis::cmd("XPENDING")
+                .arg(format!("{p}{lane}"))
+                .arg("workers")
+                .arg("-")
+                .arg("+")
+                .arg(1_000_000)
+                .query_async(&mut conn)
+                .await
+                .unwrap_or(redis::Value::Nil);
+            let info: redis::Value = redis::cmd("XINFO")
+                .arg("GROUPS")
+                .arg(format!("{p}{lane}"))
+                .query_async(&mut conn)
+                .await
+                .unwrap_or(redis::Value::Nil);
+            out.push_str(&format!(
+                "\n{lane} entries naming it (sid, id, delivered): {entries:?}\n{lane} PEL: {pel:?}\n{lane} groups: {info:?}"
+            ));
+        }
+        out
+    }
+
     /// Check the namespace after a restart against what was acknowledged.
     async fn check(url: &str, ns: &str, know: &Knowledge, cycle: u64) -> BTreeSet<u64> {
         let (locs, bad) = recount(url, ns).await;
         assert!(bad.is_empty(), "cycle {cycle}: {bad:#?}");
         let mut count: BTreeMap<Location, u64> = BTreeMap::new();
         for (id, places) in &locs {
-            assert_eq!(
-                places.len(),
-                1,
-                "cycle {cycle}: item {id} is in {places:?}, not in exactly one state"
-            );
+            if places.len() != 1 {
+                panic!(
+                    "cycle {cycle}: item {id} is in {places:?}, not in exactly one state\n{}",
+                    evidence(url, ns, *id).await
+                );
+            }
             *count.entry(places[0]).or_default() += 1;
             assert!(
                 !know.gone.contains(id),
@@ -922,7 +974,8 @@ mod redis_faults {
             unknown.len(),
             know.maybe_added
         );
-        let q = RedisQueue::connect(url, ns, Config::default(), options())
+        let patient = RedisOptions::default().response_timeout(Duration::from_secs(30));
+        let q = RedisQueue::connect(url, ns, Config::default(), patient)
             .await
             .unwrap();
         let stats = q.stats().await.unwrap();
@@ -989,18 +1042,19 @@ mod redis_faults {
                 t.await.unwrap();
             }
             tokio::task::block_in_place(|| server.restart()).unwrap();
-            let mut k = know.lock().unwrap_or_else(|e| e.into_inner());
-            let snapshot = Knowledge {
-                added: k.added.clone(),
-                gone: k.gone.clone(),
-                unsure: k.unsure.clone(),
-                maybe_added: k.maybe_added,
-                acknowledged: k.acknowledged,
+            let snapshot = {
+                let k = know.lock().unwrap();
+                Knowledge {
+                    added: k.added.clone(),
+                    gone: k.gone.clone(),
+                    unsure: k.unsure.clone(),
+                    maybe_added: k.maybe_added,
+                    acknowledged: k.acknowledged,
+                }
             };
-            drop(k);
             let unknown = check(&url, ns, &snapshot, cycle).await;
             // Adds in doubt that did happen are as durable as any now.
-            k = know.lock().unwrap();
+            let mut k = know.lock().unwrap();
             k.maybe_added -= unknown.len() as u64;
             k.added.extend(unknown);
         }
