@@ -8,7 +8,8 @@
 //! raises the number of cases. Failures are kept in `proptest-regressions/`.
 //!
 //! One test function per backend, so a failure names the backend: implement
-//! [`Backend`] for it and add a `prop_state_machine!` line.
+//! [`Backend`] for it and add a `prop_state_machine!` line. The Redis test
+//! needs `--features redis` and `redis-server` on `PATH`.
 
 use std::marker::PhantomData;
 use std::sync::OnceLock;
@@ -83,21 +84,22 @@ fn factory_target(factory: &dyn Factory, config: workjournal::Config) -> Box<dyn
     Box::new(runtime().block_on(FactoryTarget::new(factory, config)))
 }
 
-// The Redis backend plugs in here once `workjournal::testing::RedisFactory`
-// exists (feature `redis`):
-//
-//     struct Redis;
-//     impl Backend for Redis {
-//         const DURABLE: bool = true;
-//         const REOPEN: bool = false;
-//         const EXACT_LEASES: bool = false;
-//         fn target(config: workjournal::Config) -> Box<dyn Target> {
-//             factory_target(&workjournal::testing::RedisFactory::default(), config)
-//         }
-//     }
-//
-// and one more line in `prop_state_machine!` below:
-// `fn redis_matches_model(sequential 1..50 => Sut<Redis>);`
+/// The Redis backend (feature `redis`) against a real `redis-server` the
+/// harness starts (one per test binary, a fresh namespace per case). Lease
+/// numbers only have to be unique; there is no reopen (a new handle on the
+/// same namespace is another consumer, not a restart) and no recount.
+#[cfg(feature = "redis")]
+struct Redis;
+
+#[cfg(feature = "redis")]
+impl Backend for Redis {
+    const DURABLE: bool = true;
+    const REOPEN: bool = false;
+    const EXACT_LEASES: bool = false;
+    fn target(config: workjournal::Config) -> Box<dyn Target> {
+        factory_target(&workjournal::testing::RedisFactory, config)
+    }
+}
 
 struct Machine<B>(PhantomData<B>);
 
@@ -166,6 +168,21 @@ prop_state_machine! {
     fn memory_queue_matches_model(sequential 1..50 => Sut<Memory>);
 }
 
+#[cfg(feature = "redis")]
+prop_state_machine! {
+    #![proptest_config(ProptestConfig {
+        cases: cases(),
+        max_shrink_iters: 2048,
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            "proptest-regressions/model.txt"
+        ))),
+        .. ProptestConfig::default()
+    })]
+
+    #[test]
+    fn redis_matches_model(sequential 1..50 => Sut<Redis>);
+}
+
 // ---- regressions found by the model tests ---------------------------------
 
 #[tokio::test]
@@ -194,4 +211,89 @@ async fn reclaim_with_zero_idle_takes_each_stale_item_once() {
     assert_eq!(again[0].item.deliveries, first[0].item.deliveries + 1);
     let stats = q.stats().await.unwrap();
     assert_eq!((stats.pending, stats.dead_letters), (1, 0));
+}
+
+#[tokio::test]
+async fn add_that_journals_nothing_is_never_full() {
+    // With the queue pushed past max_backlog by a retry, the memory model
+    // refused an empty add_batch (and every backend a duplicate add) with
+    // Full, though nothing would be journaled; the embedded backend
+    // returned Ok for the empty batch, so the two disagreed.
+    use workjournal::testing::EmbeddedFactory;
+    use workjournal::{ClaimFrom, NewItem, WorkQueue};
+    let factories: Vec<Box<dyn Factory>> = vec![
+        Box::new(MemoryFactory),
+        Box::new(EmbeddedFactory),
+        #[cfg(feature = "redis")]
+        Box::new(workjournal::testing::RedisFactory),
+    ];
+    let mut subjects = Vec::new();
+    for f in &factories {
+        let clock = ManualClock::new(START_MS);
+        let config = workjournal::Config::default()
+            .max_backlog(Some(1))
+            .clock(clock);
+        subjects.push(f.make(config).await);
+    }
+    let queues: Vec<_> = subjects.iter().map(|s| s.queue.clone()).collect();
+    for q in queues {
+        q.add(NewItem::new(b"a".to_vec())).await.unwrap();
+        let a = q
+            .claim(1, std::time::Duration::ZERO, ClaimFrom::All)
+            .await
+            .unwrap();
+        let b = q
+            .add(NewItem::new(b"b".to_vec()).dedup_key("b"))
+            .await
+            .unwrap();
+        q.retry(a[0].receipt, START_MS + 1_000).await.unwrap();
+        assert_eq!(q.add_batch(Vec::new()).await.unwrap(), Vec::new());
+        let again = q
+            .add(NewItem::new(b"b".to_vec()).dedup_key("b"))
+            .await
+            .unwrap();
+        assert!(again.duplicate && again.id == b.id);
+        assert!(matches!(
+            q.add(NewItem::new(b"c".to_vec())).await,
+            Err(workjournal::Error::Full { limit: 1 })
+        ));
+    }
+}
+
+#[tokio::test]
+async fn zero_dedup_window_never_deduplicates_even_within_a_batch() {
+    // With dedup_window 0 the memory model still took a key repeated in one
+    // add_batch as a duplicate (it looked the key up without checking its
+    // expiry), while the embedded backend journaled both items; and every
+    // backend counted the repeat as no new item, so such a batch could pass
+    // max_backlog. Found by the ops_vs_model and crash_recovery fuzzers.
+    use workjournal::testing::EmbeddedFactory;
+    use workjournal::{NewItem, WorkQueue};
+    let factories: Vec<Box<dyn Factory>> = vec![
+        Box::new(MemoryFactory),
+        Box::new(EmbeddedFactory),
+        #[cfg(feature = "redis")]
+        Box::new(workjournal::testing::RedisFactory),
+    ];
+    for f in &factories {
+        let config = workjournal::Config::default()
+            .dedup_window(std::time::Duration::ZERO)
+            .max_backlog(Some(2))
+            .clock(ManualClock::new(START_MS));
+        let subject = f.make(config).await;
+        let q = &subject.queue;
+        let twice = || vec![NewItem::new(b"x".to_vec()).dedup_key("k"); 2];
+        let added = q.add_batch(twice()).await.unwrap();
+        assert_eq!(added.len(), 2, "{}", f.name());
+        assert!(added.iter().all(|a| !a.duplicate), "{}", f.name());
+        assert_ne!(added[0].id, added[1].id, "{}", f.name());
+        assert!(
+            matches!(
+                q.add_batch(twice()).await,
+                Err(workjournal::Error::Full { limit: 2 })
+            ),
+            "{}",
+            f.name()
+        );
+    }
 }

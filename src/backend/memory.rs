@@ -142,12 +142,17 @@ impl Model {
         now_ms: u64,
     ) -> Result<Vec<Added>> {
         self.expire(now_ms);
+        let window = ms(self.config.dedup_window);
         let mut seen: HashMap<&str, usize> = HashMap::new();
         let mut fresh = 0u64;
         for (index, (item, _)) in items.iter().enumerate() {
             self.check_payload(item)?;
             match item.dedup_key.as_deref() {
-                Some(key) if self.dedup.contains_key(key) || seen.contains_key(key) => {}
+                // A key earlier in the same batch makes a duplicate only if
+                // its window is still open at `now`: never when the window
+                // is 0, which turns deduplication off.
+                Some(key)
+                    if window > 0 && (self.dedup.contains_key(key) || seen.contains_key(key)) => {}
                 Some(key) => {
                     seen.insert(key, index);
                     fresh += 1;
@@ -155,16 +160,20 @@ impl Model {
                 None => fresh += 1,
             }
         }
+        // An add that journals nothing (an empty batch, only duplicates) is
+        // never Full, even when retries or redrives have pushed the queue
+        // past the limit.
         if let Some(limit) = self.config.max_backlog
+            && fresh > 0
             && self.waiting().saturating_add(fresh) > limit
         {
             return Err(Error::Full { limit });
         }
-        let window = ms(self.config.dedup_window);
         let mut out = Vec::with_capacity(items.len());
         for (item, not_before_ms) in items {
             if let Some(key) = item.dedup_key.as_deref()
-                && let Some((id, _)) = self.dedup.get(key)
+                && let Some((id, expires)) = self.dedup.get(key)
+                && *expires > now_ms
             {
                 out.push(Added {
                     id: *id,

@@ -10,8 +10,8 @@
 //! Not part of the stable API.
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use arbitrary::{Arbitrary, Unstructured};
@@ -22,6 +22,7 @@ use crate::codec::{self, DeadRecord, ItemRecord, LeaseRecord};
 use crate::error::Error;
 use crate::item::{ClaimFrom, NewItem, Receipt, Stats};
 use crate::queue::{BoxFuture, BoxQueue, WorkQueue};
+use crate::testing::faults::SimDisk;
 use crate::testing::ops::{self, Op, Reference, START_MS, Setup, System, Target};
 use crate::{EmbeddedOptions, EmbeddedQueue};
 
@@ -176,6 +177,28 @@ async fn timed<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
     }
 }
 
+/// For the fuzz binaries of targets that feed damaged files to redb:
+/// libFuzzer aborts on every panic, even one that is caught. The embedded
+/// backend runs every redb call under `catch_unwind` and turns a panic of
+/// redb on a damaged file into `Error::Corrupt` (SPEC section 5), so this
+/// hook lets panics raised inside redb's own source pass and keeps
+/// libFuzzer's abort for every other panic. Installed once; call it at the
+/// top of the target.
+pub fn let_redb_panics_be_caught() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let outer = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let in_redb = info
+                .location()
+                .is_some_and(|l| l.file().replace('\\', "/").contains("/redb-"));
+            if !in_redb {
+                outer(info);
+            }
+        }));
+    });
+}
+
 /// Target `open_damaged_file`: a valid queue file with bytes flipped or cut
 /// off; opening it, `stats`, `claim` and the other calls give errors or
 /// work, never a panic and never a hang.
@@ -237,154 +260,6 @@ pub fn open_damaged_file(data: &[u8]) {
 
 // ---- crash recovery ---------------------------------------------------------
 
-/// One mutation of the disk not yet made durable by a sync.
-#[derive(Debug, Clone)]
-enum Unsynced {
-    Write(u64, Vec<u8>),
-    SetLen(u64),
-}
-
-#[derive(Debug, Default)]
-struct Disk {
-    /// What a power cut keeps for sure: the image at the last sync.
-    durable: Vec<u8>,
-    /// What reads see: every write so far.
-    current: Vec<u8>,
-    /// Writes since the last sync, in order.
-    unsynced: Vec<Unsynced>,
-    /// Mutating calls (write, set_len, sync) allowed before the fault; `None`
-    /// for no fault.
-    budget: Option<u64>,
-    /// Once set, every mutating call fails: the process is gone.
-    dead: bool,
-}
-
-/// A redb storage backend in memory that models a disk under power loss:
-/// writes are volatile until `sync_data`; after a budget of mutating calls
-/// every write and sync fails (the process died there), and
-/// [`PowerCutDisk::cut`] gives the image a power cut would leave: the last
-/// synced image plus any subset of the writes after it.
-///
-/// A minimal stand-in for the fuller fault backend of the crash tests,
-/// enough for the `crash_recovery` fuzz target.
-#[derive(Debug, Clone, Default)]
-pub struct PowerCutDisk(Arc<Mutex<Disk>>);
-
-fn apply(image: &mut Vec<u8>, w: &Unsynced) {
-    match w {
-        Unsynced::Write(offset, data) => {
-            let start = usize::try_from(*offset).unwrap_or(usize::MAX);
-            let end = start.saturating_add(data.len());
-            if image.len() < end {
-                image.resize(end, 0);
-            }
-            image[start..end].copy_from_slice(data);
-        }
-        Unsynced::SetLen(len) => image.resize(usize::try_from(*len).unwrap_or(usize::MAX), 0),
-    }
-}
-
-fn injected() -> std::io::Error {
-    std::io::Error::other("injected fault: the process died here")
-}
-
-impl PowerCutDisk {
-    /// A disk holding `image`, all of it durable.
-    pub fn new(image: Vec<u8>) -> Self {
-        PowerCutDisk(Arc::new(Mutex::new(Disk {
-            durable: image.clone(),
-            current: image,
-            ..Disk::default()
-        })))
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Disk> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Allow `n` more mutating calls, then fail every one after.
-    pub fn fail_after(&self, n: u64) {
-        self.lock().budget = Some(n);
-    }
-
-    /// True once the fault has fired (or [`PowerCutDisk::kill`] was called).
-    pub fn is_dead(&self) -> bool {
-        self.lock().dead
-    }
-
-    /// Fail every mutating call from now on.
-    pub fn kill(&self) {
-        self.lock().dead = true;
-    }
-
-    /// The image a power cut leaves now: the durable image plus, in order,
-    /// each unsynced write for which `keep` says true.
-    pub fn cut(&self, mut keep: impl FnMut() -> bool) -> Vec<u8> {
-        let disk = self.lock();
-        let mut image = disk.durable.clone();
-        for w in &disk.unsynced {
-            if keep() {
-                apply(&mut image, w);
-            }
-        }
-        image
-    }
-
-    fn mutate(&self, w: Option<Unsynced>) -> std::io::Result<()> {
-        let mut disk = self.lock();
-        if disk.dead {
-            return Err(injected());
-        }
-        if let Some(b) = disk.budget.as_mut() {
-            if *b == 0 {
-                disk.dead = true;
-                return Err(injected());
-            }
-            *b -= 1;
-        }
-        match w {
-            Some(w) => {
-                apply(&mut disk.current, &w);
-                disk.unsynced.push(w);
-            }
-            None => {
-                disk.durable = disk.current.clone();
-                disk.unsynced.clear();
-            }
-        }
-        Ok(())
-    }
-}
-
-impl redb::StorageBackend for PowerCutDisk {
-    fn len(&self) -> std::io::Result<u64> {
-        Ok(self.lock().current.len() as u64)
-    }
-
-    fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
-        let disk = self.lock();
-        let start = usize::try_from(offset).map_err(|_| std::io::ErrorKind::InvalidInput)?;
-        let src = start
-            .checked_add(out.len())
-            .and_then(|end| disk.current.get(start..end))
-            .ok_or(std::io::ErrorKind::UnexpectedEof)?;
-        out.copy_from_slice(src);
-        Ok(())
-    }
-
-    fn set_len(&self, len: u64) -> std::io::Result<()> {
-        self.mutate(Some(Unsynced::SetLen(len)))
-    }
-
-    fn sync_data(&self) -> std::io::Result<()> {
-        self.mutate(None)
-    }
-
-    fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
-        self.mutate(Some(Unsynced::Write(offset, data.to_vec())))
-    }
-}
-
 /// A crash run: the limits, the sequence, when the process dies (after how
 /// many mutating disk calls), and which unsynced writes survive the cut.
 #[derive(Debug, Clone, PartialEq, Eq, Arbitrary)]
@@ -396,7 +271,8 @@ pub struct CrashInput {
     /// Mutating disk calls allowed after the open; `None`: the process dies
     /// after the last op.
     pub fail_after: Option<u16>,
-    /// Seeds the choice of unsynced writes kept by the power cut.
+    /// Seeds what the power cut keeps of the unsynced writes (whole, lost
+    /// or torn at 512 B or 4 KiB; [`SimDisk::after_power_loss`]).
     pub keep_seed: u64,
 }
 
@@ -424,9 +300,9 @@ fn disk_name() -> String {
     )
 }
 
-/// Target `crash_recovery`: ops on the embedded backend over a
-/// [`PowerCutDisk`] that dies after N mutating calls; then a power cut keeps
-/// a random subset of the unsynced writes, the file is opened again, and its
+/// Target `crash_recovery`: ops on the embedded backend over a [`SimDisk`]
+/// whose power is cut after N writes and syncs; the cut keeps a random part
+/// of the unsynced writes (some torn), the file is opened again, and its
 /// state must be the model's after the last acknowledged operation, or
 /// after the one in flight when the process died (SPEC section 4).
 ///
@@ -455,12 +331,12 @@ pub fn crash_recovery_with(input: &CrashInput) {
 async fn crash_run(input: &CrashInput) -> Result<(), String> {
     let clock = ManualClock::new(START_MS);
     let config = input.setup.config().clock(clock.clone());
-    let disk = PowerCutDisk::default();
-    let queue = EmbeddedQueue::open_on_backend(&disk_name(), disk.clone(), config.clone(), true)
+    let disk = SimDisk::new();
+    let queue = EmbeddedQueue::open_on_backend(&disk_name(), disk.backend(), config.clone(), true)
         .await
         .map_err(|e| format!("open a fresh disk: {e}"))?;
     if let Some(n) = input.fail_after {
-        disk.fail_after(u64::from(n));
+        disk.cut_power_after(u64::from(n));
     }
     let target = OnDisk {
         boxed: BoxQueue::new(queue.clone()),
@@ -469,7 +345,7 @@ async fn crash_run(input: &CrashInput) -> Result<(), String> {
     let mut reference = Reference::new(&input.setup, true, false);
     let mut system = System::new(Box::new(target), clock.clone(), true);
     // The states the disk may hold after the cut: the last acknowledged one,
-    // and the one of the operation in flight when the process died.
+    // and the one of the operation in flight when the power went.
     let mut allowed = vec![reference.clone()];
     for op in input.ops.iter().take(MAX_OPS) {
         let before = reference.clone();
@@ -488,22 +364,21 @@ async fn crash_run(input: &CrashInput) -> Result<(), String> {
     }
     if !disk.is_dead() {
         allowed = vec![reference.clone()];
+        // The power goes now: nothing the queue does from here on reaches
+        // the disk.
+        disk.cut_power_after(0);
     }
-    disk.kill();
     let _ = queue.close().await;
     drop(system);
-    let mut bits = input.keep_seed | 1;
-    let image = disk.cut(|| {
-        // xorshift64: a cheap stream of keep/drop choices from the seed.
-        bits ^= bits << 13;
-        bits ^= bits >> 7;
-        bits ^= bits << 17;
-        bits & 1 == 1
-    });
-    let reopened =
-        EmbeddedQueue::open_on_backend(&disk_name(), PowerCutDisk::new(image), config, true)
-            .await
-            .map_err(|e| format!("the file does not open after the cut: {e}"))?;
+    let (image, _) = disk.after_power_loss(input.keep_seed);
+    let reopened = EmbeddedQueue::open_on_backend(
+        &disk_name(),
+        SimDisk::from_image(image).backend(),
+        config,
+        true,
+    )
+    .await
+    .map_err(|e| format!("the file does not open after the cut: {e}"))?;
     let located = reopened
         .audit()
         .await

@@ -314,34 +314,60 @@ pub enum ReceiptRef {
 
 /// An [`Op`] resolved against the reference: concrete arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[allow(missing_docs)]
 pub enum Call {
+    /// `add` of the item.
     Add(NewItem),
+    /// `add_batch` of the items.
     AddBatch(Vec<NewItem>),
+    /// `add_delayed` of the item with `not_before` in ms since the epoch.
     AddDelayed(NewItem, u64),
+    /// `next_due`.
     NextDue,
+    /// `promote_due`.
     PromoteDue,
+    /// `claim` of `count` from the lanes, with no wait.
     Claim(usize, ClaimFrom),
+    /// `ack`.
     Ack(ReceiptRef),
+    /// `ack_batch`.
     AckBatch(Vec<ReceiptRef>),
+    /// `touch`.
     Touch(Vec<ReceiptRef>),
+    /// `retry` with `not_before` in ms since the epoch.
     Retry(ReceiptRef, u64),
+    /// `dead_letter` with the reason.
     DeadLetter(ReceiptRef, String),
+    /// `reclaim_stale` of `min_idle` (ms) and `count`.
     Reclaim(u64, usize),
+    /// `pause` of the flow.
     Pause(String),
+    /// `resume` of the flow.
     Resume(String),
+    /// `park`.
     Park(ReceiptRef),
+    /// `step` of the flow.
     Step(String),
+    /// `clear_flow` of the flow.
     ClearFlow(String),
+    /// `parked` of the flow.
     Parked(String),
+    /// `paused_flows`.
     PausedFlows,
+    /// `mark_done` of the id and step.
     MarkDone(u64, String),
+    /// `was_done` of the id and step.
     WasDone(u64, String),
+    /// `dead_letters` of at most this many.
     DeadLetters(usize),
+    /// `redrive` of the id.
     Redrive(u64),
+    /// `purge_dead_letters`.
     PurgeDeadLetters,
+    /// `stats`.
     Stats,
+    /// `backlog_by_flow` over this many items.
     BacklogByFlow(usize),
+    /// `peek` of at most this many.
     Peek(usize),
     /// Move the clock forward by this many ms.
     Advance(u64),
@@ -351,37 +377,66 @@ pub enum Call {
 
 /// A successful return value of any operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[allow(missing_docs)]
 pub enum Value {
+    /// An operation that returns nothing.
     Unit,
+    /// The adds (one for `add`).
     Added(Vec<Added>),
+    /// A count.
     Count(u64),
+    /// Claimed or reclaimed items.
     Claimed(Vec<Claimed>),
+    /// What `step` handed out.
     Step(Option<Claimed>),
+    /// What `retry` did.
     Retry(RetryOutcome),
+    /// A yes or no.
     Bool(bool),
+    /// The next `not_before`, ms since the epoch.
     Due(Option<u64>),
+    /// Flow names.
     Flows(Vec<String>),
+    /// Dead letters, newest first.
     Dead(Vec<DeadLetter>),
+    /// Counts.
     Stats(Stats),
+    /// Items per flow.
     ByFlow(BTreeMap<String, u64>),
+    /// Items, in claim order.
     Items(Vec<Item>),
 }
 
 /// An error reduced to what two backends must agree on: its kind and the
 /// ids it names (messages and sources may differ).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(missing_docs)]
 pub enum ErrorKind {
-    Full { limit: u64 },
-    LeaseLost { id: u64, delivery: u32 },
+    /// `Error::Full` with its limit.
+    Full {
+        /// The limit, in items.
+        limit: u64,
+    },
+    /// `Error::LeaseLost` with the receipt it names.
+    LeaseLost {
+        /// The item.
+        id: u64,
+        /// The delivery the receipt named.
+        delivery: u32,
+    },
+    /// `Error::Locked`.
     Locked,
+    /// `Error::Corrupt`.
     Corrupt,
+    /// `Error::Io`.
     Io,
+    /// `Error::Storage`.
     Storage,
+    /// `Error::Backend`.
     Backend,
+    /// `Error::Decode`.
     Decode,
+    /// `Error::InvalidInput`.
     InvalidInput,
+    /// `Error::Closed`.
     Closed,
 }
 
@@ -463,7 +518,11 @@ impl Reference {
 
     fn receipt(&self, r: &ReceiptRef) -> Receipt {
         match r {
-            ReceiptRef::Slot(i) => self.receipts[*i],
+            ReceiptRef::Slot(i) => self.receipts.get(*i).copied().unwrap_or(Receipt {
+                id: 0,
+                delivery: 0,
+                lease: u64::MAX,
+            }),
             ReceiptRef::Forged(r) => *r,
         }
     }

@@ -443,7 +443,11 @@ impl<'t> Tables<'t> {
                 )));
             }
             match item.dedup_key.as_deref() {
-                Some(k) if seen.contains(k) || self.live_dedup(k, now)?.is_some() => {}
+                // A key earlier in the batch is live only while its window
+                // is open: never with a window of 0 (deduplication off).
+                Some(k)
+                    if self.live_dedup(k, now)?.is_some()
+                        || (self.limits.dedup_window_ms > 0 && seen.contains(k)) => {}
                 Some(k) => {
                     seen.insert(k);
                     fresh += 1;
@@ -451,7 +455,9 @@ impl<'t> Tables<'t> {
                 None => fresh += 1,
             }
         }
+        // An add that journals nothing (only duplicates) is never Full.
         if let Some(limit) = self.limits.max_backlog
+            && fresh > 0
             && self.waiting()?.saturating_add(fresh) > limit
         {
             return Err(Error::Full { limit });
