@@ -214,7 +214,14 @@ fn pause_parks_a_flow_step_runs_one_resume_releases_the_rest() {
         env.ok(&["resume", "held"]).trim(),
         "resumed held: 2 items back in the backlog"
     );
-    env.ok(&["work", "--exec", &record("ran.txt"), "--until-empty"]);
+    env.ok(&[
+        "work",
+        "--exec",
+        &record("ran.txt"),
+        "--until-empty",
+        "--concurrency",
+        "1",
+    ]);
     assert!(env.read("ran.txt").ends_with("2 held 1 b\n3 held 1 c\n"));
     assert_error(
         &env.run(&["step", "held", "--exec", "true"]),
@@ -244,6 +251,8 @@ fn a_delay_is_honoured() {
         "--exec",
         r#"echo "$(cat) $(date +%s%3N)" >> ran.txt"#,
         "--until-empty",
+        "--concurrency",
+        "1",
     ]);
     let ran = env.read("ran.txt");
     let lines: Vec<&str> = ran.lines().collect();
@@ -426,4 +435,76 @@ fn work_killed_half_way_resumes_and_finishes_everything() {
     for k in ["backlog", "delayed", "pending", "dead_letters"] {
         assert_eq!(s[k], 0, "{k} in {s}");
     }
+}
+
+/// The same round trip on Redis, against a `redis-server` the harness starts
+/// on a free loopback port (it fails, saying how to install it, when
+/// `redis-server` is missing).
+#[cfg(feature = "redis")]
+#[test]
+fn redis_round_trip_and_unreachable_server() {
+    let server = workjournal::testing::RedisServer::start().unwrap();
+    let url = server.url();
+    let env = Env::new();
+    let redis = |args: &[&str]| {
+        let mut all = vec!["--redis", url.as_str(), "--namespace", "cli-test"];
+        all.extend_from_slice(args);
+        env.run(&all)
+    };
+    let ok = |args: &[&str]| {
+        let out = redis(args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    assert_eq!(ok(&["add", "hello", "--flow", "greet"]).trim(), "1");
+    let out = {
+        let mut child = env
+            .cmd(&[
+                "--redis",
+                url.as_str(),
+                "--namespace",
+                "cli-test",
+                "add",
+                "--lines",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(b"a\nb\n").unwrap();
+        child.wait_with_output().unwrap()
+    };
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s: serde_json::Value = serde_json::from_str(&ok(&["stats", "--json"])).unwrap();
+    assert_eq!(s["backlog"], 3);
+    ok(&[
+        "work",
+        "--exec",
+        &record("ran.txt"),
+        "--until-empty",
+        "--concurrency",
+        "2",
+    ]);
+    let mut ran: Vec<String> = env.read("ran.txt").lines().map(String::from).collect();
+    ran.sort();
+    assert_eq!(ran, ["1 greet 1 hello", "2  1 a", "3  1 b"]);
+    let s: serde_json::Value = serde_json::from_str(&ok(&["stats", "--json"])).unwrap();
+    for k in ["backlog", "delayed", "pending", "dead_letters"] {
+        assert_eq!(s[k], 0, "{k} in {s}");
+    }
+    // Another namespace on the same server sees nothing of it.
+    let other = env.run(&[
+        "--redis",
+        url.as_str(),
+        "--namespace",
+        "other",
+        "stats",
+        "--json",
+    ]);
+    let s: serde_json::Value = serde_json::from_str(&text(&other.stdout)).unwrap();
+    assert_eq!(s["backlog"], 0);
+
+    drop(server);
+    assert_error(&redis(&["stats"]), 6, "");
 }

@@ -176,13 +176,23 @@ async fn stats(queue: &BoxQueue, json: bool, watch: bool) -> CliResult {
     if !watch {
         return print_stats(queue, json, false).await;
     }
+    use tokio::signal::unix::{SignalKind, signal};
     let tty = std::io::stdout().is_terminal();
-    let stop = tokio::signal::ctrl_c();
-    tokio::pin!(stop);
+    let listen = |kind| {
+        signal(kind).map_err(|e| {
+            CliError::new(
+                code::FAILURE,
+                format!("cannot listen for Ctrl-C/SIGTERM: {e}"),
+            )
+        })
+    };
+    let mut int = listen(SignalKind::interrupt())?;
+    let mut term = listen(SignalKind::terminate())?;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
-            _ = &mut stop => return Ok(()),
+            _ = int.recv() => return Ok(()),
+            _ = term.recv() => return Ok(()),
             _ = tick.tick() => {
                 if tty {
                     // Clear the screen and home the cursor: a live view.
