@@ -508,3 +508,42 @@ fn redis_round_trip_and_unreachable_server() {
     drop(server);
     assert_error(&redis(&["stats"]), 6, "");
 }
+
+#[test]
+fn a_second_sigterm_stops_at_once_and_the_item_runs_on_the_next_start() {
+    let env = Env::new();
+    env.ok(&["add", "stuck"]);
+    let mut worker = spawn_quiet(env.cmd(&[
+        "work",
+        "--exec",
+        "touch started; sleep 20",
+        "--lease",
+        "30s",
+    ]));
+    wait_for("the command to start", Duration::from_secs(20), || {
+        env.path("started").exists()
+    });
+    let pid = worker.id().to_string();
+    let term = || {
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        )
+    };
+    term();
+    std::thread::sleep(Duration::from_millis(300));
+    term();
+    let out = worker.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("stopped at once"));
+    assert_eq!(
+        env.stats()["pending"],
+        1,
+        "the killed command's item stays pending"
+    );
+    env.ok(&["work", "--exec", &record("ran.txt"), "--until-empty"]);
+    assert_eq!(env.read("ran.txt"), "1  2 stuck\n");
+}
