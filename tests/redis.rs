@@ -534,3 +534,34 @@ fn server_dies_with_its_test_process_even_on_sigkill() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[tokio::test]
+async fn url_with_a_password_authenticates_and_a_wrong_one_is_a_backend_error() {
+    let server = RedisServer::start_with(RedisServerOptions {
+        password: Some("s3cret".into()),
+        ..Default::default()
+    })
+    .unwrap();
+    let port = server.port();
+    let good = format!("redis://:s3cret@127.0.0.1:{port}/");
+    let q = connect(&good, "auth", Config::default()).await;
+    q.add(NewItem::new(b"x".to_vec())).await.unwrap();
+    assert_eq!(q.stats().await.unwrap().backlog, 1);
+    let options = RedisOptions::default()
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500));
+    let bad = format!("redis://:wrong@127.0.0.1:{port}/");
+    let err = RedisQueue::connect(&bad, "auth", Config::default(), options.clone())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    let none = format!("redis://127.0.0.1:{port}/");
+    let err = RedisQueue::connect(&none, "auth", Config::default(), options)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    let err = RedisQueue::connect(&good, "a{b}", Config::default(), RedisOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+}

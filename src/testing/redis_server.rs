@@ -28,6 +28,9 @@ pub struct RedisServerOptions {
     pub aof_always: bool,
     /// Start as a replica of the server on this loopback port. Default: none.
     pub replica_of: Option<u16>,
+    /// Require this password (`requirepass`); connect with
+    /// `redis://:<password>@127.0.0.1:<port>/`. Default: none.
+    pub password: Option<String>,
 }
 
 /// A `redis-server` child process on `127.0.0.1:port()`, with its own temp
@@ -63,7 +66,8 @@ fn ping(port: u16) -> bool {
         return false;
     }
     let mut buf = [0u8; 64];
-    matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
+    // A server with a password answers `-NOAUTH`: up all the same.
+    matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG") || buf[..n].starts_with(b"-NOAUTH"))
 }
 
 impl RedisServer {
@@ -135,6 +139,9 @@ impl RedisServer {
             args.extend(["--appendonly", "yes", "--appendfsync", "always"].map(String::from));
         } else {
             args.extend(["--appendonly", "no"].map(String::from));
+        }
+        if let Some(pw) = &self.options.password {
+            args.extend(["--requirepass".to_string(), pw.clone()]);
         }
         if let Some(p) = self.options.replica_of {
             args.extend(["--replicaof".to_string(), "127.0.0.1".into(), p.to_string()]);
