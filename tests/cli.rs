@@ -513,7 +513,7 @@ fn redis_round_trip_and_unreachable_server() {
 fn a_second_sigterm_stops_at_once_and_the_item_runs_on_the_next_start() {
     let env = Env::new();
     env.ok(&["add", "stuck"]);
-    let mut worker = spawn_quiet(env.cmd(&[
+    let worker = spawn_quiet(env.cmd(&[
         "work",
         "--exec",
         "touch started; sleep 20",

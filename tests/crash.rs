@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use workjournal::testing::StateCounts;
 
 mod workload;
 
@@ -364,14 +365,12 @@ async fn check(path: &Path, know: &mut Knowledge, flight: &InFlight, cycle: u64)
             _ => {}
         }
     }
-    let mut count: BTreeMap<Location, u64> = BTreeMap::new();
     for (id, places) in &locs {
         assert_eq!(
             places.len(),
             1,
             "cycle {cycle}: item {id} is in {places:?}, not in exactly one state"
         );
-        *count.entry(places[0]).or_default() += 1;
         assert!(
             !know.gone.contains(id),
             "cycle {cycle}: item {id} was acked (Ok) but is back, in {places:?}"
@@ -395,24 +394,9 @@ async fn check(path: &Path, know: &mut Knowledge, flight: &InFlight, cycle: u64)
         unknown.len() as u64 <= in_flight_adds,
         "cycle {cycle}: items {unknown:?} appeared, but only {in_flight_adds} adds were in flight"
     );
-    let n = |l: Location| count.get(&l).copied().unwrap_or(0);
     assert_eq!(
-        (
-            stats.backlog,
-            stats.due,
-            stats.pending,
-            stats.delayed,
-            stats.parked,
-            stats.dead_letters
-        ),
-        (
-            n(Location::Backlog) + n(Location::Due),
-            n(Location::Due),
-            n(Location::Pending),
-            n(Location::Delayed),
-            n(Location::Parked),
-            n(Location::DeadLetter)
-        ),
+        StateCounts::of_stats(&stats),
+        StateCounts::recount(locs.values().map(|places| &places[0])),
         "cycle {cycle}: stats do not match a recount"
     );
     // An add that was in flight and is on disk now is as durable as any.
@@ -616,6 +600,7 @@ mod redis_faults {
     use redis::AsyncCommands;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
+    use workjournal::testing::StateCounts;
     use workjournal::testing::{RedisServer, RedisServerOptions};
     use workjournal::{
         ClaimFrom, Clock, Config, Error, Location, ManualClock, NewItem, Receipt, RedisOptions,
@@ -941,7 +926,6 @@ mod redis_faults {
     async fn check(url: &str, ns: &str, know: &Knowledge, cycle: u64) -> BTreeSet<u64> {
         let (locs, bad) = recount(url, ns).await;
         assert!(bad.is_empty(), "cycle {cycle}: {bad:#?}");
-        let mut count: BTreeMap<Location, u64> = BTreeMap::new();
         for (id, places) in &locs {
             if places.len() != 1 {
                 panic!(
@@ -949,7 +933,6 @@ mod redis_faults {
                     evidence(url, ns, *id).await
                 );
             }
-            *count.entry(places[0]).or_default() += 1;
             assert!(
                 !know.gone.contains(id),
                 "cycle {cycle}: item {id} was acked (Ok) but is back, in {places:?}"
@@ -979,24 +962,9 @@ mod redis_faults {
             .await
             .unwrap();
         let stats = q.stats().await.unwrap();
-        let n = |l: Location| count.get(&l).copied().unwrap_or(0);
         assert_eq!(
-            (
-                stats.backlog,
-                stats.due,
-                stats.pending,
-                stats.delayed,
-                stats.parked,
-                stats.dead_letters
-            ),
-            (
-                n(Location::Backlog) + n(Location::Due),
-                n(Location::Due),
-                n(Location::Pending),
-                n(Location::Delayed),
-                n(Location::Parked),
-                n(Location::DeadLetter)
-            ),
+            StateCounts::of_stats(&stats),
+            StateCounts::recount(locs.values().map(|places| &places[0])),
             "cycle {cycle}: stats do not match a recount"
         );
         q.close().await.unwrap();

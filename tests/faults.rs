@@ -14,6 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+use workjournal::testing::StateCounts;
 
 mod workload;
 
@@ -43,30 +44,13 @@ async fn open(name: &str, disk: &SimDisk, clock: &ManualClock, verify: bool) -> 
 /// Recount invariants: every id in one state, stats equal to a recount.
 async fn check_invariants(q: &EmbeddedQueue, what: &str) {
     let locs = q.locations().await.unwrap();
-    let mut count: BTreeMap<Location, u64> = BTreeMap::new();
     for (id, places) in &locs {
         assert_eq!(places.len(), 1, "{what}: item {id} is in {places:?}");
-        *count.entry(places[0]).or_default() += 1;
     }
     let st = q.stats().await.unwrap();
-    let n = |l: Location| count.get(&l).copied().unwrap_or(0);
     assert_eq!(
-        (
-            st.backlog,
-            st.due,
-            st.pending,
-            st.delayed,
-            st.parked,
-            st.dead_letters
-        ),
-        (
-            n(Location::Backlog) + n(Location::Due),
-            n(Location::Due),
-            n(Location::Pending),
-            n(Location::Delayed),
-            n(Location::Parked),
-            n(Location::DeadLetter)
-        ),
+        StateCounts::of_stats(&st),
+        StateCounts::recount(locs.values().map(|places| &places[0])),
         "{what}: stats do not match a recount"
     );
 }
