@@ -12,7 +12,6 @@
 //! `WORKJOURNAL_CUT_POINTS` sets how many cut points (default 200);
 //! `WORKJOURNAL_CUT_SEED` replays one run.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use workjournal::testing::StateCounts;
 
