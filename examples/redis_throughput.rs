@@ -3,11 +3,12 @@
 //! `add_batch` and claim + `ack_batch` in batches of 100, against pipelined
 //! `XADD` and `XREADGROUP` + `XACK` of 100 entries.
 //!
-//! Run: `cargo run --release --example redis_throughput --features redis,testing [items]`
+//! Run: `cargo run --release --example redis_throughput --features redis,testing [items]`;
+//! with `WJ_TLS=1` both run over `rediss://` (the harness's test CA).
 
 use std::time::{Duration, Instant};
 
-use workjournal::testing::RedisServer;
+use workjournal::testing::{RedisServer, RedisServerOptions};
 use workjournal::{ClaimFrom, Config, NewItem, RedisOptions, RedisQueue, WorkQueue};
 
 const BATCH: usize = 100;
@@ -23,11 +24,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|a| a.parse())
         .transpose()?
         .unwrap_or(50_000);
-    let server = RedisServer::start()?;
-    let url = server.url();
+    let tls = std::env::var_os("WJ_TLS").is_some();
+    let server = RedisServer::start_with(RedisServerOptions {
+        tls,
+        ..Default::default()
+    })?;
+    let (url, ca) = match (server.tls_url(), server.certificates()) {
+        (Some(url), Some(certs)) => (url, Some(certs.ca_pem().to_vec())),
+        _ => (server.url(), None),
+    };
     let payload = vec![7u8; 64];
 
-    let q = RedisQueue::connect(&url, "bench", Config::default(), RedisOptions::default()).await?;
+    let mut options = RedisOptions::default();
+    if let Some(ca) = &ca {
+        options = options.tls_ca_pem(ca.clone());
+    }
+    let q = RedisQueue::connect(&url, "bench", Config::default(), options).await?;
     let started = Instant::now();
     for _ in 0..items / BATCH {
         let batch = (0..BATCH).map(|_| NewItem::new(payload.clone())).collect();
@@ -51,9 +63,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let claim_ack = rate(done, took);
     let (claim_only, ack_only) = (rate(done, in_claim), rate(done, took - in_claim));
 
-    let mut conn = redis::Client::open(url.as_str())?
-        .get_multiplexed_async_connection()
-        .await?;
+    let client = match ca {
+        Some(ca) => redis::Client::build_with_tls(
+            url.as_str(),
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(ca),
+            },
+        )?,
+        None => redis::Client::open(url.as_str())?,
+    };
+    let mut conn = client.get_multiplexed_async_connection().await?;
     let _: () = redis::cmd("XGROUP")
         .arg("CREATE")
         .arg("raw")
@@ -116,7 +136,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{stats}");
     }
     println!(
-        "items: {items}, batches of {BATCH}, payload 64 bytes, redis-server without persistence"
+        "items: {items}, batches of {BATCH}, payload 64 bytes, redis-server without persistence{}",
+        if tls { ", over TLS" } else { "" }
     );
     println!("add_batch:            {add:>10.0} items/s");
     println!("raw pipelined XADD:   {raw_add:>10.0} items/s");

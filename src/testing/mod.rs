@@ -16,7 +16,7 @@ pub mod conformance;
 pub mod redis_server;
 
 #[cfg(feature = "redis")]
-pub use redis_server::{RedisFactory, RedisServer, RedisServerOptions};
+pub use redis_server::{RedisFactory, RedisServer, RedisServerOptions, TestCertificates};
 
 #[cfg(feature = "embedded")]
 pub mod faults;
