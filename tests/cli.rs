@@ -547,3 +547,58 @@ fn a_second_sigterm_stops_at_once_and_the_item_runs_on_the_next_start() {
     env.ok(&["work", "--exec", &record("ran.txt"), "--until-empty"]);
     assert_eq!(env.read("ran.txt"), "1  2 stuck\n");
 }
+
+/// `--redis rediss://...` with `--redis-ca` and a client certificate reaches
+/// a TLS server that requires one; without the CA the system's roots do not
+/// trust the test CA, and the error is Redis's exit code 6.
+#[cfg(feature = "redis")]
+#[test]
+fn redis_over_tls_with_a_private_ca_and_client_certificate() {
+    use workjournal::testing::{RedisServer, RedisServerOptions};
+    let server = RedisServer::start_with(RedisServerOptions {
+        tls: true,
+        tls_require_client_cert: true,
+        ..Default::default()
+    })
+    .unwrap();
+    let url = server.tls_url().unwrap();
+    let certs = server.certificates().unwrap().clone();
+    let (cert, key) = certs.client_paths();
+    let ca = certs.ca_path();
+    let env = Env::new();
+    let tls = [
+        "--redis",
+        url.as_str(),
+        "--redis-ca",
+        ca.to_str().unwrap(),
+        "--redis-cert",
+        cert.to_str().unwrap(),
+        "--redis-key",
+        key.to_str().unwrap(),
+    ];
+    let run = |args: &[&str]| {
+        let mut all = tls.to_vec();
+        all.extend_from_slice(args);
+        env.run(&all)
+    };
+    let out = run(&["add", "over tls"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = run(&["stats", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s: serde_json::Value = serde_json::from_str(&text(&out.stdout)).unwrap();
+    assert_eq!(s["backlog"], 1);
+    // The system's roots do not know the test CA.
+    assert_error(&env.run(&["--redis", url.as_str(), "stats"]), 6, "");
+    // A key without its certificate is a usage error.
+    assert_error(
+        &env.run(&[
+            "--redis",
+            url.as_str(),
+            "--redis-key",
+            key.to_str().unwrap(),
+            "stats",
+        ]),
+        2,
+        "",
+    );
+}

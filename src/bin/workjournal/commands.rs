@@ -11,7 +11,7 @@ use crate::{CliError, CliResult, code};
 /// Open the queue the global flags name.
 pub(crate) async fn open(global: &Global, config: Config) -> CliResult<BoxQueue> {
     match &global.redis {
-        Some(url) => open_redis(url, &global.namespace, config).await,
+        Some(url) => open_redis(url, global, config).await,
         None => {
             let queue = workjournal::EmbeddedQueue::open(&global.db, config).await?;
             Ok(BoxQueue::new(queue))
@@ -20,19 +20,20 @@ pub(crate) async fn open(global: &Global, config: Config) -> CliResult<BoxQueue>
 }
 
 #[cfg(feature = "redis")]
-async fn open_redis(url: &str, namespace: &str, config: Config) -> CliResult<BoxQueue> {
-    let queue = workjournal::RedisQueue::connect(
-        url,
-        namespace,
-        config,
-        workjournal::RedisOptions::default(),
-    )
-    .await?;
+async fn open_redis(url: &str, global: &Global, config: Config) -> CliResult<BoxQueue> {
+    let mut options = workjournal::RedisOptions::default();
+    if let Some(ca) = &global.redis_ca {
+        options = options.tls_ca_file(ca);
+    }
+    if let (Some(cert), Some(key)) = (&global.redis_cert, &global.redis_key) {
+        options = options.tls_client_cert_files(cert, key);
+    }
+    let queue = workjournal::RedisQueue::connect(url, &global.namespace, config, options).await?;
     Ok(BoxQueue::new(queue))
 }
 
 #[cfg(not(feature = "redis"))]
-async fn open_redis(_url: &str, _namespace: &str, _config: Config) -> CliResult<BoxQueue> {
+async fn open_redis(_url: &str, _global: &Global, _config: Config) -> CliResult<BoxQueue> {
     Err(CliError::new(
         code::USAGE,
         "--redis: this workjournal was built without the redis feature (rebuild with --features redis)",
