@@ -62,6 +62,7 @@ mod writer;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{Notify, mpsc, oneshot};
@@ -132,6 +133,15 @@ struct Inner {
     clock: SharedClock,
     wake: Arc<Notify>,
     path: PathBuf,
+    /// Set when no handle can use the file any more, so that an open of the
+    /// same file in this process waits for the writer to let go of it.
+    closing: Arc<AtomicBool>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.closing.store(true, Ordering::Release);
+    }
 }
 
 /// A queue in one redb file (SPEC section 1, `embedded`). Clones share one
@@ -241,7 +251,7 @@ impl EmbeddedQueue {
         options: EmbeddedOptions,
     ) -> Result<Self> {
         let path = claim_path(path.as_ref())?;
-        let claim = PathClaim::take(path.clone())?;
+        let claim = PathClaim::take(path.clone()).await?;
         let file = path.clone();
         Self::start(
             config,
@@ -304,7 +314,7 @@ impl EmbeddedQueue {
         verify_on_open: bool,
     ) -> Result<Self> {
         let path = PathBuf::from(format!("backend:{name}"));
-        let claim = PathClaim::take(path.clone())?;
+        let claim = PathClaim::take(path.clone()).await?;
         Self::start(
             config,
             path,
@@ -343,6 +353,7 @@ impl EmbeddedQueue {
         let (ready_tx, ready_rx) = oneshot::channel();
         let thread_wake = wake.clone();
         let thread_path = path.clone();
+        let closing = claim.closing_flag();
         std::thread::Builder::new()
             .name("workjournal-writer".into())
             .spawn(
@@ -368,6 +379,7 @@ impl EmbeddedQueue {
                 clock,
                 wake,
                 path,
+                closing,
             }),
         })
     }
@@ -474,7 +486,7 @@ impl WorkQueue for EmbeddedQueue {
     }
 
     async fn claim(&self, count: usize, wait: Duration, from: ClaimFrom) -> Result<Vec<Claimed>> {
-        let deadline = tokio::time::Instant::now() + wait;
+        let deadline = crate::clock::wait_deadline(wait);
         loop {
             let notified = self.inner.wake.notified();
             tokio::pin!(notified);
@@ -593,6 +605,7 @@ impl WorkQueue for EmbeddedQueue {
     }
 
     async fn close(&self) -> Result<()> {
+        self.inner.closing.store(true, Ordering::Release);
         let (reply, rx) = oneshot::channel();
         if self.inner.tx.send(Msg::Close(reply)).is_err() {
             return Ok(());

@@ -2,9 +2,10 @@
 //! operations into one write transaction and one fsync (group commit), and
 //! hands each caller its own result.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use redb::{Database, Durability, TableHandle};
@@ -131,26 +132,69 @@ pub(super) enum Msg {
 
 /// Paths open in this process: redb's file lock does not exclude a second
 /// handle of the same process on every platform, so we do.
-static OPEN_PATHS: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
+static OPEN_PATHS: Mutex<Option<HashMap<PathBuf, Arc<AtomicBool>>>> = Mutex::new(None);
 
-pub(super) struct PathClaim(PathBuf);
+/// How long an open waits for a handle of this process that is closing (its
+/// last clone was dropped, its writer thread is finishing) to let go of the
+/// file, before it reports `Locked`.
+const CLOSING_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// This process's claim on one queue file, held by the writer thread until
+/// it has dropped the database. `closing` is set once no handle can use the
+/// file any more, so that an open of the same file waits for the release
+/// instead of failing with `Locked`.
+pub(super) struct PathClaim {
+    path: PathBuf,
+    closing: Arc<AtomicBool>,
+}
 
 impl PathClaim {
-    pub(super) fn take(path: PathBuf) -> Result<Self> {
+    fn try_take(path: &Path) -> std::result::Result<Self, Arc<AtomicBool>> {
         let mut guard = OPEN_PATHS.lock().unwrap_or_else(|e| e.into_inner());
-        let set = guard.get_or_insert_with(HashSet::new);
-        if !set.insert(path.clone()) {
-            return Err(Error::Locked { path });
+        let map = guard.get_or_insert_with(HashMap::new);
+        if let Some(holder) = map.get(path) {
+            return Err(holder.clone());
         }
-        Ok(PathClaim(path))
+        let closing = Arc::new(AtomicBool::new(false));
+        map.insert(path.to_path_buf(), closing.clone());
+        Ok(PathClaim {
+            path: path.to_path_buf(),
+            closing,
+        })
+    }
+
+    /// Claim `path` for this process. If a handle of this process holds it
+    /// and is closing, wait (up to 10 s) for it to let go.
+    ///
+    /// # Errors
+    ///
+    /// `Locked` if an open handle of this process holds the file.
+    pub(super) async fn take(path: PathBuf) -> Result<Self> {
+        let start = tokio::time::Instant::now();
+        loop {
+            match Self::try_take(&path) {
+                Ok(claim) => return Ok(claim),
+                Err(holder)
+                    if holder.load(Ordering::Acquire) && start.elapsed() < CLOSING_GRACE =>
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                }
+                Err(_) => return Err(Error::Locked { path }),
+            }
+        }
+    }
+
+    /// The flag a handle sets when it can no longer use the file.
+    pub(super) fn closing_flag(&self) -> Arc<AtomicBool> {
+        self.closing.clone()
     }
 }
 
 impl Drop for PathClaim {
     fn drop(&mut self) {
         let mut guard = OPEN_PATHS.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(set) = guard.as_mut() {
-            set.remove(&self.0);
+        if let Some(map) = guard.as_mut() {
+            map.remove(&self.path);
         }
     }
 }

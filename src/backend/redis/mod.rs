@@ -1068,7 +1068,7 @@ impl WorkQueue for RedisQueue {
         if count == 0 {
             return Err(Error::invalid("claim count must be at least 1"));
         }
-        let deadline = tokio::time::Instant::now() + wait;
+        let deadline = crate::clock::wait_deadline(wait);
         loop {
             let (got, tail, next_due, now) = self.claim_once(count, from).await?;
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
