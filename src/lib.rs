@@ -22,6 +22,14 @@
 //! Choose at run time with [`BoxQueue`]. Other features: `cli` (default) builds
 //! the `workjournal` command; `testing` exposes the conformance cases.
 //!
+//! ## Workers
+//!
+//! [`Worker`] runs an async handler over a queue's items: claims into free
+//! slots, acks on `Ok`, retries with [`RetryPolicy`] backoff on `Err`,
+//! dead-letters on the last delivery, keeps leases fresh, reclaims stale
+//! items, promotes timers and shuts down gracefully. The `workjournal work
+//! --exec CMD` command is a `Worker` running a shell command per item.
+//!
 //! ## Example
 //!
 //! ```

@@ -353,8 +353,10 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
         }
     }
 
-    /// How many items run at once; the worker never holds more claims than
-    /// this. 0 is treated as 1. Default: 1.
+    /// How many handlers run at once. The worker claims only into free
+    /// slots; a slot frees when its handler returns, so the next claim can
+    /// share a commit with that item's ack (which may briefly leave one more
+    /// item pending per slot). 0 is treated as 1. Default: 1.
     pub fn concurrency(mut self, n: usize) -> Self {
         self.concurrency = n.clamp(1, Semaphore::MAX_PERMITS);
         self
@@ -497,7 +499,21 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
             tokio::select! {
                 biased;
                 () = &mut shutdown => break,
-                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {
+                    // The last item just finished: if the queue is empty now,
+                    // stop without waiting out the claim in progress. Backlog,
+                    // due and delayed are empty, so it can take nothing; and
+                    // had it just taken something, pending would not be 0.
+                    // (Not for one flow: its emptiness test, nothing parked,
+                    // would miss an item the step in progress just took.)
+                    if self.until_empty
+                        && shared.flow.is_none()
+                        && tasks.is_empty()
+                        && matches!(shared.is_empty().await, Ok(true))
+                    {
+                        break;
+                    }
+                }
                 result = async { match fill.as_mut() {
                     Some(f) => f.await,
                     None => std::future::pending().await,
@@ -733,6 +749,10 @@ async fn supervise<Q: WorkQueue + 'static>(
             }
             Err(_) => Err(("handler was cancelled".to_string(), false)),
         };
+        // The slot is free once the handler is done: the next claim can go
+        // to the queue together with this item's ack (the embedded backend
+        // commits both in one transaction) instead of after it.
+        drop(permit);
         match outcome {
             Ok(()) => finish_ok(&shared, receipt, started.elapsed()).await,
             Err((text, panicked)) => {
@@ -744,7 +764,6 @@ async fn supervise<Q: WorkQueue + 'static>(
             }
         }
         drop(guard);
-        drop(permit);
     }
     .instrument(span)
     .await

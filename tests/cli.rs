@@ -124,7 +124,7 @@ fn add_work_stats_round_trip() {
     assert_eq!(env.stats()["backlog"], 4);
     assert_eq!(env.ok(&["peek", "1"]).trim(), "1\tgreet\t0\thello");
 
-    let summary = env.ok(&[
+    let out = env.run(&[
         "work",
         "--exec",
         &record("ran.txt"),
@@ -132,7 +132,9 @@ fn add_work_stats_round_trip() {
         "--concurrency",
         "2",
     ]);
-    assert!(summary.contains("4 acked"), "{summary}");
+    assert!(out.status.success());
+    let summary = text(&out.stderr);
+    assert!(summary.contains("done: 4 acked"), "{summary}");
     let mut ran: Vec<String> = env.read("ran.txt").lines().map(String::from).collect();
     ran.sort();
     assert_eq!(ran, ["1 greet 1 hello", "2  1 a", "3  1 b", "4  1 c"]);
@@ -212,7 +214,14 @@ fn pause_parks_a_flow_step_runs_one_resume_releases_the_rest() {
         env.ok(&["resume", "held"]).trim(),
         "resumed held: 2 items back in the backlog"
     );
-    env.ok(&["work", "--exec", &record("ran.txt"), "--until-empty"]);
+    env.ok(&[
+        "work",
+        "--exec",
+        &record("ran.txt"),
+        "--until-empty",
+        "--concurrency",
+        "1",
+    ]);
     assert!(env.read("ran.txt").ends_with("2 held 1 b\n3 held 1 c\n"));
     assert_error(
         &env.run(&["step", "held", "--exec", "true"]),
@@ -242,6 +251,8 @@ fn a_delay_is_honoured() {
         "--exec",
         r#"echo "$(cat) $(date +%s%3N)" >> ran.txt"#,
         "--until-empty",
+        "--concurrency",
+        "1",
     ]);
     let ran = env.read("ran.txt");
     let lines: Vec<&str> = ran.lines().collect();
@@ -424,4 +435,170 @@ fn work_killed_half_way_resumes_and_finishes_everything() {
     for k in ["backlog", "delayed", "pending", "dead_letters"] {
         assert_eq!(s[k], 0, "{k} in {s}");
     }
+}
+
+/// The same round trip on Redis, against a `redis-server` the harness starts
+/// on a free loopback port (it fails, saying how to install it, when
+/// `redis-server` is missing).
+#[cfg(feature = "redis")]
+#[test]
+fn redis_round_trip_and_unreachable_server() {
+    let server = workjournal::testing::RedisServer::start().unwrap();
+    let url = server.url();
+    let env = Env::new();
+    let redis = |args: &[&str]| {
+        let mut all = vec!["--redis", url.as_str(), "--namespace", "cli-test"];
+        all.extend_from_slice(args);
+        env.run(&all)
+    };
+    let ok = |args: &[&str]| {
+        let out = redis(args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    assert_eq!(ok(&["add", "hello", "--flow", "greet"]).trim(), "1");
+    let out = {
+        let mut child = env
+            .cmd(&[
+                "--redis",
+                url.as_str(),
+                "--namespace",
+                "cli-test",
+                "add",
+                "--lines",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(b"a\nb\n").unwrap();
+        child.wait_with_output().unwrap()
+    };
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s: serde_json::Value = serde_json::from_str(&ok(&["stats", "--json"])).unwrap();
+    assert_eq!(s["backlog"], 3);
+    ok(&[
+        "work",
+        "--exec",
+        &record("ran.txt"),
+        "--until-empty",
+        "--concurrency",
+        "2",
+    ]);
+    let mut ran: Vec<String> = env.read("ran.txt").lines().map(String::from).collect();
+    ran.sort();
+    assert_eq!(ran, ["1 greet 1 hello", "2  1 a", "3  1 b"]);
+    let s: serde_json::Value = serde_json::from_str(&ok(&["stats", "--json"])).unwrap();
+    for k in ["backlog", "delayed", "pending", "dead_letters"] {
+        assert_eq!(s[k], 0, "{k} in {s}");
+    }
+    // Another namespace on the same server sees nothing of it.
+    let other = env.run(&[
+        "--redis",
+        url.as_str(),
+        "--namespace",
+        "other",
+        "stats",
+        "--json",
+    ]);
+    let s: serde_json::Value = serde_json::from_str(&text(&other.stdout)).unwrap();
+    assert_eq!(s["backlog"], 0);
+
+    drop(server);
+    assert_error(&redis(&["stats"]), 6, "");
+}
+
+#[test]
+fn a_second_sigterm_stops_at_once_and_the_item_runs_on_the_next_start() {
+    let env = Env::new();
+    env.ok(&["add", "stuck"]);
+    let worker = spawn_quiet(env.cmd(&[
+        "work",
+        "--exec",
+        "touch started; sleep 20",
+        "--lease",
+        "30s",
+    ]));
+    wait_for("the command to start", Duration::from_secs(20), || {
+        env.path("started").exists()
+    });
+    let pid = worker.id().to_string();
+    let term = || {
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        )
+    };
+    term();
+    std::thread::sleep(Duration::from_millis(300));
+    term();
+    let out = worker.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("stopped at once"));
+    assert_eq!(
+        env.stats()["pending"],
+        1,
+        "the killed command's item stays pending"
+    );
+    env.ok(&["work", "--exec", &record("ran.txt"), "--until-empty"]);
+    assert_eq!(env.read("ran.txt"), "1  2 stuck\n");
+}
+
+/// `--redis rediss://...` with `--redis-ca` and a client certificate reaches
+/// a TLS server that requires one; without the CA the system's roots do not
+/// trust the test CA, and the error is Redis's exit code 6.
+#[cfg(feature = "redis")]
+#[test]
+fn redis_over_tls_with_a_private_ca_and_client_certificate() {
+    use workjournal::testing::{RedisServer, RedisServerOptions};
+    let server = RedisServer::start_with(RedisServerOptions {
+        tls: true,
+        tls_require_client_cert: true,
+        ..Default::default()
+    })
+    .unwrap();
+    let url = server.tls_url().unwrap();
+    let certs = server.certificates().unwrap().clone();
+    let (cert, key) = certs.client_paths();
+    let ca = certs.ca_path();
+    let env = Env::new();
+    let tls = [
+        "--redis",
+        url.as_str(),
+        "--redis-ca",
+        ca.to_str().unwrap(),
+        "--redis-cert",
+        cert.to_str().unwrap(),
+        "--redis-key",
+        key.to_str().unwrap(),
+    ];
+    let run = |args: &[&str]| {
+        let mut all = tls.to_vec();
+        all.extend_from_slice(args);
+        env.run(&all)
+    };
+    let out = run(&["add", "over tls"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = run(&["stats", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s: serde_json::Value = serde_json::from_str(&text(&out.stdout)).unwrap();
+    assert_eq!(s["backlog"], 1);
+    // The system's roots do not know the test CA.
+    assert_error(&env.run(&["--redis", url.as_str(), "stats"]), 6, "");
+    // A key without its certificate is a usage error.
+    assert_error(
+        &env.run(&[
+            "--redis",
+            url.as_str(),
+            "--redis-key",
+            key.to_str().unwrap(),
+            "stats",
+        ]),
+        2,
+        "",
+    );
 }

@@ -16,10 +16,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use workjournal::testing::StateCounts;
+
+mod workload;
 
 use workjournal::{
     ClaimFrom, Config, EmbeddedQueue, Location, NewItem, Receipt, RetryOutcome, WorkQueue,
 };
+use workload::{Rng, seed_from_env};
 
 /// Set in the child: the queue file to work on.
 const CHILD_ENV: &str = "WORKJOURNAL_CRASH_CHILD";
@@ -30,35 +34,6 @@ const CHILD_SEED_ENV: &str = "WORKJOURNAL_CRASH_CHILD_SEED";
 const CHILD_TASKS: u64 = 3;
 /// A child that outlives this (its parent died) stops on its own.
 const CHILD_LIFETIME: Duration = Duration::from_secs(60);
-
-/// splitmix64: enough randomness for workloads, no dependency.
-#[derive(Debug, Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (n > 0).
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn seed_from_env(var: &str) -> u64 {
-    match std::env::var(var) {
-        Ok(s) => s.parse().unwrap(),
-        Err(_) => std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64,
-    }
-}
 
 // ---- the child ------------------------------------------------------------
 
@@ -257,6 +232,7 @@ fn child_process_entry() {
         .unwrap();
     // End the line libtest started ("test child_process_entry ... ").
     say("");
+    say("opening");
     rt.block_on(async move {
         let q = match EmbeddedQueue::open(&path, Config::default()).await {
             Ok(q) => q,
@@ -389,14 +365,12 @@ async fn check(path: &Path, know: &mut Knowledge, flight: &InFlight, cycle: u64)
             _ => {}
         }
     }
-    let mut count: BTreeMap<Location, u64> = BTreeMap::new();
     for (id, places) in &locs {
         assert_eq!(
             places.len(),
             1,
             "cycle {cycle}: item {id} is in {places:?}, not in exactly one state"
         );
-        *count.entry(places[0]).or_default() += 1;
         assert!(
             !know.gone.contains(id),
             "cycle {cycle}: item {id} was acked (Ok) but is back, in {places:?}"
@@ -420,24 +394,9 @@ async fn check(path: &Path, know: &mut Knowledge, flight: &InFlight, cycle: u64)
         unknown.len() as u64 <= in_flight_adds,
         "cycle {cycle}: items {unknown:?} appeared, but only {in_flight_adds} adds were in flight"
     );
-    let n = |l: Location| count.get(&l).copied().unwrap_or(0);
     assert_eq!(
-        (
-            stats.backlog,
-            stats.due,
-            stats.pending,
-            stats.delayed,
-            stats.parked,
-            stats.dead_letters
-        ),
-        (
-            n(Location::Backlog) + n(Location::Due),
-            n(Location::Due),
-            n(Location::Pending),
-            n(Location::Delayed),
-            n(Location::Parked),
-            n(Location::DeadLetter)
-        ),
+        StateCounts::of_stats(&stats),
+        StateCounts::recount(locs.values().map(|places| &places[0])),
         "cycle {cycle}: stats do not match a recount"
     );
     // An add that was in flight and is on disk now is as durable as any.
@@ -530,6 +489,9 @@ fn run_kill_cycles(cycles: u64, seed: u64) -> Knowledge {
             know.kills_mid_operation += 1;
         }
         rt.block_on(check(&path, &mut know, &flight, cycle));
+        if (cycle + 1) % 100 == 0 {
+            eprintln!("{} kill cycles checked", cycle + 1);
+        }
     }
     know
 }
@@ -556,6 +518,37 @@ fn sigkill_loses_no_acknowledged_add_or_ack() {
         ops > cycles,
         "the children acknowledged only {ops} operations"
     );
+}
+
+// Regression: redb initialises a new file in place and writes its magic
+// number last, so a process killed while it first opened a queue left a
+// file that every later open refused as corrupt; the file is now built
+// under a temporary name and linked into place.
+#[test]
+fn sigkill_while_creating_the_queue_file_leaves_it_openable() {
+    let tries: u64 = 40;
+    let mut rng = Rng(seed_from_env("WORKJOURNAL_CRASH_SEED"));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut failures = Vec::new();
+    for t in 0..tries {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("queue.redb");
+        let stderr = dir.path().join("child-stderr.txt");
+        let mut child = spawn_child(&path, rng.next(), &stderr);
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        while lines.next().unwrap().unwrap() != "opening" {}
+        std::thread::sleep(Duration::from_micros(rng.below(4000)));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let len = std::fs::metadata(&path).map(|m| m.len()).ok();
+        if let Err(e) = rt.block_on(EmbeddedQueue::open(&path, Config::default())) {
+            failures.push(format!("try {t}: file of {len:?} bytes: {e}"));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
 }
 
 #[tokio::test]
@@ -592,4 +585,717 @@ async fn locations_names_every_item_once() {
     assert_eq!(got, want);
     q.ack(claimed[0].receipt).await.unwrap();
     assert!(!q.locations().await.unwrap().contains_key(&a));
+}
+
+/// Redis faults (SPEC section 4): a `redis-server` with AOF `appendfsync
+/// always` killed with SIGKILL under a concurrent workload, and connections
+/// cut in the middle of a script call.
+#[cfg(feature = "redis")]
+mod redis_faults {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use redis::AsyncCommands;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+    use workjournal::testing::StateCounts;
+    use workjournal::testing::{RedisServer, RedisServerOptions};
+    use workjournal::{
+        ClaimFrom, Clock, Config, Error, Location, ManualClock, NewItem, Receipt, RedisOptions,
+        RedisQueue, WorkQueue,
+    };
+
+    use super::workload::{Op, apply, draw};
+    use super::{Rng, seed_from_env};
+
+    fn options() -> RedisOptions {
+        RedisOptions::default()
+            .connect_timeout(Duration::from_millis(300))
+            .response_timeout(Duration::from_millis(1000))
+    }
+
+    /// A plain connection for reading raw keys. Its response timeout is
+    /// long: redis-rs' default of 500 ms fails a large XPENDING on a loaded
+    /// machine, and a check must not mistake that for an empty PEL.
+    async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
+        let config =
+            redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(60)));
+        redis::Client::open(url)
+            .unwrap()
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .unwrap()
+    }
+
+    /// Every key of namespace `ns`, prefix removed.
+    async fn keys(conn: &mut redis::aio::MultiplexedConnection, ns: &str) -> Vec<String> {
+        let prefix = format!("{{{ns}}}:");
+        let mut out = Vec::new();
+        let mut cursor = 0u64;
+        loop {
+            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(format!("{prefix}*"))
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(conn)
+                .await
+                .unwrap();
+            out.extend(batch.into_iter().map(|k| k[prefix.len()..].to_string()));
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        out.sort();
+        out
+    }
+
+    /// Stream entries as (entry id, item id, delivered to the group).
+    async fn stream(
+        conn: &mut redis::aio::MultiplexedConnection,
+        key: &str,
+    ) -> Vec<(String, u64, bool)> {
+        let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+            .arg(key)
+            .arg("-")
+            .arg("+")
+            .query_async(conn)
+            .await
+            .unwrap();
+        let pel: Vec<(String, String, u64, u64)> = match redis::cmd("XPENDING")
+            .arg(key)
+            .arg("workers")
+            .arg("-")
+            .arg("+")
+            .arg(1_000_000)
+            .query_async(conn)
+            .await
+        {
+            Ok(p) => p,
+            // No group yet: nothing was ever delivered.
+            Err(e) if e.code() == Some("NOGROUP") => Vec::new(),
+            Err(e) => panic!("XPENDING {key}: {e}"),
+        };
+        let delivered: BTreeSet<String> = pel.into_iter().map(|p| p.0).collect();
+        entries
+            .into_iter()
+            .map(|(sid, fields)| {
+                let id = fields
+                    .iter()
+                    .find(|(k, _)| k == "id")
+                    .map(|(_, v)| v.parse().unwrap())
+                    .unwrap();
+                let d = delivered.contains(&sid);
+                (sid, id, d)
+            })
+            .collect()
+    }
+
+    /// Where every item of `ns` is, recounted from the raw keys, plus every
+    /// inconsistency found (an item whose `st` disagrees with its index, a
+    /// delivered stream entry whose item is not pending).
+    async fn recount(url: &str, ns: &str) -> (BTreeMap<u64, Vec<Location>>, Vec<String>) {
+        let mut conn = raw(url).await;
+        let p = format!("{{{ns}}}:");
+        let mut locs: BTreeMap<u64, Vec<Location>> = BTreeMap::new();
+        let mut bad = Vec::new();
+        let mut delivered = Vec::new();
+        for (lane, loc) in [("backlog", Location::Backlog), ("due", Location::Due)] {
+            for (_, id, d) in stream(&mut conn, &format!("{p}{lane}")).await {
+                if d {
+                    delivered.push((lane, id));
+                } else {
+                    locs.entry(id).or_default().push(loc);
+                }
+            }
+        }
+        for (key, loc) in [
+            ("delayed", Location::Delayed),
+            ("pending", Location::Pending),
+        ] {
+            let members: Vec<String> = conn.zrange(format!("{p}{key}"), 0, -1).await.unwrap();
+            for m in members {
+                locs.entry(m.parse().unwrap()).or_default().push(loc);
+            }
+        }
+        for key in keys(&mut conn, ns).await {
+            if key.starts_with("parked:") {
+                let ids: Vec<u64> = conn.lrange(format!("{p}{key}"), 0, -1).await.unwrap();
+                for id in ids {
+                    locs.entry(id).or_default().push(Location::Parked);
+                }
+            }
+        }
+        let dead: Vec<u64> = conn.lrange(format!("{p}dead"), 0, -1).await.unwrap();
+        for id in dead {
+            locs.entry(id).or_default().push(Location::DeadLetter);
+        }
+        let mut states = BTreeMap::new();
+        for key in keys(&mut conn, ns).await {
+            if let Some(id) = key.strip_prefix("item:") {
+                let st: Option<String> = conn.hget(format!("{p}{key}"), "st").await.unwrap();
+                states.insert(id.parse::<u64>().unwrap(), st.unwrap_or_default());
+            }
+        }
+        for (id, places) in &locs {
+            let want = match places.as_slice() {
+                [Location::Backlog] => "backlog",
+                [Location::Due] => "due",
+                [Location::Delayed] => "delayed",
+                [Location::Pending] => "pending",
+                [Location::Parked] => "parked",
+                [Location::DeadLetter] => "dead",
+                _ => continue,
+            };
+            match states.get(id) {
+                Some(st) if st == want => {}
+                other => bad.push(format!(
+                    "item {id} is in {places:?} but its st is {other:?}"
+                )),
+            }
+        }
+        for (lane, id) in delivered {
+            if states.get(&id).map(String::as_str) != Some("pending") {
+                bad.push(format!(
+                    "a delivered {lane} entry names item {id}, whose st is {:?}",
+                    states.get(&id)
+                ));
+            }
+        }
+        for id in states.keys() {
+            locs.entry(*id).or_default();
+        }
+        (locs, bad)
+    }
+
+    /// What the workload tasks learnt, shared between them.
+    #[derive(Debug, Default)]
+    struct Knowledge {
+        added: BTreeSet<u64>,
+        gone: BTreeSet<u64>,
+        unsure: BTreeSet<u64>,
+        /// Items of adds that failed with a backend error: each may or may
+        /// not be there.
+        maybe_added: u64,
+        acknowledged: u64,
+    }
+
+    async fn worker(
+        q: RedisQueue,
+        know: Arc<Mutex<Knowledge>>,
+        stop: Arc<AtomicBool>,
+        mut rng: Rng,
+        flows: [&'static str; 3],
+    ) {
+        let mut held: Vec<(Receipt, String)> = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            let flow = flows[rng.below(3) as usize];
+            let pick = rng.below(100);
+            let r: Result<(), Error> = match pick {
+                0..=29 => {
+                    let n = 1 + rng.below(3);
+                    let items = (0..n)
+                        .map(|i| NewItem::new(format!("p{i}").into_bytes()).flow(flow))
+                        .collect();
+                    match q.add_batch(items).await {
+                        Ok(v) => {
+                            let mut k = know.lock().unwrap();
+                            k.added.extend(v.iter().map(|a| a.id));
+                            k.acknowledged += 1;
+                            Ok(())
+                        }
+                        Err(e) => {
+                            know.lock().unwrap().maybe_added += n;
+                            Err(e)
+                        }
+                    }
+                }
+                30..=49 => q
+                    .claim(1 + rng.below(3) as usize, Duration::ZERO, ClaimFrom::All)
+                    .await
+                    .map(|v| held.extend(v.into_iter().map(|c| (c.receipt, c.item.flow)))),
+                50..=54 => q
+                    .reclaim_stale(Duration::from_millis(rng.below(200)), 2)
+                    .await
+                    .map(|v| held.extend(v.into_iter().map(|c| (c.receipt, c.item.flow)))),
+                55..=56 => q.pause("a").await,
+                57..=58 => q.resume("a").await.map(|_| ()),
+                59..=60 => q
+                    .step("a")
+                    .await
+                    .map(|c| held.extend(c.into_iter().map(|c| (c.receipt, c.item.flow)))),
+                61..=62 => match q.dead_letters(1).await {
+                    Ok(d) => match d.first() {
+                        Some(d) => q.redrive(d.item.id).await.map(|_| ()),
+                        None => Ok(()),
+                    },
+                    Err(e) => Err(e),
+                },
+                _ if held.is_empty() => q.promote_due().await.map(|_| ()),
+                63..=84 => {
+                    let (r, _) = held.swap_remove(rng.below(held.len() as u64) as usize);
+                    match q.ack(r).await {
+                        Ok(()) => {
+                            let mut k = know.lock().unwrap();
+                            k.gone.insert(r.id);
+                            k.acknowledged += 1;
+                            Ok(())
+                        }
+                        Err(e) => {
+                            if !e.is_lease_lost() {
+                                know.lock().unwrap().unsure.insert(r.id);
+                            }
+                            Err(e)
+                        }
+                    }
+                }
+                85..=89 => {
+                    let (r, _) = held.swap_remove(rng.below(held.len() as u64) as usize);
+                    q.retry(r, q.now_ms().await.unwrap_or(0) + rng.below(50))
+                        .await
+                        .map(|_| ())
+                }
+                90..=93 => {
+                    let (r, _) = held.swap_remove(rng.below(held.len() as u64) as usize);
+                    q.dead_letter(r, "given up").await
+                }
+                94..=96 => q.touch(held.iter().map(|(r, _)| *r).collect()).await,
+                _ => {
+                    let (r, f) = held.swap_remove(rng.below(held.len() as u64) as usize);
+                    if f.is_empty() {
+                        Ok(())
+                    } else {
+                        q.park(r).await
+                    }
+                }
+            };
+            if let Err(e) = r {
+                if !e.is_lease_lost() && !matches!(e, Error::Backend { .. }) {
+                    panic!("unexpected error from the workload: {e:?}");
+                }
+                if matches!(e, Error::Backend { .. }) {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+    }
+
+    /// The raw keys that name item `id`, for a failure message.
+    async fn evidence(url: &str, ns: &str, id: u64) -> String {
+        let mut conn = raw(url).await;
+        let p = format!("{{{ns}}}:");
+        let item: BTreeMap<String, Vec<u8>> = conn.hgetall(format!("{p}item:{id}")).await.unwrap();
+        let item: BTreeMap<String, String> = item
+            .into_iter()
+            .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
+            .collect();
+        let mut out = format!("item:{id} = {item:?}");
+        for lane in ["backlog", "due"] {
+            let entries: Vec<(String, u64, bool)> = stream(&mut conn, &format!("{p}{lane}"))
+                .await
+                .into_iter()
+                .filter(|e| e.1 == id)
+                .collect();
+            let pel: redis::Value = redis::cmd("XPENDING")
+                .arg(format!("{p}{lane}"))
+                .arg("workers")
+                .arg("-")
+                .arg("+")
+                .arg(1_000_000)
+                .query_async(&mut conn)
+                .await
+                .unwrap_or(redis::Value::Nil);
+            let info: redis::Value = redis::cmd("XINFO")
+                .arg("GROUPS")
+                .arg(format!("{p}{lane}"))
+                .query_async(&mut conn)
+                .await
+                .unwrap_or(redis::Value::Nil);
+            out.push_str(&format!(
+                "\n{lane} entries naming it (sid, id, delivered): {entries:?}\n{lane} PEL: {pel:?}\n{lane} groups: {info:?}"
+            ));
+        }
+        out
+    }
+
+    /// Check the namespace after a restart against what was acknowledged.
+    async fn check(url: &str, ns: &str, know: &Knowledge, cycle: u64) -> BTreeSet<u64> {
+        let (locs, bad) = recount(url, ns).await;
+        assert!(bad.is_empty(), "cycle {cycle}: {bad:#?}");
+        for (id, places) in &locs {
+            if places.len() != 1 {
+                panic!(
+                    "cycle {cycle}: item {id} is in {places:?}, not in exactly one state\n{}",
+                    evidence(url, ns, *id).await
+                );
+            }
+            assert!(
+                !know.gone.contains(id),
+                "cycle {cycle}: item {id} was acked (Ok) but is back, in {places:?}"
+            );
+        }
+        for id in know.added.difference(&know.gone) {
+            if !know.unsure.contains(id) {
+                assert!(
+                    locs.contains_key(id),
+                    "cycle {cycle}: item {id} was added (Ok) and never acked, but is gone"
+                );
+            }
+        }
+        let unknown: BTreeSet<u64> = locs
+            .keys()
+            .filter(|id| !know.added.contains(id))
+            .copied()
+            .collect();
+        assert!(
+            unknown.len() as u64 <= know.maybe_added,
+            "cycle {cycle}: {} items appeared that no add acknowledged, but only {} were in doubt",
+            unknown.len(),
+            know.maybe_added
+        );
+        let patient = RedisOptions::default().response_timeout(Duration::from_secs(30));
+        let q = RedisQueue::connect(url, ns, Config::default(), patient)
+            .await
+            .unwrap();
+        let stats = q.stats().await.unwrap();
+        assert_eq!(
+            StateCounts::of_stats(&stats),
+            StateCounts::recount(locs.values().map(|places| &places[0])),
+            "cycle {cycle}: stats do not match a recount"
+        );
+        q.close().await.unwrap();
+        unknown
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sigkill_of_redis_with_aof_always_loses_no_acknowledged_add_or_ack() {
+        let cycles: u64 = std::env::var("WORKJOURNAL_REDIS_KILL_CYCLES")
+            .map(|s| s.parse().unwrap())
+            .unwrap_or(8);
+        let seed = seed_from_env("WORKJOURNAL_CRASH_SEED");
+        eprintln!("redis kill cycles: {cycles}, WORKJOURNAL_CRASH_SEED={seed}");
+        let mut rng = Rng(seed);
+        let mut server = RedisServer::start_with(RedisServerOptions {
+            aof_always: true,
+            ..Default::default()
+        })
+        .expect("start redis-server (apt-get install redis-server)");
+        let url = server.url();
+        let ns = "crash";
+        let know = Arc::new(Mutex::new(Knowledge::default()));
+        let started = Instant::now();
+        for cycle in 0..cycles {
+            let stop = Arc::new(AtomicBool::new(false));
+            let mut tasks = Vec::new();
+            for t in 0..3u64 {
+                let q = RedisQueue::connect(&url, ns, Config::default(), options())
+                    .await
+                    .unwrap();
+                tasks.push(tokio::spawn(worker(
+                    q,
+                    know.clone(),
+                    stop.clone(),
+                    Rng(rng.next() ^ t),
+                    ["", "a", "b"],
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(50 + rng.below(400))).await;
+            tokio::task::block_in_place(|| server.kill());
+            stop.store(true, Ordering::Relaxed);
+            for t in tasks {
+                t.await.unwrap();
+            }
+            tokio::task::block_in_place(|| server.restart()).unwrap();
+            let snapshot = {
+                let k = know.lock().unwrap();
+                Knowledge {
+                    added: k.added.clone(),
+                    gone: k.gone.clone(),
+                    unsure: k.unsure.clone(),
+                    maybe_added: k.maybe_added,
+                    acknowledged: k.acknowledged,
+                }
+            };
+            let unknown = check(&url, ns, &snapshot, cycle).await;
+            // Adds in doubt that did happen are as durable as any now.
+            let mut k = know.lock().unwrap();
+            k.maybe_added -= unknown.len() as u64;
+            k.added.extend(unknown);
+        }
+        let k = know.lock().unwrap();
+        eprintln!(
+            "{cycles} redis kill cycles, {} acknowledged operations, {} ids added, {} acked, {:.1} s",
+            k.acknowledged,
+            k.added.len(),
+            k.gone.len(),
+            started.elapsed().as_secs_f64()
+        );
+        assert!(k.acknowledged > cycles);
+    }
+
+    /// A TCP proxy in front of a Redis server that cuts a connection when
+    /// an armed byte budget (both directions together) runs out: the bytes
+    /// up to the budget go through, the rest never arrives, both sockets
+    /// close.
+    struct Proxy {
+        port: u16,
+        budget: Arc<Mutex<Option<u64>>>,
+        cuts: Arc<AtomicU64>,
+    }
+
+    impl Proxy {
+        async fn start(target: u16) -> Proxy {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let budget = Arc::new(Mutex::new(None));
+            let cuts = Arc::new(AtomicU64::new(0));
+            let (b, c) = (budget.clone(), cuts.clone());
+            tokio::spawn(async move {
+                while let Ok((client, _)) = listener.accept().await {
+                    let Ok(server) = TcpStream::connect(("127.0.0.1", target)).await else {
+                        continue;
+                    };
+                    tokio::spawn(pump(client, server, b.clone(), c.clone()));
+                }
+            });
+            Proxy { port, budget, cuts }
+        }
+
+        fn url(&self) -> String {
+            format!("redis://127.0.0.1:{}/", self.port)
+        }
+
+        fn arm(&self, bytes: u64) {
+            *self.budget.lock().unwrap() = Some(bytes);
+        }
+
+        /// Disarm; returns how many cuts happened so far.
+        fn disarm(&self) -> u64 {
+            *self.budget.lock().unwrap() = None;
+            self.cuts.load(Ordering::SeqCst)
+        }
+    }
+
+    /// How many of `n` bytes may pass; `None` once the budget is spent
+    /// (the connection is then cut after the bytes that may pass).
+    fn spend(budget: &Mutex<Option<u64>>, n: usize) -> Option<usize> {
+        let mut b = budget.lock().unwrap();
+        match *b {
+            None => Some(n),
+            Some(left) if (n as u64) <= left => {
+                *b = Some(left - n as u64);
+                Some(n)
+            }
+            Some(_) => None,
+        }
+    }
+
+    async fn pump(
+        client: TcpStream,
+        server: TcpStream,
+        budget: Arc<Mutex<Option<u64>>>,
+        cuts: Arc<AtomicU64>,
+    ) {
+        let (mut cr, mut cw) = client.into_split();
+        let (mut sr, mut sw) = server.into_split();
+        let mut a = vec![0u8; 16 * 1024];
+        let mut b = vec![0u8; 16 * 1024];
+        loop {
+            let (n, to_server) = tokio::select! {
+                r = cr.read(&mut a) => (r.unwrap_or(0), true),
+                r = sr.read(&mut b) => (r.unwrap_or(0), false),
+            };
+            if n == 0 {
+                return;
+            }
+            let (buf, out) = if to_server {
+                (&a, &mut sw as &mut _)
+            } else {
+                (&b, &mut cw as &mut _)
+            };
+            let out: &mut (dyn tokio::io::AsyncWrite + Unpin + Send) = out;
+            match spend(&budget, n) {
+                Some(n) => {
+                    if out.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+                None => {
+                    let left = budget.lock().unwrap().take().unwrap_or(0) as usize;
+                    let _ = out.write_all(&buf[..left.min(n)]).await;
+                    let _ = out.flush().await;
+                    cuts.fetch_add(1, Ordering::SeqCst);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The namespace's whole state as text, with what legitimately differs
+    /// between two namespaces fed the same calls left out: stream entry ids
+    /// (server time), consumer names, the wake-up stream.
+    async fn state(url: &str, ns: &str) -> BTreeMap<String, String> {
+        let mut conn = raw(url).await;
+        let p = format!("{{{ns}}}:");
+        let mut out = BTreeMap::new();
+        for key in keys(&mut conn, ns).await {
+            if key == "wake" || key == "consumers" {
+                continue;
+            }
+            let full = format!("{p}{key}");
+            let kind: String = redis::cmd("TYPE")
+                .arg(&full)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            let text = match kind.as_str() {
+                "string" => conn.get::<_, String>(&full).await.unwrap(),
+                "hash" => {
+                    let mut m: BTreeMap<String, Vec<u8>> = conn.hgetall(&full).await.unwrap();
+                    if key.starts_with("item:") {
+                        m.remove("sid");
+                        m.remove("owner");
+                    }
+                    format!("{m:?}")
+                }
+                "list" => format!(
+                    "{:?}",
+                    conn.lrange::<_, Vec<String>>(&full, 0, -1).await.unwrap()
+                ),
+                "set" => {
+                    let m: BTreeSet<String> = conn.smembers(&full).await.unwrap();
+                    format!("{m:?}")
+                }
+                "zset" => format!(
+                    "{:?}",
+                    conn.zrange_withscores::<_, Vec<(String, f64)>>(&full, 0, -1)
+                        .await
+                        .unwrap()
+                ),
+                "stream" => {
+                    let entries: Vec<(u64, bool)> = stream(&mut conn, &full)
+                        .await
+                        .into_iter()
+                        .map(|(_, id, d)| (id, d))
+                        .collect();
+                    format!("{entries:?}")
+                }
+                other => format!("<{other}>"),
+            };
+            out.insert(key, text);
+        }
+        out
+    }
+
+    fn mk_config(clock: &ManualClock) -> Config {
+        Config::default()
+            .clock(clock.clone())
+            .max_deliveries(3)
+            .dead_letter_cap(6)
+            .max_backlog(Some(40))
+            .done_ttl(Duration::from_millis(200))
+            .dedup_window(Duration::from_millis(150))
+    }
+
+    // A queue talks to Redis through a proxy that cuts its connection after
+    // a random number of bytes, in the request or in the reply; a twin
+    // namespace on a direct connection gets the same calls. After each cut
+    // the queue's namespace must equal the twin's before the call (the
+    // script never ran) or after it (it ran whole), and the queue must
+    // carry on over a new connection.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn connection_cut_mid_script_applies_the_change_whole_or_not_at_all() {
+        let cuts_wanted: u64 = std::env::var("WORKJOURNAL_REDIS_CUTS")
+            .map(|s| s.parse().unwrap())
+            .unwrap_or(60);
+        let seed = seed_from_env("WORKJOURNAL_CRASH_SEED");
+        eprintln!("redis connection cuts: {cuts_wanted}, WORKJOURNAL_CRASH_SEED={seed}");
+        let mut rng = Rng(seed);
+        let server =
+            RedisServer::start().expect("start redis-server (apt-get install redis-server)");
+        let proxy = Proxy::start(server.port()).await;
+        let clock = ManualClock::new(1_700_000_000_000);
+        let q = RedisQueue::connect(&proxy.url(), "cut", mk_config(&clock), options())
+            .await
+            .unwrap();
+        let twin = RedisQueue::connect(&server.url(), "twin", mk_config(&clock), options())
+            .await
+            .unwrap();
+        let mut held: Vec<Receipt> = Vec::new();
+        let mut max_id = 0;
+        let (mut whole, mut none, mut ops) = (0u64, 0u64, 0u64);
+        let started = Instant::now();
+        let mut cuts = 0;
+        while cuts < cuts_wanted {
+            let op = draw(&mut rng, &mut held, max_id, clock.now_ms());
+            if let Op::Advance(ms) = op {
+                clock.advance(Duration::from_millis(ms));
+            }
+            let armed = rng.below(2) == 0;
+            if armed {
+                proxy.arm(rng.below(700));
+            }
+            let got = apply(&q, &op).await;
+            ops += 1;
+            let cut = proxy.disarm() > cuts;
+            if !cut {
+                let want = apply(&twin, &op).await;
+                assert_eq!(
+                    got.as_ref().map_err(|e| e.to_string()),
+                    want.as_ref().map_err(|e| e.to_string()),
+                    "seed {seed}: {op:?}: the queue and its twin disagree"
+                );
+                if let Ok(r) = &want {
+                    held.extend(r.receipts.iter().copied());
+                    max_id = max_id.max(r.max_id);
+                }
+                continue;
+            }
+            cuts += 1;
+            if let Err(e) = &got {
+                assert!(
+                    matches!(e, Error::Backend { .. }),
+                    "seed {seed}: {op:?}: {e:?}"
+                );
+            }
+            // The queue carries on over a new connection.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while let Err(e) = q.stats().await {
+                assert!(
+                    Instant::now() < deadline,
+                    "seed {seed}: no recovery after a cut: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let found = state(&server.url(), "cut").await;
+            let before = state(&server.url(), "twin").await;
+            if found == before {
+                assert!(
+                    got.is_err(),
+                    "seed {seed}: {op:?} returned Ok but changed nothing"
+                );
+                none += 1;
+                continue;
+            }
+            let want = apply(&twin, &op).await;
+            if let Ok(r) = &want {
+                held.extend(r.receipts.iter().copied());
+                max_id = max_id.max(r.max_id);
+            }
+            let after = state(&server.url(), "twin").await;
+            assert_eq!(
+                found, after,
+                "seed {seed}: after a cut during {op:?} the namespace is neither as before nor as after"
+            );
+            whole += 1;
+        }
+        eprintln!(
+            "{cuts} connection cuts ({none} before the script ran, {whole} after), {ops} operations, {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+    }
 }

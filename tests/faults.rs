@@ -12,192 +12,17 @@
 //! `WORKJOURNAL_CUT_POINTS` sets how many cut points (default 200);
 //! `WORKJOURNAL_CUT_SEED` replays one run.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+use workjournal::testing::StateCounts;
 
-use workjournal::testing::faults::{EIO, ENOSPC, SimDisk};
+mod workload;
+
+use workjournal::testing::faults::{EIO, ENOSPC, Hit, SimDisk};
 use workjournal::{
-    ClaimFrom, Claimed, Clock, Config, EmbeddedQueue, Error, Location, ManualClock, NewItem,
-    Receipt, WorkQueue,
+    ClaimFrom, Clock, Config, EmbeddedQueue, Error, Location, ManualClock, NewItem, Receipt,
+    WorkQueue,
 };
-
-/// splitmix64.
-#[derive(Debug, Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
-    }
-}
-
-fn seed_from_env(var: &str) -> u64 {
-    match std::env::var(var) {
-        Ok(s) => s.parse().unwrap(),
-        Err(_) => std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64,
-    }
-}
-
-const FLOWS: [&str; 3] = ["", "a", "b"];
-
-/// One operation of the workload, with its arguments drawn already, so
-/// that the queue and its twin get exactly the same call.
-#[derive(Debug, Clone)]
-enum Op {
-    Add(String, Option<String>, usize),
-    AddBatch(usize),
-    AddDelayed(u64),
-    Claim(usize),
-    Ack(Receipt),
-    AckBatch(Vec<Receipt>),
-    Touch(Vec<Receipt>),
-    Retry(Receipt, u64),
-    DeadLetter(Receipt),
-    Reclaim(u64, usize),
-    Pause(&'static str),
-    Resume(&'static str),
-    Park(Receipt),
-    Step(&'static str),
-    ClearFlow(&'static str),
-    MarkDone(u64),
-    Redrive(u64),
-    PurgeDead,
-    Promote,
-    Compact,
-    Advance(u64),
-}
-
-/// Draw the next operation; `held` are receipts from earlier claims.
-fn draw(rng: &mut Rng, held: &mut Vec<Receipt>, max_id: u64, now: u64) -> Op {
-    let take = |rng: &mut Rng, held: &mut Vec<Receipt>| {
-        let i = rng.below(held.len() as u64) as usize;
-        held.swap_remove(i)
-    };
-    let flow = FLOWS[rng.below(3) as usize];
-    let named = FLOWS[1 + rng.below(2) as usize];
-    match rng.below(100) {
-        0..=17 => {
-            let dedup = (rng.below(6) == 0).then(|| format!("k{}", rng.below(8)));
-            // Now and then a payload of several pages, so commits span
-            // more than one page write.
-            let size = if rng.below(8) == 0 { 9000 } else { 16 };
-            Op::Add(flow.to_string(), dedup, size)
-        }
-        18..=22 => Op::AddBatch(1 + rng.below(5) as usize),
-        23..=27 => Op::AddDelayed(now + rng.below(50)),
-        28..=41 => Op::Claim(1 + rng.below(3) as usize),
-        42..=45 => Op::Reclaim(rng.below(100), 1 + rng.below(3) as usize),
-        46..=47 => Op::Pause(named),
-        48..=49 => Op::Resume(named),
-        50..=51 => Op::Step(named),
-        52 => Op::ClearFlow(named),
-        53..=54 => Op::MarkDone(1 + rng.below(max_id + 1)),
-        55..=56 => Op::Redrive(1 + rng.below(max_id + 1)),
-        57 => Op::PurgeDead,
-        58..=59 => Op::Promote,
-        60 => Op::Compact,
-        61..=65 => Op::Advance(rng.below(40)),
-        _ if held.is_empty() => Op::Advance(1),
-        66..=79 => Op::Ack(take(rng, held)),
-        80..=82 => {
-            let n = (1 + rng.below(3) as usize).min(held.len());
-            Op::AckBatch(held.drain(..n).collect())
-        }
-        83..=85 => Op::Touch(held.clone()),
-        86..=90 => Op::Retry(take(rng, held), now + rng.below(50)),
-        91..=94 => Op::DeadLetter(take(rng, held)),
-        _ => Op::Park(take(rng, held)),
-    }
-}
-
-/// A reply as text (so that two queues' replies compare), with the
-/// receipts and ids it hands out.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Reply {
-    text: String,
-    receipts: Vec<Receipt>,
-    max_id: u64,
-}
-
-fn text(v: &dyn std::fmt::Debug) -> Reply {
-    Reply {
-        text: format!("{v:?}"),
-        ..Reply::default()
-    }
-}
-
-fn claimed(v: Vec<Claimed>) -> Reply {
-    Reply {
-        text: format!("{v:?}"),
-        receipts: v.iter().map(|c| c.receipt).collect(),
-        max_id: 0,
-    }
-}
-
-/// Run `op` on `q`.
-async fn apply(q: &EmbeddedQueue, op: &Op) -> Result<Reply, Error> {
-    let s = text;
-    Ok(match op {
-        Op::Add(flow, dedup, size) => {
-            let mut it = NewItem::new(vec![b'x'; *size]).flow(flow.as_str());
-            if let Some(k) = dedup {
-                it = it.dedup_key(k.as_str());
-            }
-            let a = q.add(it).await?;
-            Reply {
-                max_id: a.id,
-                ..s(&a)
-            }
-        }
-        Op::AddBatch(n) => {
-            let items = (0..*n)
-                .map(|i| NewItem::new(format!("b{i}").into_bytes()).flow(FLOWS[i % 3]))
-                .collect();
-            let v = q.add_batch(items).await?;
-            Reply {
-                max_id: v.iter().map(|a| a.id).max().unwrap_or(0),
-                ..s(&v)
-            }
-        }
-        Op::AddDelayed(at) => {
-            let a = q.add_delayed(NewItem::new(b"d".to_vec()), *at).await?;
-            Reply {
-                max_id: a.id,
-                ..s(&a)
-            }
-        }
-        Op::Claim(n) => claimed(q.claim(*n, Duration::ZERO, ClaimFrom::All).await?),
-        Op::Ack(r) => s(&q.ack(*r).await?),
-        Op::AckBatch(rs) => s(&q.ack_batch(rs.clone()).await?),
-        Op::Touch(rs) => s(&q.touch(rs.clone()).await?),
-        Op::Retry(r, at) => s(&q.retry(*r, *at).await?),
-        Op::DeadLetter(r) => s(&q.dead_letter(*r, "failed").await?),
-        Op::Reclaim(idle, n) => claimed(q.reclaim_stale(Duration::from_millis(*idle), *n).await?),
-        Op::Pause(f) => s(&q.pause(f).await?),
-        Op::Resume(f) => s(&q.resume(f).await?),
-        Op::Park(r) => s(&q.park(*r).await?),
-        Op::Step(f) => claimed(q.step(f).await?.into_iter().collect()),
-        Op::ClearFlow(f) => s(&q.clear_flow(f).await?),
-        Op::MarkDone(id) => s(&q.mark_done(*id, "sent").await?),
-        Op::Redrive(id) => s(&q.redrive(*id).await?),
-        Op::PurgeDead => s(&q.purge_dead_letters().await?),
-        Op::Promote => s(&q.promote_due().await?),
-        Op::Compact => s(&q.compact().await?),
-        // The caller moved the clock already, once for both queues.
-        Op::Advance(_) => s(&q.stats().await?),
-    })
-}
+use workload::{Op, Rng, apply, draw, seed_from_env};
 
 fn config(clock: &ManualClock) -> Config {
     Config::default()
@@ -218,30 +43,13 @@ async fn open(name: &str, disk: &SimDisk, clock: &ManualClock, verify: bool) -> 
 /// Recount invariants: every id in one state, stats equal to a recount.
 async fn check_invariants(q: &EmbeddedQueue, what: &str) {
     let locs = q.locations().await.unwrap();
-    let mut count: BTreeMap<Location, u64> = BTreeMap::new();
     for (id, places) in &locs {
         assert_eq!(places.len(), 1, "{what}: item {id} is in {places:?}");
-        *count.entry(places[0]).or_default() += 1;
     }
     let st = q.stats().await.unwrap();
-    let n = |l: Location| count.get(&l).copied().unwrap_or(0);
     assert_eq!(
-        (
-            st.backlog,
-            st.due,
-            st.pending,
-            st.delayed,
-            st.parked,
-            st.dead_letters
-        ),
-        (
-            n(Location::Backlog) + n(Location::Due),
-            n(Location::Due),
-            n(Location::Pending),
-            n(Location::Delayed),
-            n(Location::Parked),
-            n(Location::DeadLetter)
-        ),
+        StateCounts::of_stats(&st),
+        StateCounts::recount(locs.values().map(|places| &places[0])),
         "{what}: stats do not match a recount"
     );
 }
@@ -475,4 +283,119 @@ async fn a_failed_fsync_keeps_the_operation_whole_or_not_at_all_and_the_queue_ca
         q.add(NewItem::new(b"z".to_vec())).await.unwrap();
         q.close().await.unwrap();
     }
+}
+
+/// Tallies of a fault run.
+#[derive(Debug, Default)]
+struct FaultTally {
+    faults: u64,
+    /// Faults that failed a write: the operation left nothing.
+    write_faults: u64,
+    /// Faults that failed an fsync and left the operation out.
+    sync_faults_dropped: u64,
+    /// Faults that failed an fsync and left the operation in, whole.
+    sync_faults_kept: u64,
+    /// Faults that redb rode out (a best-effort write): the operation
+    /// returned `Ok`.
+    absorbed: u64,
+    operations: u64,
+}
+
+/// Fail one write or fsync at a random point, `faults` times, on one queue
+/// that must carry on by itself after each.
+async fn fault_run(faults: u64, seed: u64) -> FaultTally {
+    let mut rng = Rng(seed);
+    let clock = ManualClock::new(1_000_000);
+    let mut tally = FaultTally::default();
+    let disk = SimDisk::new();
+    let twin_disk = SimDisk::new();
+    let q = open_reopenable(&format!("io{seed}-q"), &disk, &clock).await;
+    let twin = open(&format!("io{seed}-t"), &twin_disk, &clock, true).await;
+    let mut held: Vec<Receipt> = Vec::new();
+    let mut max_id = 0u64;
+    while tally.faults < faults {
+        let errno = if rng.below(2) == 0 { EIO } else { ENOSPC };
+        disk.fail_once_after(rng.below(40), errno);
+        loop {
+            let op = draw(&mut rng, &mut held, max_id, clock.now_ms());
+            if let Op::Advance(ms) = op {
+                clock.advance(Duration::from_millis(ms));
+            }
+            let got = apply(&q, &op).await;
+            tally.operations += 1;
+            let hit = disk.last_hit();
+            let Some(hit) = hit.filter(|_| got.is_err()) else {
+                let want = apply(&twin, &op).await;
+                assert_eq!(
+                    got.as_ref().map_err(|e| e.to_string()),
+                    want.as_ref().map_err(|e| e.to_string()),
+                    "seed {seed}: {op:?}: the queue and its twin disagree"
+                );
+                if let Ok(reply) = &want {
+                    held.extend(reply.receipts.iter().copied());
+                    max_id = max_id.max(reply.max_id);
+                }
+                if hit.is_some() {
+                    tally.absorbed += 1;
+                    tally.faults += 1;
+                    break;
+                }
+                continue;
+            };
+            let err = got.unwrap_err();
+            assert!(
+                matches!(err, Error::Io { .. }) && err.is_retryable(),
+                "seed {seed}: {op:?} failed by an injected fault with {err:?}"
+            );
+            let before = twin.dump_tables().await.unwrap();
+            let found = q.dump_tables().await.unwrap_or_else(|e| {
+                panic!("seed {seed}: the queue did not carry on after {op:?}: {e:?}")
+            });
+            if found == before {
+                match hit {
+                    Hit::Write => tally.write_faults += 1,
+                    Hit::Sync => tally.sync_faults_dropped += 1,
+                }
+            } else {
+                assert_eq!(
+                    hit,
+                    Hit::Sync,
+                    "seed {seed}: a failed write during {op:?} left part of it"
+                );
+                // The commit reached the page cache: it must be exactly the
+                // operation, whole.
+                if let Ok(reply) = apply(&twin, &op).await {
+                    held.extend(reply.receipts.iter().copied());
+                    max_id = max_id.max(reply.max_id);
+                }
+                let after = twin.dump_tables().await.unwrap();
+                assert_eq!(
+                    found, after,
+                    "seed {seed}: after a failed fsync during {op:?} the queue holds neither \
+                     the state before it nor after it"
+                );
+                tally.sync_faults_kept += 1;
+            }
+            check_invariants(&q, &format!("seed {seed}, fault {}", tally.faults)).await;
+            tally.faults += 1;
+            break;
+        }
+    }
+    disk.disarm();
+    q.close().await.unwrap();
+    twin.close().await.unwrap();
+    tally
+}
+
+#[tokio::test]
+async fn random_write_and_fsync_faults_never_half_apply_an_operation() {
+    let faults: u64 = std::env::var("WORKJOURNAL_IO_FAULTS")
+        .map(|s| s.parse().unwrap())
+        .unwrap_or(200);
+    let seed = seed_from_env("WORKJOURNAL_IO_FAULT_SEED");
+    eprintln!("i/o faults: {faults}, WORKJOURNAL_IO_FAULT_SEED={seed}");
+    let started = Instant::now();
+    let tally = fault_run(faults, seed).await;
+    eprintln!("{tally:?} in {:.1} s", started.elapsed().as_secs_f64());
+    assert_eq!(tally.faults, faults);
 }

@@ -129,6 +129,18 @@ async fn late_ack_from_a_reclaimed_handle_is_lease_lost() {
         matches!(&pel, redis::Value::Array(v) if v.len() == 1),
         "{pel:?}"
     );
+    // The first consumer holds nothing any more and was removed from the
+    // group; the reclaimer stays.
+    let consumers: Vec<redis::Value> = redis::cmd("XINFO")
+        .arg("CONSUMERS")
+        .arg(format!("{{{ns}}}:backlog"))
+        .arg("workers")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let listed = format!("{consumers:?}");
+    assert!(!listed.contains(a.consumer_name()), "{listed}");
+    assert!(listed.contains(b.consumer_name()), "{listed}");
     b.ack(taken[0].receipt).await.unwrap();
     let s = a.stats().await.unwrap();
     assert_eq!((s.pending, s.backlog), (0, 0));
@@ -281,16 +293,13 @@ async fn killed_redis_fails_within_the_timeout_and_works_after_restart() {
         }
     };
     assert_eq!(id, 1, "a restarted server without persistence starts over");
-    // Groups are gone with the data: a new handle recreates them.
-    let q2 = RedisQueue::connect(&url, "faults", Config::default(), RedisOptions::default())
-        .await
-        .unwrap();
-    let got = q2
+    // The consumer group went with the data; the claim script recreates it.
+    let got = q
         .claim(1, Duration::from_secs(1), ClaimFrom::All)
         .await
         .unwrap();
     assert_eq!(got.len(), 1);
-    q2.ack(got[0].receipt).await.unwrap();
+    q.ack(got[0].receipt).await.unwrap();
 }
 
 async fn info_field(url: &str, section: &str, field: &str) -> String {
@@ -420,4 +429,139 @@ async fn blocking_claim_wakes_on_add_and_is_quiet_while_idle() {
         .unwrap();
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].item.payload, b"timer");
+}
+
+#[tokio::test]
+async fn records_deleted_behind_the_queues_back_are_skipped_not_fatal() {
+    let url = shared_url();
+    let ns = fresh_namespace();
+    let q = connect(&url, &ns, Config::default()).await;
+    for i in 1..=4u8 {
+        q.add(NewItem::new(vec![i])).await.unwrap();
+    }
+    let mut conn = raw(&url).await;
+    // Someone deletes item 2's record, and the stream entry of a claimed item.
+    let _: () = redis::cmd("DEL")
+        .arg(format!("{{{ns}}}:item:2"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let got = q.claim(10, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    let ids: Vec<u64> = got.iter().map(|c| c.item.id).collect();
+    assert_eq!(ids, vec![1, 3, 4]);
+    let entries: Vec<redis::Value> = redis::cmd("XRANGE")
+        .arg(format!("{{{ns}}}:backlog"))
+        .arg("-")
+        .arg("+")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(entries.len(), 3, "the orphan entry was acked and deleted");
+    let _: () = redis::cmd("DEL")
+        .arg(format!("{{{ns}}}:backlog"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // Acks still work; a repeated receipt in one batch counts once.
+    let r = got[0].receipt;
+    assert_eq!(q.ack_batch(vec![r, r]).await.unwrap(), 1);
+    q.ack(got[1].receipt).await.unwrap();
+    let stats = q.stats().await.unwrap();
+    assert_eq!((stats.pending, stats.backlog), (1, 0));
+    // The stream and its group come back on the next add and claim.
+    q.add(NewItem::new(b"later".to_vec())).await.unwrap();
+    let again = q.claim(10, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].item.payload, b"later");
+}
+
+/// Whether something answers `PING` on the loopback `port`.
+fn answers_ping(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut buf = [0u8; 16];
+    s.write_all(b"PING\r\n").is_ok()
+        && matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
+}
+
+/// The harness's server dies with the test process, even on `SIGKILL`: the
+/// test runs itself as a child that starts a server and is then killed.
+#[test]
+fn server_dies_with_its_test_process_even_on_sigkill() {
+    use std::io::BufRead;
+    const CHILD: &str = "WORKJOURNAL_REDIS_HARNESS_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        let server = RedisServer::start().unwrap();
+        println!("port={}", server.port());
+        std::thread::sleep(Duration::from_secs(60));
+        drop(server);
+        return;
+    }
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "server_dies_with_its_test_process_even_on_sigkill",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let port: u16 = std::io::BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        // libtest may print "test <name> ... " before it on the same line.
+        .find_map(|l| {
+            l.split_once("port=")
+                .map(|(_, p)| p.trim().parse().unwrap())
+        })
+        .expect("the child printed its server's port");
+    assert!(answers_ping(port));
+    child.kill().unwrap(); // SIGKILL: no destructor runs in the child
+    child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while answers_ping(port) {
+        assert!(
+            Instant::now() < deadline,
+            "redis-server outlived its test process"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test]
+async fn url_with_a_password_authenticates_and_a_wrong_one_is_a_backend_error() {
+    let server = RedisServer::start_with(RedisServerOptions {
+        password: Some("s3cret".into()),
+        ..Default::default()
+    })
+    .unwrap();
+    let port = server.port();
+    let good = format!("redis://:s3cret@127.0.0.1:{port}/");
+    let q = connect(&good, "auth", Config::default()).await;
+    q.add(NewItem::new(b"x".to_vec())).await.unwrap();
+    assert_eq!(q.stats().await.unwrap().backlog, 1);
+    let options = RedisOptions::default()
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500));
+    let bad = format!("redis://:wrong@127.0.0.1:{port}/");
+    let err = RedisQueue::connect(&bad, "auth", Config::default(), options.clone())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    let none = format!("redis://127.0.0.1:{port}/");
+    let err = RedisQueue::connect(&none, "auth", Config::default(), options)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    let err = RedisQueue::connect(&good, "a{b}", Config::default(), RedisOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
 }

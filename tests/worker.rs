@@ -369,7 +369,7 @@ where
         .run(|_c| async { Ok::<(), String>(()) }, std::future::pending())
         .await
         .unwrap();
-    assert_eq!(report.acked, 3);
+    assert_eq!(report.acked, 3, "{report:?}");
     assert_eq!(q.paused_flows().await.unwrap(), vec!["held".to_string()]);
     assert_eq!(q.stats().await.unwrap().pending, 0);
 }

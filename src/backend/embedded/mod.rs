@@ -36,6 +36,19 @@
 //! records them as orphans, and `reclaim_stale` takes them whatever
 //! `min_idle`, with `deliveries + 1`.
 //!
+//! A new file is built under a temporary name (`.NAME.creating.PID`) and
+//! linked into place, because redb initialises a file in place and writes
+//! its magic number last: a crash during the first open must not leave a
+//! file that no later open accepts.
+//!
+//! # Disk faults
+//!
+//! After a failed write or fsync (`EIO`, `ENOSPC`) redb refuses all further
+//! work on that `Database` (`PreviousIo`). The failing operation returns
+//! `Error::Io`; before the next one the writer drops the database and opens
+//! the file again, without orphaning this process's claims, so the queue
+//! carries on by itself once the fault clears (SPEC section 5).
+//!
 //! # Damaged files
 //!
 //! By default the open verifies every page checksum (redb's integrity
@@ -159,6 +172,55 @@ fn claim_path(path: &Path) -> Result<PathBuf> {
     Ok(dir.join(file))
 }
 
+/// Make a new, empty queue file at `path` (if there is none, or only an
+/// empty one) without a moment where a crash leaves a half-made file there.
+/// redb initialises a file in place and writes its magic number last, so a
+/// process killed in between left a file that no open accepts. The file is
+/// built under a temporary name (`.NAME.creating.PID`, which a crash may
+/// leave behind and which is safe to delete) and then linked into place.
+fn create_fresh(path: &Path) -> std::io::Result<()> {
+    let exists = match std::fs::metadata(path) {
+        Ok(m) if m.len() > 0 => return Ok(()),
+        Ok(_) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => return Err(e),
+    };
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Ok(());
+    };
+    let tmp = dir.join(format!(
+        ".{}.creating.{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    // redb syncs the new file before `create` returns.
+    drop(
+        redb::Builder::new()
+            .create(&tmp)
+            .map_err(std::io::Error::other)?,
+    );
+    let placed = if exists {
+        std::fs::rename(&tmp, path)
+    } else {
+        // A link, unlike a rename, never replaces a file that another
+        // process created in the meantime.
+        let linked = std::fs::hard_link(&tmp, path);
+        let _ = std::fs::remove_file(&tmp);
+        match linked {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            other => other,
+        }
+    };
+    placed?;
+    #[cfg(unix)]
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
 impl EmbeddedQueue {
     /// Open the queue file at `path`, creating it if missing, with the
     /// default [`EmbeddedOptions`].
@@ -186,6 +248,8 @@ impl EmbeddedQueue {
             path,
             claim,
             Box::new(move || {
+                create_fresh(&file)
+                    .map_err(|e| redb::DatabaseError::Storage(redb::StorageError::Io(e)))?;
                 redb::Builder::new()
                     .set_check_integrity_on_open(options.verify_on_open)
                     .set_cache_size(options.cache_size_bytes)

@@ -48,6 +48,27 @@ pub(crate) struct Global {
     /// The Redis key prefix: two namespaces never see each other's items.
     #[arg(long, global = true, value_name = "NS", default_value = "workjournal")]
     pub(crate) namespace: String,
+    /// With a rediss:// URL: trust only this CA certificate (PEM file)
+    /// instead of the system's roots.
+    #[arg(long, global = true, value_name = "FILE", requires = "redis")]
+    pub(crate) redis_ca: Option<PathBuf>,
+    /// With a rediss:// URL: present this client certificate chain (PEM
+    /// file), for servers that require client certificates.
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        requires_all = ["redis", "redis_key"]
+    )]
+    pub(crate) redis_cert: Option<PathBuf>,
+    /// The private key (PEM file) of --redis-cert.
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        requires_all = ["redis", "redis_cert"]
+    )]
+    pub(crate) redis_key: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

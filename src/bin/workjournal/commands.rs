@@ -11,7 +11,7 @@ use crate::{CliError, CliResult, code};
 /// Open the queue the global flags name.
 pub(crate) async fn open(global: &Global, config: Config) -> CliResult<BoxQueue> {
     match &global.redis {
-        Some(url) => open_redis(url, &global.namespace, config).await,
+        Some(url) => open_redis(url, global, config).await,
         None => {
             let queue = workjournal::EmbeddedQueue::open(&global.db, config).await?;
             Ok(BoxQueue::new(queue))
@@ -20,19 +20,20 @@ pub(crate) async fn open(global: &Global, config: Config) -> CliResult<BoxQueue>
 }
 
 #[cfg(feature = "redis")]
-async fn open_redis(url: &str, namespace: &str, config: Config) -> CliResult<BoxQueue> {
-    let queue = workjournal::RedisQueue::connect(
-        url,
-        namespace,
-        config,
-        workjournal::RedisOptions::default(),
-    )
-    .await?;
+async fn open_redis(url: &str, global: &Global, config: Config) -> CliResult<BoxQueue> {
+    let mut options = workjournal::RedisOptions::default();
+    if let Some(ca) = &global.redis_ca {
+        options = options.tls_ca_file(ca);
+    }
+    if let (Some(cert), Some(key)) = (&global.redis_cert, &global.redis_key) {
+        options = options.tls_client_cert_files(cert, key);
+    }
+    let queue = workjournal::RedisQueue::connect(url, &global.namespace, config, options).await?;
     Ok(BoxQueue::new(queue))
 }
 
 #[cfg(not(feature = "redis"))]
-async fn open_redis(_url: &str, _namespace: &str, _config: Config) -> CliResult<BoxQueue> {
+async fn open_redis(_url: &str, _global: &Global, _config: Config) -> CliResult<BoxQueue> {
     Err(CliError::new(
         code::USAGE,
         "--redis: this workjournal was built without the redis feature (rebuild with --features redis)",
@@ -176,13 +177,23 @@ async fn stats(queue: &BoxQueue, json: bool, watch: bool) -> CliResult {
     if !watch {
         return print_stats(queue, json, false).await;
     }
+    use tokio::signal::unix::{SignalKind, signal};
     let tty = std::io::stdout().is_terminal();
-    let stop = tokio::signal::ctrl_c();
-    tokio::pin!(stop);
+    let listen = |kind| {
+        signal(kind).map_err(|e| {
+            CliError::new(
+                code::FAILURE,
+                format!("cannot listen for Ctrl-C/SIGTERM: {e}"),
+            )
+        })
+    };
+    let mut int = listen(SignalKind::interrupt())?;
+    let mut term = listen(SignalKind::terminate())?;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
-            _ = &mut stop => return Ok(()),
+            _ = int.recv() => return Ok(()),
+            _ = term.recv() => return Ok(()),
             _ = tick.tick() => {
                 if tty {
                     // Clear the screen and home the cursor: a live view.

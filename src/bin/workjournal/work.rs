@@ -248,7 +248,9 @@ async fn run_work(queue: &BoxQueue, args: &WorkArgs) -> CliResult {
             report.abandoned
         ));
     }
-    writeln!(std::io::stdout(), "{summary}").map_err(CliError::output)
+    // stdout belongs to the commands; the worker's own lines go to stderr.
+    let _ = writeln!(std::io::stderr(), "{summary}");
+    Ok(())
 }
 
 fn progress_text(counters: &Counters, started: Instant, done: u64) -> String {
