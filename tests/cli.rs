@@ -602,3 +602,39 @@ fn redis_over_tls_with_a_private_ca_and_client_certificate() {
         "",
     );
 }
+
+// Failed: killed while queueing, scripts/main-job.sh skipped queueing on the
+// rerun because the queue file existed, so most files were never checksummed.
+#[test]
+fn main_job_killed_while_queueing_queues_every_file_once_on_the_rerun() {
+    let env = Env::new();
+    let files = env.path("files");
+    std::fs::create_dir(&files).unwrap();
+    for i in 0..5 {
+        std::fs::write(files.join(format!("f{i}")), format!("{i}")).unwrap();
+    }
+    // What a kill during `add` leaves: the marker, and a queue file holding
+    // only the first lines.
+    let db = env.path("q.redb");
+    std::fs::write(env.path("q.redb.queueing"), b"").unwrap();
+    env.ok(&["add", files.join("f0").to_str().unwrap()]);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/main-job.sh");
+    let run = || {
+        let out = Command::new("bash")
+            .arg(script)
+            .arg(&files)
+            .arg(&db)
+            .arg(env.path("sums.txt"))
+            .env("WORKJOURNAL_BIN", env!("CARGO_BIN_EXE_workjournal"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    };
+    run();
+    let sums = env.read("sums.txt");
+    assert_eq!(sums.lines().count(), 5, "{sums}");
+    assert!(env.path("q.redb.queued").exists());
+    // A rerun after a finished job queues nothing again.
+    run();
+    assert_eq!(env.read("sums.txt").lines().count(), 5);
+}
