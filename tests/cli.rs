@@ -638,3 +638,20 @@ fn main_job_killed_while_queueing_queues_every_file_once_on_the_rerun() {
     run();
     assert_eq!(env.read("sums.txt").lines().count(), 5);
 }
+
+// Failed: a queue file that cannot be created for lack of permission was
+// reported as corrupt (exit 5). (/sys refuses new files even to root, which
+// a read-only directory does not.)
+#[test]
+fn a_queue_file_that_cannot_be_created_is_an_io_error_not_corrupt() {
+    let out = Command::new(env!("CARGO_BIN_EXE_workjournal"))
+        .args(["--db", "/sys/workjournal-test.redb", "add", "x"])
+        .output()
+        .unwrap();
+    assert_error(&out, 1, "/sys/workjournal-test.redb");
+    assert!(
+        !text(&out.stderr).contains("corrupt"),
+        "{}",
+        text(&out.stderr)
+    );
+}
