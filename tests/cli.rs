@@ -751,6 +751,91 @@ fn main_job_killed_while_queueing_queues_every_file_once_on_the_rerun() {
     assert_eq!(env.read("sums.txt").lines().count(), 5);
 }
 
+// Failed: with `work ... | head`, every command after the reader left died
+// of SIGPIPE and was retried, then dead-lettered.
+#[test]
+fn a_closed_stdout_stops_work_and_leaves_the_items_queued() {
+    use std::io::Read;
+    let env = Env::new();
+    let lines: String = (0..20).map(|i| format!("item{i}\n")).collect();
+    let out = env.run_with_stdin(&["add", "--lines"], lines.as_bytes());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mut child = env
+        .cmd(&[
+            "work",
+            "--until-empty",
+            "--concurrency",
+            "1",
+            "--backoff",
+            "1ms",
+            "--exec",
+            "cat; echo; sleep 0.05",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 5];
+    stdout.read_exact(&mut first).unwrap();
+    drop(stdout);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stats = env.stats();
+    assert_eq!(stats["dead_letters"], 0, "{stats}");
+    assert_eq!(stats["delayed"], 0, "{stats}");
+    // The next run (with a reader) finishes the rest, each once.
+    env.ok(&["work", "--until-empty", "--exec", "cat >/dev/null"]);
+    let stats = env.stats();
+    assert_eq!(stats["dead_letters"], 0, "{stats}");
+    assert_eq!(stats["backlog"], 0, "{stats}");
+}
+
+// Failed: a second SIGTERM killed only `sh`; the `sleep` it started ran on,
+// reparented to init.
+#[test]
+fn a_stop_at_once_kills_everything_the_command_started() {
+    let env = Env::new();
+    env.ok(&["add", "x"]);
+    let worker = spawn_quiet(env.cmd(&[
+        "work",
+        "--exec",
+        "sleep 300 & echo $! > sleep.pid; wait",
+        "--lease",
+        "30s",
+    ]));
+    wait_for("the command to start", Duration::from_secs(20), || {
+        env.read("sleep.pid").ends_with('\n')
+    });
+    let sleep_pid = env.read("sleep.pid").trim().to_string();
+    let pid = worker.id().to_string();
+    for _ in 0..2 {
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let out = worker.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
+    // Gone, or a zombie waiting for init to reap it.
+    wait_for(
+        "the sleep to die",
+        Duration::from_secs(10),
+        || match std::fs::read_to_string(format!("/proc/{sleep_pid}/stat")) {
+            Err(_) => true,
+            Ok(stat) => stat
+                .rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z')),
+        },
+    );
+}
+
 // Failed: `stats` on a missing file created an empty queue file; `--db` a
 // directory exited 1 while the help said 5 is "unreadable".
 #[test]
