@@ -329,6 +329,10 @@ impl<Q> fmt::Debug for Worker<Q> {
     }
 }
 
+/// The largest [`Worker::concurrency`]: 65536 handlers (each claim asks the
+/// queue for at most this many items).
+pub const MAX_CONCURRENCY: usize = 65_536;
+
 /// Default of [`Worker::lease`]: 30 s.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// Default of [`Worker::grace`]: 10 s.
@@ -356,9 +360,10 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
     /// How many handlers run at once. The worker claims only into free
     /// slots; a slot frees when its handler returns, so the next claim can
     /// share a commit with that item's ack (which may briefly leave one more
-    /// item pending per slot). 0 is treated as 1. Default: 1.
+    /// item pending per slot). 0 is treated as 1, and values above
+    /// [`MAX_CONCURRENCY`] as that. Default: 1.
     pub fn concurrency(mut self, n: usize) -> Self {
-        self.concurrency = n.clamp(1, Semaphore::MAX_PERMITS);
+        self.concurrency = n.clamp(1, MAX_CONCURRENCY);
         self
     }
 
@@ -639,17 +644,22 @@ async fn fill_slots<Q: WorkQueue + 'static>(
     permits: Arc<Semaphore>,
     claim_wait: Duration,
 ) -> Result<Vec<(Claimed, OwnedSemaphorePermit)>> {
-    let Ok(first) = permits.clone().acquire_owned().await else {
+    let Ok(mut slots) = permits.clone().acquire_owned().await else {
         return Err(Error::Closed);
     };
-    let mut slots = vec![first];
-    while let Ok(p) = permits.clone().try_acquire_owned() {
-        slots.push(p);
+    // Take every other free slot into the same permit: one value however
+    // large `concurrency` is (nothing is allocated per free slot).
+    let free_now = u32::try_from(permits.available_permits()).unwrap_or(u32::MAX);
+    if free_now > 0
+        && let Ok(more) = permits.clone().try_acquire_many_owned(free_now)
+    {
+        slots.merge(more);
     }
+    let want = slots.num_permits();
     let mut got: Vec<Claimed> = Vec::new();
 
     if let Some(flow) = &shared.flow {
-        while got.len() < slots.len() {
+        while got.len() < want {
             match shared.queue.step(flow).await? {
                 Some(c) => got.push(c),
                 None => break,
@@ -671,12 +681,9 @@ async fn fill_slots<Q: WorkQueue + 'static>(
             }
         };
         if reclaim_now {
-            got = shared
-                .queue
-                .reclaim_stale(shared.lease, slots.len())
-                .await?;
+            got = shared.queue.reclaim_stale(shared.lease, want).await?;
         }
-        let free = slots.len().saturating_sub(got.len());
+        let free = want.saturating_sub(got.len());
         if free > 0 {
             let wait = if got.is_empty() {
                 claim_wait
@@ -686,9 +693,18 @@ async fn fill_slots<Q: WorkQueue + 'static>(
             got.extend(shared.queue.claim(free, wait, ClaimFrom::All).await?);
         }
     }
-    // Never more items than slots (the queue promises it); surplus slots go
-    // back when their permits drop here.
-    Ok(got.into_iter().zip(slots).collect())
+    // One permit per item (never more items than slots: the queue promises
+    // it); the surplus slots go back when `slots` drops here.
+    let mut out = Vec::with_capacity(got.len());
+    for claimed in got {
+        match slots.split(1) {
+            Some(permit) => out.push((claimed, permit)),
+            // Unreachable while the queue keeps its promise; the item stays
+            // pending and comes back through `reclaim_stale`.
+            None => break,
+        }
+    }
+    Ok(out)
 }
 
 /// Removes an item from the heartbeat set and cancels its handler when the

@@ -505,7 +505,66 @@ fn redis_round_trip_and_unreachable_server() {
     let s: serde_json::Value = serde_json::from_str(&text(&other.stdout)).unwrap();
     assert_eq!(s["backlog"], 0);
 
+    // Failed: the durability warning was filtered out (errors only), and a
+    // malformed URL exited 7 instead of 2 (usage).
+    let out = redis(&["stats"]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("keeps no persistence"), "{err}");
+    assert_error(&env.run(&["--redis", "not a url", "stats"]), 2, "");
+
+    // Failed: a failed `add --lines` did not say which lines failed nor how
+    // many earlier items were added.
+    let mut adder = env
+        .cmd(&[
+            "--redis",
+            url.as_str(),
+            "--namespace",
+            "lines",
+            "add",
+            "--lines",
+        ])
+        // Only the error line (not the durability warning).
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = adder.stdin.take().unwrap();
+    let first: String = (0..1000).map(|i| format!("l{i}\n")).collect();
+    stdin.write_all(first.as_bytes()).unwrap();
+    let lines_backlog = || {
+        let out = env.run(&[
+            "--redis",
+            url.as_str(),
+            "--namespace",
+            "lines",
+            "stats",
+            "--json",
+        ]);
+        serde_json::from_str::<serde_json::Value>(&text(&out.stdout)).unwrap()["backlog"].clone()
+    };
+    wait_for("the first batch", Duration::from_secs(20), || {
+        lines_backlog() == 1000
+    });
+
     drop(server);
+    stdin.write_all(b"late\n").unwrap();
+    drop(stdin);
+    let out = adder.wait_with_output().unwrap();
+    assert_error(&out, 6, "line 1001: ");
+    assert!(
+        text(&out.stderr).contains("1000 items of earlier lines were added"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stderr).contains("may or may not"),
+        "{}",
+        text(&out.stderr)
+    );
     assert_error(&redis(&["stats"]), 6, "");
 }
 
@@ -600,5 +659,250 @@ fn redis_over_tls_with_a_private_ca_and_client_certificate() {
         ]),
         2,
         "",
+    );
+}
+
+// Failed: `--concurrency 4294967295` was accepted and the worker tried to
+// hold one permit per free slot in memory.
+#[test]
+fn a_huge_concurrency_is_a_usage_error() {
+    let env = Env::new();
+    assert_error(
+        &env.run(&[
+            "work",
+            "--exec",
+            "true",
+            "--until-empty",
+            "--concurrency",
+            "4294967295",
+        ]),
+        2,
+        "--concurrency",
+    );
+    env.ok(&["add", "x"]);
+    env.ok(&[
+        "work",
+        "--exec",
+        "true",
+        "--until-empty",
+        "--concurrency",
+        "1024",
+    ]);
+    assert_eq!(env.stats()["backlog"], 0);
+}
+
+// Failed: `step F --exec true --lease 0s` panicked (heartbeat period zero);
+// `2ns` was taken as a lease.
+#[test]
+fn leases_under_a_millisecond_are_refused_and_short_ones_work() {
+    let env = Env::new();
+    for lease in ["0s", "2ns"] {
+        assert_error(
+            &env.run(&["work", "--exec", "true", "--until-empty", "--lease", lease]),
+            2,
+            "at least 1ms",
+        );
+    }
+    env.ok(&["pause", "f"]);
+    env.ok(&["add", "--flow", "f", "x"]);
+    env.ok(&["work", "--exec", "true", "--until-empty"]);
+    assert_error(
+        &env.run(&["step", "f", "--exec", "true", "--lease", "0s"]),
+        2,
+        "at least 1ms",
+    );
+    let out = env.ok(&["step", "f", "--exec", "true", "--lease", "1ms"]);
+    assert!(out.contains("done"), "{out}");
+}
+
+// Failed: killed while queueing, scripts/main-job.sh skipped queueing on the
+// rerun because the queue file existed, so most files were never checksummed.
+#[test]
+fn main_job_killed_while_queueing_queues_every_file_once_on_the_rerun() {
+    let env = Env::new();
+    let files = env.path("files");
+    std::fs::create_dir(&files).unwrap();
+    for i in 0..5 {
+        std::fs::write(files.join(format!("f{i}")), format!("{i}")).unwrap();
+    }
+    // What a kill during `add` leaves: the marker, and a queue file holding
+    // only the first lines.
+    let db = env.path("q.redb");
+    std::fs::write(env.path("q.redb.queueing"), b"").unwrap();
+    env.ok(&["add", files.join("f0").to_str().unwrap()]);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/main-job.sh");
+    let run = || {
+        let out = Command::new("bash")
+            .arg(script)
+            .arg(&files)
+            .arg(&db)
+            .arg(env.path("sums.txt"))
+            .env("WORKJOURNAL_BIN", env!("CARGO_BIN_EXE_workjournal"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    };
+    run();
+    let sums = env.read("sums.txt");
+    assert_eq!(sums.lines().count(), 5, "{sums}");
+    assert!(env.path("q.redb.queued").exists());
+    // A rerun after a finished job queues nothing again.
+    run();
+    assert_eq!(env.read("sums.txt").lines().count(), 5);
+}
+
+// Failed: with `work ... | head`, every command after the reader left died
+// of SIGPIPE and was retried, then dead-lettered.
+#[test]
+fn a_closed_stdout_stops_work_and_leaves_the_items_queued() {
+    use std::io::Read;
+    let env = Env::new();
+    let lines: String = (0..20).map(|i| format!("item{i}\n")).collect();
+    let out = env.run_with_stdin(&["add", "--lines"], lines.as_bytes());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mut child = env
+        .cmd(&[
+            "work",
+            "--until-empty",
+            "--concurrency",
+            "1",
+            "--backoff",
+            "1ms",
+            "--exec",
+            "cat; echo; sleep 0.05",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 5];
+    stdout.read_exact(&mut first).unwrap();
+    drop(stdout);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stats = env.stats();
+    assert_eq!(stats["dead_letters"], 0, "{stats}");
+    assert_eq!(stats["delayed"], 0, "{stats}");
+    // The next run (with a reader) finishes the rest, each once.
+    env.ok(&["work", "--until-empty", "--exec", "cat >/dev/null"]);
+    let stats = env.stats();
+    assert_eq!(stats["dead_letters"], 0, "{stats}");
+    assert_eq!(stats["backlog"], 0, "{stats}");
+}
+
+// Failed: a second SIGTERM killed only `sh`; the `sleep` it started ran on,
+// reparented to init.
+#[test]
+fn a_stop_at_once_kills_everything_the_command_started() {
+    let env = Env::new();
+    env.ok(&["add", "x"]);
+    let worker = spawn_quiet(env.cmd(&[
+        "work",
+        "--exec",
+        "sleep 300 & echo $! > sleep.pid; wait",
+        "--lease",
+        "30s",
+    ]));
+    wait_for("the command to start", Duration::from_secs(20), || {
+        env.read("sleep.pid").ends_with('\n')
+    });
+    let sleep_pid = env.read("sleep.pid").trim().to_string();
+    let pid = worker.id().to_string();
+    for _ in 0..2 {
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let out = worker.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
+    // Gone, or a zombie waiting for init to reap it.
+    wait_for(
+        "the sleep to die",
+        Duration::from_secs(10),
+        || match std::fs::read_to_string(format!("/proc/{sleep_pid}/stat")) {
+            Err(_) => true,
+            Ok(stat) => stat
+                .rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z')),
+        },
+    );
+}
+
+// Failed: `stats` on a missing file created an empty queue file; `--db` a
+// directory exited 1 while the help said 5 is "unreadable".
+#[test]
+fn looking_at_a_missing_queue_file_fails_and_creates_nothing() {
+    let env = Env::new();
+    for cmd in [&["stats"][..], &["peek"], &["dead-letters"]] {
+        assert_error(&env.run(cmd), 3, "no queue file at");
+        assert!(!env.path("q.redb").exists(), "{cmd:?} created the file");
+    }
+    let dir = env.path("adir");
+    std::fs::create_dir(&dir).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_workjournal"))
+        .arg("--db")
+        .arg(&dir)
+        .args(["add", "x"])
+        .output()
+        .unwrap();
+    assert_error(&out, 1, "");
+    let help = env.ok(&["--help"]);
+    assert!(
+        help.contains("5    the queue file is corrupt (not a queue"),
+        "{help}"
+    );
+    assert!(help.contains("--db names a directory"), "{help}");
+}
+
+// Failed: the missing argument's name was cut off; `add < /dev/null` added an
+// empty item; `--dedup-key ''` was taken; `--at` refused a lower-case `z`;
+// `--delay 600000000y` was clamped to the end of time.
+#[test]
+fn usage_errors_are_one_whole_line_and_odd_inputs_are_refused() {
+    let env = Env::new();
+    let out = env.run(&["work"]);
+    assert_error(&out, 2, "--exec");
+    assert!(
+        text(&out.stderr).contains("required arguments"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_error(&env.run(&["add"]), 2, "stdin was empty");
+    assert_error(&env.run(&["add", "x", "--dedup-key", ""]), 2, "--dedup-key");
+    assert_error(
+        &env.run(&["add", "x", "--delay", "600000000y"]),
+        7,
+        "overflows",
+    );
+    assert_eq!(env.stats()["backlog"], 0, "nothing was added");
+    env.ok(&["add", ""]);
+    env.ok(&["add", "late", "--at", "2030-01-02t03:04:05z"]);
+    let stats = env.stats();
+    assert_eq!(stats["backlog"], 1, "{stats}");
+    assert_eq!(stats["delayed"], 1, "{stats}");
+}
+
+// Failed: a queue file that cannot be created for lack of permission was
+// reported as corrupt (exit 5). (/sys refuses new files even to root, which
+// a read-only directory does not.)
+#[test]
+fn a_queue_file_that_cannot_be_created_is_an_io_error_not_corrupt() {
+    let out = Command::new(env!("CARGO_BIN_EXE_workjournal"))
+        .args(["--db", "/sys/workjournal-test.redb", "add", "x"])
+        .output()
+        .unwrap();
+    assert_error(&out, 1, "/sys/workjournal-test.redb");
+    assert!(
+        !text(&out.stderr).contains("corrupt"),
+        "{}",
+        text(&out.stderr)
     );
 }

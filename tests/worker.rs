@@ -392,3 +392,23 @@ fn retry_policy_doubles_up_to_the_cap_and_jitter_only_shortens() {
         assert!(d >= Duration::from_millis(200) && d <= Duration::from_millis(400));
     }
 }
+
+// Failed: the worker pushed one semaphore permit per free slot into a Vec,
+// so a huge concurrency exhausted memory before the first claim.
+#[tokio::test]
+async fn a_huge_concurrency_runs_without_a_permit_per_slot() {
+    let q = MemoryQueue::new(Config::default());
+    for i in 0..3u8 {
+        q.add(NewItem::new(vec![i])).await.unwrap();
+    }
+    let report = Worker::new(q.clone())
+        .concurrency(usize::MAX)
+        .until_empty(true)
+        .run(
+            |_c| async { Ok::<(), std::io::Error>(()) },
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.acked, 3);
+}

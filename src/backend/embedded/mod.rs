@@ -208,11 +208,12 @@ fn create_fresh(path: &Path) -> std::io::Result<()> {
         _ => {}
     }
     // redb syncs the new file before `create` returns.
-    drop(
-        redb::Builder::new()
-            .create(&tmp)
-            .map_err(std::io::Error::other)?,
-    );
+    drop(redb::Builder::new().create(&tmp).map_err(|e| match e {
+        // Keep the kind (permission denied, read-only file system),
+        // so that `open` reports `Io`, not `Corrupt`.
+        redb::DatabaseError::Storage(redb::StorageError::Io(io)) => io,
+        other => std::io::Error::other(other),
+    })?);
     let placed = if exists {
         std::fs::rename(&tmp, path)
     } else {

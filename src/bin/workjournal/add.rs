@@ -27,12 +27,24 @@ fn input_error(path: &Path, e: std::io::Error) -> CliError {
 
 pub(crate) async fn add(queue: &BoxQueue, args: &AddArgs) -> CliResult {
     let not_before_ms = match (args.delay, args.at) {
-        (Some(d), _) => Some(
-            queue
-                .now_ms()
-                .await?
-                .saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-        ),
+        (Some(d), _) => {
+            let now = queue.now_ms().await?;
+            let at = u64::try_from(d.as_millis())
+                .ok()
+                .and_then(|d| now.checked_add(d));
+            match at {
+                Some(at) => Some(at),
+                None => {
+                    return Err(CliError::new(
+                        code::INVALID,
+                        format!(
+                            "--delay {}: the time overflows (past the year 584 million)",
+                            humantime::format_duration(d)
+                        ),
+                    ));
+                }
+            }
+        }
         (None, at) => at,
     };
     if args.lines {
@@ -47,6 +59,12 @@ pub(crate) async fn add(queue: &BoxQueue, args: &AddArgs) -> CliResult {
                 .lock()
                 .read_to_end(&mut buf)
                 .map_err(|e| CliError::new(code::INPUT, format!("cannot read stdin: {e}")))?;
+            if buf.is_empty() {
+                return Err(CliError::new(
+                    code::USAGE,
+                    "stdin was empty: nothing to add (pass '' as PAYLOAD for an empty item)",
+                ));
+            }
             buf
         }
     };
@@ -87,6 +105,8 @@ async fn add_lines(queue: &BoxQueue, args: &AddArgs, not_before_ms: Option<u64>)
     let mut batch: Vec<NewItem> = Vec::new();
     let mut batch_bytes = 0usize;
     let mut line_no = 0u64;
+    // The first line of the batch being gathered.
+    let mut batch_first_line = 1u64;
     let mut line = Vec::new();
     loop {
         line.clear();
@@ -118,6 +138,9 @@ async fn add_lines(queue: &BoxQueue, args: &AddArgs, not_before_ms: Option<u64>)
                         ),
                     ));
                 }
+                if batch.is_empty() {
+                    batch_first_line = line_no;
+                }
                 batch_bytes += text.len();
                 batch.push(NewItem::new(text.to_vec()).flow(args.flow.clone()));
             }
@@ -125,15 +148,17 @@ async fn add_lines(queue: &BoxQueue, args: &AddArgs, not_before_ms: Option<u64>)
         if !batch.is_empty() && (eof || batch.len() >= BATCH_ITEMS || batch_bytes >= BATCH_BYTES) {
             let items = std::mem::take(&mut batch);
             batch_bytes = 0;
-            let ids = match not_before_ms {
+            let result = match not_before_ms {
                 None => queue
                     .add_batch(items)
-                    .await?
-                    .into_iter()
-                    .map(|a| a.id)
-                    .collect(),
-                Some(t) => add_delayed_all(queue, items, t).await?,
+                    .await
+                    .map(|added| added.into_iter().map(|a| a.id).collect())
+                    .map_err(CliError::from),
+                Some(t) => add_delayed_all(queue, items, t).await,
             };
+            let ids: Vec<u64> = result.map_err(|e| {
+                batch_failed(e, batch_first_line, line_no, added, not_before_ms.is_some())
+            })?;
             for id in ids {
                 first_id.get_or_insert(id);
                 last_id = last_id.max(id);
@@ -159,6 +184,31 @@ async fn add_lines(queue: &BoxQueue, args: &AddArgs, not_before_ms: Option<u64>)
         None => writeln!(out, "added 0 items"),
     }
     .map_err(CliError::output)
+}
+
+/// The error of the batch of lines `first..=last`, naming the lines and how
+/// many items of earlier lines were added (SPEC section 9).
+fn batch_failed(e: CliError, first: u64, last: u64, added: u64, delayed: bool) -> CliError {
+    let lines = if first == last {
+        format!("line {first}")
+    } else {
+        format!("lines {first}-{last}")
+    };
+    let fate = if e.code == code::BACKEND {
+        // A timeout does not tell whether the server applied the batch.
+        format!("{lines} may or may not have been added (a Redis timeout leaves that unknown)")
+    } else if delayed {
+        format!("some of {lines} may have been added (delayed adds are one at a time)")
+    } else {
+        format!("none of {lines} were added")
+    };
+    CliError::new(
+        e.code,
+        format!(
+            "{lines}: {}; {added} items of earlier lines were added, {fate}",
+            e.message
+        ),
+    )
 }
 
 /// Delayed adds, `DELAYED_IN_FLIGHT` at a time. Ids in input order.

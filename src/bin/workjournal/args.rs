@@ -8,11 +8,13 @@ use clap::{Args, Parser, Subcommand};
 const EXIT_CODES: &str = "\
 Exit codes:
   0    success (also: output cut short by a closed pipe; work stopped by Ctrl-C or SIGTERM)
-  1    any other failure
-  2    usage: bad flag, duration or time; a backend this build lacks
-  3    an input file is missing or unreadable
+  1    any other failure (disk, permissions, --db names a directory or a path
+       in a missing directory)
+  2    usage: bad flag, duration, time or --redis URL; a backend this build lacks
+  3    an input file is missing or unreadable; no queue file (stats, peek,
+       dead-letters)
   4    the queue file is locked by another process
-  5    the queue file is corrupt or unreadable
+  5    the queue file is corrupt (not a queue, or damaged)
   6    Redis is unreachable or failed
   7    the queue refused the input (payload too large, empty flow name)
   8    the queue is full
@@ -154,7 +156,8 @@ pub(crate) struct AddArgs {
     #[arg(long, value_name = "TIME", value_parser = parse_time)]
     pub(crate) at: Option<u64>,
     /// Skip the add if an item with this key was added within the dedup window.
-    #[arg(long, value_name = "K", conflicts_with = "lines")]
+    #[arg(long, value_name = "K", conflicts_with = "lines",
+          value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub(crate) dedup_key: Option<String>,
 }
 
@@ -167,7 +170,8 @@ pub(crate) struct ExecArgs {
     pub(crate) exec: String,
     /// How long a claim lasts without a heartbeat; items of a worker silent
     /// this long are taken over. Also how long Ctrl-C waits for running commands.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
+    /// At least 1ms; below 30ms it is 30ms.
+    #[arg(long, value_name = "DURATION", value_parser = parse_lease, default_value = "30s")]
     pub(crate) lease: Duration,
     /// Deliveries before a failing item is dead-lettered.
     #[arg(long, value_name = "N", default_value_t = workjournal::DEFAULT_MAX_DELIVERIES,
@@ -183,8 +187,9 @@ pub(crate) struct ExecArgs {
 pub(crate) struct WorkArgs {
     #[command(flatten)]
     pub(crate) exec: ExecArgs,
-    /// Commands run at once (default: the number of CPUs).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    /// Commands run at once, 1 to 1024 (default: the number of CPUs).
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_CONCURRENCY)))]
     pub(crate) concurrency: Option<u32>,
     /// Exit once nothing is left: backlog, delayed (retries too) and pending all empty.
     #[arg(long)]
@@ -202,6 +207,27 @@ pub(crate) struct StepArgs {
     pub(crate) exec: ExecArgs,
 }
 
+/// The largest `work --concurrency`: each slot can hold a running command,
+/// and more processes than this at once is a mistake, not a setting.
+pub(crate) const MAX_CONCURRENCY: u32 = 1024;
+
+/// The shortest lease the worker uses; a shorter `--lease` (from 1ms) is
+/// raised to it, as [`workjournal::Worker::lease`] does.
+pub(crate) const MIN_LEASE: Duration = Duration::from_millis(30);
+
+/// A `--lease`: a duration of at least 1ms (0s or 2ns would make the
+/// heartbeat period zero).
+pub(crate) fn parse_lease(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_millis(1) {
+        return Err(format!(
+            "a lease must be at least 1ms, got {}",
+            humantime::format_duration(d)
+        ));
+    }
+    Ok(d)
+}
+
 /// `30s`, `5m`, `1h`, `250ms`, `1h 30m`.
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s.trim())
@@ -216,7 +242,9 @@ pub(crate) fn parse_time(s: &str) -> Result<u64, String> {
             "{why}; expected an RFC 3339 time like 2030-01-02T03:04:05Z or 2030-01-02T05:04:05+02:00"
         )
     };
-    let s = s.trim();
+    // RFC 3339 allows lower-case `t` and `z`; humantime does not.
+    let upper = s.trim().to_ascii_uppercase();
+    let s = upper.as_str();
     // humantime reads UTC only: take a numeric offset off and apply it here.
     let (utc, offset_secs) = match s
         .len()
@@ -265,6 +293,7 @@ mod tests {
         let z = parse_time("2030-01-02T03:04:05Z");
         assert_eq!(z, parse_time("2030-01-02T05:04:05+02:00"));
         assert_eq!(z, parse_time("2030-01-01T22:34:05-04:30"));
+        assert_eq!(z, parse_time("2030-01-02t03:04:05z"));
         assert!(parse_time("tomorrow").is_err());
         assert!(parse_time("2030-01-02T03:04:05+25:00").is_err());
     }

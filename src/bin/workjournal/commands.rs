@@ -28,7 +28,13 @@ async fn open_redis(url: &str, global: &Global, config: Config) -> CliResult<Box
     if let (Some(cert), Some(key)) = (&global.redis_cert, &global.redis_key) {
         options = options.tls_client_cert_files(cert, key);
     }
-    let queue = workjournal::RedisQueue::connect(url, &global.namespace, config, options).await?;
+    let queue = workjournal::RedisQueue::connect(url, &global.namespace, config, options)
+        .await
+        .map_err(|e| match e {
+            // A malformed URL, namespace or TLS file is a usage error.
+            workjournal::Error::InvalidInput(_) => CliError::new(code::USAGE, crate::one_line(&e)),
+            other => other.into(),
+        })?;
     Ok(BoxQueue::new(queue))
 }
 
@@ -46,6 +52,17 @@ pub(crate) async fn run(cli: Cli) -> CliResult {
     }
     if let Command::Step(args) = &cli.command {
         return crate::work::step(&cli.global, args).await;
+    }
+    // Commands that only look must not create an empty queue file.
+    let looks_only = matches!(
+        cli.command,
+        Command::Stats { .. } | Command::Peek { .. } | Command::DeadLetters { .. }
+    );
+    if looks_only && cli.global.redis.is_none() && !cli.global.db.exists() {
+        return Err(CliError::new(
+            code::INPUT,
+            format!("no queue file at {}", cli.global.db.display()),
+        ));
     }
     let queue = open(&cli.global, Config::default()).await?;
     let result = one(&queue, cli.command).await;

@@ -13,6 +13,54 @@ pub(crate) const STDERR_TAIL_BYTES: usize = 2048;
 #[derive(Debug)]
 pub(crate) struct Failure(pub(crate) String);
 
+/// What `run` found.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// The command exited 0.
+    Ok,
+    /// The command failed.
+    Failed(Failure),
+    /// The command died of SIGPIPE while our stdout is a pipe or socket: the
+    /// reader of our output is gone (`work ... | head`). Not the item's fault.
+    StdoutClosed,
+}
+
+/// Kills the command's whole process group when dropped while armed: `work`
+/// cancelled the command (shutdown past the grace period, a second Ctrl-C,
+/// a closed stdout). `kill_on_drop` alone kills only `sh`, and what `sh`
+/// started would run on, reparented to init.
+struct GroupKill(Option<u32>);
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0 {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pgid}")])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// SIGPIPE's number on Linux and the BSDs.
+const SIGPIPE: i32 = 13;
+
+/// Whether our stdout is a pipe or a socket (the only outputs that can be
+/// closed under us).
+fn stdout_is_pipe() -> bool {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(fd) = std::io::stdout().as_fd().try_clone_to_owned() else {
+        return false;
+    };
+    std::fs::File::from(fd)
+        .metadata()
+        .map(|m| m.file_type().is_fifo() || m.file_type().is_socket())
+        .unwrap_or(false)
+}
+
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
@@ -23,7 +71,22 @@ impl std::fmt::Display for Failure {
 /// delivery in the environment. Its stdout is ours; its stderr is kept
 /// (the last 2 KiB) for the failure reason. The child is killed if this
 /// future is dropped (shutdown past the grace period).
-pub(crate) async fn run(cmd: &str, claimed: &Claimed) -> Result<(), Failure> {
+pub(crate) async fn run(cmd: &str, claimed: &Claimed) -> Outcome {
+    match run_inner(cmd, claimed).await {
+        Ok(()) => Outcome::Ok,
+        Err((failure, signal)) => {
+            if signal == Some(SIGPIPE) && stdout_is_pipe() {
+                Outcome::StdoutClosed
+            } else {
+                Outcome::Failed(failure)
+            }
+        }
+    }
+}
+
+/// `run`, with the signal that killed the command (a shell reports a child
+/// killed by signal N as exit code 128 + N).
+async fn run_inner(cmd: &str, claimed: &Claimed) -> Result<(), (Failure, Option<i32>)> {
     let item = &claimed.item;
     let mut child = Command::new("sh")
         .arg("-c")
@@ -35,8 +98,13 @@ pub(crate) async fn run(cmd: &str, claimed: &Claimed) -> Result<(), Failure> {
         .stdout(Stdio::inherit())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
+        // Its own process group, so that everything it started can be killed
+        // with it (and a Ctrl-C on the terminal reaches only the worker,
+        // which lets running commands finish).
+        .process_group(0)
         .spawn()
-        .map_err(|e| Failure(format!("cannot start sh: {e}")))?;
+        .map_err(|e| (Failure(format!("cannot start sh: {e}")), None))?;
+    let mut group = GroupKill(child.id());
 
     let stdin = child.stdin.take();
     let stderr = child.stderr.take();
@@ -68,26 +136,34 @@ pub(crate) async fn run(cmd: &str, claimed: &Claimed) -> Result<(), Failure> {
         tail
     };
     let ((), tail, status) = tokio::join!(write, read, child.wait());
-    let status = status.map_err(|e| Failure(format!("cannot wait for the command: {e}")))?;
+    // `sh` has been reaped: its group id may be reused from here on, so the
+    // guard must not fire. (What it left running in the background is its
+    // own business once it exited.)
+    group.0 = None;
+    let status =
+        status.map_err(|e| (Failure(format!("cannot wait for the command: {e}")), None))?;
     if status.success() {
         return Ok(());
     }
-    let how = match status.code() {
-        Some(c) => format!("command exited with code {c}"),
+    let (how, signal) = match status.code() {
+        Some(c) => (format!("command exited with code {c}"), c.checked_sub(128)),
         None => {
             use std::os::unix::process::ExitStatusExt;
             match status.signal() {
-                Some(s) => format!("command killed by signal {s}"),
-                None => "command failed".to_string(),
+                Some(s) => (format!("command killed by signal {s}"), Some(s)),
+                None => ("command failed".to_string(), None),
             }
         }
     };
     let tail = stderr_tail(&tail);
-    Err(Failure(if tail.is_empty() {
-        how
-    } else {
-        format!("{how}: {tail}")
-    }))
+    Err((
+        Failure(if tail.is_empty() {
+            how
+        } else {
+            format!("{how}: {tail}")
+        }),
+        signal,
+    ))
 }
 
 /// The last [`STDERR_TAIL_BYTES`] of `bytes` as text, trimmed.

@@ -12,11 +12,11 @@
 //! | code | meaning |
 //! |---|---|
 //! | 0 | success (also: output cut short by a closed pipe; `work` stopped by Ctrl-C or SIGTERM after a graceful shutdown) |
-//! | 1 | any other failure (disk, permissions, a failed `step` command) |
-//! | 2 | usage: unknown flag, bad duration or time, conflicting flags, a backend this build lacks |
-//! | 3 | an input file is missing or unreadable |
+//! | 1 | any other failure (disk, permissions, `--db` naming a directory or a path in a missing directory, a failed `step` command) |
+//! | 2 | usage: unknown flag, bad duration, time or `--redis` URL, conflicting flags, a backend this build lacks |
+//! | 3 | an input file is missing or unreadable; no queue file for `stats`, `peek`, `dead-letters` |
 //! | 4 | the queue file is locked by another process |
-//! | 5 | the queue file is corrupt, or holds records this version cannot read |
+//! | 5 | the queue file is corrupt (not a queue, damaged), or holds records this version cannot read |
 //! | 6 | Redis is unreachable or failed |
 //! | 7 | the queue refused the input (payload too large, empty flow name) |
 //! | 8 | the queue is full (`max_backlog`) |
@@ -149,24 +149,47 @@ fn clap_error(e: clap::Error) -> CliError {
             CliError::new(code, "")
         }
         _ => {
+            // clap's message runs over several lines ("the following
+            // required arguments were not provided:" then the arguments):
+            // join them, up to the usage and tip paragraphs, into one.
             let text = e.to_string();
-            let line = text
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("invalid arguments");
-            let line = line.strip_prefix("error: ").unwrap_or(line);
-            CliError::new(code::USAGE, line.to_string())
+            let mut parts: Vec<&str> = Vec::new();
+            for l in text.lines().map(str::trim) {
+                if l.is_empty() {
+                    if parts.is_empty() {
+                        continue;
+                    }
+                    break;
+                }
+                if l.starts_with("Usage:") || l.starts_with("tip:") {
+                    break;
+                }
+                parts.push(l);
+            }
+            let line = parts.join(" ");
+            let line = line.strip_prefix("error: ").unwrap_or(&line).to_string();
+            let line = if line.is_empty() {
+                "invalid arguments".to_string()
+            } else {
+                line
+            };
+            CliError::new(code::USAGE, line)
         }
     }
 }
 
-/// Library logs go to stderr, filtered by `RUST_LOG` (default: errors only,
-/// so that normal runs print just the command's own lines).
+/// Library logs go to stderr, one line each, filtered by `RUST_LOG`.
+/// Default: warnings (e.g. Redis durability), except the worker's per-item
+/// ones, which `work` already prints in its own words.
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,workjournal::worker=error"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .without_time()
+        .with_target(false)
+        .compact()
         .try_init();
 }

@@ -196,6 +196,9 @@ async fn run_work(queue: &BoxQueue, args: &WorkArgs) -> CliResult {
         None
     };
 
+    // Set when a command died of SIGPIPE on our closed stdout: stop at once,
+    // leaving the unfinished items pending (SPEC section 9).
+    let stdout_closed = Arc::new(Notify::new());
     let cmd: Arc<str> = Arc::from(args.exec.exec.as_str());
     let worker = Worker::new(queue.clone())
         .concurrency(concurrency)
@@ -206,16 +209,42 @@ async fn run_work(queue: &BoxQueue, args: &WorkArgs) -> CliResult {
         .until_empty(args.until_empty)
         .flow(args.flow.clone())
         .on_event(events);
+    let closed = stdout_closed.clone();
     let run = worker.run(
         move |claimed| {
             let cmd = cmd.clone();
-            async move { exec::run(&cmd, &claimed).await }
+            let closed = closed.clone();
+            async move {
+                match exec::run(&cmd, &claimed).await {
+                    exec::Outcome::Ok => Ok(()),
+                    exec::Outcome::Failed(f) => Err(f),
+                    exec::Outcome::StdoutClosed => {
+                        // Not a failure of the item: never report back; the
+                        // run is dropped and the item stays pending.
+                        closed.notify_one();
+                        std::future::pending().await
+                    }
+                }
+            }
         },
         shutdown,
     );
     let outcome = tokio::select! {
         r = run => Some(r),
         () = second.notified() => None,
+        () = stdout_closed.notified() => {
+            if let Some(t) = &ticker {
+                t.abort();
+            }
+            if let Some(b) = &bar {
+                b.finish_and_clear();
+            }
+            let _ = writeln!(
+                std::io::stderr(),
+                "workjournal: stdout was closed; stopped, unfinished items stay queued for the next run"
+            );
+            return Ok(());
+        }
     };
     if let Some(t) = ticker {
         t.abort();
@@ -283,9 +312,19 @@ async fn run_step(queue: &BoxQueue, args: &StepArgs) -> CliResult {
         ));
     };
     let receipt = claimed.receipt;
-    let run = exec::run(&args.exec.exec, &claimed);
+    let run = async {
+        match exec::run(&args.exec.exec, &claimed).await {
+            exec::Outcome::Ok => Ok(()),
+            exec::Outcome::Failed(f) => Err(f),
+            exec::Outcome::StdoutClosed => Err(exec::Failure(
+                "command killed by SIGPIPE: stdout was closed".to_string(),
+            )),
+        }
+    };
     tokio::pin!(run);
-    let mut heartbeat = tokio::time::interval(args.exec.lease / 3);
+    // The same lower bound as `work` (the worker raises short leases).
+    let lease = args.exec.lease.max(crate::args::MIN_LEASE);
+    let mut heartbeat = tokio::time::interval(lease / 3);
     heartbeat.tick().await;
     let result = loop {
         tokio::select! {
