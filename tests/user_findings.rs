@@ -16,7 +16,10 @@ async fn claim_with_the_largest_wait_does_not_panic() {
         )
         .await;
     });
-    assert!(task.await.is_ok(), "claim with wait = Duration::MAX panicked");
+    assert!(
+        task.await.is_ok(),
+        "claim with wait = Duration::MAX panicked"
+    );
 }
 
 // Failed: after close() the memory queue still accepted add and stats (SPEC 8, Closing: every call is Closed).
@@ -60,7 +63,11 @@ fn step_with_a_zero_lease_gives_one_line_and_no_panic() {
     assert!(wj(&["pause", "f"]).status.success());
     assert!(wj(&["add", "--flow", "f", "x"]).status.success());
     // A worker parks the paused flow's item, so that `step` has one to run.
-    assert!(wj(&["work", "--exec", "true", "--until-empty"]).status.success());
+    assert!(
+        wj(&["work", "--exec", "true", "--until-empty"])
+            .status
+            .success()
+    );
     let out = wj(&["step", "f", "--exec", "true", "--lease", "0s"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(101), "panicked: {stderr}");
