@@ -494,6 +494,20 @@ pub async fn ack_batch_counts_only_current_receipts(f: &dyn Factory) {
     assert_eq!(e.q.stats().await.unwrap().pending, 0);
 }
 
+/// A lost receipt of an item ahead of its current receipt in one ack_batch
+/// does not hide the current one (found by the Redis model test).
+pub async fn ack_batch_acks_a_current_receipt_behind_a_lost_one(f: &dyn Factory) {
+    let e = env(f).await;
+    add(&e.q, "x").await;
+    let old = claim_one(&e.q).await;
+    e.q.retry(old.receipt, T0).await.unwrap();
+    let new = claim_one(&e.q).await;
+    assert_eq!(new.item.id, old.item.id);
+    let n = e.q.ack_batch(vec![old.receipt, new.receipt]).await.unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(e.q.stats().await.unwrap().pending, 0);
+}
+
 /// touch resets claimed_at so the claim is no longer stale; deliveries stay.
 pub async fn touch_extends_the_lease(f: &dyn Factory) {
     let e = env(f).await;
@@ -1082,6 +1096,7 @@ macro_rules! conformance_case_list {
             concurrent_claims_never_share_an_item,
             ack_removes_for_good_and_second_ack_is_lease_lost,
             ack_batch_counts_only_current_receipts,
+            ack_batch_acks_a_current_receipt_behind_a_lost_one,
             touch_extends_the_lease,
             touch_with_a_lost_receipt_changes_nothing,
             retry_moves_to_delayed_keeping_id,
