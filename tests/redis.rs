@@ -316,6 +316,94 @@ async fn info_field(url: &str, section: &str, field: &str) -> String {
         .to_string()
 }
 
+/// Sends `SIGSTOP` to a process and `SIGCONT` when dropped, so a failing
+/// test never leaves the server stopped.
+struct Stopped(String);
+
+impl Stopped {
+    fn stop(pid: &str) -> Stopped {
+        signal("-STOP", pid);
+        Stopped(pid.to_string())
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        signal("-CONT", &self.0);
+    }
+}
+
+fn signal(sig: &str, pid: &str) {
+    let status = std::process::Command::new("kill")
+        .arg(sig)
+        .arg(pid)
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {sig} {pid} failed");
+}
+
+/// SPEC 7: with the server stopped (`SIGSTOP`: it accepts connections and
+/// never answers, like a hung host), every call, connecting included, fails
+/// with `Backend` once `connect_timeout + response_timeout` has passed, and
+/// works again once the server continues. Connecting once took three times
+/// `connect_timeout` (the connection manager's retries each waited it out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopped_redis_fails_every_call_within_the_bound_and_works_after_sigcont() {
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    let pid = info_field(&url, "server", "process_id").await;
+    assert!(!pid.is_empty(), "INFO server gave no process_id");
+    let options = RedisOptions::default()
+        .connect_timeout(Duration::from_millis(1_500))
+        .response_timeout(Duration::from_millis(500));
+    // The bound is 2 s; the slack is for a loaded machine, and stays below
+    // what three connect tries (4.5 s) would take.
+    let bound = Duration::from_secs(2);
+    let slack = Duration::from_secs(1);
+    let q = RedisQueue::connect(&url, "stopped", Config::default(), options.clone())
+        .await
+        .unwrap();
+    q.add(NewItem::new(b"before".to_vec())).await.unwrap();
+    let stopped = Stopped::stop(&pid);
+    let started = Instant::now();
+    let err = q.stats().await.unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(started.elapsed() < bound + slack, "{:?}", started.elapsed());
+    let started = Instant::now();
+    let err = RedisQueue::connect(&url, "stopped", Config::default(), options.clone())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(err.is_retryable());
+    assert!(
+        started.elapsed() < bound + slack,
+        "connect took {:?}",
+        started.elapsed()
+    );
+    drop(stopped);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let stats = loop {
+        match q.stats().await {
+            Ok(s) => break s,
+            Err(e) if Instant::now() < deadline => {
+                assert!(matches!(e, Error::Backend { .. }), "{e:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("queue did not come back after SIGCONT: {e}"),
+        }
+    };
+    assert_eq!(stats.backlog, 1);
+    let again = RedisQueue::connect(&url, "stopped", Config::default(), options)
+        .await
+        .unwrap();
+    let got = again
+        .claim(1, Duration::ZERO, ClaimFrom::All)
+        .await
+        .unwrap();
+    assert_eq!(got[0].item.payload, b"before");
+    again.ack(got[0].receipt).await.unwrap();
+}
+
 #[tokio::test]
 async fn min_replicas_succeeds_with_a_replica_and_reports_the_shortfall_without() {
     let primary = RedisServer::start().unwrap();

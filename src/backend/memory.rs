@@ -418,6 +418,13 @@ impl Model {
                 self.bury(id, MAX_DELIVERIES_REASON.to_string(), now_ms);
                 continue;
             }
+            // SPEC 3, Crash recovery: an item of a paused flow is parked
+            // (deliveries unchanged, not counted), never handed out.
+            let flow = self.flow_of(id).to_string();
+            if self.paused.contains(&flow) {
+                self.parked.entry(flow).or_default().push_back(id);
+                continue;
+            }
             if let Some(c) = self.hand_out(id, lease.lane, now_ms) {
                 out.push(c);
             }

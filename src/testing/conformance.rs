@@ -494,6 +494,20 @@ pub async fn ack_batch_counts_only_current_receipts(f: &dyn Factory) {
     assert_eq!(e.q.stats().await.unwrap().pending, 0);
 }
 
+/// A lost receipt of an item ahead of its current receipt in one ack_batch
+/// does not hide the current one (found by the Redis model test).
+pub async fn ack_batch_acks_a_current_receipt_behind_a_lost_one(f: &dyn Factory) {
+    let e = env(f).await;
+    add(&e.q, "x").await;
+    let old = claim_one(&e.q).await;
+    e.q.retry(old.receipt, T0).await.unwrap();
+    let new = claim_one(&e.q).await;
+    assert_eq!(new.item.id, old.item.id);
+    let n = e.q.ack_batch(vec![old.receipt, new.receipt]).await.unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(e.q.stats().await.unwrap().pending, 0);
+}
+
 /// touch resets claimed_at so the claim is no longer stale; deliveries stay.
 pub async fn touch_extends_the_lease(f: &dyn Factory) {
     let e = env(f).await;
@@ -667,6 +681,56 @@ pub async fn reclaim_past_max_deliveries_dead_letters(f: &dyn Factory) {
     assert_eq!(dl.len(), 1);
     assert_eq!(dl[0].reason, MAX_DELIVERIES_REASON);
     assert_eq!(dl[0].item.id, d.item.id);
+}
+
+/// reclaim_stale never hands out an item of a paused flow: it moves it to
+/// the flow's parked list tail with its deliveries unchanged, and does not
+/// count it towards `count`. An item handed out by `step` is the exception
+/// only at the step itself: once stale, it is parked again.
+pub async fn reclaim_parks_items_of_paused_flows(f: &dyn Factory) {
+    let e = env(f).await;
+    let a = e.q.add(in_flow("a", "f")).await.unwrap().id;
+    let b = add(&e.q, "b").await;
+    let c = e.q.add(in_flow("c", "f")).await.unwrap().id;
+    let held = claim(&e.q, 3).await;
+    assert_eq!(ids(&held), vec![a, b, c]);
+    e.q.pause("f").await.unwrap();
+    let d = e.q.add(in_flow("d", "f")).await.unwrap().id;
+    assert!(claim(&e.q, 5).await.is_empty());
+    assert_eq!(e.q.parked("f").await.unwrap(), 1);
+    e.clock.advance(Duration::from_secs(10));
+    // "a" is parked and not counted, "b" is taken; "c" is not reached.
+    let r = e.q.reclaim_stale(Duration::from_secs(5), 1).await.unwrap();
+    assert_eq!(ids(&r), vec![b]);
+    assert_eq!(e.q.parked("f").await.unwrap(), 2);
+    let r = e.q.reclaim_stale(Duration::from_secs(5), 10).await.unwrap();
+    assert!(r.is_empty(), "handed out an item of a paused flow: {r:?}");
+    assert_eq!(e.q.parked("f").await.unwrap(), 3);
+    let s = e.q.stats().await.unwrap();
+    assert_eq!((s.parked, s.pending, s.dead_letters), (3, 1, 0));
+    // The old holders lost their leases.
+    lease_lost(e.q.ack(held[0].receipt).await);
+    lease_lost(e.q.ack(held[2].receipt).await);
+    // Parked in the order reclaimed, behind "d"; deliveries unchanged.
+    let s1 = e.q.step("f").await.unwrap().expect("d parked");
+    assert_eq!((s1.item.id, s1.item.deliveries), (d, 1));
+    let s2 = e.q.step("f").await.unwrap().expect("a parked");
+    assert_eq!((s2.item.id, s2.item.deliveries), (a, 2));
+    e.q.ack(s2.receipt).await.unwrap();
+    // The holder of the stepped "d" crashed: "d" goes back to the parked
+    // tail, behind "c", since the flow is still paused.
+    e.clock.advance(Duration::from_secs(10));
+    let r = e.q.reclaim_stale(Duration::from_secs(5), 10).await.unwrap();
+    assert_eq!(ids(&r), vec![b]);
+    lease_lost(e.q.ack(s1.receipt).await);
+    assert_eq!(e.q.parked("f").await.unwrap(), 2);
+    // After resume both run, "c" first, with deliveries unchanged by the
+    // reclaims that parked them.
+    assert_eq!(e.q.resume("f").await.unwrap(), 2);
+    let r = claim(&e.q, 5).await;
+    assert_eq!(ids(&r), vec![c, d]);
+    assert_eq!(r[0].item.deliveries, 2);
+    assert_eq!(r[1].item.deliveries, 2);
 }
 
 /// Repeated reclaims reach every stale item, however many fresh ones there
@@ -1063,6 +1127,7 @@ macro_rules! conformance_case_list {
             concurrent_claims_never_share_an_item,
             ack_removes_for_good_and_second_ack_is_lease_lost,
             ack_batch_counts_only_current_receipts,
+            ack_batch_acks_a_current_receipt_behind_a_lost_one,
             touch_extends_the_lease,
             touch_with_a_lost_receipt_changes_nothing,
             retry_moves_to_delayed_keeping_id,
@@ -1073,6 +1138,7 @@ macro_rules! conformance_case_list {
             reclaim_counts_a_delivery_and_issues_a_new_receipt,
             reclaim_past_max_deliveries_dead_letters,
             repeated_reclaims_reach_stale_items_behind_fresh_ones,
+            reclaim_parks_items_of_paused_flows,
             resume_requeues_parked_oldest_first,
             park_moves_a_pending_item_to_parked,
             flow_operations_refuse_the_default_flow,

@@ -657,6 +657,7 @@ impl<'t> Tables<'t> {
         // the scan: skip them, and resume each scan after the last key seen.
         let mut handed: std::collections::HashSet<u64> = std::collections::HashSet::new();
         let mut after: Option<(u64, u64)> = None;
+        let any_paused = !self.paused.is_empty().ctx("read paused")?;
         while out.len() < count {
             // The next stale item is the smaller of the oldest idle claim and
             // the oldest orphan of an earlier open.
@@ -706,6 +707,12 @@ impl<'t> Tables<'t> {
             let rec = self.record(id)?;
             if rec.deliveries >= self.limits.max_deliveries {
                 self.bury(id, MAX_DELIVERIES_REASON, now)?;
+                continue;
+            }
+            // SPEC 3, Crash recovery: an item of a paused flow is parked
+            // (deliveries unchanged, not counted), never handed out.
+            if any_paused && self.is_paused(&rec.flow)? {
+                self.park_id(&rec.flow, id)?;
                 continue;
             }
             let lane = codec::lane_from_u8(lease.lane, &format!("pending[{id}]"))?;

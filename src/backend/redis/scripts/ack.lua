@@ -1,15 +1,17 @@
 -- ack / ack_batch. ARGV: now (unused), then id, lease pairs.
 -- Returns how many were acked (lost receipts, and repeats of one receipt,
 -- are skipped). Per item one HMGET; the rest is written once per call.
+-- Only an acked id is marked seen: a lost receipt of an item (from before a
+-- retry or reclaim) must not hide its current receipt later in the batch.
 local n, seen = 0, {}
 local sids = { backlog = {}, due = {} }
 local zrem, dels = {}, {}
 for i = 2, #ARGV - 1, 2 do
   local id, lease = ARGV[i], ARGV[i + 1]
   if not seen[id] then
-    seen[id] = true
     local f = redis.call('HMGET', item_key(id), 'st', 'ls', 'lane', 'sid')
     if f[1] == 'pending' and f[2] and tonumber(f[2]) == tonumber(lease) then
+      seen[id] = true
       local list = sids[f[3]]
       if list and f[4] and f[4] ~= '' then list[#list + 1] = f[4] end
       zrem[#zrem + 1] = pad(id)

@@ -2,13 +2,16 @@
 -- dead_letter_cap. Oldest claim first by (claimed_at, id): the pending set's
 -- score is claimed_at and its members are padded ids, so its order is
 -- exactly that, and every stale item is reached however many fresh ones
--- there are. Returns {items, missing, dropped}.
+-- there are. An item of a paused flow is parked (deliveries unchanged) and
+-- not counted. Returns {items, missing, dropped}.
 local now = clock_now()
 local consumer = ARGV[2]
 local cutoff = now - tonumber(ARGV[3])
 local count = tonumber(ARGV[4])
 local max = tonumber(ARGV[5])
 local cap = tonumber(ARGV[6])
+local paused = {}
+for _, f in ipairs(redis.call('SMEMBERS', K_PAUSED)) do paused[f] = true end
 -- Phase 1 (no writes): choose, in order, the items to bury and to take.
 local plan, taking, missing, offset = {}, 0, 0, 0
 while taking < count do
@@ -18,11 +21,14 @@ while taking < count do
   for _, m in ipairs(page) do
     if taking >= count then break end
     local id = unpad(m)
-    local dlv = redis.call('HGET', item_key(id), 'dlv')
+    local f = redis.call('HMGET', item_key(id), 'dlv', 'flow')
+    local dlv, flow = f[1], f[2] or ''
     if not dlv then
       plan[#plan + 1] = { id, 'missing', m }
     elseif tonumber(dlv) >= max then
       plan[#plan + 1] = { id, 'bury' }
+    elseif paused[flow] then
+      plan[#plan + 1] = { id, 'park', flow }
     else
       plan[#plan + 1] = { id, 'take' }
       taking = taking + 1
@@ -39,6 +45,9 @@ for _, p in ipairs(plan) do
   elseif what == 'bury' then
     release(id)
     dropped = dropped + bury(id, 'max deliveries exceeded', now, cap)
+  elseif what == 'park' then
+    release(id)
+    park_item(id, p[3])
   else
     local f = redis.call('HMGET', item_key(id), 'lane', 'sid')
     local stream = stream_of(f[1])
