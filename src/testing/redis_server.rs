@@ -171,13 +171,13 @@ if [ "$cmd" != keep ]; then rm -rf "$d"; fi"#;
             if ping(self.port) {
                 return Ok(());
             }
-            if let Some((c, _)) = self.child.as_mut() {
-                if let Ok(Some(status)) = c.try_wait() {
-                    return Err(io::Error::other(format!(
-                        "redis-server exited at once ({status}); see {}/redis.log",
-                        self.dir.display()
-                    )));
-                }
+            if let Some((c, _)) = self.child.as_mut()
+                && let Ok(Some(status)) = c.try_wait()
+            {
+                return Err(io::Error::other(format!(
+                    "redis-server exited at once ({status}); see {}/redis.log",
+                    self.dir.display()
+                )));
             }
             std::thread::sleep(Duration::from_millis(10));
         }
