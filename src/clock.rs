@@ -112,3 +112,12 @@ impl Clock for ManualClock {
 
 /// The clock a queue reads.
 pub type SharedClock = Arc<dyn Clock>;
+
+/// The instant a blocking call that may wait `wait` (real time) gives up. A
+/// wait too long to represent (such as `Duration::MAX`) waits about a
+/// century, which is forever for a caller, instead of overflowing.
+pub(crate) fn wait_deadline(wait: Duration) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    now.checked_add(wait)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
+}

@@ -124,6 +124,7 @@ impl Error {
         Error::InvalidInput(msg.into())
     }
 
+    #[cfg_attr(not(feature = "embedded"), allow(dead_code))]
     pub(crate) fn storage(context: impl Into<String>, source: impl Into<BoxError>) -> Self {
         Error::Storage {
             context: context.into(),

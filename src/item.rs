@@ -140,8 +140,8 @@ pub enum ClaimFrom {
 /// The operation takes effect only if the item is still pending under this
 /// very claim; otherwise it is [`Error::LeaseLost`]. `lease` is the fencing
 /// token: unique per claim within one queue and never reused, so a receipt
-/// issued before a redrive (which restarts `delivery` at 1) cannot match a
-/// later claim.
+/// issued before a redrive (which resets `deliveries` to 0, so the next
+/// claim's `delivery` is 1 again) cannot match a later claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Receipt {
     /// The item's id.

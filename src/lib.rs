@@ -22,6 +22,14 @@
 //! Choose at run time with [`BoxQueue`]. Other features: `cli` (default) builds
 //! the `workjournal` command; `testing` exposes the conformance cases.
 //!
+//! ## Workers
+//!
+//! [`Worker`] runs an async handler over a queue's items: claims into free
+//! slots, acks on `Ok`, retries with [`RetryPolicy`] backoff on `Err`,
+//! dead-letters on the last delivery, keeps leases fresh, reclaims stale
+//! items, promotes timers and shuts down gracefully. The `workjournal work
+//! --exec CMD` command is a `Worker` running a shell command per item.
+//!
 //! ## Example
 //!
 //! ```
@@ -76,6 +84,9 @@ pub use item::{
     RetryOutcome, Stats,
 };
 pub use queue::{BoxFuture, BoxQueue, DynWorkQueue, WorkQueue};
+pub use worker::{
+    Event as WorkerEvent, Report as WorkerReport, RetryPolicy, Worker, idempotent_step,
+};
 
 pub use backend::memory::{Location, MemoryQueue, Model};
 

@@ -53,6 +53,13 @@ use crate::item::{
 /// reply. Two consumers never hold the same item at once, unless the first
 /// one's claim went stale and was reclaimed.
 ///
+/// # Errors common to every method
+///
+/// After [`WorkQueue::close`] every call on the handle is
+/// [`Error::Closed`](crate::Error::Closed). Storage failures are
+/// `Io`/`Storage` (embedded); an unreachable or failing Redis is `Backend`.
+/// Each method's own `# Errors` section lists what else it returns.
+///
 /// # Cancel safety
 ///
 /// Every method is safe to cancel in the sense that dropping its future never
@@ -287,9 +294,17 @@ pub trait WorkQueue: Send + Sync {
     fn clear_flow(&self, flow: &str) -> impl Future<Output = Result<u64>> + Send;
 
     /// How many items `flow` has parked.
+    ///
+    /// # Errors
+    ///
+    /// Only the common ones (see the trait's docs).
     fn parked(&self, flow: &str) -> impl Future<Output = Result<u64>> + Send;
 
     /// The paused flows, sorted.
+    ///
+    /// # Errors
+    ///
+    /// Only the common ones (see the trait's docs).
     fn paused_flows(&self) -> impl Future<Output = Result<Vec<String>>> + Send;
 
     /// Remember that `step` of item `id` happened, for `done_ttl`.
@@ -300,23 +315,47 @@ pub trait WorkQueue: Send + Sync {
     fn mark_done(&self, id: u64, step: &str) -> impl Future<Output = Result<()>> + Send;
 
     /// Whether `step` of item `id` was marked done within `done_ttl`.
+    ///
+    /// # Errors
+    ///
+    /// Only the common ones (see the trait's docs).
     fn was_done(&self, id: u64, step: &str) -> impl Future<Output = Result<bool>> + Send;
 
     /// Up to `count` dead letters, newest first.
+    ///
+    /// # Errors
+    ///
+    /// Only the common ones (see the trait's docs).
     fn dead_letters(&self, count: usize) -> impl Future<Output = Result<Vec<DeadLetter>>> + Send;
 
     /// Atomically move dead letter `id` back to the backlog tail with
     /// `deliveries = 0`. False if there is no such dead letter.
+    ///
+    /// # Errors
+    ///
+    /// Only the common ones; `Decode` if the item's record is unreadable.
     fn redrive(&self, id: u64) -> impl Future<Output = Result<bool>> + Send;
 
     /// Delete every dead letter; returns how many.
+    ///
+    /// # Errors
+    ///
+    /// Only the common ones (see the trait's docs).
     fn purge_dead_letters(&self) -> impl Future<Output = Result<u64>> + Send;
 
     /// Exact counts of every state.
+    ///
+    /// # Errors
+    ///
+    /// Only the common ones (see the trait's docs).
     fn stats(&self) -> impl Future<Output = Result<Stats>> + Send;
 
     /// Count by flow over the next `sample` items in claim order (due lane,
     /// delayed items already due, backlog), paused flows included.
+    ///
+    /// # Errors
+    ///
+    /// Only the common ones; `Decode` for an unreadable record.
     fn backlog_by_flow(
         &self,
         sample: usize,
@@ -324,9 +363,17 @@ pub trait WorkQueue: Send + Sync {
 
     /// The next `count` items a claim would hand out (due lane, delayed items
     /// already due, backlog; paused flows skipped), without claiming them.
+    ///
+    /// # Errors
+    ///
+    /// Only the common ones; `Decode` for an unreadable record.
     fn peek(&self, count: usize) -> impl Future<Output = Result<Vec<Item>>> + Send;
 
     /// Now, by the queue's clock, in ms since the Unix epoch.
+    ///
+    /// # Errors
+    ///
+    /// Only the common ones (see the trait's docs).
     fn now_ms(&self) -> impl Future<Output = Result<u64>> + Send;
 
     /// Rewrite the storage to give back free space. Returns whether anything

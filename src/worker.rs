@@ -1,1 +1,927 @@
-//! Worker runtime (the worker issue fills this in).
+//! The worker runtime: the claim / heartbeat / retry / shutdown loop, written
+//! once (SPEC section 8).
+//!
+//! A [`Worker`] runs an async handler for every item it takes from a queue:
+//!
+//! - it claims only as many items as it has free slots (`concurrency`);
+//! - `Ok` acks; `Err` retries with exponential backoff and jitter
+//!   ([`RetryPolicy`]), and once the item has had `max_deliveries` deliveries
+//!   it is dead-lettered with the error's text as the reason;
+//! - a handler that panics counts as a failed attempt; the worker lives on;
+//! - it touches its in-flight items every lease / 3 (heartbeat), reclaims
+//!   stale items of dead consumers every lease / 2, and promotes timers at
+//!   their deadline;
+//! - on shutdown it stops claiming, waits for in-flight items up to a grace
+//!   period and leaves the rest pending, for `reclaim_stale` to hand out again.
+//!
+//! Every item runs inside a `tracing` span named `item` with its `id`, `flow`
+//! and `delivery`.
+//!
+//! # Examples
+//!
+//! ```
+//! use std::time::Duration;
+//! use workjournal::{Config, MemoryQueue, NewItem, WorkQueue, Worker};
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let queue = MemoryQueue::new(Config::default());
+//! queue.add(NewItem::new(b"hello".to_vec())).await?;
+//!
+//! let report = Worker::new(queue.clone())
+//!     .concurrency(4)
+//!     .until_empty(true)
+//!     .run(
+//!         |claimed| async move {
+//!             println!("item {} says {:?}", claimed.item.id, claimed.item.payload);
+//!             Ok::<(), std::io::Error>(())
+//!         },
+//!         std::future::pending(),
+//!     )
+//!     .await?;
+//! assert_eq!(report.acked, 1);
+//! # Ok::<(), workjournal::Error>(())
+//! # }).unwrap();
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::{AbortHandle, JoinSet};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::config::{DEFAULT_MAX_DELIVERIES, ms};
+use crate::error::{Error, Result};
+use crate::item::{ClaimFrom, Claimed, Receipt, RetryOutcome};
+use crate::queue::WorkQueue;
+
+/// How long a failed item waits before its next attempt: exponential backoff
+/// with jitter.
+///
+/// After failed delivery `n` (1 for the first attempt) the item waits
+/// `base * factor^(n-1)`, capped at `max_delay`, then shortened by a random
+/// fraction of up to `jitter` of itself, so that items that failed together
+/// do not all come back at the same instant. The cap is therefore also the
+/// longest wait.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use workjournal::RetryPolicy;
+/// let policy = RetryPolicy::default()
+///     .base(Duration::from_millis(100))
+///     .factor(3.0)
+///     .max_delay(Duration::from_secs(1))
+///     .jitter(0.0);
+/// assert_eq!(policy.delay(1), Duration::from_millis(100));
+/// assert_eq!(policy.delay(2), Duration::from_millis(300));
+/// assert_eq!(policy.delay(5), Duration::from_secs(1));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryPolicy {
+    base: Duration,
+    factor: f64,
+    max_delay: Duration,
+    jitter: f64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            base: Duration::from_secs(1),
+            factor: 2.0,
+            max_delay: Duration::from_secs(300),
+            jitter: 0.2,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait after the first failed delivery. Default: 1 s.
+    pub fn base(mut self, base: Duration) -> Self {
+        self.base = base;
+        self
+    }
+
+    /// How much each further failure multiplies the wait. Values below 1
+    /// (and NaN) are treated as 1. Default: 2.
+    pub fn factor(mut self, factor: f64) -> Self {
+        self.factor = if factor.is_nan() {
+            1.0
+        } else {
+            factor.max(1.0)
+        };
+        self
+    }
+
+    /// The longest wait. Default: 5 min.
+    pub fn max_delay(mut self, max_delay: Duration) -> Self {
+        self.max_delay = max_delay;
+        self
+    }
+
+    /// The largest fraction (0 to 1) by which a wait is shortened at random.
+    /// Values outside are clamped, NaN is 0. Default: 0.2.
+    pub fn jitter(mut self, jitter: f64) -> Self {
+        self.jitter = if jitter.is_nan() {
+            0.0
+        } else {
+            jitter.clamp(0.0, 1.0)
+        };
+        self
+    }
+
+    /// The wait after failed delivery `delivery` (1-based), before jitter:
+    /// `base * factor^(delivery-1)`, at most `max_delay`.
+    pub fn delay(&self, delivery: u32) -> Duration {
+        let exponent = i32::try_from(delivery.saturating_sub(1)).unwrap_or(i32::MAX);
+        let secs = self.base.as_secs_f64() * self.factor.powi(exponent);
+        match Duration::try_from_secs_f64(secs) {
+            Ok(d) => d.min(self.max_delay),
+            // Overflow or infinity: the cap applies.
+            Err(_) => self.max_delay,
+        }
+    }
+
+    /// [`RetryPolicy::delay`] shortened by `jitter * unit`, where `unit` is
+    /// in `0..=1` (clamped). [`RetryPolicy::next_delay`] draws `unit` at
+    /// random.
+    pub fn delay_with(&self, delivery: u32, unit: f64) -> Duration {
+        let unit = if unit.is_nan() {
+            0.0
+        } else {
+            unit.clamp(0.0, 1.0)
+        };
+        self.delay(delivery).mul_f64(1.0 - self.jitter * unit)
+    }
+
+    /// The wait after failed delivery `delivery`, with random jitter.
+    pub fn next_delay(&self, delivery: u32) -> Duration {
+        self.delay_with(delivery, fastrand::f64())
+    }
+}
+
+/// Something a worker did, reported to the callback set with
+/// [`Worker::on_event`] (the CLI draws its progress from these).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// The handler started on an item.
+    Started {
+        /// The item's id.
+        id: u64,
+        /// The item's flow.
+        flow: String,
+        /// This delivery's number (first: 1).
+        delivery: u32,
+    },
+    /// The handler succeeded and the item was acked.
+    Acked {
+        /// The item's id.
+        id: u64,
+        /// How long the handler ran.
+        elapsed: Duration,
+    },
+    /// The handler failed; the item waits in delayed until `not_before_ms`
+    /// (or, for a worker on one flow, went back to the flow's parked list,
+    /// and `not_before_ms` is the time of the failure).
+    Retried {
+        /// The item's id.
+        id: u64,
+        /// The delivery that failed.
+        delivery: u32,
+        /// When the next attempt may start, ms since the Unix epoch (queue
+        /// clock).
+        not_before_ms: u64,
+        /// The handler's error text.
+        error: String,
+    },
+    /// The handler failed on the last allowed delivery; the item is a dead
+    /// letter.
+    DeadLettered {
+        /// The item's id.
+        id: u64,
+        /// The delivery that failed.
+        delivery: u32,
+        /// The reason stored with the dead letter.
+        reason: String,
+    },
+    /// The item's claim was no longer current when the worker finished it
+    /// (it was reclaimed by another consumer); nothing was changed.
+    LeaseLost {
+        /// The item's id.
+        id: u64,
+        /// The delivery the worker held.
+        delivery: u32,
+    },
+    /// A queue operation failed; the worker goes on (the item, if any, comes
+    /// back through `reclaim_stale`).
+    QueueError {
+        /// Which operation (`"ack"`, `"touch"`, `"claim"`, ...).
+        op: &'static str,
+        /// The error's text.
+        error: String,
+    },
+}
+
+/// What a finished [`Worker::run`] did, in items.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Report {
+    /// Handled successfully and acked.
+    pub acked: u64,
+    /// Failed and given back for a later attempt.
+    pub retried: u64,
+    /// Failed for the last time and dead-lettered.
+    pub dead_lettered: u64,
+    /// Of the failures, how many were handler panics.
+    pub panicked: u64,
+    /// Finished after their claim was taken over; nothing changed.
+    pub lease_lost: u64,
+    /// Still running when the grace period ran out; left pending for
+    /// `reclaim_stale`.
+    pub abandoned: u64,
+}
+
+/// Run an idempotent step: if `step` of item `id` was already marked done
+/// (within the queue's `done_ttl`), skip it and return `Ok(None)`; otherwise
+/// run `effect`, and only if it succeeds, mark the step done and return its
+/// value (SPEC section 3, Idempotency).
+///
+/// A crash between the side effect and the mark runs the effect again on the
+/// next delivery: the helper narrows the window to that, it cannot close it.
+/// Effects that must happen exactly once also need the far side to recognise
+/// the item id.
+///
+/// # Errors
+///
+/// The effect's error, or a queue error (converted with `From`) from
+/// `was_done` or `mark_done`.
+///
+/// # Examples
+///
+/// ```
+/// use workjournal::{Config, Error, MemoryQueue, worker::idempotent_step};
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let queue = MemoryQueue::new(Config::default());
+/// let first = idempotent_step(&queue, 7, "email", || async { Ok::<_, Error>("sent") }).await?;
+/// let again = idempotent_step(&queue, 7, "email", || async { Ok::<_, Error>("sent") }).await?;
+/// assert_eq!((first, again), (Some("sent"), None));
+/// # Ok::<(), Error>(())
+/// # }).unwrap();
+/// ```
+pub async fn idempotent_step<Q, F, Fut, T, E>(
+    queue: &Q,
+    id: u64,
+    step: &str,
+    effect: F,
+) -> std::result::Result<Option<T>, E>
+where
+    Q: WorkQueue + ?Sized,
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = std::result::Result<T, E>>,
+    E: From<Error>,
+{
+    if queue.was_done(id, step).await? {
+        return Ok(None);
+    }
+    let value = effect().await?;
+    queue.mark_done(id, step).await?;
+    Ok(Some(value))
+}
+
+type EventFn = Arc<dyn Fn(&Event) + Send + Sync>;
+
+/// Runs a handler over the items of a queue (see the [module docs](self)).
+///
+/// Build it with the setters, then call [`Worker::run`].
+pub struct Worker<Q> {
+    queue: Q,
+    concurrency: usize,
+    lease: Duration,
+    max_deliveries: u32,
+    retry: RetryPolicy,
+    grace: Duration,
+    claim_wait: Duration,
+    until_empty: bool,
+    flow: Option<String>,
+    on_event: Option<EventFn>,
+}
+
+impl<Q> fmt::Debug for Worker<Q> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Worker")
+            .field("concurrency", &self.concurrency)
+            .field("lease", &self.lease)
+            .field("max_deliveries", &self.max_deliveries)
+            .field("retry", &self.retry)
+            .field("grace", &self.grace)
+            .field("claim_wait", &self.claim_wait)
+            .field("until_empty", &self.until_empty)
+            .field("flow", &self.flow)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Default of [`Worker::lease`]: 30 s.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// Default of [`Worker::grace`]: 10 s.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
+/// Default of [`Worker::claim_wait`]: 1 s.
+pub const DEFAULT_CLAIM_WAIT: Duration = Duration::from_secs(1);
+
+impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
+    /// A worker on `queue` with the defaults below.
+    pub fn new(queue: Q) -> Self {
+        Worker {
+            queue,
+            concurrency: 1,
+            lease: DEFAULT_LEASE,
+            max_deliveries: DEFAULT_MAX_DELIVERIES,
+            retry: RetryPolicy::default(),
+            grace: DEFAULT_GRACE,
+            claim_wait: DEFAULT_CLAIM_WAIT,
+            until_empty: false,
+            flow: None,
+            on_event: None,
+        }
+    }
+
+    /// How many handlers run at once. The worker claims only into free
+    /// slots; a slot frees when its handler returns, so the next claim can
+    /// share a commit with that item's ack (which may briefly leave one more
+    /// item pending per slot). 0 is treated as 1. Default: 1.
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n.clamp(1, Semaphore::MAX_PERMITS);
+        self
+    }
+
+    /// The lease: in-flight items are touched every lease / 3, and items
+    /// whose claim is at least a lease old are reclaimed (checked every
+    /// lease / 2). A handler that may run longer than this is still safe,
+    /// since the heartbeat keeps its claim fresh. Below 30 ms it is 30 ms.
+    /// Default: 30 s.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease.max(Duration::from_millis(30));
+        self
+    }
+
+    /// The queue's `max_deliveries` ([`Config::max_deliveries`](crate::Config::max_deliveries)):
+    /// a failure on this delivery or later is dead-lettered with the handler's
+    /// error as the reason. Set it to the queue's value; if the queue's is
+    /// lower, its own retry dead-letters with reason
+    /// `"max deliveries exceeded"`. Default: 3.
+    pub fn max_deliveries(mut self, n: u32) -> Self {
+        self.max_deliveries = n.max(1);
+        self
+    }
+
+    /// The backoff between attempts. Default: [`RetryPolicy::default`].
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    /// How long shutdown waits for in-flight items before leaving them
+    /// pending (their handlers are cancelled). Default: 10 s.
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// How long one claim blocks when nothing is ready (it wakes early on an
+    /// add or a timer). Capped at lease / 2. Default: 1 s.
+    pub fn claim_wait(mut self, wait: Duration) -> Self {
+        self.claim_wait = wait;
+        self
+    }
+
+    /// Stop once the queue has nothing left to do: backlog, due, delayed and
+    /// pending all 0 and nothing in flight (items of paused flows, parked,
+    /// do not count). Delayed retries are waited for. Default: false.
+    pub fn until_empty(mut self, yes: bool) -> Self {
+        self.until_empty = yes;
+        self
+    }
+
+    /// Work only on the parked items of the paused flow `flow`, taking them
+    /// one at a time with [`WorkQueue::step`] (the flow stays paused for
+    /// everyone else), instead of claiming. A failed item goes back to the
+    /// flow's parked tail (with [`WorkQueue::park`]) until its last allowed
+    /// delivery, then is dead-lettered. This worker does not reclaim, and
+    /// `until_empty` means: the flow has nothing parked. Default: none.
+    pub fn flow(mut self, flow: Option<String>) -> Self {
+        self.flow = flow.filter(|f| !f.is_empty());
+        self
+    }
+
+    /// Call `f` for every [`Event`] (from the worker's tasks; keep it quick).
+    pub fn on_event(mut self, f: impl Fn(&Event) + Send + Sync + 'static) -> Self {
+        self.on_event = Some(Arc::new(f));
+        self
+    }
+
+    /// Run until `shutdown` resolves (or, with `until_empty`, until the queue
+    /// is empty), then shut down gracefully: stop claiming, wait up to the
+    /// grace period for in-flight items, cancel the rest and leave them
+    /// pending.
+    ///
+    /// `handler` gets each claimed item; `Ok` acks it, `Err` fails the
+    /// attempt (retry with backoff, or dead letter with the error's
+    /// `Display` text as the reason on the last allowed delivery). A panic is
+    /// a failed attempt with reason `"handler panicked: ..."`.
+    ///
+    /// # Errors
+    ///
+    /// A queue error that trying again cannot fix (`Closed`, `Corrupt`,
+    /// `Decode`, `InvalidInput`) ends the run after the graceful shutdown.
+    /// Retryable errors (`Io`, `Storage`, `Backend`, `Full`) are reported as
+    /// [`Event::QueueError`] and the worker tries again after a pause.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future cancels every handler at once; their items stay
+    /// pending and come back through `reclaim_stale`. Nothing is lost.
+    pub async fn run<H, Fut, E>(
+        self,
+        handler: H,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<Report>
+    where
+        H: Fn(Claimed) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
+        E: fmt::Display + Send + 'static,
+    {
+        let handler: Handler = Arc::new(move |c| {
+            let fut = handler(c);
+            Box::pin(async move { fut.await.map_err(|e| e.to_string()) })
+        });
+        let shared = Arc::new(Shared {
+            queue: self.queue,
+            lease: self.lease,
+            max_deliveries: self.max_deliveries,
+            retry: self.retry,
+            flow: self.flow,
+            on_event: self.on_event,
+            handler,
+            in_flight: Mutex::new(HashMap::new()),
+            report: Mutex::new(Report::default()),
+            next_reclaim: Mutex::new(Instant::now()),
+        });
+        let claim_wait = self.claim_wait.min(self.lease / 2);
+        let permits = Arc::new(Semaphore::new(self.concurrency));
+
+        let mut background = JoinSet::new();
+        background.spawn(heartbeat(shared.clone()));
+        if shared.flow.is_none() {
+            background.spawn(timers(shared.clone()));
+        }
+
+        let mut tasks: JoinSet<()> = JoinSet::new();
+        let mut shutdown = std::pin::pin!(shutdown);
+        let mut fill: Option<FillFuture> = None;
+        let mut failure: Option<Error> = None;
+
+        loop {
+            if fill.is_none() {
+                fill = Some(Box::pin(fill_slots(
+                    shared.clone(),
+                    permits.clone(),
+                    claim_wait,
+                )));
+            }
+            tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {
+                    // The last item just finished: if the queue is empty now,
+                    // stop without waiting out the claim in progress. Backlog,
+                    // due and delayed are empty, so it can take nothing; and
+                    // had it just taken something, pending would not be 0.
+                    // (Not for one flow: its emptiness test, nothing parked,
+                    // would miss an item the step in progress just took.)
+                    if self.until_empty
+                        && shared.flow.is_none()
+                        && tasks.is_empty()
+                        && matches!(shared.is_empty().await, Ok(true))
+                    {
+                        break;
+                    }
+                }
+                result = async { match fill.as_mut() {
+                    Some(f) => f.await,
+                    None => std::future::pending().await,
+                } } => {
+                    fill = None;
+                    match result {
+                        Ok(got) if got.is_empty() => {
+                            if self.until_empty && tasks.is_empty() {
+                                match shared.is_empty().await {
+                                    Ok(true) => break,
+                                    Ok(false) => {}
+                                    Err(e) => shared.emit(Event::QueueError {
+                                        op: "stats",
+                                        error: e.to_string(),
+                                    }),
+                                }
+                            }
+                        }
+                        Ok(got) => {
+                            for (claimed, permit) in got {
+                                tasks.spawn(supervise(shared.clone(), claimed, permit));
+                            }
+                        }
+                        Err(e) if e.is_retryable() => {
+                            shared.emit(Event::QueueError { op: "claim", error: e.to_string() });
+                            tokio::select! {
+                                () = &mut shutdown => break,
+                                () = tokio::time::sleep(claim_wait.max(Duration::from_millis(100))) => {}
+                            }
+                        }
+                        Err(e) => {
+                            failure = Some(e);
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        // Stop claiming. A claim dropped while it waits took nothing; one
+        // dropped after it was submitted leaves its items pending for
+        // reclaim (the trait's cancel-safety contract).
+        drop(fill);
+
+        let deadline = Instant::now() + self.grace;
+        loop {
+            tokio::select! {
+                joined = tasks.join_next() => if joined.is_none() { break },
+                () = tokio::time::sleep_until(deadline) => {
+                    let left = tasks.len() as u64;
+                    shared.report().abandoned += left;
+                    tasks.abort_all();
+                    while tasks.join_next().await.is_some() {}
+                    break;
+                }
+            }
+        }
+        background.abort_all();
+        while background.join_next().await.is_some() {}
+
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(*shared.report()),
+        }
+    }
+}
+
+type Handler = Arc<
+    dyn Fn(Claimed) -> Pin<Box<dyn Future<Output = std::result::Result<(), String>> + Send>>
+        + Send
+        + Sync,
+>;
+
+type FillFuture =
+    Pin<Box<dyn Future<Output = Result<Vec<(Claimed, OwnedSemaphorePermit)>>> + Send>>;
+
+struct Shared<Q> {
+    queue: Q,
+    lease: Duration,
+    max_deliveries: u32,
+    retry: RetryPolicy,
+    flow: Option<String>,
+    on_event: Option<EventFn>,
+    handler: Handler,
+    /// Receipts of the items being handled, by lease number: what the
+    /// heartbeat touches.
+    in_flight: Mutex<HashMap<u64, Receipt>>,
+    report: Mutex<Report>,
+    next_reclaim: Mutex<Instant>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Nothing that holds these locks can panic half-way through an update,
+    // so a poisoned lock still holds consistent data.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl<Q: WorkQueue> Shared<Q> {
+    fn emit(&self, event: Event) {
+        if let Some(f) = &self.on_event {
+            f(&event);
+        }
+    }
+
+    fn report(&self) -> MutexGuard<'_, Report> {
+        lock(&self.report)
+    }
+
+    async fn is_empty(&self) -> Result<bool> {
+        match &self.flow {
+            Some(flow) => Ok(self.queue.parked(flow).await? == 0),
+            None => {
+                let s = self.queue.stats().await?;
+                Ok(s.backlog + s.delayed + s.pending == 0)
+            }
+        }
+    }
+}
+
+/// Wait for at least one free slot, take every free slot, and fill them:
+/// first with stale items (every lease / 2), then by claiming (or stepping).
+async fn fill_slots<Q: WorkQueue + 'static>(
+    shared: Arc<Shared<Q>>,
+    permits: Arc<Semaphore>,
+    claim_wait: Duration,
+) -> Result<Vec<(Claimed, OwnedSemaphorePermit)>> {
+    let Ok(first) = permits.clone().acquire_owned().await else {
+        return Err(Error::Closed);
+    };
+    let mut slots = vec![first];
+    while let Ok(p) = permits.clone().try_acquire_owned() {
+        slots.push(p);
+    }
+    let mut got: Vec<Claimed> = Vec::new();
+
+    if let Some(flow) = &shared.flow {
+        while got.len() < slots.len() {
+            match shared.queue.step(flow).await? {
+                Some(c) => got.push(c),
+                None => break,
+            }
+        }
+        if got.is_empty() {
+            // `step` cannot block; poll at the claim-wait pace.
+            tokio::time::sleep(claim_wait).await;
+        }
+    } else {
+        let reclaim_now = {
+            let mut next = lock(&shared.next_reclaim);
+            let now = Instant::now();
+            if now >= *next {
+                *next = now + shared.lease / 2;
+                true
+            } else {
+                false
+            }
+        };
+        if reclaim_now {
+            got = shared
+                .queue
+                .reclaim_stale(shared.lease, slots.len())
+                .await?;
+        }
+        let free = slots.len().saturating_sub(got.len());
+        if free > 0 {
+            let wait = if got.is_empty() {
+                claim_wait
+            } else {
+                Duration::ZERO
+            };
+            got.extend(shared.queue.claim(free, wait, ClaimFrom::All).await?);
+        }
+    }
+    // Never more items than slots (the queue promises it); surplus slots go
+    // back when their permits drop here.
+    Ok(got.into_iter().zip(slots).collect())
+}
+
+/// Removes an item from the heartbeat set and cancels its handler when the
+/// supervisor ends, however it ends (including abort at shutdown).
+struct InFlight<'a, Q> {
+    shared: &'a Shared<Q>,
+    lease: u64,
+    handler: Option<AbortHandle>,
+}
+
+impl<Q> Drop for InFlight<'_, Q> {
+    fn drop(&mut self) {
+        lock(&self.shared.in_flight).remove(&self.lease);
+        if let Some(h) = &self.handler {
+            h.abort();
+        }
+    }
+}
+
+async fn supervise<Q: WorkQueue + 'static>(
+    shared: Arc<Shared<Q>>,
+    claimed: Claimed,
+    permit: OwnedSemaphorePermit,
+) {
+    let receipt = claimed.receipt;
+    let span = tracing::info_span!(
+        "item",
+        id = claimed.item.id,
+        flow = %claimed.item.flow,
+        delivery = receipt.delivery
+    );
+    async {
+        lock(&shared.in_flight).insert(receipt.lease, receipt);
+        let mut guard = InFlight {
+            shared: &shared,
+            lease: receipt.lease,
+            handler: None,
+        };
+        shared.emit(Event::Started {
+            id: receipt.id,
+            flow: claimed.item.flow.clone(),
+            delivery: receipt.delivery,
+        });
+        let started = Instant::now();
+        let task = tokio::spawn((shared.handler)(claimed).in_current_span());
+        guard.handler = Some(task.abort_handle());
+        let outcome = match task.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(text)) => Err((text, false)),
+            Err(e) if e.is_panic() => {
+                let payload = e.into_panic();
+                let msg = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "no message".to_string());
+                Err((format!("handler panicked: {msg}"), true))
+            }
+            Err(_) => Err(("handler was cancelled".to_string(), false)),
+        };
+        // The slot is free once the handler is done: the next claim can go
+        // to the queue together with this item's ack (the embedded backend
+        // commits both in one transaction) instead of after it.
+        drop(permit);
+        match outcome {
+            Ok(()) => finish_ok(&shared, receipt, started.elapsed()).await,
+            Err((text, panicked)) => {
+                if panicked {
+                    shared.report().panicked += 1;
+                }
+                tracing::warn!(error = %text, "attempt failed");
+                finish_err(&shared, receipt, text).await;
+            }
+        }
+        drop(guard);
+    }
+    .instrument(span)
+    .await
+}
+
+async fn finish_ok<Q: WorkQueue>(shared: &Shared<Q>, receipt: Receipt, elapsed: Duration) {
+    match shared.queue.ack(receipt).await {
+        Ok(()) => {
+            shared.report().acked += 1;
+            shared.emit(Event::Acked {
+                id: receipt.id,
+                elapsed,
+            });
+        }
+        Err(e) => lost_or_error(shared, receipt, "ack", e),
+    }
+}
+
+async fn finish_err<Q: WorkQueue>(shared: &Shared<Q>, receipt: Receipt, text: String) {
+    let last = receipt.delivery >= shared.max_deliveries;
+    let result = if last {
+        shared
+            .queue
+            .dead_letter(receipt, &text)
+            .await
+            .map(|()| RetryOutcome::DeadLettered)
+    } else if shared.flow.is_some() {
+        match shared.queue.park(receipt).await {
+            Ok(()) => shared.queue.now_ms().await.map(|now| {
+                shared.report().retried += 1;
+                shared.emit(Event::Retried {
+                    id: receipt.id,
+                    delivery: receipt.delivery,
+                    not_before_ms: now,
+                    error: text.clone(),
+                });
+                RetryOutcome::Delayed
+            }),
+            Err(e) => Err(e),
+        }
+    } else {
+        let wait = shared.retry.next_delay(receipt.delivery);
+        match shared.queue.now_ms().await {
+            Ok(now) => {
+                let not_before_ms = now.saturating_add(ms(wait));
+                let r = shared.queue.retry(receipt, not_before_ms).await;
+                if let Ok(RetryOutcome::Delayed) = r {
+                    shared.report().retried += 1;
+                    shared.emit(Event::Retried {
+                        id: receipt.id,
+                        delivery: receipt.delivery,
+                        not_before_ms,
+                        error: text.clone(),
+                    });
+                }
+                r
+            }
+            Err(e) => Err(e),
+        }
+    };
+    match result {
+        Ok(RetryOutcome::Delayed) => {}
+        Ok(RetryOutcome::DeadLettered) => {
+            shared.report().dead_lettered += 1;
+            shared.emit(Event::DeadLettered {
+                id: receipt.id,
+                delivery: receipt.delivery,
+                reason: if last {
+                    text
+                } else {
+                    crate::item::MAX_DELIVERIES_REASON.to_string()
+                },
+            });
+        }
+        Err(e) => lost_or_error(
+            shared,
+            receipt,
+            if last { "dead_letter" } else { "retry" },
+            e,
+        ),
+    }
+}
+
+fn lost_or_error<Q: WorkQueue>(shared: &Shared<Q>, receipt: Receipt, op: &'static str, e: Error) {
+    if e.is_lease_lost() {
+        shared.report().lease_lost += 1;
+        shared.emit(Event::LeaseLost {
+            id: receipt.id,
+            delivery: receipt.delivery,
+        });
+    } else {
+        tracing::warn!(id = receipt.id, op, error = %e, "queue operation failed");
+        shared.emit(Event::QueueError {
+            op,
+            error: e.to_string(),
+        });
+    }
+}
+
+/// Touch every in-flight item each lease / 3. A receipt that has been lost is
+/// dropped from the set (its handler's ack will report the loss) and the
+/// rest are touched again, since `touch` is all-or-nothing.
+async fn heartbeat<Q: WorkQueue>(shared: Arc<Shared<Q>>) {
+    let mut tick = tokio::time::interval(shared.lease / 3);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let mut receipts: Vec<Receipt> = lock(&shared.in_flight).values().copied().collect();
+        while !receipts.is_empty() {
+            match shared.queue.touch(receipts.clone()).await {
+                Ok(()) => break,
+                Err(Error::LeaseLost { id, delivery }) => {
+                    receipts.retain(|r| !(r.id == id && r.delivery == delivery));
+                    lock(&shared.in_flight).retain(|_, r| !(r.id == id && r.delivery == delivery));
+                }
+                Err(e) => {
+                    shared.emit(Event::QueueError {
+                        op: "touch",
+                        error: e.to_string(),
+                    });
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Promote delayed items at their deadline. Sleeps until the soonest
+/// `not_before`, re-reading it at least every lease / 2 (a timer added
+/// meanwhile is also promoted by the next claim, which promotes first).
+async fn timers<Q: WorkQueue>(shared: Arc<Shared<Q>>) {
+    let cap = shared.lease / 2;
+    loop {
+        let pause = match (shared.queue.next_due().await, shared.queue.now_ms().await) {
+            (Ok(Some(due)), Ok(now)) if due <= now => match shared.queue.promote_due().await {
+                Ok(n) if n > 0 => continue,
+                // Due by `next_due` yet nothing promoted (another consumer
+                // was first): look again shortly rather than spin.
+                Ok(_) => Duration::from_millis(10),
+                Err(e) => {
+                    shared.emit(Event::QueueError {
+                        op: "promote_due",
+                        error: e.to_string(),
+                    });
+                    cap
+                }
+            },
+            (Ok(Some(due)), Ok(now)) => Duration::from_millis(due - now).min(cap),
+            (Ok(None), Ok(_)) => cap,
+            (Err(e), _) | (_, Err(e)) => {
+                shared.emit(Event::QueueError {
+                    op: "next_due",
+                    error: e.to_string(),
+                });
+                cap
+            }
+        };
+        tokio::time::sleep(pause).await;
+    }
+}

@@ -97,11 +97,20 @@ async fn late_ack_from_a_reclaimed_handle_is_lease_lost() {
     assert_eq!(taken.len(), 1);
     assert_eq!(taken[0].receipt.delivery, 2);
     // The first holder's late operations all fail and change nothing.
-    assert!(matches!(a.touch(vec![first]).await, Err(Error::LeaseLost { id: 1, delivery: 1 })));
+    assert!(matches!(
+        a.touch(vec![first]).await,
+        Err(Error::LeaseLost { id: 1, delivery: 1 })
+    ));
     assert!(matches!(a.ack(first).await, Err(Error::LeaseLost { .. })));
-    assert!(matches!(a.retry(first, T0).await, Err(Error::LeaseLost { .. })));
+    assert!(matches!(
+        a.retry(first, T0).await,
+        Err(Error::LeaseLost { .. })
+    ));
     assert!(matches!(a.park(first).await, Err(Error::LeaseLost { .. })));
-    assert!(matches!(a.dead_letter(first, "late").await, Err(Error::LeaseLost { .. })));
+    assert!(matches!(
+        a.dead_letter(first, "late").await,
+        Err(Error::LeaseLost { .. })
+    ));
     assert_eq!(a.ack_batch(vec![first]).await.unwrap(), 0);
     assert_eq!(a.stats().await.unwrap().pending, 1);
     // The group's PEL follows the new owner.
@@ -116,7 +125,22 @@ async fn late_ack_from_a_reclaimed_handle_is_lease_lost() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert!(matches!(&pel, redis::Value::Array(v) if v.len() == 1), "{pel:?}");
+    assert!(
+        matches!(&pel, redis::Value::Array(v) if v.len() == 1),
+        "{pel:?}"
+    );
+    // The first consumer holds nothing any more and was removed from the
+    // group; the reclaimer stays.
+    let consumers: Vec<redis::Value> = redis::cmd("XINFO")
+        .arg("CONSUMERS")
+        .arg(format!("{{{ns}}}:backlog"))
+        .arg("workers")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let listed = format!("{consumers:?}");
+    assert!(!listed.contains(a.consumer_name()), "{listed}");
+    assert!(listed.contains(b.consumer_name()), "{listed}");
     b.ack(taken[0].receipt).await.unwrap();
     let s = a.stats().await.unwrap();
     assert_eq!((s.pending, s.backlog), (0, 0));
@@ -135,7 +159,9 @@ async fn six_hundred_stale_claims_behind_four_hundred_fresh_are_all_reclaimed() 
     let clock = ManualClock::new(T0);
     let a = connect(&url, &ns, Config::default().clock(clock.clone())).await;
     let b = connect(&url, &ns, Config::default().clock(clock.clone())).await;
-    let items = (0..1000).map(|i| NewItem::new(vec![(i % 251) as u8])).collect();
+    let items = (0..1000)
+        .map(|i| NewItem::new(vec![(i % 251) as u8]))
+        .collect();
     a.add_batch(items).await.unwrap();
     let mut receipts = Vec::new();
     while receipts.len() < 1000 {
@@ -158,7 +184,10 @@ async fn six_hundred_stale_claims_behind_four_hundred_fresh_are_all_reclaimed() 
         reclaimed.extend(got.into_iter().map(|c| c.item.id));
     }
     let want: Vec<u64> = (401..=1000).collect();
-    assert_eq!(reclaimed, want, "every stale claim, oldest (claimed_at, id) first");
+    assert_eq!(
+        reclaimed, want,
+        "every stale claim, oldest (claimed_at, id) first"
+    );
     assert_eq!(b.stats().await.unwrap().pending, 1000);
 }
 
@@ -173,9 +202,16 @@ async fn aof_always_restart_loses_no_acknowledged_add() {
     let q = connect(&url, "aof", Config::default()).await;
     let mut added = Vec::new();
     for i in 0..100u32 {
-        added.push(q.add(NewItem::new(i.to_be_bytes().to_vec())).await.unwrap().id);
+        added.push(
+            q.add(NewItem::new(i.to_be_bytes().to_vec()))
+                .await
+                .unwrap()
+                .id,
+        );
     }
-    let batch = (0..100u32).map(|i| NewItem::new(i.to_le_bytes().to_vec())).collect();
+    let batch = (0..100u32)
+        .map(|i| NewItem::new(i.to_le_bytes().to_vec()))
+        .collect();
     added.extend(q.add_batch(batch).await.unwrap().into_iter().map(|a| a.id));
     let claimed = q.claim(30, Duration::ZERO, ClaimFrom::All).await.unwrap();
     let acked: BTreeSet<u64> = claimed[..20].iter().map(|c| c.item.id).collect();
@@ -200,7 +236,11 @@ async fn aof_always_restart_loses_no_acknowledged_add() {
         assert_eq!(c.item.deliveries, 2);
         left.insert(c.item.id);
     }
-    let want: BTreeSet<u64> = added.iter().copied().filter(|id| !acked.contains(id)).collect();
+    let want: BTreeSet<u64> = added
+        .iter()
+        .copied()
+        .filter(|id| !acked.contains(id))
+        .collect();
     assert_eq!(left, want);
     // New ids continue after the old ones: the counter survived too.
     let next = q2.add(NewItem::new(b"after".to_vec())).await.unwrap();
@@ -226,10 +266,17 @@ async fn killed_redis_fails_within_the_timeout_and_works_after_restart() {
         assert!(err.is_retryable());
         // Bound: connect_timeout + response_timeout = 0.8 s, plus slack for
         // a loaded machine; the point is that it never hangs.
-        assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
     }
     let started = Instant::now();
-    let err = q.claim(1, Duration::from_secs(30), ClaimFrom::All).await.unwrap_err();
+    let err = q
+        .claim(1, Duration::from_secs(30), ClaimFrom::All)
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::Backend { .. }), "{err:?}");
     assert!(started.elapsed() < Duration::from_secs(5));
     // The restarted server has no data and no scripts (NOSCRIPT is handled).
@@ -246,18 +293,22 @@ async fn killed_redis_fails_within_the_timeout_and_works_after_restart() {
         }
     };
     assert_eq!(id, 1, "a restarted server without persistence starts over");
-    // Groups are gone with the data: a new handle recreates them.
-    let q2 = RedisQueue::connect(&url, "faults", Config::default(), RedisOptions::default())
+    // The consumer group went with the data; the claim script recreates it.
+    let got = q
+        .claim(1, Duration::from_secs(1), ClaimFrom::All)
         .await
         .unwrap();
-    let got = q2.claim(1, Duration::from_secs(1), ClaimFrom::All).await.unwrap();
     assert_eq!(got.len(), 1);
-    q2.ack(got[0].receipt).await.unwrap();
+    q.ack(got[0].receipt).await.unwrap();
 }
 
 async fn info_field(url: &str, section: &str, field: &str) -> String {
     let mut conn = raw(url).await;
-    let info: String = redis::cmd("INFO").arg(section).query_async(&mut conn).await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg(section)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     info.lines()
         .find_map(|l| l.strip_prefix(&format!("{field}:")))
         .unwrap_or("")
@@ -324,22 +375,37 @@ async fn blocking_claim_wakes_on_add_and_is_quiet_while_idle() {
     let q = connect(&url, "idle", Config::default()).await;
     let producer = connect(&url, "idle", Config::default()).await;
     // Warm up: load the claim script and open the waiting connection.
-    assert!(q.claim(1, Duration::from_millis(50), ClaimFrom::All).await.unwrap().is_empty());
+    assert!(
+        q.claim(1, Duration::from_millis(50), ClaimFrom::All)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // Idle: a claim waiting 2 s sends a handful of commands, not a poll loop.
     let mut admin = raw(&url).await;
     let before = client_requests(&mut admin).await;
-    let got = q.claim(1, Duration::from_secs(2), ClaimFrom::All).await.unwrap();
+    let got = q
+        .claim(1, Duration::from_secs(2), ClaimFrom::All)
+        .await
+        .unwrap();
     assert!(got.is_empty());
     let after = client_requests(&mut admin).await;
     // At most 20 commands/s are allowed; the design sends 2 per wait (the
     // claim script and one XREAD BLOCK).
-    assert!(after - before <= 4, "{} commands in 2 s of idle waiting", after - before);
+    assert!(
+        after - before <= 4,
+        "{} commands in 2 s of idle waiting",
+        after - before
+    );
     // Wake-up: an add from another handle ends the wait.
     let waiter = tokio::spawn({
         let q = q.clone();
         async move {
             let started = Instant::now();
-            let got = q.claim(1, Duration::from_secs(20), ClaimFrom::All).await.unwrap();
+            let got = q
+                .claim(1, Duration::from_secs(20), ClaimFrom::All)
+                .await
+                .unwrap();
             (got, started.elapsed())
         }
     });
@@ -347,14 +413,155 @@ async fn blocking_claim_wakes_on_add_and_is_quiet_while_idle() {
     producer.add(NewItem::new(b"wake".to_vec())).await.unwrap();
     let (got, waited) = waiter.await.unwrap();
     assert_eq!(got.len(), 1);
-    assert!(waited < Duration::from_secs(10), "claim slept through the add: {waited:?}");
+    assert!(
+        waited < Duration::from_secs(10),
+        "claim slept through the add: {waited:?}"
+    );
     // A timer coming due (server clock) also ends the wait.
     let now = q.now_ms().await.unwrap();
     producer
         .add_delayed(NewItem::new(b"timer".to_vec()), now + 300)
         .await
         .unwrap();
-    let got = q.claim(1, Duration::from_secs(20), ClaimFrom::DueOnly).await.unwrap();
+    let got = q
+        .claim(1, Duration::from_secs(20), ClaimFrom::DueOnly)
+        .await
+        .unwrap();
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].item.payload, b"timer");
+}
+
+#[tokio::test]
+async fn records_deleted_behind_the_queues_back_are_skipped_not_fatal() {
+    let url = shared_url();
+    let ns = fresh_namespace();
+    let q = connect(&url, &ns, Config::default()).await;
+    for i in 1..=4u8 {
+        q.add(NewItem::new(vec![i])).await.unwrap();
+    }
+    let mut conn = raw(&url).await;
+    // Someone deletes item 2's record, and the stream entry of a claimed item.
+    let _: () = redis::cmd("DEL")
+        .arg(format!("{{{ns}}}:item:2"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let got = q.claim(10, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    let ids: Vec<u64> = got.iter().map(|c| c.item.id).collect();
+    assert_eq!(ids, vec![1, 3, 4]);
+    let entries: Vec<redis::Value> = redis::cmd("XRANGE")
+        .arg(format!("{{{ns}}}:backlog"))
+        .arg("-")
+        .arg("+")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(entries.len(), 3, "the orphan entry was acked and deleted");
+    let _: () = redis::cmd("DEL")
+        .arg(format!("{{{ns}}}:backlog"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // Acks still work; a repeated receipt in one batch counts once.
+    let r = got[0].receipt;
+    assert_eq!(q.ack_batch(vec![r, r]).await.unwrap(), 1);
+    q.ack(got[1].receipt).await.unwrap();
+    let stats = q.stats().await.unwrap();
+    assert_eq!((stats.pending, stats.backlog), (1, 0));
+    // The stream and its group come back on the next add and claim.
+    q.add(NewItem::new(b"later".to_vec())).await.unwrap();
+    let again = q.claim(10, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].item.payload, b"later");
+}
+
+/// Whether something answers `PING` on the loopback `port`.
+fn answers_ping(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut buf = [0u8; 16];
+    s.write_all(b"PING\r\n").is_ok()
+        && matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
+}
+
+/// The harness's server dies with the test process, even on `SIGKILL`: the
+/// test runs itself as a child that starts a server and is then killed.
+#[test]
+fn server_dies_with_its_test_process_even_on_sigkill() {
+    use std::io::BufRead;
+    const CHILD: &str = "WORKJOURNAL_REDIS_HARNESS_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        let server = RedisServer::start().unwrap();
+        println!("port={}", server.port());
+        std::thread::sleep(Duration::from_secs(60));
+        drop(server);
+        return;
+    }
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "server_dies_with_its_test_process_even_on_sigkill",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let port: u16 = std::io::BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        // libtest may print "test <name> ... " before it on the same line.
+        .find_map(|l| {
+            l.split_once("port=")
+                .map(|(_, p)| p.trim().parse().unwrap())
+        })
+        .expect("the child printed its server's port");
+    assert!(answers_ping(port));
+    child.kill().unwrap(); // SIGKILL: no destructor runs in the child
+    child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while answers_ping(port) {
+        assert!(
+            Instant::now() < deadline,
+            "redis-server outlived its test process"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test]
+async fn url_with_a_password_authenticates_and_a_wrong_one_is_a_backend_error() {
+    let server = RedisServer::start_with(RedisServerOptions {
+        password: Some("s3cret".into()),
+        ..Default::default()
+    })
+    .unwrap();
+    let port = server.port();
+    let good = format!("redis://:s3cret@127.0.0.1:{port}/");
+    let q = connect(&good, "auth", Config::default()).await;
+    q.add(NewItem::new(b"x".to_vec())).await.unwrap();
+    assert_eq!(q.stats().await.unwrap().backlog, 1);
+    let options = RedisOptions::default()
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500));
+    let bad = format!("redis://:wrong@127.0.0.1:{port}/");
+    let err = RedisQueue::connect(&bad, "auth", Config::default(), options.clone())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    let none = format!("redis://127.0.0.1:{port}/");
+    let err = RedisQueue::connect(&none, "auth", Config::default(), options)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    let err = RedisQueue::connect(&good, "a{b}", Config::default(), RedisOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
 }

@@ -7,6 +7,7 @@
 //! so it is written to be obviously right rather than fast.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -27,6 +28,8 @@ struct Lease {
     claimed_at_ms: u64,
     lease: u64,
     lane: Lane,
+    /// Claimed before the last [`Model::reopen`]: stale whatever `min_idle`.
+    orphan: bool,
 }
 
 /// Where an item is, for invariant checks.
@@ -140,12 +143,17 @@ impl Model {
         now_ms: u64,
     ) -> Result<Vec<Added>> {
         self.expire(now_ms);
+        let window = ms(self.config.dedup_window);
         let mut seen: HashMap<&str, usize> = HashMap::new();
         let mut fresh = 0u64;
         for (index, (item, _)) in items.iter().enumerate() {
             self.check_payload(item)?;
             match item.dedup_key.as_deref() {
-                Some(key) if self.dedup.contains_key(key) || seen.contains_key(key) => {}
+                // A key earlier in the same batch makes a duplicate only if
+                // its window is still open at `now`: never when the window
+                // is 0, which turns deduplication off.
+                Some(key)
+                    if window > 0 && (self.dedup.contains_key(key) || seen.contains_key(key)) => {}
                 Some(key) => {
                     seen.insert(key, index);
                     fresh += 1;
@@ -153,16 +161,20 @@ impl Model {
                 None => fresh += 1,
             }
         }
+        // An add that journals nothing (an empty batch, only duplicates) is
+        // never Full, even when retries or redrives have pushed the queue
+        // past the limit.
         if let Some(limit) = self.config.max_backlog
+            && fresh > 0
             && self.waiting().saturating_add(fresh) > limit
         {
             return Err(Error::Full { limit });
         }
-        let window = ms(self.config.dedup_window);
         let mut out = Vec::with_capacity(items.len());
         for (item, not_before_ms) in items {
             if let Some(key) = item.dedup_key.as_deref()
-                && let Some((id, _)) = self.dedup.get(key)
+                && let Some((id, expires)) = self.dedup.get(key)
+                && *expires > now_ms
             {
                 out.push(Added {
                     id: *id,
@@ -230,6 +242,7 @@ impl Model {
                 claimed_at_ms: now_ms,
                 lease,
                 lane,
+                orphan: false,
             },
         );
         Some(Claimed {
@@ -322,6 +335,7 @@ impl Model {
         for r in receipts {
             if let Some(l) = self.pending.get_mut(&r.id) {
                 l.claimed_at_ms = now_ms;
+                l.orphan = false;
             }
         }
         Ok(())
@@ -387,7 +401,7 @@ impl Model {
         let mut stale: Vec<(u64, u64)> = self
             .pending
             .iter()
-            .filter(|(_, l)| now_ms.saturating_sub(l.claimed_at_ms) >= min_idle)
+            .filter(|(_, l)| l.orphan || now_ms.saturating_sub(l.claimed_at_ms) >= min_idle)
             .map(|(id, l)| (l.claimed_at_ms, *id))
             .collect();
         stale.sort_unstable();
@@ -409,6 +423,18 @@ impl Model {
             }
         }
         Ok(out)
+    }
+
+    /// SPEC 3, Crash recovery, embedded only: the file was closed and opened
+    /// again, so every item pending now belongs to a process that is gone and
+    /// is stale for `reclaim_stale` whatever `min_idle`, until it is touched
+    /// (a touch shows its holder is alive) or leaves pending. The memory
+    /// backend never calls this; the model tests of the embedded backend call
+    /// it where they close and reopen the file.
+    pub fn reopen(&mut self) {
+        for l in self.pending.values_mut() {
+            l.orphan = true;
+        }
     }
 
     /// SPEC 3, Flows: pause.
@@ -645,6 +671,7 @@ struct Shared {
     model: Mutex<Model>,
     wake: Notify,
     clock: SharedClock,
+    closed: AtomicBool,
 }
 
 /// The memory backend: [`Model`] behind a mutex, with the queue's clock and
@@ -681,6 +708,7 @@ impl MemoryQueue {
                 model: Mutex::new(Model::new(config)),
                 wake: Notify::new(),
                 clock,
+                closed: AtomicBool::new(false),
             }),
         }
     }
@@ -702,6 +730,14 @@ impl MemoryQueue {
         f(&mut m, now)
     }
 
+    /// `Error::Closed` once `close()` was called on this queue.
+    fn live(&self) -> Result<()> {
+        if self.shared.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
     fn changed(&self) {
         self.shared.wake.notify_waiters();
     }
@@ -714,12 +750,14 @@ impl MemoryQueue {
 
 impl WorkQueue for MemoryQueue {
     async fn add(&self, item: NewItem) -> Result<Added> {
+        self.live()?;
         let mut v = self.with(|m, now| m.add_many(vec![(item, None)], now))?;
         self.changed();
         v.pop().ok_or_else(|| Error::corrupt("add returned no id"))
     }
 
     async fn add_batch(&self, items: Vec<NewItem>) -> Result<Vec<Added>> {
+        self.live()?;
         let out =
             self.with(|m, now| m.add_many(items.into_iter().map(|i| (i, None)).collect(), now))?;
         self.changed();
@@ -727,16 +765,19 @@ impl WorkQueue for MemoryQueue {
     }
 
     async fn add_delayed(&self, item: NewItem, not_before_ms: u64) -> Result<Added> {
+        self.live()?;
         let mut v = self.with(|m, now| m.add_many(vec![(item, Some(not_before_ms))], now))?;
         self.changed();
         v.pop().ok_or_else(|| Error::corrupt("add returned no id"))
     }
 
     async fn next_due(&self) -> Result<Option<u64>> {
+        self.live()?;
         Ok(self.lock().next_due())
     }
 
     async fn promote_due(&self) -> Result<u64> {
+        self.live()?;
         let n = self.with(|m, now| m.promote_due(now));
         if n > 0 {
             self.changed();
@@ -745,8 +786,9 @@ impl WorkQueue for MemoryQueue {
     }
 
     async fn claim(&self, count: usize, wait: Duration, from: ClaimFrom) -> Result<Vec<Claimed>> {
-        let deadline = tokio::time::Instant::now() + wait;
+        let deadline = crate::clock::wait_deadline(wait);
         loop {
+            self.live()?;
             let notified = self.shared.wake.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
@@ -768,75 +810,92 @@ impl WorkQueue for MemoryQueue {
     }
 
     async fn ack(&self, receipt: Receipt) -> Result<()> {
+        self.live()?;
         self.with(|m, _| m.ack(receipt))
     }
 
     async fn ack_batch(&self, receipts: Vec<Receipt>) -> Result<u64> {
+        self.live()?;
         Ok(self.with(|m, _| m.ack_batch(&receipts)))
     }
 
     async fn touch(&self, receipts: Vec<Receipt>) -> Result<()> {
+        self.live()?;
         self.with(|m, now| m.touch(&receipts, now))
     }
 
     async fn retry(&self, receipt: Receipt, not_before_ms: u64) -> Result<RetryOutcome> {
+        self.live()?;
         let out = self.with(|m, now| m.retry(receipt, not_before_ms, now))?;
         self.changed();
         Ok(out)
     }
 
     async fn dead_letter(&self, receipt: Receipt, reason: &str) -> Result<()> {
+        self.live()?;
         self.with(|m, now| m.dead_letter(receipt, reason, now))
     }
 
     async fn reclaim_stale(&self, min_idle: Duration, count: usize) -> Result<Vec<Claimed>> {
+        self.live()?;
         self.with(|m, now| m.reclaim_stale(min_idle, count, now))
     }
 
     async fn pause(&self, flow: &str) -> Result<()> {
+        self.live()?;
         self.with(|m, _| m.pause(flow))
     }
 
     async fn resume(&self, flow: &str) -> Result<u64> {
+        self.live()?;
         let n = self.with(|m, _| m.resume(flow))?;
         self.changed();
         Ok(n)
     }
 
     async fn park(&self, receipt: Receipt) -> Result<()> {
+        self.live()?;
         self.with(|m, _| m.park(receipt))
     }
 
     async fn step(&self, flow: &str) -> Result<Option<Claimed>> {
+        self.live()?;
         self.with(|m, now| m.step(flow, now))
     }
 
     async fn clear_flow(&self, flow: &str) -> Result<u64> {
+        self.live()?;
         self.with(|m, _| m.clear_flow(flow))
     }
 
     async fn parked(&self, flow: &str) -> Result<u64> {
+        self.live()?;
         Ok(self.lock().parked(flow))
     }
 
     async fn paused_flows(&self) -> Result<Vec<String>> {
+        self.live()?;
         Ok(self.lock().paused_flows())
     }
 
     async fn mark_done(&self, id: u64, step: &str) -> Result<()> {
+        self.live()?;
         self.with(|m, now| m.mark_done(id, step, now));
         Ok(())
     }
 
     async fn was_done(&self, id: u64, step: &str) -> Result<bool> {
+        self.live()?;
         Ok(self.with(|m, now| m.was_done(id, step, now)))
     }
 
     async fn dead_letters(&self, count: usize) -> Result<Vec<DeadLetter>> {
+        self.live()?;
         Ok(self.lock().dead_letters(count))
     }
 
     async fn redrive(&self, id: u64) -> Result<bool> {
+        self.live()?;
         let ok = self.with(|m, _| m.redrive(id));
         if ok {
             self.changed();
@@ -845,26 +904,34 @@ impl WorkQueue for MemoryQueue {
     }
 
     async fn purge_dead_letters(&self) -> Result<u64> {
+        self.live()?;
         Ok(self.with(|m, _| m.purge_dead_letters()))
     }
 
     async fn stats(&self) -> Result<Stats> {
+        self.live()?;
         Ok(self.with(|m, now| m.stats(now)))
     }
 
     async fn backlog_by_flow(&self, sample: usize) -> Result<BTreeMap<String, u64>> {
+        self.live()?;
         Ok(self.with(|m, now| m.backlog_by_flow(sample, now)))
     }
 
     async fn peek(&self, count: usize) -> Result<Vec<Item>> {
+        self.live()?;
         Ok(self.with(|m, now| m.peek(count, now)))
     }
 
     async fn now_ms(&self) -> Result<u64> {
+        self.live()?;
         Ok(self.now())
     }
 
     async fn close(&self) -> Result<()> {
+        self.shared.closed.store(true, Ordering::Release);
+        // A claim waiting for work wakes up and sees the queue closed.
+        self.changed();
         Ok(())
     }
 }

@@ -990,6 +990,37 @@ pub async fn id_is_stable_through_every_move(f: &dyn Factory) {
     assert_eq!(c.item.enqueued_at_ms, T0);
 }
 
+/// A claim may wait "forever" (`Duration::MAX`) without overflowing.
+pub async fn claim_with_an_endless_wait_does_not_overflow(f: &dyn Factory) {
+    let e = env(f).await;
+    let waited = tokio::time::timeout(
+        Duration::from_millis(100),
+        e.q.claim(1, Duration::MAX, ClaimFrom::All),
+    )
+    .await;
+    assert!(
+        waited.is_err(),
+        "an empty queue handed something out: {waited:?}"
+    );
+    add(&e.q, "x").await;
+    let c = e.q.claim(1, Duration::MAX, ClaimFrom::All).await.unwrap();
+    assert_eq!(payloads(&c), vec!["x"]);
+}
+
+/// After close(), every call on that handle is `Closed` (SPEC section 8).
+pub async fn calls_after_close_are_closed(f: &dyn Factory) {
+    let e = env(f).await;
+    add(&e.q, "x").await;
+    e.q.close().await.unwrap();
+    for r in [
+        e.q.add(item("late")).await.map(|_| ()),
+        e.q.stats().await.map(|_| ()),
+        e.q.claim(1, NOW, ClaimFrom::All).await.map(|_| ()),
+    ] {
+        assert!(matches!(r, Err(Error::Closed)), "after close: {r:?}");
+    }
+}
+
 /// Run every case against `factory`, in order: the same list
 /// [`conformance_tests!`](crate::conformance_tests) expands.
 pub async fn run_all(factory: &dyn Factory) {
@@ -1059,6 +1090,8 @@ macro_rules! conformance_case_list {
             now_reads_the_queue_clock,
             item_is_handed_out_again_only_after_retry_or_reclaim,
             id_is_stable_through_every_move,
+            claim_with_an_endless_wait_does_not_overflow,
+            calls_after_close_are_closed,
         }
     };
 }

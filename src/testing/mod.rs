@@ -1,6 +1,7 @@
 //! Test support shared by the integration tests, the fuzz targets and the
 //! benchmarks (feature `testing`): the conformance cases every backend must
-//! pass, and factories that make a fresh queue of each backend.
+//! pass, factories that make a fresh queue of each backend, and a
+//! simulated disk for power-loss and I/O-fault tests ([`faults`]).
 //!
 //! Not part of the stable API.
 
@@ -15,7 +16,14 @@ pub mod conformance;
 pub mod redis_server;
 
 #[cfg(feature = "redis")]
-pub use redis_server::{RedisFactory, RedisServer, RedisServerOptions};
+pub use redis_server::{RedisFactory, RedisServer, RedisServerOptions, TestCertificates};
+
+#[cfg(feature = "embedded")]
+pub mod faults;
+
+#[cfg(feature = "embedded")]
+pub mod fuzz;
+pub mod ops;
 
 /// A queue under test and whatever keeps it alive (a temp dir, a server).
 pub struct Subject {
@@ -106,4 +114,56 @@ impl Factory for EmbeddedFactory {
 /// Run `f` and wait for it: a helper for sync callers (proptest, fuzz).
 pub fn block_on<F: Future>(rt: &tokio::runtime::Runtime, f: F) -> F::Output {
     rt.block_on(f)
+}
+
+/// The counts of [`Stats`](crate::Stats) that a recount of item locations
+/// can check, in `Stats`' own terms (`backlog` includes the due lane).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StateCounts {
+    /// Backlog plus due lane.
+    pub backlog: u64,
+    /// Due lane.
+    pub due: u64,
+    /// Pending.
+    pub pending: u64,
+    /// Delayed.
+    pub delayed: u64,
+    /// Parked.
+    pub parked: u64,
+    /// Dead letters.
+    pub dead_letters: u64,
+}
+
+impl StateCounts {
+    /// The counts a queue reports.
+    pub fn of_stats(stats: &crate::Stats) -> Self {
+        StateCounts {
+            backlog: stats.backlog,
+            due: stats.due,
+            pending: stats.pending,
+            delayed: stats.delayed,
+            parked: stats.parked,
+            dead_letters: stats.dead_letters,
+        }
+    }
+
+    /// The counts a recount finds: one location per item.
+    pub fn recount<'a>(places: impl IntoIterator<Item = &'a crate::Location>) -> Self {
+        use crate::Location;
+        let mut c = StateCounts::default();
+        for place in places {
+            match place {
+                Location::Backlog => c.backlog += 1,
+                Location::Due => {
+                    c.backlog += 1;
+                    c.due += 1;
+                }
+                Location::Pending => c.pending += 1,
+                Location::Delayed => c.delayed += 1,
+                Location::Parked => c.parked += 1,
+                Location::DeadLetter => c.dead_letters += 1,
+            }
+        }
+        c
+    }
 }

@@ -9,7 +9,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -28,6 +28,180 @@ pub struct RedisServerOptions {
     pub aof_always: bool,
     /// Start as a replica of the server on this loopback port. Default: none.
     pub replica_of: Option<u16>,
+    /// Require this password (`requirepass`); connect with
+    /// `redis://:<password>@127.0.0.1:<port>/`. Default: none.
+    pub password: Option<String>,
+    /// Also serve TLS on a second loopback port ([`RedisServer::tls_url`]),
+    /// with a throwaway CA, server and client certificate made at start by
+    /// the `openssl` command-line tool ([`RedisServer::certificates`]). The
+    /// plain port stays open as well. Default: false.
+    pub tls: bool,
+    /// With `tls`: refuse TLS clients without a certificate signed by the
+    /// test CA (`tls-auth-clients yes`); otherwise one is optional.
+    /// Default: false.
+    pub tls_require_client_cert: bool,
+}
+
+/// A throwaway CA, and a server and a client certificate it signed, as PEM
+/// files in one dir (made by [`TestCertificates::generate`] with the
+/// `openssl` command-line tool). The server certificate names
+/// `127.0.0.1` and `localhost`; every certificate is valid for 2 days.
+#[derive(Debug, Clone)]
+pub struct TestCertificates {
+    dir: PathBuf,
+    ca_pem: Vec<u8>,
+    client_cert_pem: Vec<u8>,
+    client_key_pem: Vec<u8>,
+}
+
+/// The CA's config; `{n}` makes its name unique, so that a certificate of
+/// another test CA is met as signed by an unknown issuer, not as a bad
+/// signature of a known one.
+const CA_CONF: &str = "[req]
+distinguished_name = dn
+prompt = no
+x509_extensions = ext
+[dn]
+CN = workjournal test CA {n}
+[ext]
+basicConstraints = critical,CA:TRUE
+keyUsage = critical,keyCertSign,cRLSign
+subjectKeyIdentifier = hash
+";
+
+const LEAF_CONF: &str = "[req]
+distinguished_name = dn
+prompt = no
+[dn]
+CN = 127.0.0.1
+[ext]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature
+extendedKeyUsage = serverAuth,clientAuth
+subjectAltName = IP:127.0.0.1,DNS:localhost
+authorityKeyIdentifier = keyid
+";
+
+/// Run `openssl` with `args` in `dir`; an error names the command and its
+/// stderr, or says how to install `openssl`.
+fn openssl(dir: &Path, args: &[&str]) -> io::Result<()> {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("openssl not found on PATH ({e}); install it: apt-get install openssl"),
+            )
+        })?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(io::Error::other(format!(
+        "openssl {} failed ({}): {}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim()
+    )))
+}
+
+impl TestCertificates {
+    /// Make a new CA (P-256 keys) and a server and a client certificate
+    /// signed by it, as `ca.pem`, `server.pem`/`server.key` and
+    /// `client.pem`/`client.key` in `dir` (created if missing).
+    ///
+    /// # Errors
+    ///
+    /// An error saying `install it: apt-get install openssl` when `openssl`
+    /// is not on `PATH`; its stderr if a step fails.
+    pub fn generate(dir: &Path) -> io::Result<TestCertificates> {
+        std::fs::create_dir_all(dir)?;
+        let name = format!("{}-{}", std::process::id(), fastrand::u64(..));
+        std::fs::write(dir.join("ca.cnf"), CA_CONF.replace("{n}", &name))?;
+        std::fs::write(dir.join("leaf.cnf"), LEAF_CONF)?;
+        let key = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        let mut ca = vec!["req", "-x509", "-config", "ca.cnf", "-days", "2"];
+        ca.extend(key);
+        ca.extend(["-keyout", "ca.key", "-out", "ca.pem"]);
+        openssl(dir, &ca)?;
+        for (name, serial) in [("server", "2"), ("client", "3")] {
+            let (k, csr, pem) = (
+                format!("{name}.key"),
+                format!("{name}.csr"),
+                format!("{name}.pem"),
+            );
+            let mut req = vec!["req", "-new", "-config", "leaf.cnf"];
+            req.extend(key);
+            req.extend(["-keyout", &k, "-out", &csr]);
+            openssl(dir, &req)?;
+            openssl(
+                dir,
+                &[
+                    "x509",
+                    "-req",
+                    "-in",
+                    &csr,
+                    "-CA",
+                    "ca.pem",
+                    "-CAkey",
+                    "ca.key",
+                    "-set_serial",
+                    serial,
+                    "-days",
+                    "2",
+                    "-extfile",
+                    "leaf.cnf",
+                    "-extensions",
+                    "ext",
+                    "-out",
+                    &pem,
+                ],
+            )?;
+        }
+        Ok(TestCertificates {
+            dir: dir.to_path_buf(),
+            ca_pem: std::fs::read(dir.join("ca.pem"))?,
+            client_cert_pem: std::fs::read(dir.join("client.pem"))?,
+            client_key_pem: std::fs::read(dir.join("client.key"))?,
+        })
+    }
+
+    /// The CA certificate (PEM) that signed the others.
+    pub fn ca_pem(&self) -> &[u8] {
+        &self.ca_pem
+    }
+
+    /// The file holding [`ca_pem`](Self::ca_pem).
+    pub fn ca_path(&self) -> PathBuf {
+        self.dir.join("ca.pem")
+    }
+
+    /// A client certificate (PEM) signed by the CA.
+    pub fn client_cert_pem(&self) -> &[u8] {
+        &self.client_cert_pem
+    }
+
+    /// The private key (PEM, PKCS#8) of the client certificate.
+    pub fn client_key_pem(&self) -> &[u8] {
+        &self.client_key_pem
+    }
+
+    /// The files holding the client certificate and its key.
+    pub fn client_paths(&self) -> (PathBuf, PathBuf) {
+        (self.dir.join("client.pem"), self.dir.join("client.key"))
+    }
+
+    fn server_paths(&self) -> (PathBuf, PathBuf) {
+        (self.dir.join("server.pem"), self.dir.join("server.key"))
+    }
 }
 
 /// A `redis-server` child process on `127.0.0.1:port()`, with its own temp
@@ -35,8 +209,11 @@ pub struct RedisServerOptions {
 #[derive(Debug)]
 pub struct RedisServer {
     port: u16,
+    /// The TLS port, with `options.tls`.
+    tls_port: Option<u16>,
     dir: PathBuf,
     options: RedisServerOptions,
+    certificates: Option<TestCertificates>,
     child: Option<(Child, ChildStdin)>,
 }
 
@@ -63,7 +240,8 @@ fn ping(port: u16) -> bool {
         return false;
     }
     let mut buf = [0u8; 64];
-    matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
+    // A server with a password answers `-NOAUTH`: up all the same.
+    matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG") || buf[..n].starts_with(b"-NOAUTH"))
 }
 
 impl RedisServer {
@@ -94,23 +272,34 @@ impl RedisServer {
             .prefix("workjournal-redis-")
             .tempdir()?
             .keep();
+        // From here on, dropping `server` removes the dir.
+        let mut server = RedisServer {
+            port: 0,
+            tls_port: None,
+            dir,
+            options,
+            certificates: None,
+            child: None,
+        };
+        if server.options.tls {
+            server.certificates = Some(TestCertificates::generate(&server.dir.join("tls"))?);
+        }
         let mut last = None;
+        // A free port can be taken by someone else before the server binds
+        // it: try a few. Keep the dir (and the certificates) between tries.
         for _ in 0..5 {
-            let mut server = RedisServer {
-                port: free_port()?,
-                dir: dir.clone(),
-                options: options.clone(),
-                child: None,
-            };
+            server.port = free_port()?;
+            if server.options.tls {
+                server.tls_port = Some(free_port()?);
+            }
             match server.spawn() {
                 Ok(()) => return Ok(server),
                 Err(e) => {
-                    server.stop(true);
+                    server.stop(false);
                     last = Some(e);
                 }
             }
         }
-        let _ = std::fs::remove_dir_all(&dir);
         Err(last.unwrap_or_else(|| io::Error::other("redis-server did not start")))
     }
 
@@ -135,6 +324,29 @@ impl RedisServer {
             args.extend(["--appendonly", "yes", "--appendfsync", "always"].map(String::from));
         } else {
             args.extend(["--appendonly", "no"].map(String::from));
+        }
+        if let Some(pw) = &self.options.password {
+            args.extend(["--requirepass".to_string(), pw.clone()]);
+        }
+        if let (Some(port), Some(certs)) = (self.tls_port, &self.certificates) {
+            let (cert, key) = certs.server_paths();
+            let auth = if self.options.tls_require_client_cert {
+                "yes"
+            } else {
+                "optional"
+            };
+            args.extend([
+                "--tls-port".to_string(),
+                port.to_string(),
+                "--tls-cert-file".into(),
+                cert.display().to_string(),
+                "--tls-key-file".into(),
+                key.display().to_string(),
+                "--tls-ca-cert-file".into(),
+                certs.ca_path().display().to_string(),
+                "--tls-auth-clients".into(),
+                auth.into(),
+            ]);
         }
         if let Some(p) = self.options.replica_of {
             args.extend(["--replicaof".to_string(), "127.0.0.1".into(), p.to_string()]);
@@ -206,6 +418,19 @@ if [ "$cmd" != keep ]; then rm -rf "$d"; fi"#;
     /// The loopback port the server listens on.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// `rediss://127.0.0.1:<tls port>/` with
+    /// [`RedisServerOptions::tls`], else `None`. The server's certificate
+    /// is signed by [`certificates`](Self::certificates)' CA.
+    pub fn tls_url(&self) -> Option<String> {
+        self.tls_port.map(|p| format!("rediss://127.0.0.1:{p}/"))
+    }
+
+    /// The test CA and certificates with [`RedisServerOptions::tls`], else
+    /// `None`.
+    pub fn certificates(&self) -> Option<&TestCertificates> {
+        self.certificates.as_ref()
     }
 
     /// Kill the server with `SIGKILL` (a crash: no shutdown save). Its dir is

@@ -36,6 +36,19 @@
 //! records them as orphans, and `reclaim_stale` takes them whatever
 //! `min_idle`, with `deliveries + 1`.
 //!
+//! A new file is built under a temporary name (`.NAME.creating.PID`) and
+//! linked into place, because redb initialises a file in place and writes
+//! its magic number last: a crash during the first open must not leave a
+//! file that no later open accepts.
+//!
+//! # Disk faults
+//!
+//! After a failed write or fsync (`EIO`, `ENOSPC`) redb refuses all further
+//! work on that `Database` (`PreviousIo`). The failing operation returns
+//! `Error::Io`; before the next one the writer drops the database and opens
+//! the file again, without orphaning this process's claims, so the queue
+//! carries on by itself once the fault clears (SPEC section 5).
+//!
 //! # Damaged files
 //!
 //! By default the open verifies every page checksum (redb's integrity
@@ -49,6 +62,7 @@ mod writer;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{Notify, mpsc, oneshot};
@@ -119,6 +133,15 @@ struct Inner {
     clock: SharedClock,
     wake: Arc<Notify>,
     path: PathBuf,
+    /// Set when no handle can use the file any more, so that an open of the
+    /// same file in this process waits for the writer to let go of it.
+    closing: Arc<AtomicBool>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.closing.store(true, Ordering::Release);
+    }
 }
 
 /// A queue in one redb file (SPEC section 1, `embedded`). Clones share one
@@ -159,6 +182,55 @@ fn claim_path(path: &Path) -> Result<PathBuf> {
     Ok(dir.join(file))
 }
 
+/// Make a new, empty queue file at `path` (if there is none, or only an
+/// empty one) without a moment where a crash leaves a half-made file there.
+/// redb initialises a file in place and writes its magic number last, so a
+/// process killed in between left a file that no open accepts. The file is
+/// built under a temporary name (`.NAME.creating.PID`, which a crash may
+/// leave behind and which is safe to delete) and then linked into place.
+fn create_fresh(path: &Path) -> std::io::Result<()> {
+    let exists = match std::fs::metadata(path) {
+        Ok(m) if m.len() > 0 => return Ok(()),
+        Ok(_) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => return Err(e),
+    };
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Ok(());
+    };
+    let tmp = dir.join(format!(
+        ".{}.creating.{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    // redb syncs the new file before `create` returns.
+    drop(
+        redb::Builder::new()
+            .create(&tmp)
+            .map_err(std::io::Error::other)?,
+    );
+    let placed = if exists {
+        std::fs::rename(&tmp, path)
+    } else {
+        // A link, unlike a rename, never replaces a file that another
+        // process created in the meantime.
+        let linked = std::fs::hard_link(&tmp, path);
+        let _ = std::fs::remove_file(&tmp);
+        match linked {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            other => other,
+        }
+    };
+    placed?;
+    #[cfg(unix)]
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
 impl EmbeddedQueue {
     /// Open the queue file at `path`, creating it if missing, with the
     /// default [`EmbeddedOptions`].
@@ -179,14 +251,21 @@ impl EmbeddedQueue {
         options: EmbeddedOptions,
     ) -> Result<Self> {
         let path = claim_path(path.as_ref())?;
-        let claim = PathClaim::take(path.clone())?;
+        let claim = PathClaim::take(path.clone()).await?;
         let file = path.clone();
-        Self::start(config, path, claim, move || {
-            redb::Builder::new()
-                .set_check_integrity_on_open(options.verify_on_open)
-                .set_cache_size(options.cache_size_bytes)
-                .create(&file)
-        })
+        Self::start(
+            config,
+            path,
+            claim,
+            Box::new(move || {
+                create_fresh(&file)
+                    .map_err(|e| redb::DatabaseError::Storage(redb::StorageError::Io(e)))?;
+                redb::Builder::new()
+                    .set_check_integrity_on_open(options.verify_on_open)
+                    .set_cache_size(options.cache_size_bytes)
+                    .create(&file)
+            }),
+        )
         .await
     }
 
@@ -204,13 +283,50 @@ impl EmbeddedQueue {
         config: Config,
         verify_on_open: bool,
     ) -> Result<Self> {
+        let mut backend = Some(backend);
+        Self::open_on_backend_with(
+            name,
+            move || {
+                backend.take().ok_or_else(|| {
+                    std::io::Error::other(
+                        "this storage backend cannot be opened twice: open the queue again",
+                    )
+                })
+            },
+            config,
+            verify_on_open,
+        )
+        .await
+    }
+
+    /// As [`EmbeddedQueue::open_on_backend`], with a function that makes
+    /// the backend: called once at open, and again whenever the queue
+    /// reopens its database after an I/O error.
+    ///
+    /// # Errors
+    ///
+    /// As [`EmbeddedQueue::open`], or `Io` if `make` fails.
+    #[cfg(feature = "testing")]
+    pub async fn open_on_backend_with<B: redb::StorageBackend>(
+        name: &str,
+        mut make: impl FnMut() -> std::io::Result<B> + Send + 'static,
+        config: Config,
+        verify_on_open: bool,
+    ) -> Result<Self> {
         let path = PathBuf::from(format!("backend:{name}"));
-        let claim = PathClaim::take(path.clone())?;
-        Self::start(config, path, claim, move || {
-            redb::Builder::new()
-                .set_check_integrity_on_open(verify_on_open)
-                .create_with_backend(backend)
-        })
+        let claim = PathClaim::take(path.clone()).await?;
+        Self::start(
+            config,
+            path,
+            claim,
+            Box::new(move || {
+                let backend =
+                    make().map_err(|e| redb::DatabaseError::Storage(redb::StorageError::Io(e)))?;
+                redb::Builder::new()
+                    .set_check_integrity_on_open(verify_on_open)
+                    .create_with_backend(backend)
+            }),
+        )
         .await
     }
 
@@ -218,9 +334,7 @@ impl EmbeddedQueue {
         config: Config,
         path: PathBuf,
         claim: PathClaim,
-        build: impl FnOnce() -> std::result::Result<redb::Database, redb::DatabaseError>
-        + Send
-        + 'static,
+        mut build: writer::Build,
     ) -> Result<Self> {
         let limits = Limits {
             max_deliveries: config.max_deliveries,
@@ -239,13 +353,14 @@ impl EmbeddedQueue {
         let (ready_tx, ready_rx) = oneshot::channel();
         let thread_wake = wake.clone();
         let thread_path = path.clone();
+        let closing = claim.closing_flag();
         std::thread::Builder::new()
             .name("workjournal-writer".into())
             .spawn(
-                move || match writer::open_database(build, &thread_path, limits) {
+                move || match writer::open_database(&mut build, &thread_path, limits) {
                     Ok(db) => {
                         let _ = ready_tx.send(Ok(()));
-                        writer::run(db, rx, limits, thread_wake, claim);
+                        writer::run(db, build, thread_path, rx, limits, thread_wake, claim);
                     }
                     Err(e) => {
                         drop(claim);
@@ -264,6 +379,7 @@ impl EmbeddedQueue {
                 clock,
                 wake,
                 path,
+                closing,
             }),
         })
     }
@@ -297,6 +413,50 @@ macro_rules! expect_reply {
     };
 }
 
+impl EmbeddedQueue {
+    /// Where every item is, by a full scan of the file's state indexes on
+    /// the writer thread (test support, feature `testing`): for invariant
+    /// checks against [`Stats`] and against what a test knows was
+    /// acknowledged. An id with two entries is in two states (a bug); an id
+    /// with none has an item record that no state names (a bug).
+    ///
+    /// # Errors
+    ///
+    /// `Corrupt` if an index names an id without an item record; `Decode`
+    /// for an unreadable dead-letter record; storage failures.
+    #[cfg(feature = "testing")]
+    pub async fn locations(&self) -> Result<BTreeMap<u64, Vec<crate::Location>>> {
+        expect_reply!(self, Op::Locations, Reply::Locations(m) => m)
+    }
+
+    /// Every table of the file as text, table by table, leaving out the
+    /// orphan index that each open rewrites (test support, feature
+    /// `testing`): two queues hold exactly the same state when their dumps
+    /// are equal. Power-loss tests compare a reopened file with the state
+    /// after the last acknowledged commit.
+    ///
+    /// # Errors
+    ///
+    /// Storage failures only.
+    #[cfg(feature = "testing")]
+    pub async fn dump_tables(&self) -> Result<BTreeMap<String, Vec<String>>> {
+        expect_reply!(self, Op::Dump, Reply::Dump(m) => m)
+    }
+
+    /// Where every item is, checked strictly (test support, feature
+    /// `testing`): each id in exactly one state, the lease index equal to the
+    /// leases, every index naming a stored item and every item named once.
+    /// The model tests compare this with the reference model.
+    ///
+    /// # Errors
+    ///
+    /// `Corrupt` naming the first broken invariant; storage failures.
+    #[cfg(feature = "testing")]
+    pub async fn audit(&self) -> Result<BTreeMap<u64, crate::Location>> {
+        expect_reply!(self, Op::Audit, Reply::Audit(m) => m)
+    }
+}
+
 impl WorkQueue for EmbeddedQueue {
     async fn add(&self, item: NewItem) -> Result<Added> {
         let mut v: Vec<Added> =
@@ -326,7 +486,7 @@ impl WorkQueue for EmbeddedQueue {
     }
 
     async fn claim(&self, count: usize, wait: Duration, from: ClaimFrom) -> Result<Vec<Claimed>> {
-        let deadline = tokio::time::Instant::now() + wait;
+        let deadline = crate::clock::wait_deadline(wait);
         loop {
             let notified = self.inner.wake.notified();
             tokio::pin!(notified);
@@ -445,6 +605,7 @@ impl WorkQueue for EmbeddedQueue {
     }
 
     async fn close(&self) -> Result<()> {
+        self.inner.closing.store(true, Ordering::Release);
         let (reply, rx) = oneshot::channel();
         if self.inner.tx.send(Msg::Close(reply)).is_err() {
             return Ok(());

@@ -11,6 +11,8 @@ use std::ops::Bound;
 
 use std::cell::OnceCell;
 
+#[cfg(feature = "testing")]
+use redb::TableHandle;
 use redb::{
     Key, ReadableTable, ReadableTableMetadata, Table, TableDefinition, Value, WriteTransaction,
 };
@@ -625,7 +627,11 @@ impl<'t> Tables<'t> {
                 )));
             }
             match item.dedup_key.as_deref() {
-                Some(k) if seen.contains(k) || self.live_dedup(k, now)?.is_some() => {}
+                // A key earlier in the batch is live only while its window
+                // is open: never with a window of 0 (deduplication off).
+                Some(k)
+                    if self.live_dedup(k, now)?.is_some()
+                        || (self.limits.dedup_window_ms > 0 && seen.contains(k)) => {}
                 Some(k) => {
                     seen.insert(k);
                     fresh += 1;
@@ -633,7 +639,9 @@ impl<'t> Tables<'t> {
                 None => fresh += 1,
             }
         }
+        // An add that journals nothing (only duplicates) is never Full.
         if let Some(limit) = self.limits.max_backlog
+            && fresh > 0
             && self.waiting()?.saturating_add(fresh) > limit
         {
             return Err(Error::Full { limit });
@@ -1097,6 +1105,95 @@ impl<'t> Tables<'t> {
         Ok(out)
     }
 
+    /// Test support: where every item is, by a scan of every index table,
+    /// checking on the way that no id is in two states and that the indexes
+    /// agree with each other and with the item records.
+    #[cfg(feature = "testing")]
+    pub(super) fn audit(&self) -> Result<BTreeMap<u64, crate::backend::memory::Location>> {
+        use crate::backend::memory::Location;
+        let mut out: BTreeMap<u64, Location> = BTreeMap::new();
+        let mut place = |id: u64, at: Location| -> Result<()> {
+            match out.insert(id, at) {
+                Some(before) => Err(Error::corrupt(format!(
+                    "item {id} is in two states: {before:?} and {at:?}"
+                ))),
+                None => Ok(()),
+            }
+        };
+        for entry in self.backlog()?.iter().ctx("scan backlog")? {
+            place(entry.ctx("scan backlog")?.1.value(), Location::Backlog)?;
+        }
+        for entry in self.due()?.iter().ctx("scan due")? {
+            place(entry.ctx("scan due")?.1.value(), Location::Due)?;
+        }
+        for entry in self.delayed()?.iter().ctx("scan delayed")? {
+            place(entry.ctx("scan delayed")?.0.value().1, Location::Delayed)?;
+        }
+        let mut by_time = std::collections::BTreeSet::new();
+        for entry in self.pending()?.iter().ctx("scan leases")? {
+            let (k, v) = entry.ctx("scan leases")?;
+            let id = k.value();
+            let lease: LeaseRecord = codec::decode(&format!("pending[{id}]"), v.value())?;
+            by_time.insert((lease.claimed_at_ms, id));
+            place(id, Location::Pending)?;
+        }
+        let mut indexed = std::collections::BTreeSet::new();
+        for entry in self.pending_by_time()?.iter().ctx("scan lease index")? {
+            indexed.insert(entry.ctx("scan lease index")?.0.value());
+        }
+        if indexed != by_time {
+            return Err(Error::corrupt(format!(
+                "lease index {indexed:?} disagrees with the leases {by_time:?}"
+            )));
+        }
+        for entry in self.orphans()?.iter().ctx("scan orphans")? {
+            let k = entry.ctx("scan orphans")?.0.value();
+            if !by_time.contains(&k) {
+                return Err(Error::corrupt(format!("orphan {k:?} has no lease")));
+            }
+        }
+        for entry in self.parked()?.iter().ctx("scan parked")? {
+            place(entry.ctx("scan parked")?.1.value(), Location::Parked)?;
+        }
+        let mut dead_seqs = BTreeMap::new();
+        for entry in self.dead()?.iter().ctx("scan dead letters")? {
+            let (k, v) = entry.ctx("scan dead letters")?;
+            let rec: DeadRecord = codec::decode(&format!("dead[{}]", k.value()), v.value())?;
+            dead_seqs.insert(rec.id, k.value());
+        }
+        for entry in self.dead_by_id()?.iter().ctx("scan dead letter index")? {
+            let (k, v) = entry.ctx("scan dead letter index")?;
+            if dead_seqs.get(&k.value()) != Some(&v.value()) {
+                return Err(Error::corrupt(format!(
+                    "dead letter index names item {} at {}, the dead letters disagree",
+                    k.value(),
+                    v.value()
+                )));
+            }
+            place(k.value(), Location::DeadLetter)?;
+        }
+        if dead_seqs.len() as u64 != self.dead()?.len().ctx("count dead letters")? {
+            return Err(Error::corrupt("two dead letters name one item"));
+        }
+        let mut records = std::collections::BTreeSet::new();
+        for entry in self.items()?.iter().ctx("scan items")? {
+            records.insert(entry.ctx("scan items")?.0.value());
+        }
+        let located: std::collections::BTreeSet<u64> = out.keys().copied().collect();
+        if records != located {
+            return Err(Error::corrupt(format!(
+                "item records {records:?} and located items {located:?} differ"
+            )));
+        }
+        for entry in self.payloads()?.iter().ctx("scan payloads")? {
+            let id = entry.ctx("scan payloads")?.0.value();
+            if !records.contains(&id) {
+                return Err(Error::corrupt(format!("payload {id} has no item record")));
+            }
+        }
+        Ok(out)
+    }
+
     pub(super) fn stats(&self, now: u64) -> Result<Stats> {
         let due = self.due()?.len().ctx("count due")?;
         let oldest = self
@@ -1114,6 +1211,95 @@ impl<'t> Tables<'t> {
             oldest_pending_age_ms: oldest,
             durable: true,
         })
+    }
+
+    /// Where every id is, by a full scan of the state indexes (test support).
+    /// An id listed twice is in two states; an item record that no index
+    /// names is listed with no location; an index entry naming an id
+    /// without an item record is `Corrupt`.
+    #[cfg(feature = "testing")]
+    pub(super) fn locations(&self) -> Result<BTreeMap<u64, Vec<crate::Location>>> {
+        use crate::Location;
+        let mut out: BTreeMap<u64, Vec<Location>> = BTreeMap::new();
+        for entry in self.backlog()?.iter().ctx("scan backlog")? {
+            let id = entry.ctx("scan backlog")?.1.value();
+            out.entry(id).or_default().push(Location::Backlog);
+        }
+        for entry in self.due()?.iter().ctx("scan due")? {
+            let id = entry.ctx("scan due")?.1.value();
+            out.entry(id).or_default().push(Location::Due);
+        }
+        for entry in self.delayed()?.iter().ctx("scan delayed")? {
+            let (_, id) = entry.ctx("scan delayed")?.0.value();
+            out.entry(id).or_default().push(Location::Delayed);
+        }
+        for entry in self.pending()?.iter().ctx("scan leases")? {
+            let id = entry.ctx("scan leases")?.0.value();
+            out.entry(id).or_default().push(Location::Pending);
+        }
+        for entry in self.parked()?.iter().ctx("scan parked")? {
+            let id = entry.ctx("scan parked")?.1.value();
+            out.entry(id).or_default().push(Location::Parked);
+        }
+        for entry in self.dead()?.iter().ctx("scan dead letters")? {
+            let (k, v) = entry.ctx("scan dead letters")?;
+            let rec: DeadRecord = codec::decode(&format!("dead[{}]", k.value()), v.value())?;
+            out.entry(rec.id).or_default().push(Location::DeadLetter);
+        }
+        for id in out.keys() {
+            if self.items()?.get(*id).ctx("read item")?.is_none() {
+                return Err(Error::corrupt(format!(
+                    "an index names item {id}, which has no record"
+                )));
+            }
+        }
+        for entry in self.items()?.iter().ctx("scan items")? {
+            let id = entry.ctx("scan items")?.0.value();
+            out.entry(id).or_default();
+        }
+        Ok(out)
+    }
+
+    /// Every table's entries as text, table by table (test support):
+    /// two files hold the same queue state exactly when their dumps are
+    /// equal. `orphans` is left out: each open rewrites it from `pending`.
+    #[cfg(feature = "testing")]
+    pub(super) fn dump(&self) -> Result<BTreeMap<String, Vec<String>>> {
+        fn rows<K, V>(t: &Table<'_, K, V>) -> Result<Vec<String>>
+        where
+            K: redb::Key + 'static,
+            V: redb::Value + 'static,
+            for<'a> K::SelfType<'a>: std::fmt::Debug,
+            for<'a> V::SelfType<'a>: std::fmt::Debug,
+        {
+            let mut out = Vec::new();
+            for entry in t.iter().ctx("dump table")? {
+                let (k, v) = entry.ctx("dump table")?;
+                out.push(format!("{:?} = {:?}", k.value(), v.value()));
+            }
+            Ok(out)
+        }
+        let mut out = BTreeMap::new();
+        out.insert(META.name().to_string(), rows(self.meta()?)?);
+        out.insert(ITEMS.name().to_string(), rows(self.items()?)?);
+        out.insert(PAYLOADS.name().to_string(), rows(self.payloads()?)?);
+        out.insert(BACKLOG.name().to_string(), rows(self.backlog()?)?);
+        out.insert(DUE.name().to_string(), rows(self.due()?)?);
+        out.insert(DELAYED.name().to_string(), rows(self.delayed()?)?);
+        out.insert(PENDING.name().to_string(), rows(self.pending()?)?);
+        out.insert(
+            PENDING_BY_TIME.name().to_string(),
+            rows(self.pending_by_time()?)?,
+        );
+        out.insert(PARKED.name().to_string(), rows(self.parked()?)?);
+        out.insert(PAUSED.name().to_string(), rows(self.paused()?)?);
+        out.insert(DONE.name().to_string(), rows(self.done()?)?);
+        out.insert(DONE_EXPIRY.name().to_string(), rows(self.done_expiry()?)?);
+        out.insert(DEDUP.name().to_string(), rows(self.dedup()?)?);
+        out.insert(DEDUP_EXPIRY.name().to_string(), rows(self.dedup_expiry()?)?);
+        out.insert(DEAD.name().to_string(), rows(self.dead()?)?);
+        out.insert(DEAD_BY_ID.name().to_string(), rows(self.dead_by_id()?)?);
+        Ok(out)
     }
 
     /// Ids in claim order: due lane, delayed items already due, backlog; at

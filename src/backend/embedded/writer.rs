@@ -2,9 +2,10 @@
 //! operations into one write transaction and one fsync (group commit), and
 //! hands each caller its own result.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use redb::{Database, Durability, TableHandle};
@@ -24,13 +25,19 @@ const MAX_BATCH: usize = 512;
 pub(super) enum Op {
     Add(Vec<(NewItem, Option<u64>)>),
     Promote,
-    Claim { count: usize, from: ClaimFrom },
+    Claim {
+        count: usize,
+        from: ClaimFrom,
+    },
     Ack(Receipt),
     AckBatch(Vec<Receipt>),
     Touch(Vec<Receipt>),
     Retry(Receipt, u64),
     DeadLetter(Receipt, String),
-    Reclaim { min_idle_ms: u64, count: usize },
+    Reclaim {
+        min_idle_ms: u64,
+        count: usize,
+    },
     Pause(String),
     Resume(String),
     Park(Receipt),
@@ -47,6 +54,12 @@ pub(super) enum Op {
     Stats,
     BacklogByFlow(usize),
     Peek(usize),
+    #[cfg(feature = "testing")]
+    Locations,
+    #[cfg(feature = "testing")]
+    Dump,
+    #[cfg(feature = "testing")]
+    Audit,
 }
 
 impl Op {
@@ -61,7 +74,17 @@ impl Op {
                 | Op::Stats
                 | Op::BacklogByFlow(_)
                 | Op::Peek(_)
-        )
+        ) || self.is_test_read()
+    }
+
+    #[cfg(feature = "testing")]
+    fn is_test_read(&self) -> bool {
+        matches!(self, Op::Locations | Op::Dump | Op::Audit)
+    }
+
+    #[cfg(not(feature = "testing"))]
+    fn is_test_read(&self) -> bool {
+        false
     }
 
     /// Operations whose only effect is to hand items to the caller: if the
@@ -87,6 +110,12 @@ pub(super) enum Reply {
     Stats(Stats),
     ByFlow(BTreeMap<String, u64>),
     Items(Vec<Item>),
+    #[cfg(feature = "testing")]
+    Locations(BTreeMap<u64, Vec<crate::Location>>),
+    #[cfg(feature = "testing")]
+    Dump(BTreeMap<String, Vec<String>>),
+    #[cfg(feature = "testing")]
+    Audit(BTreeMap<u64, crate::Location>),
 }
 
 pub(super) struct Request {
@@ -103,26 +132,69 @@ pub(super) enum Msg {
 
 /// Paths open in this process: redb's file lock does not exclude a second
 /// handle of the same process on every platform, so we do.
-static OPEN_PATHS: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
+static OPEN_PATHS: Mutex<Option<HashMap<PathBuf, Arc<AtomicBool>>>> = Mutex::new(None);
 
-pub(super) struct PathClaim(PathBuf);
+/// How long an open waits for a handle of this process that is closing (its
+/// last clone was dropped, its writer thread is finishing) to let go of the
+/// file, before it reports `Locked`.
+const CLOSING_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// This process's claim on one queue file, held by the writer thread until
+/// it has dropped the database. `closing` is set once no handle can use the
+/// file any more, so that an open of the same file waits for the release
+/// instead of failing with `Locked`.
+pub(super) struct PathClaim {
+    path: PathBuf,
+    closing: Arc<AtomicBool>,
+}
 
 impl PathClaim {
-    pub(super) fn take(path: PathBuf) -> Result<Self> {
+    fn try_take(path: &Path) -> std::result::Result<Self, Arc<AtomicBool>> {
         let mut guard = OPEN_PATHS.lock().unwrap_or_else(|e| e.into_inner());
-        let set = guard.get_or_insert_with(HashSet::new);
-        if !set.insert(path.clone()) {
-            return Err(Error::Locked { path });
+        let map = guard.get_or_insert_with(HashMap::new);
+        if let Some(holder) = map.get(path) {
+            return Err(holder.clone());
         }
-        Ok(PathClaim(path))
+        let closing = Arc::new(AtomicBool::new(false));
+        map.insert(path.to_path_buf(), closing.clone());
+        Ok(PathClaim {
+            path: path.to_path_buf(),
+            closing,
+        })
+    }
+
+    /// Claim `path` for this process. If a handle of this process holds it
+    /// and is closing, wait (up to 10 s) for it to let go.
+    ///
+    /// # Errors
+    ///
+    /// `Locked` if an open handle of this process holds the file.
+    pub(super) async fn take(path: PathBuf) -> Result<Self> {
+        let start = tokio::time::Instant::now();
+        loop {
+            match Self::try_take(&path) {
+                Ok(claim) => return Ok(claim),
+                Err(holder)
+                    if holder.load(Ordering::Acquire) && start.elapsed() < CLOSING_GRACE =>
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                }
+                Err(_) => return Err(Error::Locked { path }),
+            }
+        }
+    }
+
+    /// The flag a handle sets when it can no longer use the file.
+    pub(super) fn closing_flag(&self) -> Arc<AtomicBool> {
+        self.closing.clone()
     }
 }
 
 impl Drop for PathClaim {
     fn drop(&mut self) {
         let mut guard = OPEN_PATHS.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(set) = guard.as_mut() {
-            set.remove(&self.0);
+        if let Some(map) = guard.as_mut() {
+            map.remove(&self.path);
         }
     }
 }
@@ -174,6 +246,12 @@ fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
         Op::Stats => Reply::Stats(t.stats(now)?),
         Op::BacklogByFlow(n) => Reply::ByFlow(t.backlog_by_flow(*n, now)?),
         Op::Peek(n) => Reply::Items(t.peek(*n, now)?),
+        #[cfg(feature = "testing")]
+        Op::Locations => Reply::Locations(t.locations()?),
+        #[cfg(feature = "testing")]
+        Op::Dump => Reply::Dump(t.dump()?),
+        #[cfg(feature = "testing")]
+        Op::Audit => Reply::Audit(t.audit()?),
     })
 }
 
@@ -269,12 +347,29 @@ fn panic_error(what: &str) -> Error {
     ))
 }
 
+/// Opens the database: from the file's path and options, or from a test's
+/// storage backend. Called again to reopen after an I/O error.
+pub(super) type Build =
+    Box<dyn FnMut() -> std::result::Result<Database, redb::DatabaseError> + Send>;
+
 /// Open (or create) the file and run recovery: check the schema, mark every
 /// pending item as orphaned. Runs on the writer thread.
 pub(super) fn open_database(
-    build: impl FnOnce() -> std::result::Result<Database, redb::DatabaseError>,
+    build: &mut Build,
     path: &std::path::Path,
     limits: Limits,
+) -> Result<Database> {
+    open_and_recover(build, path, limits, true)
+}
+
+/// Open and check the schema; with `orphan`, mark every pending item as
+/// belonging to a process that is gone. A reopen by the same process after
+/// an I/O error does not: its consumers still hold their claims.
+fn open_and_recover(
+    build: &mut Build,
+    path: &std::path::Path,
+    limits: Limits,
+    orphan: bool,
 ) -> Result<Database> {
     let db = match catch_unwind(AssertUnwindSafe(build)) {
         Ok(Ok(db)) => db,
@@ -312,7 +407,7 @@ pub(super) fn open_database(
                 // migrate yet. A future version adds its migration here.
                 Some(_) => {}
             }
-            t.orphan_all_pending()?
+            if orphan { t.orphan_all_pending()? } else { 0 }
         };
         txn.commit().ctx("commit recovery")?;
         Ok(orphans)
@@ -369,14 +464,84 @@ fn open_error(e: redb::DatabaseError, path: &std::path::Path) -> Error {
     }
 }
 
+/// The database and how to open it again.
+struct Store {
+    /// `None` after an I/O error, until a reopen succeeds.
+    db: Option<Database>,
+    build: Build,
+    path: PathBuf,
+    limits: Limits,
+    /// An operation failed with an I/O or storage error: before the next
+    /// one, check whether redb has poisoned itself.
+    suspect: bool,
+}
+
+/// Whether `db` refuses all work after an earlier I/O error (redb then
+/// answers every call with `PreviousIo` until it is dropped and reopened).
+fn poisoned(db: &Database) -> bool {
+    match catch_unwind(AssertUnwindSafe(|| db.begin_write())) {
+        Ok(Ok(txn)) => {
+            let _ = txn.abort();
+            false
+        }
+        Ok(Err(redb::TransactionError::Storage(
+            redb::StorageError::PreviousIo | redb::StorageError::Io(_),
+        ))) => true,
+        Ok(Err(_)) => false,
+        Err(_) => true,
+    }
+}
+
+impl Store {
+    /// The database, reopened first if an I/O error has poisoned it, so
+    /// that the queue carries on once the fault (a full disk, a failing
+    /// device) clears, without the caller reopening it.
+    fn ready(&mut self) -> Result<&mut Database> {
+        if self.suspect {
+            if self.db.as_ref().is_some_and(poisoned) {
+                // Dropped before the reopen, which needs the file lock.
+                self.db = None;
+            }
+            if self.db.is_none() {
+                let db = open_and_recover(&mut self.build, &self.path, self.limits, false)
+                    .map_err(|e| Error::Io {
+                        context: format!("reopen {} after an i/o error", self.path.display()),
+                        source: std::io::Error::other(e),
+                    })?;
+                tracing::warn!(path = %self.path.display(), "reopened after an i/o error");
+                self.db = Some(db);
+            }
+            self.suspect = false;
+        }
+        self.db
+            .as_mut()
+            .ok_or_else(|| Error::corrupt("the database is not open"))
+    }
+
+    fn note<T>(&mut self, result: &Result<T>) {
+        if matches!(result, Err(Error::Io { .. } | Error::Storage { .. })) {
+            self.suspect = true;
+        }
+    }
+}
+
 /// The writer loop. Returns when every handle is gone or on `Close`.
 pub(super) fn run(
-    mut db: Database,
+    db: Database,
+    build: Build,
+    path: PathBuf,
     mut rx: mpsc::UnboundedReceiver<Msg>,
     limits: Limits,
     wake: Arc<Notify>,
     claim: PathClaim,
 ) {
+    let mut store = Store {
+        db: Some(db),
+        build,
+        path,
+        limits,
+        suspect: false,
+    };
     let mut close_reply = None;
     'outer: while let Some(first) = rx.blocking_recv() {
         let mut reqs: Vec<Request> = Vec::new();
@@ -385,15 +550,18 @@ pub(super) fn run(
             match msg {
                 Msg::Req(r) => reqs.push(r),
                 Msg::Compact(reply) => {
-                    run_batch(&db, limits, &wake, std::mem::take(&mut reqs));
-                    let result = match catch_unwind(AssertUnwindSafe(|| db.compact())) {
-                        Ok(r) => r.ctx("compact"),
-                        Err(_) => Err(panic_error("compact")),
-                    };
+                    run_batch(&mut store, &wake, std::mem::take(&mut reqs));
+                    let result = store.ready().and_then(|db| {
+                        match catch_unwind(AssertUnwindSafe(|| db.compact())) {
+                            Ok(r) => r.ctx("compact"),
+                            Err(_) => Err(panic_error("compact")),
+                        }
+                    });
+                    store.note(&result);
                     let _ = reply.send(result);
                 }
                 Msg::Close(reply) => {
-                    run_batch(&db, limits, &wake, std::mem::take(&mut reqs));
+                    run_batch(&mut store, &wake, std::mem::take(&mut reqs));
                     close_reply = Some(reply);
                     break 'outer;
                 }
@@ -402,17 +570,17 @@ pub(super) fn run(
                 next = rx.try_recv().ok();
             }
         }
-        run_batch(&db, limits, &wake, reqs);
+        run_batch(&mut store, &wake, reqs);
     }
     rx.close();
-    drop(db);
+    drop(store);
     drop(claim);
     if let Some(reply) = close_reply {
         let _ = reply.send(());
     }
 }
 
-fn run_batch(db: &Database, limits: Limits, wake: &Notify, reqs: Vec<Request>) {
+fn run_batch(store: &mut Store, wake: &Notify, reqs: Vec<Request>) {
     // A claim whose caller has gone (its future was dropped) is not run, so
     // that it strands nothing in pending.
     let reqs: Vec<Request> = reqs
@@ -425,13 +593,23 @@ fn run_batch(db: &Database, limits: Limits, wake: &Notify, reqs: Vec<Request>) {
     let (ops, replies): (Vec<(Op, u64)>, Vec<_>) =
         reqs.into_iter().map(|r| ((r.op, r.now), r.reply)).unzip();
     let writes = ops.iter().any(|(op, _)| !op.is_read());
-    let results = match catch_unwind(AssertUnwindSafe(|| execute(db, limits, &ops))) {
-        Ok(results) => results,
-        Err(_) => ops
-            .iter()
-            .map(|_| Err(panic_error("a transaction")))
-            .collect(),
+    let limits = store.limits;
+    let results = match store.ready() {
+        Ok(db) => match catch_unwind(AssertUnwindSafe(|| execute(&*db, limits, &ops))) {
+            Ok(results) => results,
+            Err(_) => ops
+                .iter()
+                .map(|_| Err(panic_error("a transaction")))
+                .collect(),
+        },
+        Err(e) => {
+            store.suspect = true;
+            ops.iter().map(|_| Err(e.duplicate())).collect()
+        }
     };
+    for r in &results {
+        store.note(r);
+    }
     if writes {
         wake.notify_waiters();
     }

@@ -50,7 +50,14 @@
 //!   id — so `reclaim_stale` reaches every stale item however many fresh ones
 //!   there are (unlike `XAUTOCLAIM` from `0-0`, which scans only the first
 //!   `COUNT`×10 PEL entries). Reclaimed stream entries move to the new owner
-//!   with `XCLAIM ... JUSTID`.
+//!   with `XCLAIM ... JUSTID`. A reclaim that took anything over also
+//!   removes consumers that hold no pending entries (handles that died):
+//!   removing a consumer deletes its PEL entries, so one that holds any is
+//!   never removed, and `close` removes its own consumer only when empty.
+//! - **Hot paths are batched.** A claim reads each item with one `HMGET` and
+//!   writes it with one `HSET`; the lease counter and the pending index are
+//!   written once per call; an ack reads each receipt with one `HMGET` and
+//!   acks, deletes and unindexes the whole batch with one command each.
 //! - **Time.** Every script takes `now` from the queue's clock: an injected
 //!   [`Clock`](crate::Clock), or by default the server's `TIME`, so hosts
 //!   with skewed clocks agree on when a timer is due and a claim is stale.
@@ -71,11 +78,24 @@
 //!   [`Error::Backend`](crate::Error::Backend) after it; the connection
 //!   reconnects on its own when Redis returns, and scripts are reloaded on
 //!   `NOSCRIPT` after a restart.
+//! - **TLS.** `rediss://` URLs go through rustls (ring provider, TLS 1.2
+//!   and 1.3), built into the `redis` feature rather than a feature of its
+//!   own, because a queue shared by many hosts mostly talks to Redis over a
+//!   network, and managed services take TLS only. One `redis::Client` holds
+//!   the URL and the TLS settings (CA, client certificate) and every
+//!   connection comes from it: the `ConnectionManager` and its reconnects,
+//!   and the dedicated blocking-wait connections, so none of them can fall
+//!   back to other roots or to plain text. Without
+//!   [`RedisOptions::tls_ca_pem`]/[`tls_ca_file`](RedisOptions::tls_ca_file)
+//!   the platform's roots are trusted (`rustls-native-certs`); with one,
+//!   only that CA. `#insecure` URLs are refused: a queue's payloads and
+//!   receipts should not cross a network unauthenticated.
 //! - **Replication.** With `min_replicas > 0`, every write is followed by
 //!   `WAIT`; fewer acknowledgements than asked is an error saying how many
 //!   replicas acknowledged. The write has then happened on the primary.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -130,6 +150,36 @@ pub struct RedisOptions {
     min_replicas: u32,
     replica_timeout: Duration,
     consumer_name: Option<String>,
+    tls_ca: Option<Pem>,
+    tls_client: Option<(Pem, Pem)>,
+}
+
+/// PEM text given inline or as a file that `connect` reads.
+#[derive(Clone)]
+enum Pem {
+    Bytes(Vec<u8>),
+    File(PathBuf),
+}
+
+impl std::fmt::Debug for Pem {
+    // Never print the bytes: one of them may be a private key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Pem::Bytes(b) => write!(f, "<{} bytes of PEM>", b.len()),
+            Pem::File(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+impl Pem {
+    fn load(&self, what: &str) -> Result<Vec<u8>> {
+        match self {
+            Pem::Bytes(b) => Ok(b.clone()),
+            Pem::File(p) => std::fs::read(p).map_err(|e| {
+                Error::invalid(format!("cannot read the {what} file {}: {e}", p.display()))
+            }),
+        }
+    }
 }
 
 impl Default for RedisOptions {
@@ -140,6 +190,8 @@ impl Default for RedisOptions {
             min_replicas: 0,
             replica_timeout: DEFAULT_REPLICA_TIMEOUT,
             consumer_name: None,
+            tls_ca: None,
+            tls_client: None,
         }
     }
 }
@@ -181,6 +233,68 @@ impl RedisOptions {
     pub fn consumer_name(mut self, name: impl Into<String>) -> Self {
         self.consumer_name = Some(name.into());
         self
+    }
+
+    /// For a `rediss://` URL: trust the CA certificate(s) in this PEM text
+    /// (one or more `CERTIFICATE` blocks) to sign the server's certificate,
+    /// *instead of* the platform's trusted roots. The server's certificate
+    /// must name the URL's host (a DNS name, or an IP address for a URL
+    /// such as `rediss://10.0.0.5:6380/`). Replaces an earlier
+    /// [`tls_ca_file`](Self::tls_ca_file). Default: none, so the platform's
+    /// roots (as `rustls-native-certs` finds them, e.g.
+    /// `/etc/ssl/certs`) are trusted, which suits managed Redis services
+    /// with publicly signed certificates.
+    pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_ca = Some(Pem::Bytes(pem.into()));
+        self
+    }
+
+    /// As [`tls_ca_pem`](Self::tls_ca_pem), with the PEM read from this
+    /// file by `connect` (a missing or unreadable file is `InvalidInput`).
+    /// Default: none.
+    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls_ca = Some(Pem::File(path.into()));
+        self
+    }
+
+    /// For a `rediss://` URL: present this client certificate (PEM, the
+    /// leaf first, then any intermediates) and its private key (PEM:
+    /// PKCS#8, PKCS#1 or SEC1) to a server that asks for one (Redis
+    /// `tls-auth-clients yes` or `optional`). Replaces an earlier
+    /// [`tls_client_cert_files`](Self::tls_client_cert_files). Default:
+    /// none (no client certificate; a server that requires one refuses the
+    /// connection, which is `Error::Backend`).
+    pub fn tls_client_cert_pem(
+        mut self,
+        cert_chain: impl Into<Vec<u8>>,
+        key: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls_client = Some((Pem::Bytes(cert_chain.into()), Pem::Bytes(key.into())));
+        self
+    }
+
+    /// As [`tls_client_cert_pem`](Self::tls_client_cert_pem), with both
+    /// PEMs read from these files by `connect`. Default: none.
+    pub fn tls_client_cert_files(
+        mut self,
+        cert_chain: impl Into<PathBuf>,
+        key: impl Into<PathBuf>,
+    ) -> Self {
+        self.tls_client = Some((Pem::File(cert_chain.into()), Pem::File(key.into())));
+        self
+    }
+
+    /// True if a CA was given with [`tls_ca_pem`](Self::tls_ca_pem) or
+    /// [`tls_ca_file`](Self::tls_ca_file).
+    pub fn has_tls_ca(&self) -> bool {
+        self.tls_ca.is_some()
+    }
+
+    /// True if a client certificate was given with
+    /// [`tls_client_cert_pem`](Self::tls_client_cert_pem) or
+    /// [`tls_client_cert_files`](Self::tls_client_cert_files).
+    pub fn has_tls_client_cert(&self) -> bool {
+        self.tls_client.is_some()
     }
 
     /// The configured connect timeout.
@@ -300,6 +414,34 @@ struct Inner {
 /// # Ok(())
 /// # }
 /// ```
+///
+/// # TLS
+///
+/// A `rediss://host:port/` URL connects over TLS (rustls with the ring
+/// provider; TLS 1.2 and 1.3). The server's certificate must chain to a
+/// trusted root and name the URL's host. By default the platform's roots
+/// are trusted (e.g. `/etc/ssl/certs`), which suits managed services with
+/// publicly signed certificates; for a private CA give it with
+/// [`RedisOptions::tls_ca_pem`] or [`RedisOptions::tls_ca_file`] (it then
+/// replaces the platform's roots). A server that requires client
+/// certificates (`tls-auth-clients yes`) gets the one given with
+/// [`RedisOptions::tls_client_cert_pem`] or
+/// [`RedisOptions::tls_client_cert_files`]. Every connection of a handle
+/// (the shared one, its reconnects, and those of blocking claims) uses the
+/// same settings. `#insecure` URLs (no certificate check) are refused, and
+/// so are TLS options with a plain `redis://` URL.
+///
+/// ```no_run
+/// use workjournal::{Config, RedisOptions, RedisQueue};
+/// # async fn run() -> workjournal::Result<()> {
+/// let options = RedisOptions::default()
+///     .tls_ca_file("/etc/workjournal/redis-ca.pem")
+///     .tls_client_cert_files("/etc/workjournal/client.pem", "/etc/workjournal/client.key");
+/// let queue = RedisQueue::connect("rediss://:secret@redis.internal:6380/", "mail",
+///     Config::default(), options).await?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct RedisQueue {
     inner: Arc<Inner>,
@@ -346,24 +488,120 @@ fn need_flow(flow: &str) -> Result<()> {
     Ok(())
 }
 
+/// A count as a script argument, clamped so that Lua's doubles print it as
+/// an integer.
+fn n_arg(n: usize) -> Vec<u8> {
+    (n as u64).min(MAX_LUA_MS).to_string().into_bytes()
+}
+
 fn receipt_args(args: &mut Vec<Vec<u8>>, r: &Receipt) {
     args.push(r.id.to_string().into_bytes());
     args.push(r.lease.to_string().into_bytes());
 }
 
+/// What a failed connect was, for the error: naming TLS points at
+/// certificates when the source says the handshake failed.
+fn connect_what(client: &redis::Client) -> &'static str {
+    match client.get_connection_info().addr() {
+        redis::ConnectionAddr::TcpTls { .. } => "connect over TLS",
+        _ => "connect",
+    }
+}
+
+/// Load a PEM that must hold at least one certificate. redis-rs would take
+/// text without any as an empty trust store (or an empty chain) and fail
+/// only at the handshake, as if the server were at fault.
+fn certificates(pem: &Pem, what: &str) -> Result<Vec<u8>> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let bytes = pem.load(what)?;
+    let mut n = 0usize;
+    for cert in CertificateDer::pem_slice_iter(&bytes) {
+        cert.map_err(|e| Error::invalid(format!("the {what} PEM is not valid: {e}")))?;
+        n += 1;
+    }
+    if n == 0 {
+        return Err(Error::invalid(format!(
+            "the {what} PEM holds no CERTIFICATE block ({pem:?})"
+        )));
+    }
+    Ok(bytes)
+}
+
+/// The one client every connection of a handle comes from (the managed
+/// connection, its reconnects and the blocking-wait connections), so all of
+/// them use the same TLS settings.
+fn client_for(url: &str, options: &RedisOptions) -> Result<redis::Client> {
+    use redis::IntoConnectionInfo;
+    let info = url
+        .into_connection_info()
+        .map_err(|e| Error::invalid(format!("redis url is not valid: {e}")))?;
+    let insecure = match info.addr() {
+        redis::ConnectionAddr::TcpTls { insecure, .. } => *insecure,
+        _ => {
+            if options.tls_ca.is_some() || options.tls_client.is_some() {
+                // Silently talking plain text to a server the caller meant
+                // to reach over TLS would be worse than refusing.
+                return Err(Error::invalid(
+                    "redis TLS options (CA or client certificate) need a rediss:// url",
+                ));
+            }
+            return redis::Client::open(info)
+                .map_err(|e| Error::invalid(format!("redis url is not valid: {e}")));
+        }
+    };
+    if insecure {
+        return Err(Error::invalid(
+            "redis url asks for TLS without certificate checks (#insecure), which is not \
+             supported: give the server's CA with RedisOptions::tls_ca_pem or tls_ca_file",
+        ));
+    }
+    // redis-rs asks rustls for its process-wide default crypto provider. Make
+    // it ring (the provider this crate builds) unless the application has
+    // installed one already, in which case that one stays.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    if options.tls_ca.is_none() && options.tls_client.is_none() {
+        return redis::Client::open(info)
+            .map_err(|e| Error::invalid(format!("redis url is not valid: {e}")));
+    }
+    let root_cert = match &options.tls_ca {
+        Some(pem) => Some(certificates(pem, "TLS CA")?),
+        None => None,
+    };
+    let client_tls = match &options.tls_client {
+        Some((cert, key)) => Some(redis::ClientTlsConfig {
+            client_cert: certificates(cert, "TLS client certificate")?,
+            client_key: key.load("TLS client key")?,
+        }),
+        None => None,
+    };
+    redis::Client::build_with_tls(
+        info,
+        redis::TlsCertificates {
+            client_tls,
+            root_cert,
+        },
+    )
+    .map_err(|e| Error::invalid(format!("redis TLS settings are not valid: {e}")))
+}
+
 impl RedisQueue {
     /// Connect to the Redis at `url` (`redis://[user:password@]host[:port][/db]`,
-    /// or `rediss://` for TLS where the client was built with it) and use the
-    /// queue in `namespace`: every key starts with `{namespace}:`. Creates the
-    /// streams and their consumer group if missing. Logs a warning if the
-    /// server may evict keys (`maxmemory-policy allkeys-*`) or keeps no
-    /// persistence, saying what a crash can then lose.
+    /// or `rediss://...` for TLS, see [TLS](RedisQueue#tls)) and use
+    /// the queue in `namespace`: every key starts with `{namespace}:`.
+    /// Creates the streams and their consumer group if missing. Logs a
+    /// warning if the server may evict keys (`maxmemory-policy allkeys-*`)
+    /// or keeps no persistence, saying what a crash can then lose.
     ///
     /// # Errors
     ///
-    /// `InvalidInput` for a bad URL or a namespace that is empty or contains
-    /// `{` or `}`; `Backend` if Redis cannot be reached within
-    /// `connect_timeout + response_timeout`.
+    /// `InvalidInput` for a bad URL, a namespace that is empty or contains
+    /// `{` or `}`, TLS options with a `redis://` URL, a `rediss://` URL with
+    /// `#insecure`, or a CA or client certificate that cannot be read or
+    /// parsed; `Backend` if Redis cannot be reached within
+    /// `3 * connect_timeout + response_timeout` (a TLS handshake that fails,
+    /// e.g. a server certificate no trusted CA signed, is such a failure:
+    /// the source names the certificate problem).
     pub async fn connect(
         url: &str,
         namespace: &str,
@@ -375,8 +613,7 @@ impl RedisQueue {
                 "redis namespace {namespace:?} must be non-empty and free of '{{' and '}}'"
             )));
         }
-        let client = redis::Client::open(url)
-            .map_err(|e| Error::invalid(format!("redis url is not valid: {e}")))?;
+        let client = client_for(url, &options)?;
         let mut response = options.response_timeout;
         if options.min_replicas > 0 {
             response += options.replica_timeout;
@@ -389,7 +626,7 @@ impl RedisQueue {
             .set_max_delay(Duration::from_millis(200));
         let limit = options.connect_timeout * 3 + response;
         let conn = bounded(
-            "connect",
+            connect_what(&client),
             limit,
             client.get_connection_manager_with_config(cm),
         )
@@ -529,7 +766,13 @@ impl RedisQueue {
 
     /// Run `script` with the namespace prefix as its key and `now` first in
     /// its arguments; after a write, wait for replicas if asked.
-    async fn run(&self, what: &str, script: &Script, args: Vec<Vec<u8>>, write: bool) -> Result<Value> {
+    async fn run(
+        &self,
+        what: &str,
+        script: &Script,
+        args: Vec<Vec<u8>>,
+        write: bool,
+    ) -> Result<Value> {
         self.check_open()?;
         let mut inv = script.key(self.inner.prefix.as_str());
         inv.arg(self.now_arg());
@@ -658,13 +901,15 @@ impl RedisQueue {
     ) -> Result<(Vec<Claimed>, String, Option<u64>, u64)> {
         let args = vec![
             self.inner.consumer.clone().into_bytes(),
-            count.to_string().into_bytes(),
+            n_arg(count),
             match from {
                 ClaimFrom::All => b"all".to_vec(),
                 ClaimFrom::DueOnly => b"due".to_vec(),
             },
         ];
-        let v = self.run("claim", &self.inner.scripts.claim, args, true).await?;
+        let v = self
+            .run("claim", &self.inner.scripts.claim, args, true)
+            .await?;
         let a = array(&v, "claim")?;
         let got = claims(at(a, 0, "claim")?)?;
         self.log_missing(uint(at(a, 1, "claim")?, "claim missing")?, "claim");
@@ -683,7 +928,11 @@ impl RedisQueue {
     }
 
     fn give_blocker(&self, conn: MultiplexedConnection) {
-        let mut pool = self.inner.blockers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pool = self
+            .inner
+            .blockers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if pool.len() < 4 {
             pool.push(conn);
         }
@@ -704,9 +953,11 @@ impl RedisQueue {
                     .set_connection_timeout(Some(self.inner.options.connect_timeout))
                     .set_response_timeout(None);
                 bounded(
-                    "connect",
+                    connect_what(&self.inner.client),
                     self.limit(),
-                    self.inner.client.get_multiplexed_async_connection_with_config(&cfg),
+                    self.inner
+                        .client
+                        .get_multiplexed_async_connection_with_config(&cfg),
                 )
                 .await?
             }
@@ -750,8 +1001,9 @@ impl RedisQueue {
     }
 
     async fn look(&self, mode: &str, n: usize) -> Result<Value> {
-        let args = vec![mode.as_bytes().to_vec(), n.to_string().into_bytes()];
-        self.run("look", &self.inner.scripts.look, args, false).await
+        let args = vec![mode.as_bytes().to_vec(), n_arg(n)];
+        self.run("look", &self.inner.scripts.look, args, false)
+            .await
     }
 
     async fn simple<T: redis::FromRedisValue>(&self, what: &str, cmd: redis::Cmd) -> Result<T> {
@@ -764,7 +1016,8 @@ impl RedisQueue {
 impl WorkQueue for RedisQueue {
     async fn add(&self, item: NewItem) -> Result<Added> {
         let mut v = self.add_many(vec![(item, None)]).await?;
-        v.pop().ok_or_else(|| Error::backend("redis add returned no id"))
+        v.pop()
+            .ok_or_else(|| Error::backend("redis add returned no id"))
     }
 
     async fn add_batch(&self, items: Vec<NewItem>) -> Result<Vec<Added>> {
@@ -774,7 +1027,8 @@ impl WorkQueue for RedisQueue {
 
     async fn add_delayed(&self, item: NewItem, not_before_ms: u64) -> Result<Added> {
         let mut v = self.add_many(vec![(item, Some(not_before_ms))]).await?;
-        v.pop().ok_or_else(|| Error::backend("redis add returned no id"))
+        v.pop()
+            .ok_or_else(|| Error::backend("redis add returned no id"))
     }
 
     async fn next_due(&self) -> Result<Option<u64>> {
@@ -814,7 +1068,7 @@ impl WorkQueue for RedisQueue {
         if count == 0 {
             return Err(Error::invalid("claim count must be at least 1"));
         }
-        let deadline = tokio::time::Instant::now() + wait;
+        let deadline = crate::clock::wait_deadline(wait);
         loop {
             let (got, tail, next_due, now) = self.claim_once(count, from).await?;
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
@@ -861,7 +1115,9 @@ impl WorkQueue for RedisQueue {
         for r in &receipts {
             receipt_args(&mut args, r);
         }
-        let v = self.run("ack_batch", &self.inner.scripts.ack, args, true).await?;
+        let v = self
+            .run("ack_batch", &self.inner.scripts.ack, args, true)
+            .await?;
         uint(&v, "ack_batch")
     }
 
@@ -873,7 +1129,9 @@ impl WorkQueue for RedisQueue {
         for r in &receipts {
             receipt_args(&mut args, r);
         }
-        let v = self.run("touch", &self.inner.scripts.touch, args, true).await?;
+        let v = self
+            .run("touch", &self.inner.scripts.touch, args, true)
+            .await?;
         let lost = uint(&v, "touch")?;
         if lost == 0 {
             return Ok(());
@@ -891,8 +1149,10 @@ impl WorkQueue for RedisQueue {
         receipt_args(&mut args, &receipt);
         args.push(not_before_ms.min(MAX_LUA_MS).to_string().into_bytes());
         args.push(c.max_deliveries.to_string().into_bytes());
-        args.push(c.dead_letter_cap.to_string().into_bytes());
-        let v = self.run("retry", &self.inner.scripts.retry, args, true).await?;
+        args.push(c.dead_letter_cap.min(MAX_LUA_MS).to_string().into_bytes());
+        let v = self
+            .run("retry", &self.inner.scripts.retry, args, true)
+            .await?;
         let a = array(&v, "retry")?;
         match int(at(a, 0, "retry")?, "retry")? {
             1 => Ok(RetryOutcome::Delayed),
@@ -908,7 +1168,14 @@ impl WorkQueue for RedisQueue {
         let mut args = Vec::new();
         receipt_args(&mut args, &receipt);
         args.push(reason.as_bytes().to_vec());
-        args.push(self.inner.config.dead_letter_cap.to_string().into_bytes());
+        args.push(
+            self.inner
+                .config
+                .dead_letter_cap
+                .min(MAX_LUA_MS)
+                .to_string()
+                .into_bytes(),
+        );
         let v = self
             .run("dead_letter", &self.inner.scripts.dead_letter, args, true)
             .await?;
@@ -928,16 +1195,19 @@ impl WorkQueue for RedisQueue {
         let args = vec![
             self.inner.consumer.clone().into_bytes(),
             ms(min_idle).min(MAX_LUA_MS).to_string().into_bytes(),
-            count.to_string().into_bytes(),
+            n_arg(count),
             c.max_deliveries.to_string().into_bytes(),
-            c.dead_letter_cap.to_string().into_bytes(),
+            c.dead_letter_cap.min(MAX_LUA_MS).to_string().into_bytes(),
         ];
         let v = self
             .run("reclaim_stale", &self.inner.scripts.reclaim, args, true)
             .await?;
         let a = array(&v, "reclaim")?;
         let got = claims(at(a, 0, "reclaim")?)?;
-        self.log_missing(uint(at(a, 1, "reclaim")?, "reclaim missing")?, "reclaim_stale");
+        self.log_missing(
+            uint(at(a, 1, "reclaim")?, "reclaim missing")?,
+            "reclaim_stale",
+        );
         self.log_dropped(uint(at(a, 2, "reclaim")?, "reclaim dropped")?);
         Ok(got)
     }
@@ -959,7 +1229,12 @@ impl WorkQueue for RedisQueue {
     async fn resume(&self, flow: &str) -> Result<u64> {
         need_flow(flow)?;
         let v = self
-            .run("resume", &self.inner.scripts.resume, vec![flow.as_bytes().to_vec()], true)
+            .run(
+                "resume",
+                &self.inner.scripts.resume,
+                vec![flow.as_bytes().to_vec()],
+                true,
+            )
             .await?;
         uint(&v, "resume")
     }
@@ -967,7 +1242,9 @@ impl WorkQueue for RedisQueue {
     async fn park(&self, receipt: Receipt) -> Result<()> {
         let mut args = Vec::new();
         receipt_args(&mut args, &receipt);
-        let v = self.run("park", &self.inner.scripts.park, args, true).await?;
+        let v = self
+            .run("park", &self.inner.scripts.park, args, true)
+            .await?;
         match int(&v, "park")? {
             1 => Ok(()),
             -2 => Err(Error::invalid(
@@ -983,7 +1260,9 @@ impl WorkQueue for RedisQueue {
             self.inner.consumer.clone().into_bytes(),
             flow.as_bytes().to_vec(),
         ];
-        let v = self.run("step", &self.inner.scripts.step, args, true).await?;
+        let v = self
+            .run("step", &self.inner.scripts.step, args, true)
+            .await?;
         Ok(claims(&v)?.pop())
     }
 
@@ -1056,7 +1335,7 @@ impl WorkQueue for RedisQueue {
     }
 
     async fn dead_letters(&self, count: usize) -> Result<Vec<DeadLetter>> {
-        let args = vec![b"list".to_vec(), count.to_string().into_bytes()];
+        let args = vec![b"list".to_vec(), n_arg(count)];
         let v = self
             .run("dead_letters", &self.inner.scripts.dead, args, false)
             .await?;
@@ -1077,7 +1356,9 @@ impl WorkQueue for RedisQueue {
 
     async fn redrive(&self, id: u64) -> Result<bool> {
         let args = vec![b"redrive".to_vec(), id.to_string().into_bytes()];
-        let v = self.run("redrive", &self.inner.scripts.dead, args, true).await?;
+        let v = self
+            .run("redrive", &self.inner.scripts.dead, args, true)
+            .await?;
         Ok(uint(&v, "redrive")? == 1)
     }
 

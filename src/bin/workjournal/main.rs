@@ -1,1 +1,172 @@
-fn main() {}
+//! `workjournal`: a durable work queue on the command line.
+//!
+//! Queue work with `add`, run any shell command over it with `work --exec`,
+//! look with `stats`, `peek` and `dead-letters`. The queue lives in one file
+//! (`--db`, default `./workjournal.redb`) or in Redis (`--redis URL`).
+//!
+//! # Exit codes
+//!
+//! Every error is one line on stderr, `workjournal: <what went wrong>`, and
+//! one of these codes:
+//!
+//! | code | meaning |
+//! |---|---|
+//! | 0 | success (also: output cut short by a closed pipe; `work` stopped by Ctrl-C or SIGTERM after a graceful shutdown) |
+//! | 1 | any other failure (disk, permissions, a failed `step` command) |
+//! | 2 | usage: unknown flag, bad duration or time, conflicting flags, a backend this build lacks |
+//! | 3 | an input file is missing or unreadable |
+//! | 4 | the queue file is locked by another process |
+//! | 5 | the queue file is corrupt, or holds records this version cannot read |
+//! | 6 | Redis is unreachable or failed |
+//! | 7 | the queue refused the input (payload too large, empty flow name) |
+//! | 8 | the queue is full (`max_backlog`) |
+//! | 9 | nothing to act on (`redrive` of an id that is not a dead letter, `step` of a flow with nothing parked) |
+//! | 130 | `work` stopped at once by a second Ctrl-C (running commands were killed; their items come back after a restart) |
+
+mod add;
+mod args;
+mod commands;
+mod exec;
+mod work;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use args::Cli;
+
+/// Exit codes; see the crate docs.
+pub(crate) mod code {
+    pub(crate) const FAILURE: u8 = 1;
+    pub(crate) const USAGE: u8 = 2;
+    pub(crate) const INPUT: u8 = 3;
+    pub(crate) const LOCKED: u8 = 4;
+    pub(crate) const CORRUPT: u8 = 5;
+    pub(crate) const BACKEND: u8 = 6;
+    pub(crate) const INVALID: u8 = 7;
+    pub(crate) const FULL: u8 = 8;
+    pub(crate) const NOT_FOUND: u8 = 9;
+    pub(crate) const INTERRUPTED: u8 = 130;
+}
+
+/// A failure of the command: the exit code and the one line to print.
+#[derive(Debug)]
+pub(crate) struct CliError {
+    pub(crate) code: u8,
+    pub(crate) message: String,
+}
+
+pub(crate) type CliResult<T = ()> = Result<T, CliError>;
+
+impl CliError {
+    pub(crate) fn new(code: u8, message: impl Into<String>) -> Self {
+        CliError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// Writing our own output failed. A closed pipe (`workjournal peek |
+    /// head`) is not an error: exit 0 quietly.
+    pub(crate) fn output(e: std::io::Error) -> Self {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            CliError::new(0, "")
+        } else {
+            CliError::new(code::FAILURE, format!("cannot write output: {e}"))
+        }
+    }
+}
+
+/// The error and its sources on one line, each cause added once.
+pub(crate) fn one_line(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let part = s.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = s.source();
+    }
+    text.replace(['\n', '\r'], " ")
+}
+
+impl From<workjournal::Error> for CliError {
+    fn from(e: workjournal::Error) -> Self {
+        use workjournal::Error as E;
+        let code = match &e {
+            E::Locked { .. } => code::LOCKED,
+            E::Corrupt { .. } | E::Decode { .. } => code::CORRUPT,
+            E::Backend { .. } => code::BACKEND,
+            E::InvalidInput(_) => code::INVALID,
+            E::Full { .. } => code::FULL,
+            _ => code::FAILURE,
+        };
+        CliError::new(code, one_line(&e))
+    }
+}
+
+fn main() -> ExitCode {
+    match try_main() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.message.is_empty() => ExitCode::from(e.code),
+        Err(e) => {
+            let _ = writeln!(std::io::stderr().lock(), "workjournal: {}", e.message);
+            ExitCode::from(e.code)
+        }
+    }
+}
+
+fn try_main() -> CliResult {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return Err(clap_error(e)),
+    };
+    init_tracing();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::new(code::FAILURE, format!("cannot start the runtime: {e}")))?;
+    runtime.block_on(commands::run(cli))
+}
+
+/// `--help` and `--version` print and succeed; every other parse error
+/// becomes one line with exit code 2.
+fn clap_error(e: clap::Error) -> CliError {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            let code = if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                code::USAGE
+            } else {
+                0
+            };
+            CliError::new(code, "")
+        }
+        _ => {
+            let text = e.to_string();
+            let line = text
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("invalid arguments");
+            let line = line.strip_prefix("error: ").unwrap_or(line);
+            CliError::new(code::USAGE, line.to_string())
+        }
+    }
+}
+
+/// Library logs go to stderr, filtered by `RUST_LOG` (default: errors only,
+/// so that normal runs print just the command's own lines).
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

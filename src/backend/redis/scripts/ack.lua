@@ -1,12 +1,36 @@
 -- ack / ack_batch. ARGV: now (unused), then id, lease pairs.
--- Returns how many were acked (lost receipts are skipped).
-local n = 0
+-- Returns how many were acked (lost receipts, and repeats of one receipt,
+-- are skipped). Per item one HMGET; the rest is written once per call.
+local n, seen = 0, {}
+local sids = { backlog = {}, due = {} }
+local zrem, dels = {}, {}
 for i = 2, #ARGV - 1, 2 do
   local id, lease = ARGV[i], ARGV[i + 1]
-  if current(id, lease) then
-    release(id)
-    redis.call('DEL', item_key(id))
-    n = n + 1
+  if not seen[id] then
+    seen[id] = true
+    local f = redis.call('HMGET', item_key(id), 'st', 'ls', 'lane', 'sid')
+    if f[1] == 'pending' and f[2] and tonumber(f[2]) == tonumber(lease) then
+      local list = sids[f[3]]
+      if list and f[4] and f[4] ~= '' then list[#list + 1] = f[4] end
+      zrem[#zrem + 1] = pad(id)
+      dels[#dels + 1] = item_key(id)
+      n = n + 1
+    end
+  end
+end
+for lane, list in pairs(sids) do
+  if #list > 0 then
+    call_chunked('XACK', stream_of(lane), list, GROUP)
+    call_chunked('XDEL', stream_of(lane), list)
+  end
+end
+if n > 0 then
+  call_chunked('ZREM', K_PENDING, zrem)
+  local i = 1
+  while i <= #dels do
+    local last = math.min(i + 999, #dels)
+    redis.call('DEL', unpack(dels, i, last))
+    i = last + 1
   end
 end
 return n

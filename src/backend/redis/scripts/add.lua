@@ -26,7 +26,9 @@ for i = 0, n - 1 do
   local b = 4 + i * 5
   if ARGV[b + 2] == '1' then
     local key = ARGV[b + 3]
-    if not seen[key] and not known(key) then
+    -- A key earlier in the batch is live only while its window is open:
+    -- never with a window of 0 (deduplication off).
+    if not (seen[key] and window > 0) and not known(key) then
       seen[key] = true
       fresh = fresh + 1
     end
@@ -35,7 +37,8 @@ for i = 0, n - 1 do
   end
 end
 
-if limit ~= '' then
+-- An add that journals nothing (only duplicates) is never full.
+if limit ~= '' and fresh > 0 then
   local waiting = unread(K_BACKLOG) + unread(K_DUE) + redis.call('ZCARD', K_DELAYED)
   if waiting + fresh > tonumber(limit) then return { 'full', limit } end
 end

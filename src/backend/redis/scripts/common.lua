@@ -149,6 +149,32 @@ local function promote(now)
   return #ids
 end
 
+-- XREADGROUP ... > on `stream`; recreates the group if it is gone (a
+-- restarted Redis without persistence, or a stream deleted by hand).
+local function read_group(stream, consumer, n)
+  local r = redis.pcall('XREADGROUP', 'GROUP', GROUP, consumer, 'COUNT', n, 'STREAMS', stream, '>')
+  if type(r) == 'table' and r.err then
+    if not string.find(r.err, 'NOGROUP', 1, true) then error(r) end
+    redis.call('XGROUP', 'CREATE', stream, GROUP, '0', 'MKSTREAM')
+    r = redis.call('XREADGROUP', 'GROUP', GROUP, consumer, 'COUNT', n, 'STREAMS', stream, '>')
+  end
+  return r
+end
+
+-- Call `cmd key` with `list` appended, in chunks (Lua's unpack has a limit).
+local function call_chunked(cmd, key, list, extra)
+  local i = 1
+  while i <= #list do
+    local last = math.min(i + 999, #list)
+    if extra then
+      redis.call(cmd, key, extra, unpack(list, i, last))
+    else
+      redis.call(cmd, key, unpack(list, i, last))
+    end
+    i = last + 1
+  end
+end
+
 local function next_due()
   local r = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
   if r[2] then return r[2] end

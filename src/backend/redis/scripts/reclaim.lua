@@ -50,6 +50,26 @@ for _, p in ipairs(plan) do
     out[#out + 1] = hand_out(id, f[1] or 'backlog', f[2] or '', now, consumer)
   end
 end
+-- Consumers left behind by handles that died: once their entries were taken
+-- over they hold none, and removing a consumer without pending entries loses
+-- nothing (a live one is recreated by its next read).
+if #plan > 0 then
+  for _, stream in ipairs({ K_BACKLOG, K_DUE }) do
+    local ok, list = pcall(redis.call, 'XINFO', 'CONSUMERS', stream, GROUP)
+    if ok then
+      for _, c in ipairs(list) do
+        local name, pend = nil, nil
+        for i = 1, #c - 1, 2 do
+          if c[i] == 'name' then name = c[i + 1] end
+          if c[i] == 'pending' then pend = c[i + 1] end
+        end
+        if name and name ~= consumer and pend == 0 then
+          redis.call('XGROUP', 'DELCONSUMER', stream, GROUP, name)
+        end
+      end
+    end
+  end
+end
 if missing > 0 then
   redis.log(redis.LOG_WARNING, 'workjournal: ' .. missing .. ' pending ids without an item record in ' .. P)
 end

@@ -1,0 +1,229 @@
+//! `workjournal add`.
+
+use std::io::{BufRead, IsTerminal, Read, Write};
+use std::path::Path;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use tokio::task::JoinSet;
+use workjournal::{BoxQueue, Config, NewItem, WorkQueue};
+
+use crate::args::AddArgs;
+use crate::{CliError, CliResult, code};
+
+/// Lines per `add_batch` (one transaction each).
+const BATCH_ITEMS: usize = 1000;
+/// Payload bytes per `add_batch`, so that long lines make smaller batches.
+const BATCH_BYTES: usize = 8 * 1024 * 1024;
+/// Delayed adds in flight at once (there is no delayed batch operation; the
+/// embedded backend group-commits concurrent adds).
+const DELAYED_IN_FLIGHT: usize = 256;
+
+fn input_error(path: &Path, e: std::io::Error) -> CliError {
+    CliError::new(
+        code::INPUT,
+        format!("cannot read input file {}: {e}", path.display()),
+    )
+}
+
+pub(crate) async fn add(queue: &BoxQueue, args: &AddArgs) -> CliResult {
+    let not_before_ms = match (args.delay, args.at) {
+        (Some(d), _) => Some(
+            queue
+                .now_ms()
+                .await?
+                .saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        ),
+        (None, at) => at,
+    };
+    if args.lines {
+        return add_lines(queue, args, not_before_ms).await;
+    }
+    let payload = match (&args.payload, &args.file) {
+        (Some(p), _) => p.clone().into_bytes(),
+        (None, Some(f)) => std::fs::read(f).map_err(|e| input_error(f, e))?,
+        (None, None) => {
+            let mut buf = Vec::new();
+            std::io::stdin()
+                .lock()
+                .read_to_end(&mut buf)
+                .map_err(|e| CliError::new(code::INPUT, format!("cannot read stdin: {e}")))?;
+            buf
+        }
+    };
+    let mut item = NewItem::new(payload).flow(args.flow.clone());
+    if let Some(key) = &args.dedup_key {
+        item = item.dedup_key(key.clone());
+    }
+    let added = match not_before_ms {
+        Some(t) => queue.add_delayed(item, t).await?,
+        None => queue.add(item).await?,
+    };
+    if added.duplicate {
+        let _ = writeln!(
+            std::io::stderr(),
+            "workjournal: duplicate: key {:?} was added within the dedup window as item {}; nothing added",
+            args.dedup_key.as_deref().unwrap_or_default(),
+            added.id
+        );
+    }
+    writeln!(std::io::stdout(), "{}", added.id).map_err(CliError::output)
+}
+
+async fn add_lines(queue: &BoxQueue, args: &AddArgs, not_before_ms: Option<u64>) -> CliResult {
+    let max_payload = Config::default().get_max_payload_bytes();
+    let (mut reader, total_bytes): (Box<dyn BufRead>, Option<u64>) = match &args.file {
+        Some(path) => {
+            let file = std::fs::File::open(path).map_err(|e| input_error(path, e))?;
+            let len = file.metadata().ok().map(|m| m.len());
+            (Box::new(std::io::BufReader::new(file)), len)
+        }
+        None => (Box::new(std::io::stdin().lock()), None),
+    };
+    let bar = progress(total_bytes);
+
+    let mut added = 0u64;
+    let mut first_id: Option<u64> = None;
+    let mut last_id = 0u64;
+    let mut batch: Vec<NewItem> = Vec::new();
+    let mut batch_bytes = 0usize;
+    let mut line_no = 0u64;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = reader.read_until(b'\n', &mut line).map_err(|e| {
+            CliError::new(
+                code::INPUT,
+                format!("cannot read line {}: {e}", line_no + 1),
+            )
+        })?;
+        let eof = n == 0;
+        if !eof {
+            line_no += 1;
+            if let Some(b) = &bar
+                && total_bytes.is_some()
+            {
+                b.inc(n as u64);
+            }
+            let mut text: &[u8] = &line;
+            text = text.strip_suffix(b"\n").unwrap_or(text);
+            text = text.strip_suffix(b"\r").unwrap_or(text);
+            if !text.is_empty() {
+                if text.len() > max_payload {
+                    return Err(CliError::new(
+                        code::INVALID,
+                        format!(
+                            "line {line_no}: payload of {} bytes is over max_payload_bytes ({max_payload} bytes); {} items of earlier lines were added",
+                            text.len(),
+                            added
+                        ),
+                    ));
+                }
+                batch_bytes += text.len();
+                batch.push(NewItem::new(text.to_vec()).flow(args.flow.clone()));
+            }
+        }
+        if !batch.is_empty() && (eof || batch.len() >= BATCH_ITEMS || batch_bytes >= BATCH_BYTES) {
+            let items = std::mem::take(&mut batch);
+            batch_bytes = 0;
+            let ids = match not_before_ms {
+                None => queue
+                    .add_batch(items)
+                    .await?
+                    .into_iter()
+                    .map(|a| a.id)
+                    .collect(),
+                Some(t) => add_delayed_all(queue, items, t).await?,
+            };
+            for id in ids {
+                first_id.get_or_insert(id);
+                last_id = last_id.max(id);
+                added += 1;
+            }
+            if let Some(b) = &bar {
+                if total_bytes.is_none() {
+                    b.set_position(added);
+                }
+                b.set_message(format!("{added} items"));
+            }
+        }
+        if eof {
+            break;
+        }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let mut out = std::io::stdout();
+    match first_id {
+        Some(first) => writeln!(out, "added {added} items (ids {first}-{last_id})"),
+        None => writeln!(out, "added 0 items"),
+    }
+    .map_err(CliError::output)
+}
+
+/// Delayed adds, `DELAYED_IN_FLIGHT` at a time. Ids in input order.
+async fn add_delayed_all(
+    queue: &BoxQueue,
+    items: Vec<NewItem>,
+    not_before_ms: u64,
+) -> CliResult<Vec<u64>> {
+    let mut ids = vec![0u64; items.len()];
+    let mut tasks = JoinSet::new();
+    for (i, item) in items.into_iter().enumerate() {
+        if tasks.len() >= DELAYED_IN_FLIGHT {
+            collect(&mut tasks, &mut ids).await?;
+        }
+        let q = queue.clone();
+        tasks.spawn(async move { (i, q.add_delayed(item, not_before_ms).await) });
+    }
+    while !tasks.is_empty() {
+        collect(&mut tasks, &mut ids).await?;
+    }
+    Ok(ids)
+}
+
+async fn collect(
+    tasks: &mut JoinSet<(usize, workjournal::Result<workjournal::Added>)>,
+    ids: &mut [u64],
+) -> CliResult {
+    match tasks.join_next().await {
+        Some(Ok((i, Ok(added)))) => {
+            if let Some(slot) = ids.get_mut(i) {
+                *slot = added.id;
+            }
+            Ok(())
+        }
+        Some(Ok((_, Err(e)))) => Err(e.into()),
+        Some(Err(e)) => Err(CliError::new(
+            code::FAILURE,
+            format!("add task failed: {e}"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// A progress bar on stderr when it is a terminal: bytes of a file, or a
+/// count of items from stdin.
+fn progress(total_bytes: Option<u64>) -> Option<ProgressBar> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    Some(match total_bytes {
+        Some(len) => {
+            let bar = ProgressBar::new(len);
+            bar.set_style(
+                ProgressStyle::with_template("{bar:30} {bytes}/{total_bytes} {msg} ({elapsed})")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            bar
+        }
+        None => {
+            let bar = ProgressBar::new_spinner();
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            bar
+        }
+    })
+}

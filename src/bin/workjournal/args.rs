@@ -1,0 +1,279 @@
+//! The command line, as clap derive types.
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::{Args, Parser, Subcommand};
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0    success (also: output cut short by a closed pipe; work stopped by Ctrl-C or SIGTERM)
+  1    any other failure
+  2    usage: bad flag, duration or time; a backend this build lacks
+  3    an input file is missing or unreadable
+  4    the queue file is locked by another process
+  5    the queue file is corrupt or unreadable
+  6    Redis is unreachable or failed
+  7    the queue refused the input (payload too large, empty flow name)
+  8    the queue is full
+  9    nothing to act on (no such dead letter, nothing parked)
+  130  work stopped at once by a second Ctrl-C";
+
+/// A durable work queue: every item is journaled before it runs and removed
+/// only when its command succeeds.
+#[derive(Debug, Parser)]
+#[command(name = "workjournal", version, after_help = EXIT_CODES)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) global: Global,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// Where the queue lives.
+#[derive(Debug, Args)]
+pub(crate) struct Global {
+    /// The queue file (embedded backend), created on first use.
+    #[arg(
+        long,
+        global = true,
+        value_name = "PATH",
+        default_value = "./workjournal.redb"
+    )]
+    pub(crate) db: PathBuf,
+    /// Use the Redis server at URL instead of a file (needs the `redis`
+    /// feature), e.g. redis://127.0.0.1:6379/0.
+    #[arg(long, global = true, value_name = "URL")]
+    pub(crate) redis: Option<String>,
+    /// The Redis key prefix: two namespaces never see each other's items.
+    #[arg(long, global = true, value_name = "NS", default_value = "workjournal")]
+    pub(crate) namespace: String,
+    /// With a rediss:// URL: trust only this CA certificate (PEM file)
+    /// instead of the system's roots.
+    #[arg(long, global = true, value_name = "FILE", requires = "redis")]
+    pub(crate) redis_ca: Option<PathBuf>,
+    /// With a rediss:// URL: present this client certificate chain (PEM
+    /// file), for servers that require client certificates.
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        requires_all = ["redis", "redis_key"]
+    )]
+    pub(crate) redis_cert: Option<PathBuf>,
+    /// The private key (PEM file) of --redis-cert.
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        requires_all = ["redis", "redis_cert"]
+    )]
+    pub(crate) redis_key: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Queue one item (PAYLOAD, --file, or stdin), or one per line with --lines.
+    Add(AddArgs),
+    /// Run a shell command for every item until stopped (Ctrl-C) or empty.
+    Work(WorkArgs),
+    /// Show how many items are in each state.
+    Stats {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Print again every second until Ctrl-C (holds the queue file open).
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Show the next N items a worker would take, without taking them.
+    Peek {
+        /// How many.
+        #[arg(default_value_t = 10)]
+        n: usize,
+    },
+    /// Show the N newest dead letters with their reasons.
+    DeadLetters {
+        /// How many.
+        #[arg(default_value_t = 10)]
+        n: usize,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Put a dead letter (or all of them) back at the backlog tail.
+    Redrive {
+        /// The dead letter's item id.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        id: Option<u64>,
+        /// Every dead letter.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Delete every dead letter.
+    PurgeDeadLetters,
+    /// Hold FLOW: workers park its items instead of running them.
+    Pause {
+        /// The flow.
+        flow: String,
+    },
+    /// Release FLOW: its parked items go back to the backlog tail.
+    Resume {
+        /// The flow.
+        flow: String,
+    },
+    /// Run the oldest parked item of a paused FLOW with --exec, once.
+    Step(StepArgs),
+    /// Delete FLOW's parked items and its pause.
+    ClearFlow {
+        /// The flow.
+        flow: String,
+    },
+    /// Give free space in the queue file back to the file system.
+    Compact,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AddArgs {
+    /// The payload (default: read from --file or stdin).
+    #[arg(conflicts_with = "file")]
+    pub(crate) payload: Option<String>,
+    /// Read the payload from file F.
+    #[arg(long, value_name = "F")]
+    pub(crate) file: Option<PathBuf>,
+    /// One item per line of --file or stdin (empty lines are skipped).
+    #[arg(long, conflicts_with = "payload")]
+    pub(crate) lines: bool,
+    /// The flow the items join.
+    #[arg(long, value_name = "F", default_value = "")]
+    pub(crate) flow: String,
+    /// Run no earlier than this from now (30s, 5m, 1h).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "at")]
+    pub(crate) delay: Option<Duration>,
+    /// Run no earlier than this time (RFC 3339, e.g. 2030-01-02T03:04:05Z).
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub(crate) at: Option<u64>,
+    /// Skip the add if an item with this key was added within the dedup window.
+    #[arg(long, value_name = "K", conflicts_with = "lines")]
+    pub(crate) dedup_key: Option<String>,
+}
+
+/// How to run each item (shared by `work` and `step`).
+#[derive(Debug, Args)]
+pub(crate) struct ExecArgs {
+    /// The command, run with `sh -c`, payload on stdin, and WORKJOURNAL_ID,
+    /// WORKJOURNAL_FLOW, WORKJOURNAL_DELIVERY in its environment. Exit 0 acks.
+    #[arg(long, value_name = "CMD")]
+    pub(crate) exec: String,
+    /// How long a claim lasts without a heartbeat; items of a worker silent
+    /// this long are taken over. Also how long Ctrl-C waits for running commands.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
+    pub(crate) lease: Duration,
+    /// Deliveries before a failing item is dead-lettered.
+    #[arg(long, value_name = "N", default_value_t = workjournal::DEFAULT_MAX_DELIVERIES,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max_deliveries: u32,
+    /// The wait after the first failure; it doubles with each further one
+    /// (at most 5m, shortened by up to 20% at random).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "1s")]
+    pub(crate) backoff: Duration,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct WorkArgs {
+    #[command(flatten)]
+    pub(crate) exec: ExecArgs,
+    /// Commands run at once (default: the number of CPUs).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) concurrency: Option<u32>,
+    /// Exit once nothing is left: backlog, delayed (retries too) and pending all empty.
+    #[arg(long)]
+    pub(crate) until_empty: bool,
+    /// Work only on the parked items of paused flow F, one `step` at a time.
+    #[arg(long, value_name = "F")]
+    pub(crate) flow: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct StepArgs {
+    /// The paused flow.
+    pub(crate) flow: String,
+    #[command(flatten)]
+    pub(crate) exec: ExecArgs,
+}
+
+/// `30s`, `5m`, `1h`, `250ms`, `1h 30m`.
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{e}; expected a number and a unit, like 30s, 5m or 1h"))
+}
+
+/// An RFC 3339 time (`Z` or a `+hh:mm` / `-hh:mm` offset) as ms since the
+/// Unix epoch.
+pub(crate) fn parse_time(s: &str) -> Result<u64, String> {
+    let bad = |why: &str| {
+        format!(
+            "{why}; expected an RFC 3339 time like 2030-01-02T03:04:05Z or 2030-01-02T05:04:05+02:00"
+        )
+    };
+    let s = s.trim();
+    // humantime reads UTC only: take a numeric offset off and apply it here.
+    let (utc, offset_secs) = match s
+        .len()
+        .checked_sub(6)
+        .and_then(|i| s.get(i..).map(|o| (i, o)))
+    {
+        Some((i, o))
+            if (o.starts_with('+') || o.starts_with('-')) && o.as_bytes().get(3) == Some(&b':') =>
+        {
+            let hours: i64 = o
+                .get(1..3)
+                .and_then(|h| h.parse().ok())
+                .ok_or_else(|| bad("bad offset"))?;
+            let mins: i64 = o
+                .get(4..6)
+                .and_then(|m| m.parse().ok())
+                .ok_or_else(|| bad("bad offset"))?;
+            if hours > 23 || mins > 59 {
+                return Err(bad("bad offset"));
+            }
+            let secs = hours * 3600 + mins * 60;
+            let base = s.get(..i).ok_or_else(|| bad("bad time"))?;
+            (
+                format!("{base}Z"),
+                if o.starts_with('-') { -secs } else { secs },
+            )
+        }
+        _ => (s.to_string(), 0),
+    };
+    let t: SystemTime = humantime::parse_rfc3339(&utc).map_err(|e| bad(&e.to_string()))?;
+    let ms = t
+        .duration_since(UNIX_EPOCH)
+        .map_err(|_| bad("time before 1970"))?
+        .as_millis();
+    let ms =
+        i128::try_from(ms).map_err(|_| bad("time out of range"))? - i128::from(offset_secs) * 1000;
+    u64::try_from(ms).map_err(|_| bad("time out of range"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_with_offsets_name_the_same_instant() {
+        let z = parse_time("2030-01-02T03:04:05Z");
+        assert_eq!(z, parse_time("2030-01-02T05:04:05+02:00"));
+        assert_eq!(z, parse_time("2030-01-01T22:34:05-04:30"));
+        assert!(parse_time("tomorrow").is_err());
+        assert!(parse_time("2030-01-02T03:04:05+25:00").is_err());
+    }
+
+    #[test]
+    fn durations_take_units() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert!(parse_duration("5").is_err());
+        assert!(parse_duration("fast").is_err());
+    }
+}

@@ -1,0 +1,324 @@
+//! `workjournal work` and `workjournal step`: run a command per item.
+
+use std::io::{IsTerminal, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use tokio::sync::Notify;
+use workjournal::{BoxQueue, Config, RetryPolicy, WorkQueue, Worker, WorkerEvent};
+
+use crate::args::{ExecArgs, Global, StepArgs, WorkArgs};
+use crate::{CliError, CliResult, code, exec};
+
+/// How often `work` prints a progress line when stderr is not a terminal.
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+fn config(exec: &ExecArgs) -> Config {
+    Config::default().max_deliveries(exec.max_deliveries)
+}
+
+fn log_line(bar: Option<&ProgressBar>, line: &str) {
+    match bar {
+        Some(b) => b.println(line),
+        None => {
+            let _ = writeln!(std::io::stderr(), "{line}");
+        }
+    }
+}
+
+/// The first line of a failure text, for a log line.
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or_default()
+}
+
+#[derive(Default)]
+struct Counters {
+    done: AtomicU64,
+    failed: AtomicU64,
+    dead: AtomicU64,
+}
+
+/// Resolves at the first Ctrl-C or SIGTERM; `second` is notified at the next.
+fn signals(first: Arc<Notify>, second: Arc<Notify>) -> CliResult {
+    use tokio::signal::unix::{SignalKind, signal};
+    let err = |e: std::io::Error| {
+        CliError::new(
+            code::FAILURE,
+            format!("cannot listen for Ctrl-C/SIGTERM: {e}"),
+        )
+    };
+    let mut int = signal(SignalKind::interrupt()).map_err(err)?;
+    let mut term = signal(SignalKind::terminate()).map_err(err)?;
+    tokio::spawn(async move {
+        tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
+        first.notify_one();
+        tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
+        second.notify_one();
+    });
+    Ok(())
+}
+
+pub(crate) async fn work(global: &Global, args: &WorkArgs) -> CliResult {
+    let queue = crate::commands::open(global, config(&args.exec)).await?;
+    let result = run_work(&queue, args).await;
+    let closed = queue.close().await;
+    result?;
+    closed?;
+    Ok(())
+}
+
+async fn run_work(queue: &BoxQueue, args: &WorkArgs) -> CliResult {
+    let concurrency = match args.concurrency {
+        Some(n) => n as usize,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    if let Some(flow) = &args.flow
+        && !queue.paused_flows().await?.contains(flow)
+    {
+        let _ = writeln!(
+            std::io::stderr(),
+            "workjournal: note: flow {flow:?} is not paused; --flow works on its parked items only"
+        );
+    }
+
+    let tty = std::io::stderr().is_terminal();
+    let bar = if tty {
+        let s = queue.stats().await?;
+        let bar = ProgressBar::new(s.backlog + s.delayed + s.pending);
+        bar.set_style(
+            ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} ({elapsed})")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        Some(bar)
+    } else {
+        None
+    };
+
+    let counters = Arc::new(Counters::default());
+    let started = Instant::now();
+    let events = {
+        let counters = counters.clone();
+        let bar = bar.clone();
+        move |event: &WorkerEvent| match event {
+            WorkerEvent::Acked { .. } => {
+                let done = counters.done.fetch_add(1, Ordering::Relaxed) + 1;
+                if let Some(b) = &bar {
+                    b.inc(1);
+                    if b.position() > b.length().unwrap_or(0) {
+                        b.set_length(b.position());
+                    }
+                    b.set_message(progress_text(&counters, started, done));
+                }
+            }
+            WorkerEvent::Retried {
+                id,
+                delivery,
+                not_before_ms: _,
+                error,
+            } => {
+                counters.failed.fetch_add(1, Ordering::Relaxed);
+                log_line(
+                    bar.as_ref(),
+                    &format!(
+                        "item {id} failed (delivery {delivery}), will retry: {}",
+                        first_line(error)
+                    ),
+                );
+            }
+            WorkerEvent::DeadLettered {
+                id,
+                delivery,
+                reason,
+            } => {
+                counters.failed.fetch_add(1, Ordering::Relaxed);
+                counters.dead.fetch_add(1, Ordering::Relaxed);
+                if let Some(b) = &bar {
+                    b.inc(1);
+                }
+                log_line(
+                    bar.as_ref(),
+                    &format!(
+                        "item {id} failed (delivery {delivery}), dead-lettered: {}",
+                        first_line(reason)
+                    ),
+                );
+            }
+            WorkerEvent::LeaseLost { id, delivery } => log_line(
+                bar.as_ref(),
+                &format!(
+                    "item {id} (delivery {delivery}) was taken over by another worker; its result was dropped"
+                ),
+            ),
+            WorkerEvent::QueueError { op, error } => {
+                log_line(bar.as_ref(), &format!("queue error in {op}: {error}"))
+            }
+            _ => {}
+        }
+    };
+
+    let first = Arc::new(Notify::new());
+    let second = Arc::new(Notify::new());
+    signals(first.clone(), second.clone())?;
+    let shutdown = {
+        let first = first.clone();
+        let bar = bar.clone();
+        let lease = args.exec.lease;
+        async move {
+            first.notified().await;
+            log_line(
+                bar.as_ref(),
+                &format!(
+                    "shutting down: waiting up to {} for running commands (Ctrl-C again to stop now)",
+                    humantime::format_duration(lease)
+                ),
+            );
+        }
+    };
+
+    let ticker = if bar.is_none() {
+        let counters = counters.clone();
+        Some(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(LOG_EVERY);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let done = counters.done.load(Ordering::Relaxed);
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "{}",
+                    progress_text(&counters, started, done)
+                );
+            }
+        }))
+    } else {
+        None
+    };
+
+    let cmd: Arc<str> = Arc::from(args.exec.exec.as_str());
+    let worker = Worker::new(queue.clone())
+        .concurrency(concurrency)
+        .lease(args.exec.lease)
+        .grace(args.exec.lease)
+        .max_deliveries(args.exec.max_deliveries)
+        .retry_policy(RetryPolicy::default().base(args.exec.backoff))
+        .until_empty(args.until_empty)
+        .flow(args.flow.clone())
+        .on_event(events);
+    let run = worker.run(
+        move |claimed| {
+            let cmd = cmd.clone();
+            async move { exec::run(&cmd, &claimed).await }
+        },
+        shutdown,
+    );
+    let outcome = tokio::select! {
+        r = run => Some(r),
+        () = second.notified() => None,
+    };
+    if let Some(t) = ticker {
+        t.abort();
+    }
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let report = match outcome {
+        Some(r) => r?,
+        None => {
+            return Err(CliError::new(
+                code::INTERRUPTED,
+                "stopped at once; running commands were killed and their items stay pending until reclaimed",
+            ));
+        }
+    };
+    let secs = started.elapsed().as_secs_f64();
+    let rate = if secs > 0.0 {
+        report.acked as f64 / secs
+    } else {
+        0.0
+    };
+    let mut summary = format!(
+        "done: {} acked, {} retried, {} dead-lettered in {:.1}s ({:.1} items/s)",
+        report.acked, report.retried, report.dead_lettered, secs, rate
+    );
+    if report.abandoned > 0 {
+        summary.push_str(&format!(
+            "; {} still running at shutdown, left for reclaim",
+            report.abandoned
+        ));
+    }
+    // stdout belongs to the commands; the worker's own lines go to stderr.
+    let _ = writeln!(std::io::stderr(), "{summary}");
+    Ok(())
+}
+
+fn progress_text(counters: &Counters, started: Instant, done: u64) -> String {
+    let secs = started.elapsed().as_secs_f64();
+    let rate = if secs > 0.0 { done as f64 / secs } else { 0.0 };
+    format!(
+        "{done} done, {} failed, {} dead-lettered, {rate:.1}/s",
+        counters.failed.load(Ordering::Relaxed),
+        counters.dead.load(Ordering::Relaxed)
+    )
+}
+
+/// `step FLOW --exec CMD`: run the oldest parked item of FLOW once, keeping
+/// its claim fresh while the command runs. Success acks it; failure parks it
+/// again (or dead-letters it on its last allowed delivery) and exits 1.
+pub(crate) async fn step(global: &Global, args: &StepArgs) -> CliResult {
+    let queue = crate::commands::open(global, config(&args.exec)).await?;
+    let result = run_step(&queue, args).await;
+    let closed = queue.close().await;
+    result?;
+    closed?;
+    Ok(())
+}
+
+async fn run_step(queue: &BoxQueue, args: &StepArgs) -> CliResult {
+    let Some(claimed) = queue.step(&args.flow).await? else {
+        return Err(CliError::new(
+            code::NOT_FOUND,
+            format!("flow {:?} has nothing parked", args.flow),
+        ));
+    };
+    let receipt = claimed.receipt;
+    let run = exec::run(&args.exec.exec, &claimed);
+    tokio::pin!(run);
+    let mut heartbeat = tokio::time::interval(args.exec.lease / 3);
+    heartbeat.tick().await;
+    let result = loop {
+        tokio::select! {
+            r = &mut run => break r,
+            _ = heartbeat.tick() => {
+                // A lost lease shows up at the ack below; nothing to do here.
+                let _ = queue.touch(vec![receipt]).await;
+            }
+        }
+    };
+    let mut out = std::io::stdout();
+    match result {
+        Ok(()) => {
+            queue.ack(receipt).await?;
+            writeln!(out, "item {} done", receipt.id).map_err(CliError::output)
+        }
+        Err(failure) => {
+            let what = if receipt.delivery >= args.exec.max_deliveries {
+                queue.dead_letter(receipt, &failure.0).await?;
+                "dead-lettered"
+            } else {
+                queue.park(receipt).await?;
+                "parked again"
+            };
+            Err(CliError::new(
+                code::FAILURE,
+                format!(
+                    "item {} failed (delivery {}), {what}: {}",
+                    receipt.id,
+                    receipt.delivery,
+                    first_line(&failure.0)
+                ),
+            ))
+        }
+    }
+}

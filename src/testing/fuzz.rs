@@ -1,0 +1,410 @@
+//! The bodies of the cargo-fuzz targets in `fuzz/` (SPEC section 5: no
+//! input, stored byte or reply may panic the process or lose work).
+//!
+//! Each target in `fuzz/fuzz_targets/` is a one-line call into this module,
+//! so `tests/fuzz_regressions.rs` replays the committed corpus and every
+//! past finding on stable Rust in a plain `cargo test`. Every function here
+//! takes the fuzzer's raw bytes, never fails on them, and panics only when
+//! the crate broke its contract (that panic is the finding).
+//!
+//! Not part of the stable API.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use arbitrary::{Arbitrary, Unstructured};
+
+use crate::backend::memory::Location;
+use crate::clock::ManualClock;
+use crate::codec::{self, DeadRecord, ItemRecord, LeaseRecord};
+use crate::error::Error;
+use crate::item::{ClaimFrom, NewItem, Receipt, Stats};
+use crate::queue::{BoxFuture, BoxQueue, WorkQueue};
+use crate::testing::faults::SimDisk;
+use crate::testing::ops::{self, Op, Reference, START_MS, Setup, System, Target};
+use crate::{EmbeddedOptions, EmbeddedQueue};
+
+/// Most ops one fuzz input runs, so one execution stays short.
+pub const MAX_OPS: usize = 64;
+
+/// How long one queue call of a fuzz target may take before it counts as a
+/// hang (wall-clock time; generous, the fuzzer's own timeout is the backstop).
+const HANG: Duration = Duration::from_secs(20);
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        #[allow(clippy::expect_used)]
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime for the fuzz targets")
+    })
+}
+
+fn temp_dir() -> tempfile::TempDir {
+    #[allow(clippy::expect_used)]
+    tempfile::tempdir().expect("a temp dir for a fuzz queue file")
+}
+
+/// Target `decode_record`: `bytes` into every stored-record decoder of the
+/// embedded file (SPEC section 6) gives a value or `Error::Decode`, never a
+/// panic; what decodes encodes back to itself.
+///
+/// # Panics
+///
+/// On any other error, or a record that does not round-trip.
+pub fn decode_record(bytes: &[u8]) {
+    fn check<T>(bytes: &[u8])
+    where
+        T: bincode::Encode + bincode::Decode<()> + PartialEq + std::fmt::Debug,
+    {
+        match codec::decode::<T>("fuzz", bytes) {
+            Ok(v) => {
+                let again = codec::encode(&v)
+                    .and_then(|b| codec::decode::<T>("fuzz", &b))
+                    .map_err(|e| e.to_string());
+                assert_eq!(again.as_ref(), Ok(&v), "record does not round-trip");
+            }
+            Err(Error::Decode { .. }) => {}
+            Err(other) => panic!("decoder gave a non-Decode error: {other:?}"),
+        }
+    }
+    check::<ItemRecord>(bytes);
+    check::<LeaseRecord>(bytes);
+    check::<DeadRecord>(bytes);
+    if let Ok(lease) = codec::decode::<LeaseRecord>("fuzz", bytes) {
+        match codec::lane_from_u8(lease.lane, "fuzz") {
+            Ok(_) | Err(Error::Decode { .. }) => {}
+            Err(other) => panic!("lane decoder gave a non-Decode error: {other:?}"),
+        }
+    }
+}
+
+/// A run of ops: the limits and the sequence.
+#[derive(Debug, Clone, PartialEq, Eq, Arbitrary)]
+pub struct OpsInput {
+    /// The limits.
+    pub setup: Setup,
+    /// The sequence (at most [`MAX_OPS`] are run).
+    pub ops: Vec<Op>,
+}
+
+/// Target `ops_vs_model`: a sequence of ops on the embedded backend (a file
+/// in a temp dir, with close-and-reopen) and on the model; every result,
+/// `stats()` and the file's recount must equal the model's after every step.
+///
+/// # Panics
+///
+/// On the first difference.
+pub fn ops_vs_model(data: &[u8]) {
+    let Ok(input) = OpsInput::arbitrary_take_rest(Unstructured::new(data)) else {
+        return;
+    };
+    let ops = &input.ops[..input.ops.len().min(MAX_OPS)];
+    if let Err(e) = runtime().block_on(ops::run_embedded(&input.setup, ops)) {
+        panic!("embedded backend differs from the model: {e}");
+    }
+}
+
+/// Damage to a queue file.
+#[derive(Debug, Clone, PartialEq, Eq, Arbitrary)]
+pub struct Damage {
+    /// (offset, xor mask) pairs; offsets wrap around the file's length.
+    /// Flips of the first 4 KiB (redb's header) are drawn more often.
+    pub flips: Vec<(u32, u8)>,
+    /// Cut the file to this many bytes (wrapped around its length).
+    pub truncate: Option<u32>,
+    /// Open with redb's integrity check (the default) or without it.
+    pub verify: bool,
+}
+
+/// The bytes of a queue file holding items in every state (backlog, due,
+/// delayed, pending, parked, paused, done, dedup, dead letters), built once.
+fn pristine_file() -> &'static [u8] {
+    static FILE: OnceLock<Vec<u8>> = OnceLock::new();
+    FILE.get_or_init(|| {
+        let dir = temp_dir();
+        let path = dir.path().join("pristine.redb");
+        #[allow(clippy::expect_used)]
+        runtime()
+            .block_on(build_pristine(&path))
+            .expect("build the pristine queue file");
+        #[allow(clippy::expect_used)]
+        std::fs::read(&path).expect("read the pristine queue file")
+    })
+}
+
+async fn build_pristine(path: &std::path::Path) -> crate::Result<()> {
+    let clock = ManualClock::new(START_MS);
+    let config = crate::Config::default()
+        .max_deliveries(1)
+        .clock(clock.clone());
+    let q = EmbeddedQueue::open(path, config).await?;
+    for n in 0..8u8 {
+        let flow = ["", "a", "b"][usize::from(n % 3)];
+        q.add(
+            NewItem::new(vec![n; 40])
+                .flow(flow)
+                .dedup_key(format!("key{n}")),
+        )
+        .await?;
+    }
+    q.add_delayed(NewItem::new(b"later".to_vec()), START_MS + 60_000)
+        .await?;
+    q.add_delayed(NewItem::new(b"due".to_vec()), START_MS)
+        .await?;
+    q.promote_due().await?;
+    let claimed = q.claim(4, Duration::ZERO, ClaimFrom::All).await?;
+    if let Some(c) = claimed.first() {
+        q.dead_letter(c.receipt, "fuzz").await?;
+        q.mark_done(c.item.id, "step").await?;
+    }
+    if let Some(c) = claimed.get(1) {
+        q.retry(c.receipt, START_MS + 1_000).await?;
+    }
+    q.pause("a").await?;
+    let _ = q.claim(3, Duration::ZERO, ClaimFrom::All).await?;
+    q.close().await
+}
+
+async fn timed<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(HANG, f).await {
+        Ok(v) => v,
+        Err(_) => panic!("{what} hung for {HANG:?} on a damaged file"),
+    }
+}
+
+/// For the fuzz binaries of targets that feed damaged files to redb:
+/// libFuzzer aborts on every panic, even one that is caught. The embedded
+/// backend runs every redb call under `catch_unwind` and turns a panic of
+/// redb on a damaged file into `Error::Corrupt` (SPEC section 5), so this
+/// hook lets panics raised inside redb's own source pass and keeps
+/// libFuzzer's abort for every other panic. Installed once; call it at the
+/// top of the target.
+pub fn let_redb_panics_be_caught() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let outer = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let in_redb = info
+                .location()
+                .is_some_and(|l| l.file().replace('\\', "/").contains("/redb-"));
+            if !in_redb {
+                outer(info);
+            }
+        }));
+    });
+}
+
+/// Target `open_damaged_file`: a valid queue file with bytes flipped or cut
+/// off; opening it, `stats`, `claim` and the other calls give errors or
+/// work, never a panic and never a hang.
+///
+/// # Panics
+///
+/// When a call hangs (the crate's own panics are the finding).
+pub fn open_damaged_file(data: &[u8]) {
+    let Ok(damage) = Damage::arbitrary_take_rest(Unstructured::new(data)) else {
+        return;
+    };
+    let mut bytes = pristine_file().to_vec();
+    let len = bytes.len();
+    for (n, (offset, mask)) in damage.flips.iter().take(64).enumerate() {
+        // Half of the flips land in the first 4 KiB (header and the
+        // commit slots), where a flip matters most.
+        let span = if n % 2 == 0 { len.min(4096) } else { len };
+        if span > 0 {
+            bytes[*offset as usize % span] ^= *mask;
+        }
+    }
+    if let Some(t) = damage.truncate {
+        bytes.truncate(t as usize % (len + 1));
+    }
+    let dir = temp_dir();
+    let path = dir.path().join("damaged.redb");
+    #[allow(clippy::expect_used)]
+    std::fs::write(&path, &bytes).expect("write the damaged file");
+    runtime().block_on(async {
+        let config = crate::Config::default().clock(ManualClock::new(START_MS + 10_000));
+        let options = EmbeddedOptions::default().verify_on_open(damage.verify);
+        let Ok(q) = timed("open", EmbeddedQueue::open_with(&path, config, options)).await else {
+            return;
+        };
+        let _ = timed("stats", q.stats()).await;
+        let _ = timed("peek", q.peek(10)).await;
+        let _ = timed("backlog_by_flow", q.backlog_by_flow(10)).await;
+        let _ = timed("dead_letters", q.dead_letters(10)).await;
+        let _ = timed("paused_flows", q.paused_flows()).await;
+        let _ = timed("next_due", q.next_due()).await;
+        let _ = timed("was_done", q.was_done(1, "step")).await;
+        if let Ok(claimed) = timed("claim", q.claim(10, Duration::ZERO, ClaimFrom::All)).await {
+            for c in claimed {
+                let _ = timed("ack", q.ack(c.receipt)).await;
+            }
+        }
+        if let Ok(stale) = timed("reclaim", q.reclaim_stale(Duration::ZERO, 10)).await {
+            let rs: Vec<Receipt> = stale.iter().map(|c| c.receipt).collect();
+            let _ = timed("ack_batch", q.ack_batch(rs)).await;
+        }
+        let _ = timed("resume", q.resume("a")).await;
+        let _ = timed("step", q.step("a")).await;
+        let _ = timed("redrive", q.redrive(1)).await;
+        let _ = timed("add", q.add(NewItem::new(b"after".to_vec()))).await;
+        let _ = timed("purge", q.purge_dead_letters()).await;
+        let _ = timed("close", q.close()).await;
+    });
+}
+
+// ---- crash recovery ---------------------------------------------------------
+
+/// A crash run: the limits, the sequence, when the process dies (after how
+/// many mutating disk calls), and which unsynced writes survive the cut.
+#[derive(Debug, Clone, PartialEq, Eq, Arbitrary)]
+pub struct CrashInput {
+    /// The limits.
+    pub setup: Setup,
+    /// The sequence (at most [`MAX_OPS`] are run; reopen steps are stats).
+    pub ops: Vec<Op>,
+    /// Mutating disk calls allowed after the open; `None`: the process dies
+    /// after the last op.
+    pub fail_after: Option<u16>,
+    /// Seeds what the power cut keeps of the unsynced writes (whole, lost
+    /// or torn at 512 B or 4 KiB; [`SimDisk::after_power_loss`]).
+    pub keep_seed: u64,
+}
+
+struct OnDisk {
+    queue: EmbeddedQueue,
+    boxed: BoxQueue,
+}
+
+impl Target for OnDisk {
+    fn queue(&self) -> &BoxQueue {
+        &self.boxed
+    }
+
+    fn recount(&self) -> BoxFuture<'_, Option<crate::Result<BTreeMap<u64, Location>>>> {
+        Box::pin(async move { Some(self.queue.audit().await) })
+    }
+}
+
+fn disk_name() -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "fuzz-disk-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Target `crash_recovery`: ops on the embedded backend over a [`SimDisk`]
+/// whose power is cut after N writes and syncs; the cut keeps a random part
+/// of the unsynced writes (some torn), the file is opened again, and its
+/// state must be the model's after the last acknowledged operation, or
+/// after the one in flight when the process died (SPEC section 4).
+///
+/// # Panics
+///
+/// When the results before the crash differ from the model, the reopened
+/// file cannot be opened, or its state is neither of the two allowed.
+pub fn crash_recovery(data: &[u8]) {
+    let Ok(input) = CrashInput::arbitrary_take_rest(Unstructured::new(data)) else {
+        return;
+    };
+    crash_recovery_with(&input);
+}
+
+/// The body of [`crash_recovery`] for an input built by hand.
+///
+/// # Panics
+///
+/// As [`crash_recovery`].
+pub fn crash_recovery_with(input: &CrashInput) {
+    if let Err(e) = runtime().block_on(crash_run(input)) {
+        panic!("crash recovery: {e}");
+    }
+}
+
+async fn crash_run(input: &CrashInput) -> Result<(), String> {
+    let clock = ManualClock::new(START_MS);
+    let config = input.setup.config().clock(clock.clone());
+    let disk = SimDisk::new();
+    let queue = EmbeddedQueue::open_on_backend(&disk_name(), disk.backend(), config.clone(), true)
+        .await
+        .map_err(|e| format!("open a fresh disk: {e}"))?;
+    if let Some(n) = input.fail_after {
+        disk.cut_power_after(u64::from(n));
+    }
+    let target = OnDisk {
+        boxed: BoxQueue::new(queue.clone()),
+        queue: queue.clone(),
+    };
+    let mut reference = Reference::new(&input.setup, true, false);
+    let mut system = System::new(Box::new(target), clock.clone(), true);
+    // The states the disk may hold after the cut: the last acknowledged one,
+    // and the one of the operation in flight when the power went.
+    let mut allowed = vec![reference.clone()];
+    for op in input.ops.iter().take(MAX_OPS) {
+        let before = reference.clone();
+        let (call, expected) = reference.apply(op);
+        let got = system.run(&call).await;
+        if system.normalise(&got) == system.normalise(&expected) {
+            continue;
+        }
+        if disk.is_dead() {
+            allowed = vec![before, reference.clone()];
+            break;
+        }
+        return Err(format!(
+            "before any fault, {call:?}\n  model:  {expected:?}\n  system: {got:?}"
+        ));
+    }
+    if !disk.is_dead() {
+        allowed = vec![reference.clone()];
+        // The power goes now: nothing the queue does from here on reaches
+        // the disk.
+        disk.cut_power_after(0);
+    }
+    let _ = queue.close().await;
+    drop(system);
+    let (image, _) = disk.after_power_loss(input.keep_seed);
+    let reopened = EmbeddedQueue::open_on_backend(
+        &disk_name(),
+        SimDisk::from_image(image).backend(),
+        config,
+        true,
+    )
+    .await
+    .map_err(|e| format!("the file does not open after the cut: {e}"))?;
+    let located = reopened
+        .audit()
+        .await
+        .map_err(|e| format!("recount after the cut: {e}"))?;
+    let stats = reopened
+        .stats()
+        .await
+        .map_err(|e| format!("stats after the cut: {e}"))?;
+    let paused = reopened
+        .paused_flows()
+        .await
+        .map_err(|e| format!("paused flows after the cut: {e}"))?;
+    let _ = reopened.close().await;
+    let now = crate::Clock::now_ms(&clock);
+    let matches = |r: &Reference| {
+        let m = r.model();
+        m.locations() == located && m.stats(now) == stats && m.paused_flows() == paused
+    };
+    if allowed.iter().any(matches) {
+        return Ok(());
+    }
+    let want: Vec<(BTreeMap<u64, Location>, Stats)> = allowed
+        .iter()
+        .map(|r| (r.model().locations(), r.model().stats(now)))
+        .collect();
+    Err(format!(
+        "state after the cut is none of the allowed ones\n  allowed: {want:?}\n  found:   {located:?} {stats:?}"
+    ))
+}

@@ -1,0 +1,401 @@
+//! Power loss and disk faults under the embedded backend, on the simulated
+//! disk of `workjournal::testing::faults`.
+//!
+//! Power loss: a queue and a twin (same operations, same manual clock, a
+//! disk that never fails) run one random workload; at a random write or
+//! sync the queue's disk loses power, keeping only part of what was not yet
+//! synced. The file reopened from those bytes must hold exactly the twin's
+//! state after the last acknowledged operation, or after the one in
+//! flight. redb commits with one fsync and checksummed commit slots: a
+//! commit whose pages did not all survive fails its checksum at open and
+//! redb falls back to the previous commit, so nothing else is acceptable.
+//! `WORKJOURNAL_CUT_POINTS` sets how many cut points (default 200);
+//! `WORKJOURNAL_CUT_SEED` replays one run.
+
+use std::time::{Duration, Instant};
+use workjournal::testing::StateCounts;
+
+mod workload;
+
+use workjournal::testing::faults::{EIO, ENOSPC, Hit, SimDisk};
+use workjournal::{
+    ClaimFrom, Clock, Config, EmbeddedQueue, Error, Location, ManualClock, NewItem, Receipt,
+    WorkQueue,
+};
+use workload::{Op, Rng, apply, draw, seed_from_env};
+
+fn config(clock: &ManualClock) -> Config {
+    Config::default()
+        .clock(clock.clone())
+        .max_deliveries(3)
+        .dead_letter_cap(6)
+        .max_backlog(Some(40))
+        .done_ttl(Duration::from_millis(200))
+        .dedup_window(Duration::from_millis(150))
+}
+
+async fn open(name: &str, disk: &SimDisk, clock: &ManualClock, verify: bool) -> EmbeddedQueue {
+    EmbeddedQueue::open_on_backend(name, disk.backend(), config(clock), verify)
+        .await
+        .unwrap_or_else(|e| panic!("open {name}: {e:?}"))
+}
+
+/// Recount invariants: every id in one state, stats equal to a recount.
+async fn check_invariants(q: &EmbeddedQueue, what: &str) {
+    let locs = q.locations().await.unwrap();
+    for (id, places) in &locs {
+        assert_eq!(places.len(), 1, "{what}: item {id} is in {places:?}");
+    }
+    let st = q.stats().await.unwrap();
+    assert_eq!(
+        StateCounts::of_stats(&st),
+        StateCounts::recount(locs.values().map(|places| &places[0])),
+        "{what}: stats do not match a recount"
+    );
+}
+
+/// Tallies of a power-loss run.
+#[derive(Debug, Default)]
+struct Tally {
+    cuts: u64,
+    /// Reopened at the last acknowledged commit.
+    at_last_ack: u64,
+    /// Reopened with the operation in flight committed.
+    with_in_flight: u64,
+    /// Reopened where both are the same (the op in flight changed nothing).
+    same: u64,
+    writes_lost_or_torn: u64,
+    operations: u64,
+}
+
+/// Cut the power `cuts` times on one evolving file.
+async fn power_loss_run(cuts: u64, seed: u64) -> Tally {
+    let mut rng = Rng(seed);
+    let clock = ManualClock::new(1_000_000);
+    let mut tally = Tally::default();
+    let tag = format!("pl{seed}");
+    let mut generation = 0u64;
+    let mut disk = SimDisk::new();
+    let mut twin_disk = SimDisk::new();
+    let mut q = open(&format!("{tag}-q{generation}"), &disk, &clock, true).await;
+    let mut twin = open(&format!("{tag}-t{generation}"), &twin_disk, &clock, true).await;
+    let mut held: Vec<Receipt> = Vec::new();
+    let mut max_id = 0u64;
+    let mut last = None;
+    while tally.cuts < cuts {
+        disk.cut_power_after(rng.below(60));
+        loop {
+            let now = clock.now_ms();
+            let op = draw(&mut rng, &mut held, max_id, now);
+            if let Op::Advance(ms) = op {
+                clock.advance(Duration::from_millis(ms));
+            }
+            // A dump changes nothing, so the state before this operation
+            // is the one after the previous operation.
+            let before = match last.take() {
+                Some(d) => d,
+                None => twin.dump_tables().await.unwrap(),
+            };
+            let want = apply(&twin, &op).await;
+            let after = twin.dump_tables().await.unwrap();
+            let got = apply(&q, &op).await;
+            last = Some(after.clone());
+            tally.operations += 1;
+            if let Ok(reply) = &want {
+                held.extend(reply.receipts.iter().copied());
+                max_id = max_id.max(reply.max_id);
+            }
+            if !disk.is_dead() {
+                assert_eq!(
+                    got.as_ref().map_err(|e| e.to_string()),
+                    want.as_ref().map_err(|e| e.to_string()),
+                    "seed {seed}: {op:?}: the queue and its twin disagree"
+                );
+                continue;
+            }
+            let err = got.expect_err("the power was cut during the operation, yet it returned Ok");
+            assert!(
+                matches!(err, Error::Io { .. } | Error::Storage { .. }),
+                "seed {seed}: {op:?} during a power cut failed with {err:?}, not an I/O error"
+            );
+            q.close().await.unwrap();
+            drop(q);
+            let (image, summary) = disk.after_power_loss(rng.next());
+            tally.writes_lost_or_torn += (summary.writes - summary.kept) as u64;
+            generation += 1;
+            disk = SimDisk::from_image(image.clone());
+            let verify = rng.below(2) == 0;
+            q = EmbeddedQueue::open_on_backend(
+                &format!("{tag}-q{generation}"),
+                disk.backend(),
+                config(&clock),
+                verify,
+            )
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "seed {seed}, cut {}: reopen after power loss ({summary:?}) failed: {e:?}",
+                    tally.cuts
+                )
+            });
+            let found = q.dump_tables().await.unwrap();
+            if found == before && found == after {
+                tally.same += 1;
+            } else if found == before {
+                tally.at_last_ack += 1;
+            } else if found == after {
+                tally.with_in_flight += 1;
+            } else {
+                panic!(
+                    "seed {seed}, cut {}: after {op:?} and a power cut ({summary:?}) the file holds \
+                     neither the state before it nor after it.\nfound:  {found:?}\nbefore: {before:?}\nafter:  {after:?}",
+                    tally.cuts
+                );
+            }
+            check_invariants(&q, &format!("seed {seed}, cut {}", tally.cuts)).await;
+            // The twin continues from the same bytes.
+            twin.close().await.unwrap();
+            twin_disk = SimDisk::from_image(image);
+            twin = open(&format!("{tag}-t{generation}"), &twin_disk, &clock, true).await;
+            last = None;
+            tally.cuts += 1;
+            break;
+        }
+    }
+    q.close().await.unwrap();
+    twin.close().await.unwrap();
+    tally
+}
+
+#[tokio::test]
+async fn power_loss_leaves_the_last_acknowledged_commit_or_the_one_in_flight() {
+    let cuts: u64 = std::env::var("WORKJOURNAL_CUT_POINTS")
+        .map(|s| s.parse().unwrap())
+        .unwrap_or(200);
+    let seed = seed_from_env("WORKJOURNAL_CUT_SEED");
+    eprintln!("cut points: {cuts}, WORKJOURNAL_CUT_SEED={seed}");
+    let started = Instant::now();
+    let tally = power_loss_run(cuts, seed).await;
+    eprintln!("{tally:?} in {:.1} s", started.elapsed().as_secs_f64());
+    assert_eq!(tally.cuts, cuts);
+}
+
+/// Open a queue on `disk` that can reopen itself on the same disk.
+async fn open_reopenable(name: &str, disk: &SimDisk, clock: &ManualClock) -> EmbeddedQueue {
+    let d = disk.clone();
+    EmbeddedQueue::open_on_backend_with(name, move || Ok(d.backend()), config(clock), true)
+        .await
+        .unwrap()
+}
+
+fn os_error_of(e: &Error) -> String {
+    let mut out = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        src = s.source();
+    }
+    out
+}
+
+// Regression: after one failed write (ENOSPC or EIO) redb poisons its
+// Database and answers PreviousIo to every later call, so the queue failed
+// every operation, with a retryable error, until the process reopened the
+// file by hand; the writer now reopens the database itself.
+#[tokio::test]
+async fn a_failed_write_changes_nothing_and_the_queue_carries_on() {
+    for (errno, text) in [(ENOSPC, "os error 28"), (EIO, "os error 5")] {
+        let clock = ManualClock::new(1_000_000);
+        let disk = SimDisk::new();
+        let q = open_reopenable(&format!("wfault{errno}"), &disk, &clock).await;
+        let a = q.add(NewItem::new(b"a".to_vec())).await.unwrap().id;
+        q.add(NewItem::new(b"b".to_vec())).await.unwrap();
+        let held = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+        assert_eq!(held[0].item.id, a);
+        let before = q.dump_tables().await.unwrap();
+
+        disk.fail_writes(Some(errno));
+        let e = q.add(NewItem::new(b"c".to_vec())).await.unwrap_err();
+        assert!(matches!(e, Error::Io { .. }), "{e:?}");
+        assert!(e.is_retryable());
+        assert!(os_error_of(&e).contains(text), "{}", os_error_of(&e));
+        let e = q.ack(held[0].receipt).await.unwrap_err();
+        assert!(e.is_retryable(), "{e:?}");
+        let e = q
+            .claim(1, Duration::ZERO, ClaimFrom::All)
+            .await
+            .unwrap_err();
+        assert!(e.is_retryable(), "{e:?}");
+
+        disk.fail_writes(None);
+        assert_eq!(q.dump_tables().await.unwrap(), before, "errno {errno}");
+        // The claim made before the fault is still this consumer's.
+        q.ack(held[0].receipt).await.unwrap();
+        let c = q.add(NewItem::new(b"c".to_vec())).await.unwrap().id;
+        let locs = q.locations().await.unwrap();
+        assert_eq!(locs.keys().copied().collect::<Vec<_>>(), vec![a + 1, c]);
+        check_invariants(&q, "after a write fault").await;
+        q.close().await.unwrap();
+
+        // What a crash right now would leave holds the same.
+        let again = SimDisk::from_image(disk.image());
+        let q = open(&format!("wfault{errno}-again"), &again, &clock, true).await;
+        assert_eq!(q.locations().await.unwrap(), locs);
+        q.close().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_failed_fsync_keeps_the_operation_whole_or_not_at_all_and_the_queue_carries_on() {
+    for errno in [EIO, ENOSPC] {
+        let clock = ManualClock::new(1_000_000);
+        let disk = SimDisk::new();
+        let q = open_reopenable(&format!("sfault{errno}"), &disk, &clock).await;
+        let items = (0..3)
+            .map(|i| NewItem::new(vec![i; 10]))
+            .collect::<Vec<_>>();
+        let first = q.add_batch(items.clone()).await.unwrap();
+        let before = q.locations().await.unwrap();
+
+        disk.fail_syncs(Some(errno));
+        let e = q.add_batch(items.clone()).await.unwrap_err();
+        assert!(matches!(e, Error::Io { .. }), "{e:?}");
+        assert!(e.is_retryable());
+        disk.fail_syncs(None);
+
+        // The batch's pages reached the page cache before the fsync failed,
+        // so it may be there: whole or not at all.
+        let after = q.locations().await.unwrap();
+        let extra: Vec<u64> = after
+            .keys()
+            .filter(|id| !before.contains_key(id))
+            .copied()
+            .collect();
+        assert!(
+            extra.is_empty() || extra.len() == items.len(),
+            "errno {errno}: the failed batch left {extra:?}"
+        );
+        for id in first.iter().map(|a| a.id) {
+            assert_eq!(after.get(&id), Some(&vec![Location::Backlog]));
+        }
+        check_invariants(&q, "after an fsync fault").await;
+        q.add(NewItem::new(b"z".to_vec())).await.unwrap();
+        q.close().await.unwrap();
+    }
+}
+
+/// Tallies of a fault run.
+#[derive(Debug, Default)]
+struct FaultTally {
+    faults: u64,
+    /// Faults that failed a write: the operation left nothing.
+    write_faults: u64,
+    /// Faults that failed an fsync and left the operation out.
+    sync_faults_dropped: u64,
+    /// Faults that failed an fsync and left the operation in, whole.
+    sync_faults_kept: u64,
+    /// Faults that redb rode out (a best-effort write): the operation
+    /// returned `Ok`.
+    absorbed: u64,
+    operations: u64,
+}
+
+/// Fail one write or fsync at a random point, `faults` times, on one queue
+/// that must carry on by itself after each.
+async fn fault_run(faults: u64, seed: u64) -> FaultTally {
+    let mut rng = Rng(seed);
+    let clock = ManualClock::new(1_000_000);
+    let mut tally = FaultTally::default();
+    let disk = SimDisk::new();
+    let twin_disk = SimDisk::new();
+    let q = open_reopenable(&format!("io{seed}-q"), &disk, &clock).await;
+    let twin = open(&format!("io{seed}-t"), &twin_disk, &clock, true).await;
+    let mut held: Vec<Receipt> = Vec::new();
+    let mut max_id = 0u64;
+    while tally.faults < faults {
+        let errno = if rng.below(2) == 0 { EIO } else { ENOSPC };
+        disk.fail_once_after(rng.below(40), errno);
+        loop {
+            let op = draw(&mut rng, &mut held, max_id, clock.now_ms());
+            if let Op::Advance(ms) = op {
+                clock.advance(Duration::from_millis(ms));
+            }
+            let got = apply(&q, &op).await;
+            tally.operations += 1;
+            let hit = disk.last_hit();
+            let Some(hit) = hit.filter(|_| got.is_err()) else {
+                let want = apply(&twin, &op).await;
+                assert_eq!(
+                    got.as_ref().map_err(|e| e.to_string()),
+                    want.as_ref().map_err(|e| e.to_string()),
+                    "seed {seed}: {op:?}: the queue and its twin disagree"
+                );
+                if let Ok(reply) = &want {
+                    held.extend(reply.receipts.iter().copied());
+                    max_id = max_id.max(reply.max_id);
+                }
+                if hit.is_some() {
+                    tally.absorbed += 1;
+                    tally.faults += 1;
+                    break;
+                }
+                continue;
+            };
+            let err = got.unwrap_err();
+            assert!(
+                matches!(err, Error::Io { .. }) && err.is_retryable(),
+                "seed {seed}: {op:?} failed by an injected fault with {err:?}"
+            );
+            let before = twin.dump_tables().await.unwrap();
+            let found = q.dump_tables().await.unwrap_or_else(|e| {
+                panic!("seed {seed}: the queue did not carry on after {op:?}: {e:?}")
+            });
+            if found == before {
+                match hit {
+                    Hit::Write => tally.write_faults += 1,
+                    Hit::Sync => tally.sync_faults_dropped += 1,
+                }
+            } else {
+                assert_eq!(
+                    hit,
+                    Hit::Sync,
+                    "seed {seed}: a failed write during {op:?} left part of it"
+                );
+                // The commit reached the page cache: it must be exactly the
+                // operation, whole.
+                if let Ok(reply) = apply(&twin, &op).await {
+                    held.extend(reply.receipts.iter().copied());
+                    max_id = max_id.max(reply.max_id);
+                }
+                let after = twin.dump_tables().await.unwrap();
+                assert_eq!(
+                    found, after,
+                    "seed {seed}: after a failed fsync during {op:?} the queue holds neither \
+                     the state before it nor after it"
+                );
+                tally.sync_faults_kept += 1;
+            }
+            check_invariants(&q, &format!("seed {seed}, fault {}", tally.faults)).await;
+            tally.faults += 1;
+            break;
+        }
+    }
+    disk.disarm();
+    q.close().await.unwrap();
+    twin.close().await.unwrap();
+    tally
+}
+
+#[tokio::test]
+async fn random_write_and_fsync_faults_never_half_apply_an_operation() {
+    let faults: u64 = std::env::var("WORKJOURNAL_IO_FAULTS")
+        .map(|s| s.parse().unwrap())
+        .unwrap_or(200);
+    let seed = seed_from_env("WORKJOURNAL_IO_FAULT_SEED");
+    eprintln!("i/o faults: {faults}, WORKJOURNAL_IO_FAULT_SEED={seed}");
+    let started = Instant::now();
+    let tally = fault_run(faults, seed).await;
+    eprintln!("{tally:?} in {:.1} s", started.elapsed().as_secs_f64());
+    assert_eq!(tally.faults, faults);
+}

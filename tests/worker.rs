@@ -1,0 +1,394 @@
+//! The worker runtime on the memory and embedded backends.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tempfile::TempDir;
+use workjournal::{
+    BoxQueue, ClaimFrom, Config, EmbeddedQueue, MemoryQueue, NewItem, RetryPolicy, WorkQueue,
+    Worker, idempotent_step,
+};
+
+type Kept = Option<TempDir>;
+
+async fn memory(config: Config) -> (BoxQueue, Kept) {
+    (BoxQueue::new(MemoryQueue::new(config)), None)
+}
+
+async fn embedded(config: Config) -> (BoxQueue, Kept) {
+    let dir = tempfile::tempdir().unwrap();
+    let q = EmbeddedQueue::open(dir.path().join("q.redb"), config)
+        .await
+        .unwrap();
+    (BoxQueue::new(q), Some(dir))
+}
+
+/// One `#[tokio::test]` per backend for each case.
+macro_rules! cases {
+    ($($case:ident),* $(,)?) => {
+        mod on_memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(super::memory).await;
+                }
+            )*
+        }
+        mod on_embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(super::embedded).await;
+                }
+            )*
+        }
+    };
+}
+
+cases!(
+    claims_no_more_than_its_free_slots,
+    failure_retries_with_backoff_then_dead_letters_with_the_error_text,
+    panicking_handler_is_a_failed_attempt_and_the_worker_lives_on,
+    heartbeat_keeps_a_long_handler_from_being_reclaimed,
+    reclaims_items_of_a_dead_consumer,
+    shutdown_waits_for_short_items_and_leaves_long_ones_pending,
+    promotes_a_timer_at_its_deadline_while_every_slot_is_busy,
+    idempotent_step_runs_the_side_effect_once_across_deliveries,
+    flow_worker_steps_through_a_paused_flow,
+);
+
+fn fast_retry() -> RetryPolicy {
+    RetryPolicy::default()
+        .base(Duration::from_millis(20))
+        .jitter(0.0)
+}
+
+async fn add_n(q: &BoxQueue, n: usize) {
+    let items = (0..n).map(|i| NewItem::new(format!("item {i}"))).collect();
+    q.add_batch(items).await.unwrap();
+}
+
+async fn claims_no_more_than_its_free_slots<F, Fut>(make: F)
+where
+    F: Fn(Config) -> Fut,
+    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
+{
+    let (q, _keep) = make(Config::default()).await;
+    add_n(&q, 24).await;
+    let running = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let (r, m) = (running.clone(), most.clone());
+    let report = Worker::new(q.clone())
+        .concurrency(4)
+        .until_empty(true)
+        .claim_wait(Duration::from_millis(50))
+        .run(
+            move |_claimed| {
+                let (r, m) = (r.clone(), m.clone());
+                async move {
+                    let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+                    m.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    r.fetch_sub(1, Ordering::SeqCst);
+                    Ok::<(), String>(())
+                }
+            },
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.acked, 24);
+    assert!(most.load(Ordering::SeqCst) <= 4, "more than 4 at once");
+    assert!(most.load(Ordering::SeqCst) >= 2, "never ran in parallel");
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.backlog, s.pending, s.delayed), (0, 0, 0));
+}
+
+async fn failure_retries_with_backoff_then_dead_letters_with_the_error_text<F, Fut>(make: F)
+where
+    F: Fn(Config) -> Fut,
+    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
+{
+    let (q, _keep) = make(Config::default().max_deliveries(3)).await;
+    q.add(NewItem::new("x")).await.unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    let report = Worker::new(q.clone())
+        .max_deliveries(3)
+        .retry_policy(fast_retry())
+        .until_empty(true)
+        .claim_wait(Duration::from_millis(50))
+        .run(
+            move |c| {
+                let s2 = s2.clone();
+                async move {
+                    s2.lock().unwrap().push(c.receipt.delivery);
+                    Err::<(), String>(format!("boom on delivery {}", c.receipt.delivery))
+                }
+            },
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(*seen.lock().unwrap(), vec![1, 2, 3]);
+    assert_eq!((report.retried, report.dead_lettered), (2, 1));
+    let dead = q.dead_letters(10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].reason, "boom on delivery 3");
+    assert_eq!(dead[0].item.deliveries, 3);
+}
+
+async fn panicking_handler_is_a_failed_attempt_and_the_worker_lives_on<F, Fut>(make: F)
+where
+    F: Fn(Config) -> Fut,
+    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
+{
+    let (q, _keep) = make(Config::default()).await;
+    add_n(&q, 3).await;
+    let report = Worker::new(q.clone())
+        .concurrency(2)
+        .retry_policy(fast_retry())
+        .until_empty(true)
+        .claim_wait(Duration::from_millis(50))
+        .run(
+            |c| async move {
+                if c.item.id == 2 && c.receipt.delivery == 1 {
+                    panic!("handler bug on item 2");
+                }
+                Ok::<(), String>(())
+            },
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.acked, report.retried, report.panicked),
+        (3, 1, 1),
+        "{report:?}"
+    );
+    assert_eq!(q.stats().await.unwrap().dead_letters, 0);
+}
+
+async fn heartbeat_keeps_a_long_handler_from_being_reclaimed<F, Fut>(make: F)
+where
+    F: Fn(Config) -> Fut,
+    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
+{
+    let (q, _keep) = make(Config::default()).await;
+    add_n(&q, 2).await;
+    let calls = Arc::new(Mutex::new(HashMap::<u64, u32>::new()));
+    let c2 = calls.clone();
+    // The handler outlives the lease three times over; the worker's own
+    // reclaim (every lease / 2) would take the items back without touches.
+    // A free third slot lets the worker run its reclaim meanwhile.
+    let report = Worker::new(q.clone())
+        .concurrency(3)
+        .lease(Duration::from_millis(150))
+        .until_empty(true)
+        .run(
+            move |c| {
+                let c2 = c2.clone();
+                async move {
+                    *c2.lock().unwrap().entry(c.item.id).or_default() += 1;
+                    tokio::time::sleep(Duration::from_millis(450)).await;
+                    Ok::<(), String>(())
+                }
+            },
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.acked, 2);
+    assert_eq!(report.lease_lost, 0);
+    assert!(calls.lock().unwrap().values().all(|n| *n == 1), "{calls:?}");
+}
+
+async fn reclaims_items_of_a_dead_consumer<F, Fut>(make: F)
+where
+    F: Fn(Config) -> Fut,
+    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
+{
+    let (q, _keep) = make(Config::default()).await;
+    add_n(&q, 1).await;
+    // A consumer claims and vanishes without acking.
+    let taken = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!(taken.len(), 1);
+    let deliveries = Arc::new(Mutex::new(Vec::new()));
+    let d2 = deliveries.clone();
+    let report = Worker::new(q.clone())
+        .lease(Duration::from_millis(100))
+        .until_empty(true)
+        .run(
+            move |c| {
+                let d2 = d2.clone();
+                async move {
+                    d2.lock().unwrap().push(c.receipt.delivery);
+                    Ok::<(), String>(())
+                }
+            },
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.acked, 1);
+    assert_eq!(*deliveries.lock().unwrap(), vec![2]);
+    assert_eq!(q.stats().await.unwrap().pending, 0);
+}
+
+async fn shutdown_waits_for_short_items_and_leaves_long_ones_pending<F, Fut>(make: F)
+where
+    F: Fn(Config) -> Fut,
+    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
+{
+    let (q, _keep) = make(Config::default()).await;
+    add_n(&q, 6).await;
+    let started = Arc::new(AtomicUsize::new(0));
+    let s2 = started.clone();
+    let report = Worker::new(q.clone())
+        .concurrency(2)
+        .grace(Duration::from_millis(300))
+        .run(
+            move |c| {
+                let s2 = s2.clone();
+                async move {
+                    s2.fetch_add(1, Ordering::SeqCst);
+                    let long = c.item.id == 2;
+                    let nap = if long { 10_000 } else { 100 };
+                    tokio::time::sleep(Duration::from_millis(nap)).await;
+                    Ok::<(), String>(())
+                }
+            },
+            tokio::time::sleep(Duration::from_millis(50)),
+        )
+        .await
+        .unwrap();
+    // Items 1 and 2 were running at the signal: 1 finished within the
+    // grace period, 2 did not; nothing new was claimed after the signal.
+    assert_eq!(started.load(Ordering::SeqCst), 2);
+    assert_eq!((report.acked, report.abandoned), (1, 1), "{report:?}");
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.pending, s.backlog), (1, 4));
+}
+
+async fn promotes_a_timer_at_its_deadline_while_every_slot_is_busy<F, Fut>(make: F)
+where
+    F: Fn(Config) -> Fut,
+    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
+{
+    let (q, _keep) = make(Config::default()).await;
+    add_n(&q, 1).await;
+    let now = q.now_ms().await.unwrap();
+    q.add_delayed(NewItem::new("timer"), now + 200)
+        .await
+        .unwrap();
+    let q2 = q.clone();
+    // The only slot is busy for the whole run, so no claim promotes the
+    // timer: only the worker's timer task can.
+    let watch = async move {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        q2.stats().await.unwrap()
+    };
+    let run = Worker::new(q.clone())
+        .concurrency(1)
+        .grace(Duration::ZERO)
+        .run(
+            |_c| async move {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                Ok::<(), String>(())
+            },
+            tokio::time::sleep(Duration::from_millis(800)),
+        );
+    let (stats, report) = tokio::join!(watch, run);
+    assert_eq!((stats.due, stats.delayed), (1, 0), "{stats:?}");
+    assert_eq!(report.unwrap().abandoned, 1);
+}
+
+async fn idempotent_step_runs_the_side_effect_once_across_deliveries<F, Fut>(make: F)
+where
+    F: Fn(Config) -> Fut,
+    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
+{
+    let (q, _keep) = make(Config::default()).await;
+    add_n(&q, 1).await;
+    let effects = Arc::new(AtomicUsize::new(0));
+    let (e2, q2) = (effects.clone(), q.clone());
+    let report = Worker::new(q.clone())
+        .retry_policy(fast_retry())
+        .until_empty(true)
+        .claim_wait(Duration::from_millis(50))
+        .run(
+            move |c| {
+                let (e2, q2) = (e2.clone(), q2.clone());
+                async move {
+                    idempotent_step(&q2, c.item.id, "send", || async {
+                        e2.fetch_add(1, Ordering::SeqCst);
+                        Ok::<(), workjournal::Error>(())
+                    })
+                    .await
+                    .map_err(|e| e.to_string())?;
+                    // A later step fails once: the whole item is retried.
+                    if c.receipt.delivery == 1 {
+                        return Err("later step failed".to_string());
+                    }
+                    Ok(())
+                }
+            },
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    assert_eq!((report.acked, report.retried), (1, 1));
+    assert_eq!(effects.load(Ordering::SeqCst), 1);
+}
+
+async fn flow_worker_steps_through_a_paused_flow<F, Fut>(make: F)
+where
+    F: Fn(Config) -> Fut,
+    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
+{
+    let (q, _keep) = make(Config::default()).await;
+    q.pause("held").await.unwrap();
+    let items = (0..3)
+        .map(|i| NewItem::new(format!("{i}")).flow("held"))
+        .collect();
+    q.add_batch(items).await.unwrap();
+    // A normal claim meets the paused flow's items and parks them.
+    assert!(
+        q.claim(1, Duration::ZERO, ClaimFrom::All)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(q.parked("held").await.unwrap(), 3);
+    let report = Worker::new(q.clone())
+        .flow(Some("held".into()))
+        .until_empty(true)
+        .claim_wait(Duration::from_millis(20))
+        .run(|_c| async { Ok::<(), String>(()) }, std::future::pending())
+        .await
+        .unwrap();
+    assert_eq!(report.acked, 3, "{report:?}");
+    assert_eq!(q.paused_flows().await.unwrap(), vec!["held".to_string()]);
+    assert_eq!(q.stats().await.unwrap().pending, 0);
+}
+
+#[test]
+fn retry_policy_doubles_up_to_the_cap_and_jitter_only_shortens() {
+    let p = RetryPolicy::default()
+        .base(Duration::from_millis(100))
+        .max_delay(Duration::from_millis(1000))
+        .jitter(0.5);
+    assert_eq!(p.delay(1), Duration::from_millis(100));
+    assert_eq!(p.delay(2), Duration::from_millis(200));
+    assert_eq!(p.delay(4), Duration::from_millis(800));
+    assert_eq!(p.delay(5), Duration::from_millis(1000));
+    assert_eq!(p.delay(u32::MAX), Duration::from_millis(1000));
+    assert_eq!(p.delay_with(2, 0.0), Duration::from_millis(200));
+    assert_eq!(p.delay_with(2, 1.0), Duration::from_millis(100));
+    for _ in 0..100 {
+        let d = p.next_delay(3);
+        assert!(d >= Duration::from_millis(200) && d <= Duration::from_millis(400));
+    }
+}
