@@ -9,9 +9,13 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
+use std::cell::OnceCell;
+
 #[cfg(feature = "testing")]
 use redb::TableHandle;
-use redb::{ReadableTable, ReadableTableMetadata, Table, TableDefinition, WriteTransaction};
+use redb::{
+    Key, ReadableTable, ReadableTableMetadata, Table, TableDefinition, Value, WriteTransaction,
+};
 
 use crate::codec::{self, DeadRecord, ItemRecord, LeaseRecord};
 use crate::error::{Error, Result};
@@ -104,26 +108,67 @@ pub(super) struct Limits {
     pub(super) max_payload_bytes: usize,
 }
 
-/// Every table, opened once per write transaction.
+/// Every table of the file, each opened on first use in the transaction.
+///
+/// Opening a redb table and closing it again at commit costs two lookups in
+/// the table tree; an operation touches a few of the 17 tables, so opening
+/// them all per transaction was a third of the instructions of a single add.
 pub(super) struct Tables<'t> {
-    meta: Table<'t, &'static str, u64>,
-    items: Table<'t, u64, &'static [u8]>,
-    payloads: Table<'t, u64, &'static [u8]>,
-    backlog: Table<'t, u64, u64>,
-    due: Table<'t, u64, u64>,
-    delayed: Table<'t, (u64, u64), ()>,
-    pending: Table<'t, u64, &'static [u8]>,
-    pending_by_time: Table<'t, (u64, u64), ()>,
-    orphans: Table<'t, (u64, u64), ()>,
-    parked: Table<'t, (&'static str, u64), u64>,
-    paused: Table<'t, &'static str, ()>,
-    done: Table<'t, (u64, &'static str), u64>,
-    done_expiry: Table<'t, (u64, u64, &'static str), ()>,
-    dedup: Table<'t, &'static str, (u64, u64)>,
-    dedup_expiry: Table<'t, (u64, &'static str), ()>,
-    dead: Table<'t, u64, &'static [u8]>,
-    dead_by_id: Table<'t, u64, u64>,
+    txn: &'t WriteTransaction,
+    meta: Lazy<'t, &'static str, u64>,
+    items: Lazy<'t, u64, &'static [u8]>,
+    payloads: Lazy<'t, u64, &'static [u8]>,
+    backlog: Lazy<'t, u64, u64>,
+    due: Lazy<'t, u64, u64>,
+    delayed: Lazy<'t, (u64, u64), ()>,
+    pending: Lazy<'t, u64, &'static [u8]>,
+    pending_by_time: Lazy<'t, (u64, u64), ()>,
+    orphans: Lazy<'t, (u64, u64), ()>,
+    parked: Lazy<'t, (&'static str, u64), u64>,
+    paused: Lazy<'t, &'static str, ()>,
+    done: Lazy<'t, (u64, &'static str), u64>,
+    done_expiry: Lazy<'t, (u64, u64, &'static str), ()>,
+    dedup: Lazy<'t, &'static str, (u64, u64)>,
+    dedup_expiry: Lazy<'t, (u64, &'static str), ()>,
+    dead: Lazy<'t, u64, &'static [u8]>,
+    dead_by_id: Lazy<'t, u64, u64>,
     limits: Limits,
+}
+
+/// One table of a write transaction, opened when first asked for.
+struct Lazy<'t, K: Key + 'static, V: Value + 'static> {
+    def: TableDefinition<'static, K, V>,
+    what: &'static str,
+    cell: OnceCell<Result<Table<'t, K, V>>>,
+}
+
+impl<'t, K: Key + 'static, V: Value + 'static> Lazy<'t, K, V> {
+    fn new(def: TableDefinition<'static, K, V>, what: &'static str) -> Self {
+        Lazy {
+            def,
+            what,
+            cell: OnceCell::new(),
+        }
+    }
+
+    fn get(&self, txn: &'t WriteTransaction) -> Result<&Table<'t, K, V>> {
+        match self
+            .cell
+            .get_or_init(|| txn.open_table(self.def).ctx(self.what))
+        {
+            Ok(t) => Ok(t),
+            Err(e) => Err(e.duplicate()),
+        }
+    }
+
+    fn get_mut(&mut self, txn: &'t WriteTransaction) -> Result<&mut Table<'t, K, V>> {
+        self.get(txn)?;
+        match self.cell.get_mut() {
+            Some(Ok(t)) => Ok(t),
+            Some(Err(e)) => Err(e.duplicate()),
+            None => Err(Error::corrupt(format!("{} was not opened", self.what))),
+        }
+    }
 }
 
 fn need_flow(flow: &str) -> Result<()> {
@@ -145,36 +190,169 @@ fn lease_lost(r: &Receipt) -> Error {
 impl<'t> Tables<'t> {
     pub(super) fn open(txn: &'t WriteTransaction, limits: Limits) -> Result<Self> {
         Ok(Tables {
-            meta: txn.open_table(META).ctx("open table meta")?,
-            items: txn.open_table(ITEMS).ctx("open table items")?,
-            payloads: txn.open_table(PAYLOADS).ctx("open table payloads")?,
-            backlog: txn.open_table(BACKLOG).ctx("open table backlog")?,
-            due: txn.open_table(DUE).ctx("open table due")?,
-            delayed: txn.open_table(DELAYED).ctx("open table delayed")?,
-            pending: txn.open_table(PENDING).ctx("open table pending")?,
-            pending_by_time: txn
-                .open_table(PENDING_BY_TIME)
-                .ctx("open table pending_by_time")?,
-            orphans: txn.open_table(ORPHANS).ctx("open table orphans")?,
-            parked: txn.open_table(PARKED).ctx("open table parked")?,
-            paused: txn.open_table(PAUSED).ctx("open table paused")?,
-            done: txn.open_table(DONE).ctx("open table done")?,
-            done_expiry: txn.open_table(DONE_EXPIRY).ctx("open table done_expiry")?,
-            dedup: txn.open_table(DEDUP).ctx("open table dedup")?,
-            dedup_expiry: txn
-                .open_table(DEDUP_EXPIRY)
-                .ctx("open table dedup_expiry")?,
-            dead: txn.open_table(DEAD).ctx("open table dead")?,
-            dead_by_id: txn.open_table(DEAD_BY_ID).ctx("open table dead_by_id")?,
+            txn,
+            meta: Lazy::new(META, "open table meta"),
+            items: Lazy::new(ITEMS, "open table items"),
+            payloads: Lazy::new(PAYLOADS, "open table payloads"),
+            backlog: Lazy::new(BACKLOG, "open table backlog"),
+            due: Lazy::new(DUE, "open table due"),
+            delayed: Lazy::new(DELAYED, "open table delayed"),
+            pending: Lazy::new(PENDING, "open table pending"),
+            pending_by_time: Lazy::new(PENDING_BY_TIME, "open table pending_by_time"),
+            orphans: Lazy::new(ORPHANS, "open table orphans"),
+            parked: Lazy::new(PARKED, "open table parked"),
+            paused: Lazy::new(PAUSED, "open table paused"),
+            done: Lazy::new(DONE, "open table done"),
+            done_expiry: Lazy::new(DONE_EXPIRY, "open table done_expiry"),
+            dedup: Lazy::new(DEDUP, "open table dedup"),
+            dedup_expiry: Lazy::new(DEDUP_EXPIRY, "open table dedup_expiry"),
+            dead: Lazy::new(DEAD, "open table dead"),
+            dead_by_id: Lazy::new(DEAD_BY_ID, "open table dead_by_id"),
             limits,
         })
+    }
+
+    fn meta(&self) -> Result<&Table<'t, &'static str, u64>> {
+        self.meta.get(self.txn)
+    }
+
+    fn meta_mut(&mut self) -> Result<&mut Table<'t, &'static str, u64>> {
+        self.meta.get_mut(self.txn)
+    }
+
+    fn items(&self) -> Result<&Table<'t, u64, &'static [u8]>> {
+        self.items.get(self.txn)
+    }
+
+    fn items_mut(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        self.items.get_mut(self.txn)
+    }
+
+    fn payloads(&self) -> Result<&Table<'t, u64, &'static [u8]>> {
+        self.payloads.get(self.txn)
+    }
+
+    fn payloads_mut(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        self.payloads.get_mut(self.txn)
+    }
+
+    fn backlog(&self) -> Result<&Table<'t, u64, u64>> {
+        self.backlog.get(self.txn)
+    }
+
+    fn backlog_mut(&mut self) -> Result<&mut Table<'t, u64, u64>> {
+        self.backlog.get_mut(self.txn)
+    }
+
+    fn due(&self) -> Result<&Table<'t, u64, u64>> {
+        self.due.get(self.txn)
+    }
+
+    fn due_mut(&mut self) -> Result<&mut Table<'t, u64, u64>> {
+        self.due.get_mut(self.txn)
+    }
+
+    fn delayed(&self) -> Result<&Table<'t, (u64, u64), ()>> {
+        self.delayed.get(self.txn)
+    }
+
+    fn delayed_mut(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        self.delayed.get_mut(self.txn)
+    }
+
+    fn pending(&self) -> Result<&Table<'t, u64, &'static [u8]>> {
+        self.pending.get(self.txn)
+    }
+
+    fn pending_mut(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        self.pending.get_mut(self.txn)
+    }
+
+    fn pending_by_time(&self) -> Result<&Table<'t, (u64, u64), ()>> {
+        self.pending_by_time.get(self.txn)
+    }
+
+    fn pending_by_time_mut(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        self.pending_by_time.get_mut(self.txn)
+    }
+
+    fn orphans(&self) -> Result<&Table<'t, (u64, u64), ()>> {
+        self.orphans.get(self.txn)
+    }
+
+    fn orphans_mut(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        self.orphans.get_mut(self.txn)
+    }
+
+    fn parked(&self) -> Result<&Table<'t, (&'static str, u64), u64>> {
+        self.parked.get(self.txn)
+    }
+
+    fn parked_mut(&mut self) -> Result<&mut Table<'t, (&'static str, u64), u64>> {
+        self.parked.get_mut(self.txn)
+    }
+
+    fn paused(&self) -> Result<&Table<'t, &'static str, ()>> {
+        self.paused.get(self.txn)
+    }
+
+    fn paused_mut(&mut self) -> Result<&mut Table<'t, &'static str, ()>> {
+        self.paused.get_mut(self.txn)
+    }
+
+    fn done(&self) -> Result<&Table<'t, (u64, &'static str), u64>> {
+        self.done.get(self.txn)
+    }
+
+    fn done_mut(&mut self) -> Result<&mut Table<'t, (u64, &'static str), u64>> {
+        self.done.get_mut(self.txn)
+    }
+
+    fn done_expiry(&self) -> Result<&Table<'t, (u64, u64, &'static str), ()>> {
+        self.done_expiry.get(self.txn)
+    }
+
+    fn done_expiry_mut(&mut self) -> Result<&mut Table<'t, (u64, u64, &'static str), ()>> {
+        self.done_expiry.get_mut(self.txn)
+    }
+
+    fn dedup(&self) -> Result<&Table<'t, &'static str, (u64, u64)>> {
+        self.dedup.get(self.txn)
+    }
+
+    fn dedup_mut(&mut self) -> Result<&mut Table<'t, &'static str, (u64, u64)>> {
+        self.dedup.get_mut(self.txn)
+    }
+
+    fn dedup_expiry(&self) -> Result<&Table<'t, (u64, &'static str), ()>> {
+        self.dedup_expiry.get(self.txn)
+    }
+
+    fn dedup_expiry_mut(&mut self) -> Result<&mut Table<'t, (u64, &'static str), ()>> {
+        self.dedup_expiry.get_mut(self.txn)
+    }
+
+    fn dead(&self) -> Result<&Table<'t, u64, &'static [u8]>> {
+        self.dead.get(self.txn)
+    }
+
+    fn dead_mut(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        self.dead.get_mut(self.txn)
+    }
+
+    fn dead_by_id(&self) -> Result<&Table<'t, u64, u64>> {
+        self.dead_by_id.get(self.txn)
+    }
+
+    fn dead_by_id_mut(&mut self) -> Result<&mut Table<'t, u64, u64>> {
+        self.dead_by_id.get_mut(self.txn)
     }
 
     // ---- counters -------------------------------------------------------
 
     fn counter(&self, key: &str, start: u64) -> Result<u64> {
         Ok(self
-            .meta
+            .meta()?
             .get(key)
             .ctx("read counter")?
             .map_or(start, |v| v.value()))
@@ -185,7 +363,7 @@ impl<'t> Tables<'t> {
         let next = v
             .checked_add(1)
             .ok_or_else(|| Error::corrupt(format!("counter {key} overflowed")))?;
-        self.meta.insert(key, next).ctx("write counter")?;
+        self.meta_mut()?.insert(key, next).ctx("write counter")?;
         Ok(v)
     }
 
@@ -195,14 +373,14 @@ impl<'t> Tables<'t> {
 
     pub(super) fn schema_version(&self) -> Result<Option<u64>> {
         Ok(self
-            .meta
+            .meta()?
             .get(SCHEMA_VERSION_KEY)
             .ctx("read schema version")?
             .map(|v| v.value()))
     }
 
     pub(super) fn set_schema_version(&mut self, v: u64) -> Result<()> {
-        self.meta
+        self.meta_mut()?
             .insert(SCHEMA_VERSION_KEY, v)
             .ctx("write schema version")?;
         Ok(())
@@ -213,7 +391,7 @@ impl<'t> Tables<'t> {
     fn record(&self, id: u64) -> Result<ItemRecord> {
         let what = format!("items[{id}]");
         let guard = self
-            .items
+            .items()?
             .get(id)
             .ctx("read item")?
             .ok_or_else(|| Error::corrupt(format!("{what} is missing")))?;
@@ -222,13 +400,15 @@ impl<'t> Tables<'t> {
 
     fn put_record(&mut self, id: u64, rec: &ItemRecord) -> Result<()> {
         let bytes = codec::encode(rec)?;
-        self.items.insert(id, bytes.as_slice()).ctx("write item")?;
+        self.items_mut()?
+            .insert(id, bytes.as_slice())
+            .ctx("write item")?;
         Ok(())
     }
 
     fn payload(&self, id: u64) -> Result<Vec<u8>> {
         Ok(self
-            .payloads
+            .payloads()?
             .get(id)
             .ctx("read payload")?
             .map(|g| g.value().to_vec())
@@ -248,14 +428,14 @@ impl<'t> Tables<'t> {
     }
 
     fn delete_item(&mut self, id: u64) -> Result<()> {
-        self.items.remove(id).ctx("delete item")?;
-        self.payloads.remove(id).ctx("delete payload")?;
+        self.items_mut()?.remove(id).ctx("delete item")?;
+        self.payloads_mut()?.remove(id).ctx("delete payload")?;
         Ok(())
     }
 
     fn lease(&self, id: u64) -> Result<Option<LeaseRecord>> {
         let what = format!("pending[{id}]");
-        match self.pending.get(id).ctx("read lease")? {
+        match self.pending()?.get(id).ctx("read lease")? {
             Some(g) => Ok(Some(codec::decode(&what, g.value())?)),
             None => Ok(None),
         }
@@ -269,11 +449,11 @@ impl<'t> Tables<'t> {
     }
 
     fn remove_pending(&mut self, id: u64, lease: &LeaseRecord) -> Result<()> {
-        self.pending.remove(id).ctx("delete lease")?;
-        self.pending_by_time
+        self.pending_mut()?.remove(id).ctx("delete lease")?;
+        self.pending_by_time_mut()?
             .remove((lease.claimed_at_ms, id))
             .ctx("delete lease index")?;
-        self.orphans
+        self.orphans_mut()?
             .remove((lease.claimed_at_ms, id))
             .ctx("delete orphan")?;
         Ok(())
@@ -289,10 +469,10 @@ impl<'t> Tables<'t> {
             lease,
             lane: codec::lane_to_u8(lane),
         };
-        self.pending
+        self.pending_mut()?
             .insert(id, codec::encode(&l)?.as_slice())
             .ctx("write lease")?;
-        self.pending_by_time
+        self.pending_by_time_mut()?
             .insert((now, id), ())
             .ctx("write lease index")?;
         Ok(Claimed {
@@ -321,15 +501,15 @@ impl<'t> Tables<'t> {
             reason: reason.to_string(),
             failed_at_ms: now,
         };
-        self.dead
+        self.dead_mut()?
             .insert(seq, codec::encode(&rec)?.as_slice())
             .ctx("write dead letter")?;
-        self.dead_by_id
+        self.dead_by_id_mut()?
             .insert(id, seq)
             .ctx("write dead letter index")?;
-        while self.dead.len().ctx("count dead letters")? > self.limits.dead_letter_cap {
+        while self.dead()?.len().ctx("count dead letters")? > self.limits.dead_letter_cap {
             let Some((_, bytes)) = self
-                .dead
+                .dead_mut()?
                 .pop_first()
                 .ctx("drop dead letter")?
                 .map(|(k, v)| (k.value(), v.value().to_vec()))
@@ -337,7 +517,7 @@ impl<'t> Tables<'t> {
                 break;
             };
             let old: DeadRecord = codec::decode("dead letter", &bytes)?;
-            self.dead_by_id
+            self.dead_by_id_mut()?
                 .remove(old.id)
                 .ctx("drop dead letter index")?;
             self.delete_item(old.id)?;
@@ -347,12 +527,14 @@ impl<'t> Tables<'t> {
     }
 
     fn is_paused(&self, flow: &str) -> Result<bool> {
-        Ok(self.paused.get(flow).ctx("read paused")?.is_some())
+        Ok(self.paused()?.get(flow).ctx("read paused")?.is_some())
     }
 
     fn park_id(&mut self, flow: &str, id: u64) -> Result<()> {
         let seq = self.next_seq()?;
-        self.parked.insert((flow, seq), id).ctx("write parked")?;
+        self.parked_mut()?
+            .insert((flow, seq), id)
+            .ctx("write parked")?;
         Ok(())
     }
 
@@ -361,7 +543,7 @@ impl<'t> Tables<'t> {
     pub(super) fn purge_expired(&mut self, now: u64) -> Result<()> {
         let mut done = Vec::new();
         for entry in self
-            .done_expiry
+            .done_expiry()?
             .range(..(now.saturating_add(1), 0u64, ""))
             .ctx("scan done expiry")?
             .take(PURGE_PER_TXN)
@@ -371,23 +553,23 @@ impl<'t> Tables<'t> {
             done.push((t, id, step.to_string()));
         }
         for (t, id, step) in done {
-            self.done_expiry
+            self.done_expiry_mut()?
                 .remove((t, id, step.as_str()))
                 .ctx("purge done marker")?;
             let live = self
-                .done
+                .done()?
                 .get((id, step.as_str()))
                 .ctx("read done marker")?
                 .map(|g| g.value());
             if live == Some(t) {
-                self.done
+                self.done_mut()?
                     .remove((id, step.as_str()))
                     .ctx("purge done marker")?;
             }
         }
         let mut keys = Vec::new();
         for entry in self
-            .dedup_expiry
+            .dedup_expiry()?
             .range(..(now.saturating_add(1), ""))
             .ctx("scan dedup expiry")?
             .take(PURGE_PER_TXN)
@@ -397,16 +579,18 @@ impl<'t> Tables<'t> {
             keys.push((t, key.to_string()));
         }
         for (t, key) in keys {
-            self.dedup_expiry
+            self.dedup_expiry_mut()?
                 .remove((t, key.as_str()))
                 .ctx("purge dedup key")?;
             let live = self
-                .dedup
+                .dedup()?
                 .get(key.as_str())
                 .ctx("read dedup key")?
                 .map(|g| g.value());
             if live.map(|(_, e)| e) == Some(t) {
-                self.dedup.remove(key.as_str()).ctx("purge dedup key")?;
+                self.dedup_mut()?
+                    .remove(key.as_str())
+                    .ctx("purge dedup key")?;
             }
         }
         Ok(())
@@ -415,14 +599,14 @@ impl<'t> Tables<'t> {
     // ---- operations (SPEC section 3) -------------------------------------
 
     fn waiting(&self) -> Result<u64> {
-        Ok(self.backlog.len().ctx("count backlog")?
-            + self.due.len().ctx("count due")?
-            + self.delayed.len().ctx("count delayed")?)
+        Ok(self.backlog()?.len().ctx("count backlog")?
+            + self.due()?.len().ctx("count due")?
+            + self.delayed()?.len().ctx("count delayed")?)
     }
 
     fn live_dedup(&self, key: &str, now: u64) -> Result<Option<u64>> {
         Ok(self
-            .dedup
+            .dedup()?
             .get(key)
             .ctx("read dedup key")?
             .map(|g| g.value())
@@ -476,15 +660,17 @@ impl<'t> Tables<'t> {
             let id = self.bump(NEXT_ID, 1)?;
             if let Some(k) = item.dedup_key.as_deref() {
                 let expires = now.saturating_add(self.limits.dedup_window_ms);
-                if let Some((_, old)) = self
-                    .dedup
+                let replaced = self
+                    .dedup_mut()?
                     .insert(k, (id, expires))
                     .ctx("write dedup key")?
-                    .map(|g| g.value())
-                {
-                    self.dedup_expiry.remove((old, k)).ctx("purge dedup key")?;
+                    .map(|g| g.value());
+                if let Some((_, old)) = replaced {
+                    self.dedup_expiry_mut()?
+                        .remove((old, k))
+                        .ctx("purge dedup key")?;
                 }
-                self.dedup_expiry
+                self.dedup_expiry_mut()?
                     .insert((expires, k), ())
                     .ctx("write dedup expiry")?;
             }
@@ -497,16 +683,18 @@ impl<'t> Tables<'t> {
                     deliveries: 0,
                 },
             )?;
-            self.payloads
+            self.payloads_mut()?
                 .insert(id, item.payload.as_slice())
                 .ctx("write payload")?;
             match not_before {
                 Some(t) => {
-                    self.delayed.insert((*t, id), ()).ctx("write delayed")?;
+                    self.delayed_mut()?
+                        .insert((*t, id), ())
+                        .ctx("write delayed")?;
                 }
                 None => {
                     let seq = self.next_seq()?;
-                    self.backlog.insert(seq, id).ctx("write backlog")?;
+                    self.backlog_mut()?.insert(seq, id).ctx("write backlog")?;
                 }
             }
             out.push(Added {
@@ -521,7 +709,7 @@ impl<'t> Tables<'t> {
         let mut n = 0;
         loop {
             let Some((nb, id)) = self
-                .delayed
+                .delayed()?
                 .first()
                 .ctx("read delayed")?
                 .map(|(k, _)| k.value())
@@ -531,9 +719,9 @@ impl<'t> Tables<'t> {
             if nb > now {
                 break;
             }
-            self.delayed.remove((nb, id)).ctx("delete delayed")?;
+            self.delayed_mut()?.remove((nb, id)).ctx("delete delayed")?;
             let seq = self.next_seq()?;
-            self.due.insert(seq, id).ctx("write due")?;
+            self.due_mut()?.insert(seq, id).ctx("write due")?;
             n += 1;
         }
         Ok(n)
@@ -549,7 +737,7 @@ impl<'t> Tables<'t> {
             return Err(Error::invalid("claim count must be at least 1"));
         }
         self.promote_due(now)?;
-        let any_paused = !self.paused.is_empty().ctx("read paused")?;
+        let any_paused = !self.paused()?.is_empty().ctx("read paused")?;
         let mut out = Vec::new();
         let lanes: &[Lane] = match from {
             ClaimFrom::All => &[Lane::Due, Lane::Backlog],
@@ -558,9 +746,9 @@ impl<'t> Tables<'t> {
         for &lane in lanes {
             while out.len() < count {
                 let table = if lane == Lane::Due {
-                    &mut self.due
+                    self.due_mut()?
                 } else {
-                    &mut self.backlog
+                    self.backlog_mut()?
                 };
                 let Some(id) = table
                     .pop_first()
@@ -608,13 +796,15 @@ impl<'t> Tables<'t> {
             // Read the lease again: a receipt named twice was moved already.
             let mut l = self.current(r)?;
             let old = (l.claimed_at_ms, r.id);
-            self.pending_by_time.remove(old).ctx("move lease index")?;
-            self.orphans.remove(old).ctx("delete orphan")?;
+            self.pending_by_time_mut()?
+                .remove(old)
+                .ctx("move lease index")?;
+            self.orphans_mut()?.remove(old).ctx("delete orphan")?;
             l.claimed_at_ms = now;
-            self.pending
+            self.pending_mut()?
                 .insert(r.id, codec::encode(&l)?.as_slice())
                 .ctx("write lease")?;
-            self.pending_by_time
+            self.pending_by_time_mut()?
                 .insert((now, r.id), ())
                 .ctx("write lease index")?;
         }
@@ -631,7 +821,7 @@ impl<'t> Tables<'t> {
         }
         rec.not_before_ms = Some(not_before);
         self.put_record(r.id, &rec)?;
-        self.delayed
+        self.delayed_mut()?
             .insert((not_before, r.id), ())
             .ctx("write delayed")?;
         Ok(RetryOutcome::Delayed)
@@ -667,7 +857,7 @@ impl<'t> Tables<'t> {
                 None => Bound::Unbounded,
             };
             for entry in self
-                .pending_by_time
+                .pending_by_time()?
                 .range::<(u64, u64)>((lower, Bound::Unbounded))
                 .ctx("scan lease index")?
             {
@@ -681,7 +871,7 @@ impl<'t> Tables<'t> {
                 }
             }
             let orphan = self
-                .orphans
+                .orphans()?
                 .first()
                 .ctx("read orphans")?
                 .map(|(k, _)| k.value());
@@ -697,10 +887,12 @@ impl<'t> Tables<'t> {
             let id = next.1;
             let Some(lease) = self.lease(id)? else {
                 // An index entry without a lease: drop the stray entry.
-                self.pending_by_time
+                self.pending_by_time_mut()?
                     .remove(next)
                     .ctx("delete stray lease index")?;
-                self.orphans.remove(next).ctx("delete stray orphan")?;
+                self.orphans_mut()?
+                    .remove(next)
+                    .ctx("delete stray orphan")?;
                 continue;
             };
             self.remove_pending(id, &lease)?;
@@ -725,26 +917,26 @@ impl<'t> Tables<'t> {
     /// At open: every pending item belongs to a process that is gone.
     pub(super) fn orphan_all_pending(&mut self) -> Result<u64> {
         let mut keys = Vec::new();
-        for entry in self.pending_by_time.iter().ctx("scan leases")? {
+        for entry in self.pending_by_time()?.iter().ctx("scan leases")? {
             let (k, _) = entry.ctx("scan leases")?;
             keys.push(k.value());
         }
         for k in &keys {
-            self.orphans.insert(*k, ()).ctx("write orphan")?;
+            self.orphans_mut()?.insert(*k, ()).ctx("write orphan")?;
         }
         Ok(keys.len() as u64)
     }
 
     pub(super) fn pause(&mut self, flow: &str) -> Result<()> {
         need_flow(flow)?;
-        self.paused.insert(flow, ()).ctx("write paused")?;
+        self.paused_mut()?.insert(flow, ()).ctx("write paused")?;
         Ok(())
     }
 
     fn parked_ids(&self, flow: &str) -> Result<Vec<(u64, u64)>> {
         let mut out = Vec::new();
         for entry in self
-            .parked
+            .parked()?
             .range((flow, 0u64)..=(flow, u64::MAX))
             .ctx("scan parked")?
         {
@@ -756,12 +948,14 @@ impl<'t> Tables<'t> {
 
     pub(super) fn resume(&mut self, flow: &str) -> Result<u64> {
         need_flow(flow)?;
-        self.paused.remove(flow).ctx("delete paused")?;
+        self.paused_mut()?.remove(flow).ctx("delete paused")?;
         let ids = self.parked_ids(flow)?;
         for (seq, id) in &ids {
-            self.parked.remove((flow, *seq)).ctx("delete parked")?;
+            self.parked_mut()?
+                .remove((flow, *seq))
+                .ctx("delete parked")?;
             let s = self.next_seq()?;
-            self.backlog.insert(s, *id).ctx("write backlog")?;
+            self.backlog_mut()?.insert(s, *id).ctx("write backlog")?;
         }
         Ok(ids.len() as u64)
     }
@@ -777,7 +971,7 @@ impl<'t> Tables<'t> {
     pub(super) fn step(&mut self, flow: &str, now: u64) -> Result<Option<Claimed>> {
         need_flow(flow)?;
         let first = self
-            .parked
+            .parked()?
             .range((flow, 0u64)..=(flow, u64::MAX))
             .ctx("scan parked")?
             .next()
@@ -787,16 +981,20 @@ impl<'t> Tables<'t> {
         let Some((seq, id)) = first else {
             return Ok(None);
         };
-        self.parked.remove((flow, seq)).ctx("delete parked")?;
+        self.parked_mut()?
+            .remove((flow, seq))
+            .ctx("delete parked")?;
         Ok(Some(self.hand_out(id, Lane::Parked, now)?))
     }
 
     pub(super) fn clear_flow(&mut self, flow: &str) -> Result<u64> {
         need_flow(flow)?;
-        self.paused.remove(flow).ctx("delete paused")?;
+        self.paused_mut()?.remove(flow).ctx("delete paused")?;
         let ids = self.parked_ids(flow)?;
         for (seq, id) in &ids {
-            self.parked.remove((flow, *seq)).ctx("delete parked")?;
+            self.parked_mut()?
+                .remove((flow, *seq))
+                .ctx("delete parked")?;
             self.delete_item(*id)?;
         }
         Ok(ids.len() as u64)
@@ -804,17 +1002,17 @@ impl<'t> Tables<'t> {
 
     pub(super) fn mark_done(&mut self, id: u64, step: &str, now: u64) -> Result<()> {
         let expires = now.saturating_add(self.limits.done_ttl_ms);
-        if let Some(old) = self
-            .done
+        let replaced = self
+            .done_mut()?
             .insert((id, step), expires)
             .ctx("write done marker")?
-            .map(|g| g.value())
-        {
-            self.done_expiry
+            .map(|g| g.value());
+        if let Some(old) = replaced {
+            self.done_expiry_mut()?
                 .remove((old, id, step))
                 .ctx("move done expiry")?;
         }
-        self.done_expiry
+        self.done_expiry_mut()?
             .insert((expires, id, step), ())
             .ctx("write done expiry")?;
         Ok(())
@@ -822,34 +1020,36 @@ impl<'t> Tables<'t> {
 
     pub(super) fn redrive(&mut self, id: u64) -> Result<bool> {
         let Some(seq) = self
-            .dead_by_id
+            .dead_by_id_mut()?
             .remove(id)
             .ctx("delete dead letter index")?
             .map(|g| g.value())
         else {
             return Ok(false);
         };
-        self.dead.remove(seq).ctx("delete dead letter")?;
+        self.dead_mut()?.remove(seq).ctx("delete dead letter")?;
         let mut rec = self.record(id)?;
         rec.deliveries = 0;
         rec.not_before_ms = None;
         self.put_record(id, &rec)?;
         let s = self.next_seq()?;
-        self.backlog.insert(s, id).ctx("write backlog")?;
+        self.backlog_mut()?.insert(s, id).ctx("write backlog")?;
         Ok(true)
     }
 
     pub(super) fn purge_dead_letters(&mut self) -> Result<u64> {
         let mut ids = Vec::new();
-        for entry in self.dead_by_id.iter().ctx("scan dead letters")? {
+        for entry in self.dead_by_id()?.iter().ctx("scan dead letters")? {
             let (k, _) = entry.ctx("scan dead letters")?;
             ids.push(k.value());
         }
         for id in &ids {
             self.delete_item(*id)?;
         }
-        self.dead.retain(|_, _| false).ctx("purge dead letters")?;
-        self.dead_by_id
+        self.dead_mut()?
+            .retain(|_, _| false)
+            .ctx("purge dead letters")?;
+        self.dead_by_id_mut()?
             .retain(|_, _| false)
             .ctx("purge dead letters")?;
         Ok(ids.len() as u64)
@@ -859,7 +1059,7 @@ impl<'t> Tables<'t> {
 
     pub(super) fn next_due(&self) -> Result<Option<u64>> {
         Ok(self
-            .delayed
+            .delayed()?
             .first()
             .ctx("read delayed")?
             .map(|(k, _)| k.value().0))
@@ -871,7 +1071,7 @@ impl<'t> Tables<'t> {
 
     pub(super) fn paused_flows(&self) -> Result<Vec<String>> {
         let mut out = Vec::new();
-        for entry in self.paused.iter().ctx("scan paused")? {
+        for entry in self.paused()?.iter().ctx("scan paused")? {
             let (k, _) = entry.ctx("scan paused")?;
             out.push(k.value().to_string());
         }
@@ -880,7 +1080,7 @@ impl<'t> Tables<'t> {
 
     pub(super) fn was_done(&self, id: u64, step: &str, now: u64) -> Result<bool> {
         Ok(self
-            .done
+            .done()?
             .get((id, step))
             .ctx("read done marker")?
             .is_some_and(|g| g.value() > now))
@@ -888,7 +1088,13 @@ impl<'t> Tables<'t> {
 
     pub(super) fn dead_letters(&self, count: usize) -> Result<Vec<DeadLetter>> {
         let mut recs = Vec::new();
-        for entry in self.dead.iter().ctx("scan dead letters")?.rev().take(count) {
+        for entry in self
+            .dead()?
+            .iter()
+            .ctx("scan dead letters")?
+            .rev()
+            .take(count)
+        {
             let (k, v) = entry.ctx("scan dead letters")?;
             recs.push(codec::decode::<DeadRecord>(
                 &format!("dead[{}]", k.value()),
@@ -921,17 +1127,17 @@ impl<'t> Tables<'t> {
                 None => Ok(()),
             }
         };
-        for entry in self.backlog.iter().ctx("scan backlog")? {
+        for entry in self.backlog()?.iter().ctx("scan backlog")? {
             place(entry.ctx("scan backlog")?.1.value(), Location::Backlog)?;
         }
-        for entry in self.due.iter().ctx("scan due")? {
+        for entry in self.due()?.iter().ctx("scan due")? {
             place(entry.ctx("scan due")?.1.value(), Location::Due)?;
         }
-        for entry in self.delayed.iter().ctx("scan delayed")? {
+        for entry in self.delayed()?.iter().ctx("scan delayed")? {
             place(entry.ctx("scan delayed")?.0.value().1, Location::Delayed)?;
         }
         let mut by_time = std::collections::BTreeSet::new();
-        for entry in self.pending.iter().ctx("scan leases")? {
+        for entry in self.pending()?.iter().ctx("scan leases")? {
             let (k, v) = entry.ctx("scan leases")?;
             let id = k.value();
             let lease: LeaseRecord = codec::decode(&format!("pending[{id}]"), v.value())?;
@@ -939,7 +1145,7 @@ impl<'t> Tables<'t> {
             place(id, Location::Pending)?;
         }
         let mut indexed = std::collections::BTreeSet::new();
-        for entry in self.pending_by_time.iter().ctx("scan lease index")? {
+        for entry in self.pending_by_time()?.iter().ctx("scan lease index")? {
             indexed.insert(entry.ctx("scan lease index")?.0.value());
         }
         if indexed != by_time {
@@ -947,22 +1153,22 @@ impl<'t> Tables<'t> {
                 "lease index {indexed:?} disagrees with the leases {by_time:?}"
             )));
         }
-        for entry in self.orphans.iter().ctx("scan orphans")? {
+        for entry in self.orphans()?.iter().ctx("scan orphans")? {
             let k = entry.ctx("scan orphans")?.0.value();
             if !by_time.contains(&k) {
                 return Err(Error::corrupt(format!("orphan {k:?} has no lease")));
             }
         }
-        for entry in self.parked.iter().ctx("scan parked")? {
+        for entry in self.parked()?.iter().ctx("scan parked")? {
             place(entry.ctx("scan parked")?.1.value(), Location::Parked)?;
         }
         let mut dead_seqs = BTreeMap::new();
-        for entry in self.dead.iter().ctx("scan dead letters")? {
+        for entry in self.dead()?.iter().ctx("scan dead letters")? {
             let (k, v) = entry.ctx("scan dead letters")?;
             let rec: DeadRecord = codec::decode(&format!("dead[{}]", k.value()), v.value())?;
             dead_seqs.insert(rec.id, k.value());
         }
-        for entry in self.dead_by_id.iter().ctx("scan dead letter index")? {
+        for entry in self.dead_by_id()?.iter().ctx("scan dead letter index")? {
             let (k, v) = entry.ctx("scan dead letter index")?;
             if dead_seqs.get(&k.value()) != Some(&v.value()) {
                 return Err(Error::corrupt(format!(
@@ -973,11 +1179,11 @@ impl<'t> Tables<'t> {
             }
             place(k.value(), Location::DeadLetter)?;
         }
-        if dead_seqs.len() as u64 != self.dead.len().ctx("count dead letters")? {
+        if dead_seqs.len() as u64 != self.dead()?.len().ctx("count dead letters")? {
             return Err(Error::corrupt("two dead letters name one item"));
         }
         let mut records = std::collections::BTreeSet::new();
-        for entry in self.items.iter().ctx("scan items")? {
+        for entry in self.items()?.iter().ctx("scan items")? {
             records.insert(entry.ctx("scan items")?.0.value());
         }
         let located: std::collections::BTreeSet<u64> = out.keys().copied().collect();
@@ -986,7 +1192,7 @@ impl<'t> Tables<'t> {
                 "item records {records:?} and located items {located:?} differ"
             )));
         }
-        for entry in self.payloads.iter().ctx("scan payloads")? {
+        for entry in self.payloads()?.iter().ctx("scan payloads")? {
             let id = entry.ctx("scan payloads")?.0.value();
             if !records.contains(&id) {
                 return Err(Error::corrupt(format!("payload {id} has no item record")));
@@ -996,19 +1202,19 @@ impl<'t> Tables<'t> {
     }
 
     pub(super) fn stats(&self, now: u64) -> Result<Stats> {
-        let due = self.due.len().ctx("count due")?;
+        let due = self.due()?.len().ctx("count due")?;
         let oldest = self
-            .pending_by_time
+            .pending_by_time()?
             .first()
             .ctx("read lease index")?
             .map(|(k, _)| now.saturating_sub(k.value().0));
         Ok(Stats {
-            backlog: self.backlog.len().ctx("count backlog")? + due,
+            backlog: self.backlog()?.len().ctx("count backlog")? + due,
             due,
-            pending: self.pending.len().ctx("count pending")?,
-            delayed: self.delayed.len().ctx("count delayed")?,
-            parked: self.parked.len().ctx("count parked")?,
-            dead_letters: self.dead.len().ctx("count dead letters")?,
+            pending: self.pending()?.len().ctx("count pending")?,
+            delayed: self.delayed()?.len().ctx("count delayed")?,
+            parked: self.parked()?.len().ctx("count parked")?,
+            dead_letters: self.dead()?.len().ctx("count dead letters")?,
             oldest_pending_age_ms: oldest,
             durable: true,
         })
@@ -1022,39 +1228,39 @@ impl<'t> Tables<'t> {
     pub(super) fn locations(&self) -> Result<BTreeMap<u64, Vec<crate::Location>>> {
         use crate::Location;
         let mut out: BTreeMap<u64, Vec<Location>> = BTreeMap::new();
-        for entry in self.backlog.iter().ctx("scan backlog")? {
+        for entry in self.backlog()?.iter().ctx("scan backlog")? {
             let id = entry.ctx("scan backlog")?.1.value();
             out.entry(id).or_default().push(Location::Backlog);
         }
-        for entry in self.due.iter().ctx("scan due")? {
+        for entry in self.due()?.iter().ctx("scan due")? {
             let id = entry.ctx("scan due")?.1.value();
             out.entry(id).or_default().push(Location::Due);
         }
-        for entry in self.delayed.iter().ctx("scan delayed")? {
+        for entry in self.delayed()?.iter().ctx("scan delayed")? {
             let (_, id) = entry.ctx("scan delayed")?.0.value();
             out.entry(id).or_default().push(Location::Delayed);
         }
-        for entry in self.pending.iter().ctx("scan leases")? {
+        for entry in self.pending()?.iter().ctx("scan leases")? {
             let id = entry.ctx("scan leases")?.0.value();
             out.entry(id).or_default().push(Location::Pending);
         }
-        for entry in self.parked.iter().ctx("scan parked")? {
+        for entry in self.parked()?.iter().ctx("scan parked")? {
             let id = entry.ctx("scan parked")?.1.value();
             out.entry(id).or_default().push(Location::Parked);
         }
-        for entry in self.dead.iter().ctx("scan dead letters")? {
+        for entry in self.dead()?.iter().ctx("scan dead letters")? {
             let (k, v) = entry.ctx("scan dead letters")?;
             let rec: DeadRecord = codec::decode(&format!("dead[{}]", k.value()), v.value())?;
             out.entry(rec.id).or_default().push(Location::DeadLetter);
         }
         for id in out.keys() {
-            if self.items.get(*id).ctx("read item")?.is_none() {
+            if self.items()?.get(*id).ctx("read item")?.is_none() {
                 return Err(Error::corrupt(format!(
                     "an index names item {id}, which has no record"
                 )));
             }
         }
-        for entry in self.items.iter().ctx("scan items")? {
+        for entry in self.items()?.iter().ctx("scan items")? {
             let id = entry.ctx("scan items")?.0.value();
             out.entry(id).or_default();
         }
@@ -1081,25 +1287,25 @@ impl<'t> Tables<'t> {
             Ok(out)
         }
         let mut out = BTreeMap::new();
-        out.insert(META.name().to_string(), rows(&self.meta)?);
-        out.insert(ITEMS.name().to_string(), rows(&self.items)?);
-        out.insert(PAYLOADS.name().to_string(), rows(&self.payloads)?);
-        out.insert(BACKLOG.name().to_string(), rows(&self.backlog)?);
-        out.insert(DUE.name().to_string(), rows(&self.due)?);
-        out.insert(DELAYED.name().to_string(), rows(&self.delayed)?);
-        out.insert(PENDING.name().to_string(), rows(&self.pending)?);
+        out.insert(META.name().to_string(), rows(self.meta()?)?);
+        out.insert(ITEMS.name().to_string(), rows(self.items()?)?);
+        out.insert(PAYLOADS.name().to_string(), rows(self.payloads()?)?);
+        out.insert(BACKLOG.name().to_string(), rows(self.backlog()?)?);
+        out.insert(DUE.name().to_string(), rows(self.due()?)?);
+        out.insert(DELAYED.name().to_string(), rows(self.delayed()?)?);
+        out.insert(PENDING.name().to_string(), rows(self.pending()?)?);
         out.insert(
             PENDING_BY_TIME.name().to_string(),
-            rows(&self.pending_by_time)?,
+            rows(self.pending_by_time()?)?,
         );
-        out.insert(PARKED.name().to_string(), rows(&self.parked)?);
-        out.insert(PAUSED.name().to_string(), rows(&self.paused)?);
-        out.insert(DONE.name().to_string(), rows(&self.done)?);
-        out.insert(DONE_EXPIRY.name().to_string(), rows(&self.done_expiry)?);
-        out.insert(DEDUP.name().to_string(), rows(&self.dedup)?);
-        out.insert(DEDUP_EXPIRY.name().to_string(), rows(&self.dedup_expiry)?);
-        out.insert(DEAD.name().to_string(), rows(&self.dead)?);
-        out.insert(DEAD_BY_ID.name().to_string(), rows(&self.dead_by_id)?);
+        out.insert(PARKED.name().to_string(), rows(self.parked()?)?);
+        out.insert(PAUSED.name().to_string(), rows(self.paused()?)?);
+        out.insert(DONE.name().to_string(), rows(self.done()?)?);
+        out.insert(DONE_EXPIRY.name().to_string(), rows(self.done_expiry()?)?);
+        out.insert(DEDUP.name().to_string(), rows(self.dedup()?)?);
+        out.insert(DEDUP_EXPIRY.name().to_string(), rows(self.dedup_expiry()?)?);
+        out.insert(DEAD.name().to_string(), rows(self.dead()?)?);
+        out.insert(DEAD_BY_ID.name().to_string(), rows(self.dead_by_id()?)?);
         Ok(out)
     }
 
@@ -1118,12 +1324,12 @@ impl<'t> Tables<'t> {
         if limit == 0 {
             return Ok(out);
         }
-        for entry in self.due.iter().ctx("scan due")? {
+        for entry in self.due()?.iter().ctx("scan due")? {
             if push(self, entry.ctx("scan due")?.1.value(), &mut out)? {
                 return Ok(out);
             }
         }
-        for entry in self.delayed.iter().ctx("scan delayed")? {
+        for entry in self.delayed()?.iter().ctx("scan delayed")? {
             let (nb, id) = entry.ctx("scan delayed")?.0.value();
             if nb > now {
                 break;
@@ -1132,7 +1338,7 @@ impl<'t> Tables<'t> {
                 return Ok(out);
             }
         }
-        for entry in self.backlog.iter().ctx("scan backlog")? {
+        for entry in self.backlog()?.iter().ctx("scan backlog")? {
             if push(self, entry.ctx("scan backlog")?.1.value(), &mut out)? {
                 return Ok(out);
             }

@@ -1094,12 +1094,20 @@ impl WorkQueue for RedisQueue {
             if !got.is_empty() || left.is_zero() {
                 return Ok(got);
             }
-            let mut block = left;
+            let block = left;
             let timer = match (next_due, &self.inner.clock) {
                 (Some(t), Some(clock)) => Some(clock.sleep_until(t)),
+                // Wait for the next due time with a local timer, not with
+                // the server's BLOCK timeout: the server checks those only
+                // at its `hz` tick (every 100 ms by default), which made
+                // timers up to 100 ms late.
                 (Some(t), None) => {
-                    block = block.min(Duration::from_millis(t.saturating_sub(now)));
-                    None
+                    let due = Duration::from_millis(t.saturating_sub(now).max(1));
+                    if due < block {
+                        Some(Box::pin(tokio::time::sleep(due)) as crate::clock::Sleep)
+                    } else {
+                        None
+                    }
                 }
                 (None, _) => None,
             };

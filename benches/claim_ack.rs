@@ -1,0 +1,44 @@
+//! Claim + ack in batches of 1 and of 100 on a filled backlog, for both
+//! backends, with SQLite WAL and raw Streams beside them. The backlog is
+//! filled before each timed stretch, outside the timing.
+
+mod common;
+
+use common::baselines::{Sqlite, Streams};
+use common::{EMBEDDED, PAYLOAD_BYTES, REDIS};
+use criterion::{Throughput, criterion_main};
+use workjournal::testing::RedisServer;
+
+fn benches() {
+    let mut c = common::criterion();
+    let rt = common::runtime();
+    let dir = common::temp_dir();
+    let server = RedisServer::start().expect("start redis-server (apt-get install redis-server)");
+    let url = server.url();
+    let body = common::payload(PAYLOAD_BYTES);
+    let body = body.as_slice();
+
+    for batch in [1usize, 100] {
+        let embedded = rt.block_on(common::embedded(dir.path(), &format!("claim{batch}")));
+        let redis = rt.block_on(common::redis(&url, &format!("claim{batch}")));
+        let mut sqlite = Sqlite::open(&dir.path().join(format!("claim{batch}.sqlite")));
+        let streams = rt.block_on(Streams::new(&url, &format!("claim{batch}")));
+        let mut g = c.benchmark_group(format!("claim_ack_{batch}"));
+        g.throughput(Throughput::Elements(batch as u64));
+        g.bench_function(EMBEDDED, |b| {
+            b.iter_custom(|n| rt.block_on(common::claim_ack(&embedded, batch, n, body)))
+        });
+        g.bench_function("sqlite-wal", |b| {
+            b.iter_custom(|n| sqlite.claim_ack(batch, n, body))
+        });
+        g.bench_function(REDIS, |b| {
+            b.iter_custom(|n| rt.block_on(common::claim_ack(&redis, batch, n, body)))
+        });
+        g.bench_function("raw-streams", |b| {
+            b.iter_custom(|n| rt.block_on(streams.claim_ack(batch, n, body)))
+        });
+        g.finish();
+    }
+}
+
+criterion_main!(benches);

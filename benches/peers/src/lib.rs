@@ -1,0 +1,1 @@
+//! Empty: the peers project holds benches only.

@@ -1,0 +1,330 @@
+//! The one table: reads what the other benches (and the peers project)
+//! left behind in this run — criterion's estimates under `CRITERION_HOME`
+//! and the percentiles and sizes in `WJ_BENCH_OUT/extra.tsv` — and prints
+//! workload, workjournal, baseline or peer, ratio; then the targets of
+//! issue 7, each met or missed. `benches/run.sh` runs everything and then
+//! this.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use common::{EMBEDDED, REDIS};
+
+/// A measured value and whether more is better.
+#[derive(Debug, Clone, Copy)]
+struct Value {
+    v: f64,
+    unit: &'static str,
+    higher_better: bool,
+}
+
+impl Value {
+    fn show(&self) -> String {
+        match self.unit {
+            "items/s" => format!("{} items/s", group_digits(self.v)),
+            u => format!("{:.2} {u}", self.v),
+        }
+    }
+}
+
+fn group_digits(v: f64) -> String {
+    let s = format!("{:.0}", v);
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(' ');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+type Results = BTreeMap<(String, String), Value>;
+
+fn read_json(p: &Path) -> Option<serde_json::Value> {
+    serde_json::from_str(&std::fs::read_to_string(p).ok()?).ok()
+}
+
+/// Every criterion result under `home`: time-per-iteration median, turned
+/// into items/s where the group declared a throughput, else ms.
+fn criterion_results(home: &Path, out: &mut Results) {
+    let Ok(groups) = std::fs::read_dir(home) else {
+        return;
+    };
+    for g in groups.flatten() {
+        let Ok(funcs) = std::fs::read_dir(g.path()) else {
+            continue;
+        };
+        for f in funcs.flatten() {
+            let new = f.path().join("new");
+            let (Some(meta), Some(est)) = (
+                read_json(&new.join("benchmark.json")),
+                read_json(&new.join("estimates.json")),
+            ) else {
+                continue;
+            };
+            let group = meta["group_id"].as_str().unwrap_or_default().to_string();
+            let func = meta["function_id"].as_str().unwrap_or_default().to_string();
+            let Some(ns) = est["median"]["point_estimate"].as_f64() else {
+                continue;
+            };
+            let value = match meta["throughput"]["Elements"].as_f64() {
+                Some(n) if group != "lifecycle" && !group.starts_with("reopen") => Value {
+                    v: n / (ns * 1e-9),
+                    unit: "items/s",
+                    higher_better: true,
+                },
+                _ => Value {
+                    v: ns / 1e6,
+                    unit: "ms",
+                    higher_better: false,
+                },
+            };
+            out.insert((group, func), value);
+        }
+    }
+}
+
+/// The rows of `extra.tsv`; a later row of the same key wins.
+fn extra_results(path: &Path, out: &mut Results) {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return;
+    };
+    for line in text.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        if let [w, s, v, u] = f[..]
+            && let Ok(v) = v.parse::<f64>()
+        {
+            let unit = match u {
+                "ms" => "ms",
+                "MiB" => "MiB",
+                _ => "commits/s",
+            };
+            out.insert(
+                (w.to_string(), s.to_string()),
+                Value {
+                    v,
+                    unit,
+                    higher_better: false,
+                },
+            );
+        }
+    }
+}
+
+/// Workloads in table order, with their display names.
+const WORKLOADS: &[(&str, &str)] = &[
+    ("add_1_producer", "add, 1 producer"),
+    ("add_64_producers", "add, 64 producers"),
+    ("add_batch_100", "add_batch of 100"),
+    ("claim_ack_1", "claim+ack, batch 1"),
+    ("claim_ack_100", "claim+ack, batch 100"),
+    ("lifecycle p50", "lifecycle latency p50"),
+    ("lifecycle p99", "lifecycle latency p99"),
+    ("timer lateness p50", "timer lateness p50"),
+    ("timer lateness p99", "timer lateness p99"),
+    ("reopen_1m_after_sigkill", "reopen 1M items after SIGKILL"),
+    (
+        "file MiB after 10 cycles",
+        "file size after 10 churn cycles",
+    ),
+    (
+        "file MiB after 100 cycles",
+        "file size after 100 churn cycles",
+    ),
+];
+
+const EMBEDDED_OTHERS: &[&str] = &[
+    "raw-fsync",
+    "raw-redb",
+    "sqlite-wal",
+    "effectum",
+    "tokio-sleep",
+];
+const REDIS_OTHERS: &[&str] = &["raw-streams", "omniqueue", "tokio-sleep"];
+
+/// How much better workjournal is than the other: > 1 means better.
+fn ratio(ours: Value, other: Value) -> f64 {
+    if ours.higher_better {
+        ours.v / other.v
+    } else {
+        other.v / ours.v
+    }
+}
+
+fn main() {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
+    let home = std::env::var_os("CRITERION_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target.join("criterion"));
+    let mut r = Results::new();
+    criterion_results(&home, &mut r);
+    extra_results(&common::out_dir().join("extra.tsv"), &mut r);
+    if r.is_empty() {
+        eprintln!(
+            "no results under {} or {}: run benches/run.sh",
+            home.display(),
+            common::out_dir().display()
+        );
+        std::process::exit(1);
+    }
+
+    if let Some(v) = get(&r, "fsync rate", "raw-fsync") {
+        println!(
+            "measured fsync rate (4 KiB write + fdatasync, bench temp dir): {} commits/s",
+            group_digits(v.v)
+        );
+        println!();
+    }
+    println!("| workload | workjournal | baseline or peer | ratio |");
+    println!("|---|---|---|---|");
+    for (key, label) in WORKLOADS {
+        for (ours, others) in [(EMBEDDED, EMBEDDED_OTHERS), (REDIS, REDIS_OTHERS)] {
+            let Some(&o) = r.get(&(key.to_string(), ours.to_string())) else {
+                continue;
+            };
+            let short = ours.trim_start_matches("workjournal-");
+            let mut any = false;
+            for other in others.iter() {
+                if let Some(&x) = r.get(&(key.to_string(), other.to_string())) {
+                    any = true;
+                    println!(
+                        "| {label} | {short}: {} | {other}: {} | {:.2}x |",
+                        o.show(),
+                        x.show(),
+                        ratio(o, x)
+                    );
+                }
+            }
+            if !any {
+                println!("| {label} | {short}: {} | - | - |", o.show());
+            }
+        }
+        if *key == "reopen_1m_after_sigkill"
+            && let Some(&x) = r.get(&(key.to_string(), "workjournal-embedded-noverify".into()))
+        {
+            println!(
+                "| {label} | embedded, verify_on_open(false): {} | - | - |",
+                x.show()
+            );
+        }
+    }
+    println!();
+    println!("ratio: how many times better workjournal is (its throughput over the other's,");
+    println!("or the other's time, size or lateness over its own); above 1 = workjournal ahead.");
+    println!();
+    targets(&r);
+}
+
+fn get(r: &Results, w: &str, s: &str) -> Option<Value> {
+    r.get(&(w.to_string(), s.to_string())).copied()
+}
+
+fn verdict(what: &str, figure: Option<f64>, goal: f64, higher: bool, unit: &str) {
+    match figure {
+        None => println!("- {what}: not measured"),
+        Some(f) => {
+            let met = if higher { f >= goal } else { f <= goal };
+            let cmp = if higher { ">=" } else { "<=" };
+            println!(
+                "- {what}: {f:.2}{unit} (goal {cmp} {goal}{unit}): {}",
+                if met { "met" } else { "MISSED" }
+            );
+        }
+    }
+}
+
+fn targets(r: &Results) {
+    println!("Targets (issue 7, item 5):");
+    let rat = |w: &str, a: &str, b: &str| Some(ratio(get(r, w, a)?, get(r, w, b)?));
+    verdict(
+        "embedded add, 1 producer vs raw redb single-insert commits",
+        rat("add_1_producer", EMBEDDED, "raw-redb"),
+        0.9,
+        true,
+        "x",
+    );
+    verdict(
+        "embedded add, 64 producers vs 1 producer",
+        (|| Some(get(r, "add_64_producers", EMBEDDED)?.v / get(r, "add_1_producer", EMBEDDED)?.v))(
+        ),
+        10.0,
+        true,
+        "x",
+    );
+    for (s, name) in [(EMBEDDED, "embedded"), (REDIS, "redis")] {
+        verdict(
+            &format!("{name} claim+ack in batches of 100, items/s"),
+            get(r, "claim_ack_100", s).map(|v| v.v),
+            100_000.0,
+            true,
+            "",
+        );
+    }
+    for (key, label) in WORKLOADS.iter().take(9) {
+        verdict(
+            &format!("embedded vs effectum, {label}"),
+            rat(key, EMBEDDED, "effectum"),
+            3.0,
+            true,
+            "x",
+        );
+    }
+    for (key, label) in WORKLOADS.iter().take(7) {
+        verdict(
+            &format!("redis vs raw Streams, {label}"),
+            rat(key, REDIS, "raw-streams"),
+            0.5,
+            true,
+            "x",
+        );
+    }
+    for (key, label) in WORKLOADS.iter().take(9) {
+        verdict(
+            &format!("redis vs omniqueue, {label}"),
+            rat(key, REDIS, "omniqueue"),
+            1.0,
+            true,
+            "x",
+        );
+    }
+    verdict(
+        "embedded timer lateness p99, ms",
+        get(r, "timer lateness p99", EMBEDDED).map(|v| v.v),
+        2.0,
+        false,
+        "",
+    );
+    verdict(
+        "redis timer lateness p99, ms",
+        get(r, "timer lateness p99", REDIS).map(|v| v.v),
+        5.0,
+        false,
+        "",
+    );
+    verdict(
+        "embedded file size after 100 cycles / after 10",
+        (|| {
+            Some(
+                get(r, "file MiB after 100 cycles", EMBEDDED)?.v
+                    / get(r, "file MiB after 10 cycles", EMBEDDED)?.v,
+            )
+        })(),
+        1.5,
+        false,
+        "x",
+    );
+    for (key, label) in WORKLOADS.iter().take(5) {
+        verdict(
+            &format!("embedded vs SQLite WAL (level or better), {label}"),
+            rat(key, EMBEDDED, "sqlite-wal"),
+            1.0,
+            true,
+            "x",
+        );
+    }
+}
