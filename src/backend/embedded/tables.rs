@@ -847,7 +847,7 @@ impl<'t> Tables<'t> {
         // the scan: skip them, and resume each scan after the last key seen.
         let mut handed: std::collections::HashSet<u64> = std::collections::HashSet::new();
         let mut after: Option<(u64, u64)> = None;
-        let any_paused = !self.paused.is_empty().ctx("read paused")?;
+        let any_paused = !self.paused()?.is_empty().ctx("read paused")?;
         while out.len() < count {
             // The next stale item is the smaller of the oldest idle claim and
             // the oldest orphan of an earlier open.
