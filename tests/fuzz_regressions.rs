@@ -55,6 +55,12 @@ fn crash_recovery_inputs_replay_cleanly() {
     replay("crash_recovery", fuzz::crash_recovery);
 }
 
+#[cfg(feature = "redis")]
+#[test]
+fn redis_reply_inputs_replay_cleanly() {
+    replay("redis_reply", fuzz::redis_reply);
+}
+
 #[test]
 fn power_cut_at_every_point_of_a_short_run_recovers_a_committed_state() {
     // Walks the crash_recovery body over every fault point of one fixed

@@ -112,7 +112,7 @@ use crate::item::{
 };
 use crate::queue::WorkQueue;
 
-mod reply;
+pub(crate) mod reply;
 
 use reply::{array, at, bytes, claims, int, opt_uint, text, uint};
 

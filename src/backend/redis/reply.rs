@@ -14,7 +14,7 @@ fn bad(what: &str, detail: impl Into<String>) -> Error {
 }
 
 /// The elements of an array reply (`Nil` reads as empty).
-pub(super) fn array<'a>(v: &'a Value, what: &str) -> Result<&'a [Value]> {
+pub(crate) fn array<'a>(v: &'a Value, what: &str) -> Result<&'a [Value]> {
     match v {
         Value::Array(a) | Value::Set(a) => Ok(a),
         Value::Nil => Ok(&[]),
@@ -24,13 +24,13 @@ pub(super) fn array<'a>(v: &'a Value, what: &str) -> Result<&'a [Value]> {
 }
 
 /// Element `i` of `a`.
-pub(super) fn at<'a>(a: &'a [Value], i: usize, what: &str) -> Result<&'a Value> {
+pub(crate) fn at<'a>(a: &'a [Value], i: usize, what: &str) -> Result<&'a Value> {
     a.get(i)
         .ok_or_else(|| bad(what, format!("missing element {i} of {}", a.len())))
 }
 
 /// Raw bytes of a string reply (`Nil` reads as empty).
-pub(super) fn bytes(v: &Value, what: &str) -> Result<Vec<u8>> {
+pub(crate) fn bytes(v: &Value, what: &str) -> Result<Vec<u8>> {
     match v {
         Value::BulkString(b) => Ok(b.clone()),
         Value::SimpleString(s) => Ok(s.clone().into_bytes()),
@@ -42,12 +42,12 @@ pub(super) fn bytes(v: &Value, what: &str) -> Result<Vec<u8>> {
 }
 
 /// A UTF-8 string reply.
-pub(super) fn text(v: &Value, what: &str) -> Result<String> {
+pub(crate) fn text(v: &Value, what: &str) -> Result<String> {
     String::from_utf8(bytes(v, what)?).map_err(|e| bad(what, e.to_string()))
 }
 
 /// An integer reply, given as an integer or as decimal text.
-pub(super) fn int(v: &Value, what: &str) -> Result<i64> {
+pub(crate) fn int(v: &Value, what: &str) -> Result<i64> {
     match v {
         Value::Int(i) => Ok(*i),
         other => {
@@ -60,13 +60,13 @@ pub(super) fn int(v: &Value, what: &str) -> Result<i64> {
 }
 
 /// A non-negative integer reply.
-pub(super) fn uint(v: &Value, what: &str) -> Result<u64> {
+pub(crate) fn uint(v: &Value, what: &str) -> Result<u64> {
     let i = int(v, what)?;
     u64::try_from(i).map_err(|_| bad(what, format!("{i} is negative")))
 }
 
 /// A non-negative integer reply, or `None` for `""`/`Nil`.
-pub(super) fn opt_uint(v: &Value, what: &str) -> Result<Option<u64>> {
+pub(crate) fn opt_uint(v: &Value, what: &str) -> Result<Option<u64>> {
     match v {
         Value::Nil => Ok(None),
         Value::BulkString(b) if b.is_empty() => Ok(None),
@@ -74,12 +74,12 @@ pub(super) fn opt_uint(v: &Value, what: &str) -> Result<Option<u64>> {
     }
 }
 
-fn u32_of(v: &Value, what: &str) -> Result<u32> {
+pub(crate) fn u32_of(v: &Value, what: &str) -> Result<u32> {
     let n = uint(v, what)?;
     u32::try_from(n).map_err(|_| bad(what, format!("{n} does not fit in u32")))
 }
 
-fn lane(v: &Value) -> Result<Lane> {
+pub(crate) fn lane(v: &Value) -> Result<Lane> {
     match text(v, "lane")?.as_str() {
         "backlog" => Ok(Lane::Backlog),
         "due" => Ok(Lane::Due),
@@ -89,7 +89,7 @@ fn lane(v: &Value) -> Result<Lane> {
 }
 
 /// An item as `{id, flow, payload, enq, nb, dlv, ...}`.
-pub(super) fn item(v: &Value) -> Result<Item> {
+pub(crate) fn item(v: &Value) -> Result<Item> {
     let a = array(v, "item")?;
     Ok(Item {
         id: uint(at(a, 0, "item")?, "item id")?,
@@ -102,7 +102,7 @@ pub(super) fn item(v: &Value) -> Result<Item> {
 }
 
 /// A claim as `{id, flow, payload, enq, nb, dlv, lane, claimed_at, lease}`.
-pub(super) fn claimed(v: &Value) -> Result<Claimed> {
+pub(crate) fn claimed(v: &Value) -> Result<Claimed> {
     let item = item(v)?;
     let a = array(v, "claim")?;
     let lane = lane(at(a, 6, "claim")?)?;
@@ -121,7 +121,7 @@ pub(super) fn claimed(v: &Value) -> Result<Claimed> {
 }
 
 /// A list of claims.
-pub(super) fn claims(v: &Value) -> Result<Vec<Claimed>> {
+pub(crate) fn claims(v: &Value) -> Result<Vec<Claimed>> {
     array(v, "claims")?.iter().map(claimed).collect()
 }
 
