@@ -220,3 +220,34 @@ pub struct DeadLetter {
 
 /// The reason given when a retry or reclaim passes `max_deliveries`.
 pub const MAX_DELIVERIES_REASON: &str = "max deliveries exceeded";
+
+/// SPEC section 3, Flows: pause, resume, park, step and clear_flow need a
+/// flow name; the default flow `""` cannot be paused or parked.
+///
+/// # Errors
+///
+/// `InvalidInput` for an empty flow name.
+pub(crate) fn require_flow(flow: &str) -> Result<()> {
+    if flow.is_empty() {
+        return Err(Error::invalid(
+            "a flow name is required here (the default flow \"\" cannot be paused or parked)",
+        ));
+    }
+    Ok(())
+}
+
+/// SPEC section 3, Adding: a payload over `max_payload_bytes` is refused.
+///
+/// # Errors
+///
+/// `InvalidInput` naming both sizes, in bytes.
+pub(crate) fn check_payload_size(item: &NewItem, max_payload_bytes: usize) -> Result<()> {
+    if item.payload.len() > max_payload_bytes {
+        return Err(Error::invalid(format!(
+            "payload of {} bytes is over max_payload_bytes ({} bytes)",
+            item.payload.len(),
+            max_payload_bytes
+        )));
+    }
+    Ok(())
+}

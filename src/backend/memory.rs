@@ -18,7 +18,7 @@ use crate::config::{Config, MEMORY_DONE_MARKER_CAP, ms};
 use crate::error::{Error, Result};
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, NewItem, Receipt,
-    RetryOutcome, Stats,
+    RetryOutcome, Stats, check_payload_size, require_flow,
 };
 use crate::queue::WorkQueue;
 
@@ -104,17 +104,6 @@ impl Model {
         &self.config
     }
 
-    fn check_payload(&self, item: &NewItem) -> Result<()> {
-        if item.payload.len() > self.config.max_payload_bytes {
-            return Err(Error::invalid(format!(
-                "payload of {} bytes is over max_payload_bytes ({} bytes)",
-                item.payload.len(),
-                self.config.max_payload_bytes
-            )));
-        }
-        Ok(())
-    }
-
     fn waiting(&self) -> u64 {
         (self.backlog.len() + self.due.len() + self.delayed.len()) as u64
     }
@@ -147,7 +136,7 @@ impl Model {
         let mut seen: HashMap<&str, usize> = HashMap::new();
         let mut fresh = 0u64;
         for (index, (item, _)) in items.iter().enumerate() {
-            self.check_payload(item)?;
+            check_payload_size(item, self.config.max_payload_bytes)?;
             match item.dedup_key.as_deref() {
                 // A key earlier in the same batch makes a duplicate only if
                 // its window is still open at `now`: never when the window
@@ -450,7 +439,7 @@ impl Model {
     ///
     /// `InvalidInput` for an empty flow.
     pub fn pause(&mut self, flow: &str) -> Result<()> {
-        need_flow(flow)?;
+        require_flow(flow)?;
         self.paused.insert(flow.to_string());
         Ok(())
     }
@@ -461,7 +450,7 @@ impl Model {
     ///
     /// `InvalidInput` for an empty flow.
     pub fn resume(&mut self, flow: &str) -> Result<u64> {
-        need_flow(flow)?;
+        require_flow(flow)?;
         self.paused.remove(flow);
         let ids = self.parked.remove(flow).unwrap_or_default();
         let n = ids.len() as u64;
@@ -477,7 +466,7 @@ impl Model {
     pub fn park(&mut self, r: Receipt) -> Result<()> {
         self.current(&r)?;
         let flow = self.flow_of(r.id).to_string();
-        need_flow(&flow)?;
+        require_flow(&flow)?;
         self.pending.remove(&r.id);
         self.parked.entry(flow).or_default().push_back(r.id);
         Ok(())
@@ -489,7 +478,7 @@ impl Model {
     ///
     /// `InvalidInput` for an empty flow.
     pub fn step(&mut self, flow: &str, now_ms: u64) -> Result<Option<Claimed>> {
-        need_flow(flow)?;
+        require_flow(flow)?;
         let Some(list) = self.parked.get_mut(flow) else {
             return Ok(None);
         };
@@ -508,7 +497,7 @@ impl Model {
     ///
     /// `InvalidInput` for an empty flow.
     pub fn clear_flow(&mut self, flow: &str) -> Result<u64> {
-        need_flow(flow)?;
+        require_flow(flow)?;
         self.paused.remove(flow);
         let ids = self.parked.remove(flow).unwrap_or_default();
         for id in &ids {
@@ -662,15 +651,6 @@ impl Model {
     pub fn items(&self) -> &BTreeMap<u64, Item> {
         &self.items
     }
-}
-
-fn need_flow(flow: &str) -> Result<()> {
-    if flow.is_empty() {
-        return Err(Error::invalid(
-            "a flow name is required here (the default flow \"\" cannot be paused or parked)",
-        ));
-    }
-    Ok(())
 }
 
 #[derive(Debug)]

@@ -21,7 +21,7 @@ use crate::codec::{self, DeadRecord, ItemRecord, LeaseRecord};
 use crate::error::{Error, Result};
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, NewItem, Receipt,
-    RetryOutcome, Stats,
+    RetryOutcome, Stats, check_payload_size, require_flow,
 };
 
 /// Counters and the schema version.
@@ -169,15 +169,6 @@ impl<'t, K: Key + 'static, V: Value + 'static> Lazy<'t, K, V> {
             None => Err(Error::corrupt(format!("{} was not opened", self.what))),
         }
     }
-}
-
-fn need_flow(flow: &str) -> Result<()> {
-    if flow.is_empty() {
-        return Err(Error::invalid(
-            "a flow name is required here (the default flow \"\" cannot be paused or parked)",
-        ));
-    }
-    Ok(())
 }
 
 fn lease_lost(r: &Receipt) -> Error {
@@ -619,13 +610,7 @@ impl<'t> Tables<'t> {
         let mut fresh = 0u64;
         let mut seen = std::collections::HashSet::new();
         for (item, _) in items {
-            if item.payload.len() > self.limits.max_payload_bytes {
-                return Err(Error::invalid(format!(
-                    "payload of {} bytes is over max_payload_bytes ({} bytes)",
-                    item.payload.len(),
-                    self.limits.max_payload_bytes
-                )));
-            }
+            check_payload_size(item, self.limits.max_payload_bytes)?;
             match item.dedup_key.as_deref() {
                 // A key earlier in the batch is live only while its window
                 // is open: never with a window of 0 (deduplication off).
@@ -928,7 +913,7 @@ impl<'t> Tables<'t> {
     }
 
     pub(super) fn pause(&mut self, flow: &str) -> Result<()> {
-        need_flow(flow)?;
+        require_flow(flow)?;
         self.paused_mut()?.insert(flow, ()).ctx("write paused")?;
         Ok(())
     }
@@ -947,7 +932,7 @@ impl<'t> Tables<'t> {
     }
 
     pub(super) fn resume(&mut self, flow: &str) -> Result<u64> {
-        need_flow(flow)?;
+        require_flow(flow)?;
         self.paused_mut()?.remove(flow).ctx("delete paused")?;
         let ids = self.parked_ids(flow)?;
         for (seq, id) in &ids {
@@ -963,13 +948,13 @@ impl<'t> Tables<'t> {
     pub(super) fn park(&mut self, r: &Receipt) -> Result<()> {
         let lease = self.current(r)?;
         let flow = self.record(r.id)?.flow;
-        need_flow(&flow)?;
+        require_flow(&flow)?;
         self.remove_pending(r.id, &lease)?;
         self.park_id(&flow, r.id)
     }
 
     pub(super) fn step(&mut self, flow: &str, now: u64) -> Result<Option<Claimed>> {
-        need_flow(flow)?;
+        require_flow(flow)?;
         let first = self
             .parked()?
             .range((flow, 0u64)..=(flow, u64::MAX))
@@ -988,7 +973,7 @@ impl<'t> Tables<'t> {
     }
 
     pub(super) fn clear_flow(&mut self, flow: &str) -> Result<u64> {
-        need_flow(flow)?;
+        require_flow(flow)?;
         self.paused_mut()?.remove(flow).ctx("delete paused")?;
         let ids = self.parked_ids(flow)?;
         for (seq, id) in &ids {

@@ -109,6 +109,7 @@ use crate::config::{Config, ms};
 use crate::error::{Error, Result};
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, RetryOutcome, Stats,
+    check_payload_size, require_flow,
 };
 use crate::queue::WorkQueue;
 
@@ -478,15 +479,6 @@ async fn bounded<T>(
             limit.as_millis()
         ))),
     }
-}
-
-fn need_flow(flow: &str) -> Result<()> {
-    if flow.is_empty() {
-        return Err(Error::invalid(
-            "a flow name is required here (the default flow \"\" cannot be paused or parked)",
-        ));
-    }
-    Ok(())
 }
 
 /// A count as a script argument, clamped so that Lua's doubles print it as
@@ -867,13 +859,7 @@ impl RedisQueue {
             None => Vec::new(),
         });
         for (item, nb) in items {
-            if item.payload.len() > c.max_payload_bytes {
-                return Err(Error::invalid(format!(
-                    "payload of {} bytes is over max_payload_bytes ({} bytes)",
-                    item.payload.len(),
-                    c.max_payload_bytes
-                )));
-            }
+            check_payload_size(&item, c.max_payload_bytes)?;
             args.push(item.flow.into_bytes());
             args.push(item.payload);
             match item.dedup_key {
@@ -1232,7 +1218,7 @@ impl WorkQueue for RedisQueue {
     }
 
     async fn pause(&self, flow: &str) -> Result<()> {
-        need_flow(flow)?;
+        require_flow(flow)?;
         let _: i64 = self
             .simple(
                 "SADD",
@@ -1246,7 +1232,7 @@ impl WorkQueue for RedisQueue {
     }
 
     async fn resume(&self, flow: &str) -> Result<u64> {
-        need_flow(flow)?;
+        require_flow(flow)?;
         let v = self
             .run(
                 "resume",
@@ -1266,15 +1252,15 @@ impl WorkQueue for RedisQueue {
             .await?;
         match int(&v, "park")? {
             1 => Ok(()),
-            -2 => Err(Error::invalid(
-                "a flow name is required here (the default flow \"\" cannot be paused or parked)",
-            )),
+            // The script found the item in the default flow, which cannot be
+            // parked: the same refusal the other backends give.
+            -2 => require_flow(""),
             _ => Err(Self::receipt_lost(&receipt)),
         }
     }
 
     async fn step(&self, flow: &str) -> Result<Option<Claimed>> {
-        need_flow(flow)?;
+        require_flow(flow)?;
         let args = vec![
             self.inner.consumer.clone().into_bytes(),
             flow.as_bytes().to_vec(),
@@ -1286,7 +1272,7 @@ impl WorkQueue for RedisQueue {
     }
 
     async fn clear_flow(&self, flow: &str) -> Result<u64> {
-        need_flow(flow)?;
+        require_flow(flow)?;
         let v = self
             .run(
                 "clear_flow",
