@@ -492,11 +492,15 @@ impl WorkQueue for EmbeddedQueue {
             let notified = self.inner.wake.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let got = expect_reply!(self, Op::Claim { count, from }, Reply::Claimed(v) => v)?;
+            let (got, next_due) = expect_reply!(
+                self,
+                Op::Claim { count, from },
+                Reply::Claim { claimed, next_due } => (claimed, next_due)
+            )?;
             if !got.is_empty() || tokio::time::Instant::now() >= deadline {
                 return Ok(got);
             }
-            let timer = match self.next_due().await? {
+            let timer = match next_due {
                 Some(t) => self.inner.clock.sleep_until(t),
                 None => Box::pin(std::future::pending()),
             };

@@ -97,6 +97,11 @@ impl Op {
 /// What an operation returns.
 #[derive(Debug)]
 pub(super) enum Reply {
+    /// A claim's items and, when it took none, the soonest timer.
+    Claim {
+        claimed: Vec<Claimed>,
+        next_due: Option<u64>,
+    },
     Added(Vec<Added>),
     Count(u64),
     Claimed(Vec<Claimed>),
@@ -203,7 +208,17 @@ fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
     Ok(match op {
         Op::Add(items) => Reply::Added(t.add(items, now)?),
         Op::Promote => Reply::Count(t.promote_due(now)?),
-        Op::Claim { count, from } => Reply::Claimed(t.claim(*count, *from, now)?),
+        Op::Claim { count, from } => {
+            let claimed = t.claim(*count, *from, now)?;
+            // An empty claim is followed by a wait until the next timer:
+            // read it in this transaction rather than in another one.
+            let next_due = if claimed.is_empty() {
+                t.next_due()?
+            } else {
+                None
+            };
+            Reply::Claim { claimed, next_due }
+        }
         Op::Ack(r) => {
             t.ack(r)?;
             Reply::Unit
