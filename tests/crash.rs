@@ -607,7 +607,7 @@ mod redis_faults {
         RedisQueue, WorkQueue,
     };
 
-    use super::workload::{Op, apply, draw};
+    use super::workload::{Op, agree_with_twin, apply, draw};
     use super::{Rng, seed_from_env};
 
     fn options() -> RedisOptions {
@@ -1243,16 +1243,7 @@ mod redis_faults {
             ops += 1;
             let cut = proxy.disarm() > cuts;
             if !cut {
-                let want = apply(&twin, &op).await;
-                assert_eq!(
-                    got.as_ref().map_err(|e| e.to_string()),
-                    want.as_ref().map_err(|e| e.to_string()),
-                    "seed {seed}: {op:?}: the queue and its twin disagree"
-                );
-                if let Ok(r) = &want {
-                    held.extend(r.receipts.iter().copied());
-                    max_id = max_id.max(r.max_id);
-                }
+                agree_with_twin(&twin, &op, &got, seed, &mut held, &mut max_id).await;
                 continue;
             }
             cuts += 1;

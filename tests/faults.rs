@@ -22,7 +22,7 @@ use workjournal::{
     ClaimFrom, Clock, Config, EmbeddedQueue, Error, Location, ManualClock, NewItem, Receipt,
     WorkQueue,
 };
-use workload::{Op, Rng, apply, draw, seed_from_env};
+use workload::{Op, Rng, agree_with_twin, apply, draw, seed_from_env};
 
 fn config(clock: &ManualClock) -> Config {
     Config::default()
@@ -325,16 +325,7 @@ async fn fault_run(faults: u64, seed: u64) -> FaultTally {
             tally.operations += 1;
             let hit = disk.last_hit();
             let Some(hit) = hit.filter(|_| got.is_err()) else {
-                let want = apply(&twin, &op).await;
-                assert_eq!(
-                    got.as_ref().map_err(|e| e.to_string()),
-                    want.as_ref().map_err(|e| e.to_string()),
-                    "seed {seed}: {op:?}: the queue and its twin disagree"
-                );
-                if let Ok(reply) = &want {
-                    held.extend(reply.receipts.iter().copied());
-                    max_id = max_id.max(reply.max_id);
-                }
+                agree_with_twin(&twin, &op, &got, seed, &mut held, &mut max_id).await;
                 if hit.is_some() {
                     tally.absorbed += 1;
                     tally.faults += 1;

@@ -191,3 +191,26 @@ pub async fn apply(q: &impl WorkQueue, op: &Op) -> Result<Reply, Error> {
         Op::Advance(_) => s(&q.stats().await?),
     })
 }
+
+/// Run `op` on the twin that never fails and check that the queue under test
+/// answered the same (`got`); then remember the receipts and ids the answer
+/// handed out, so that later operations can name them.
+pub async fn agree_with_twin(
+    twin: &impl WorkQueue,
+    op: &Op,
+    got: &Result<Reply, Error>,
+    seed: u64,
+    held: &mut Vec<Receipt>,
+    max_id: &mut u64,
+) {
+    let want = apply(twin, op).await;
+    assert_eq!(
+        got.as_ref().map_err(|e| e.to_string()),
+        want.as_ref().map_err(|e| e.to_string()),
+        "seed {seed}: {op:?}: the queue and its twin disagree"
+    );
+    if let Ok(reply) = &want {
+        held.extend(reply.receipts.iter().copied());
+        *max_id = (*max_id).max(reply.max_id);
+    }
+}
