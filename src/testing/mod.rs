@@ -6,7 +6,6 @@
 //! Not part of the stable API.
 
 use std::any::Any;
-use std::future::Future;
 
 use crate::config::Config;
 use crate::queue::{BoxFuture, BoxQueue};
@@ -109,11 +108,6 @@ impl Factory for EmbeddedFactory {
     fn durable(&self) -> bool {
         true
     }
-}
-
-/// Run `f` and wait for it: a helper for sync callers (proptest, fuzz).
-pub fn block_on<F: Future>(rt: &tokio::runtime::Runtime, f: F) -> F::Output {
-    rt.block_on(f)
 }
 
 /// The counts of [`Stats`](crate::Stats) that a recount of item locations
