@@ -291,6 +291,9 @@ struct FaultTally {
     faults: u64,
     /// Faults that failed a write: the operation left nothing.
     write_faults: u64,
+    /// Faults that failed a write late in a commit, after redb's commit
+    /// record was written: the operation is in, whole.
+    write_faults_kept: u64,
     /// Faults that failed an fsync and left the operation out.
     sync_faults_dropped: u64,
     /// Faults that failed an fsync and left the operation in, whole.
@@ -348,13 +351,12 @@ async fn fault_run(faults: u64, seed: u64) -> FaultTally {
                     Hit::Sync => tally.sync_faults_dropped += 1,
                 }
             } else {
-                assert_eq!(
-                    hit,
-                    Hit::Sync,
-                    "seed {seed}: a failed write during {op:?} left part of it"
-                );
-                // The commit reached the page cache: it must be exactly the
-                // operation, whole.
+                // The commit got far enough to count (its record reached the
+                // page cache before the failed write or fsync): it must be
+                // exactly the operation, whole. A write fault used to be
+                // asserted to leave nothing, which seed 1796023488304237186
+                // (4000 faults) disproved: a write failing after the commit
+                // record kept a retry whole.
                 if let Ok(reply) = apply(&twin, &op).await {
                     held.extend(reply.receipts.iter().copied());
                     max_id = max_id.max(reply.max_id);
@@ -362,10 +364,13 @@ async fn fault_run(faults: u64, seed: u64) -> FaultTally {
                 let after = twin.dump_tables().await.unwrap();
                 assert_eq!(
                     found, after,
-                    "seed {seed}: after a failed fsync during {op:?} the queue holds neither \
+                    "seed {seed}: after a failed {hit:?} during {op:?} the queue holds neither \
                      the state before it nor after it"
                 );
-                tally.sync_faults_kept += 1;
+                match hit {
+                    Hit::Write => tally.write_faults_kept += 1,
+                    Hit::Sync => tally.sync_faults_kept += 1,
+                }
             }
             check_invariants(&q, &format!("seed {seed}, fault {}", tally.faults)).await;
             tally.faults += 1;
