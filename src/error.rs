@@ -52,8 +52,10 @@ pub enum Error {
         source: Option<BoxError>,
     },
     /// An operating system error (disk full, permission denied). Fix the cause
-    /// and try again; nothing of the failed operation was kept.
-    #[error("i/o error: {context}")]
+    /// and try again; nothing of the failed operation was kept. The message
+    /// names the OS cause too (`i/o error: commit: No space left on device
+    /// (os error 28)`), which is also the `source`.
+    #[error("i/o error: {context}: {source}")]
     Io {
         /// What was being done.
         context: String,
@@ -91,8 +93,10 @@ pub enum Error {
         detail: String,
     },
     /// The caller passed something the queue refuses: an empty flow name where
-    /// one is required, `count == 0`, a payload over `max_payload_bytes`, a
-    /// time that overflows. Nothing changed; fix the call.
+    /// one is required, a flow name with control characters or over
+    /// [`MAX_FLOW_NAME_BYTES`](crate::MAX_FLOW_NAME_BYTES), `count == 0`, a
+    /// payload over `max_payload_bytes`, a time that overflows, a write on a
+    /// queue opened read-only. Nothing changed; fix the call.
     #[error("invalid input: {0}")]
     InvalidInput(String),
     /// The queue handle was closed; open a new one.

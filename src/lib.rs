@@ -80,8 +80,8 @@ pub use config::{
 };
 pub use error::{Error, Result};
 pub use item::{
-    Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, NewItem, Receipt,
-    RetryOutcome, Stats,
+    Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, MAX_FLOW_NAME_BYTES,
+    NewItem, Receipt, RetryOutcome, Stats,
 };
 pub use queue::{BoxFuture, BoxQueue, DynWorkQueue, WorkQueue};
 pub use worker::{

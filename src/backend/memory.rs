@@ -18,7 +18,7 @@ use crate::config::{Config, MEMORY_DONE_MARKER_CAP, ms};
 use crate::error::{Error, Result};
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, NewItem, Receipt,
-    RetryOutcome, Stats, check_payload_size, require_flow,
+    RetryOutcome, Stats, check_new_item, require_flow,
 };
 use crate::queue::WorkQueue;
 
@@ -136,7 +136,7 @@ impl Model {
         let mut seen: HashMap<&str, usize> = HashMap::new();
         let mut fresh = 0u64;
         for (index, (item, _)) in items.iter().enumerate() {
-            check_payload_size(item, self.config.max_payload_bytes)?;
+            check_new_item(item, self.config.max_payload_bytes)?;
             match item.dedup_key.as_deref() {
                 // A key earlier in the same batch makes a duplicate only if
                 // its window is still open at `now`: never when the window

@@ -21,7 +21,7 @@ use crate::codec::{self, DeadRecord, ItemRecord, LeaseRecord};
 use crate::error::{Error, Result};
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, NewItem, Receipt,
-    RetryOutcome, Stats, check_payload_size, require_flow,
+    RetryOutcome, Stats, check_new_item, require_flow,
 };
 
 /// Counters and the schema version.
@@ -610,7 +610,7 @@ impl<'t> Tables<'t> {
         let mut fresh = 0u64;
         let mut seen = std::collections::HashSet::new();
         for (item, _) in items {
-            check_payload_size(item, self.limits.max_payload_bytes)?;
+            check_new_item(item, self.limits.max_payload_bytes)?;
             match item.dedup_key.as_deref() {
                 // A key earlier in the batch is live only while its window
                 // is open: never with a window of 0 (deduplication off).

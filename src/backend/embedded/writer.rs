@@ -63,7 +63,7 @@ pub(super) enum Op {
 }
 
 impl Op {
-    fn is_read(&self) -> bool {
+    pub(super) fn is_read(&self) -> bool {
         matches!(
             self,
             Op::NextDue
@@ -75,6 +75,29 @@ impl Op {
                 | Op::BacklogByFlow(_)
                 | Op::Peek(_)
         ) || self.is_test_read()
+    }
+
+    /// The operation's name, for errors.
+    pub(super) fn name(&self) -> &'static str {
+        match self {
+            Op::Add(_) => "add",
+            Op::Promote => "promote_due",
+            Op::Claim { .. } => "claim",
+            Op::Ack(_) | Op::AckBatch(_) => "ack",
+            Op::Touch(_) => "touch",
+            Op::Retry(..) => "retry",
+            Op::DeadLetter(..) => "dead_letter",
+            Op::Reclaim { .. } => "reclaim_stale",
+            Op::Pause(_) => "pause",
+            Op::Resume(_) => "resume",
+            Op::Park(_) => "park",
+            Op::Step(_) => "step",
+            Op::ClearFlow(_) => "clear_flow",
+            Op::MarkDone(..) => "mark_done",
+            Op::Redrive(_) => "redrive",
+            Op::PurgeDead => "purge_dead_letters",
+            _ => "read",
+        }
     }
 
     #[cfg(feature = "testing")]

@@ -109,7 +109,7 @@ use crate::config::{Config, ms};
 use crate::error::{Error, Result};
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, RetryOutcome, Stats,
-    check_payload_size, require_flow,
+    check_new_item, require_flow,
 };
 use crate::queue::WorkQueue;
 
@@ -859,7 +859,7 @@ impl RedisQueue {
             None => Vec::new(),
         });
         for (item, nb) in items {
-            check_payload_size(&item, c.max_payload_bytes)?;
+            check_new_item(&item, c.max_payload_bytes)?;
             args.push(item.flow.into_bytes());
             args.push(item.payload);
             match item.dedup_key {
