@@ -194,3 +194,22 @@ fn join(detail: &str, source: Option<&(dyn std::error::Error + Send + Sync + 'st
         None => detail.to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Failed: the writer's I/O errors read "i/o error: commit", without the
+    // OS cause, wherever only the message is shown (worker events, logs).
+    #[test]
+    fn an_io_error_names_its_os_cause() {
+        let e = Error::Io {
+            context: "commit".into(),
+            source: std::io::Error::from_raw_os_error(1),
+        };
+        let text = e.to_string();
+        assert!(text.starts_with("i/o error: commit: "), "{text}");
+        assert!(text.contains("(os error 1)"), "{text}");
+        assert!(e.duplicate().to_string().contains("(os error 1)"));
+    }
+}

@@ -807,6 +807,35 @@ pub async fn flow_operations_refuse_the_default_flow(f: &dyn Factory) {
     e.q.ack(c.receipt).await.unwrap();
 }
 
+/// A flow name with control characters or over `MAX_FLOW_NAME_BYTES` is
+/// refused by adds and flow operations alike, and nothing changes; a name
+/// of exactly the limit is taken (SPEC section 5).
+pub async fn malformed_flow_names_are_invalid_input(f: &dyn Factory) {
+    let e = env(f).await;
+    let long = "f".repeat(crate::MAX_FLOW_NAME_BYTES + 1);
+    for bad in ["a\tb", "a\nb", "\u{7}", long.as_str()] {
+        invalid(e.q.add(in_flow("x", bad)).await);
+        invalid(
+            e.q.add_batch(vec![NewItem::new(b"ok".to_vec()), in_flow("x", bad)])
+                .await,
+        );
+        invalid(e.q.add_delayed(in_flow("x", bad), T0 + 1000).await);
+        invalid(e.q.pause(bad).await);
+        invalid(e.q.resume(bad).await);
+        invalid(e.q.step(bad).await);
+        invalid(e.q.clear_flow(bad).await);
+    }
+    let s = e.q.stats().await.unwrap();
+    assert_eq!((s.backlog, s.delayed), (0, 0), "nothing was added");
+    assert!(e.q.paused_flows().await.unwrap().is_empty());
+    let longest = "f".repeat(crate::MAX_FLOW_NAME_BYTES);
+    e.q.add(in_flow("x", &longest)).await.unwrap();
+    e.q.pause(&longest).await.unwrap();
+    assert_eq!(e.q.paused_flows().await.unwrap(), vec![longest.clone()]);
+    assert_eq!(e.q.resume(&longest).await.unwrap(), 0);
+    assert_eq!(claim_one(&e.q).await.item.flow, longest);
+}
+
 /// step hands out the oldest parked item; the rest stay held and the flow
 /// stays paused.
 pub async fn step_runs_one_parked_item(f: &dyn Factory) {
@@ -1142,6 +1171,7 @@ macro_rules! conformance_case_list {
             resume_requeues_parked_oldest_first,
             park_moves_a_pending_item_to_parked,
             flow_operations_refuse_the_default_flow,
+            malformed_flow_names_are_invalid_input,
             step_runs_one_parked_item,
             clear_flow_deletes_parked_items_and_pause,
             paused_flows_are_listed_sorted,

@@ -33,8 +33,9 @@ use crate::queue::{BoxFuture, BoxQueue, WorkQueue};
 use crate::testing::Factory;
 
 /// The flows ops draw from; `""` is the default flow (pause, park and step
-/// refuse it).
-pub const FLOWS: [&str; 3] = ["", "a", "b"];
+/// refuse it), and a name with a tab, which every add and flow operation
+/// refuses (SPEC section 5).
+pub const FLOWS: [&str; 4] = ["", "a", "b", "bad\tflow"];
 /// The idempotency step names ops draw from.
 pub const STEPS: [&str; 2] = ["send", "charge"];
 /// The dedup keys ops draw from.
