@@ -330,9 +330,13 @@ fn a_queue_file_held_by_another_process_is_locked() {
         env.path("started").exists()
     });
     let out = env.run(&["stats"]);
+    let pid = holder.id();
     holder.kill().unwrap();
     holder.wait().unwrap();
     assert_error(&out, 4, "locked by another process");
+    // Failed: `Locked` named no holder.
+    assert_error(&out, 4, &format!("held by pid {pid}: "));
+    assert_error(&out, 4, "work --exec");
 }
 
 #[test]

@@ -146,7 +146,6 @@ async fn run_inner(
         .env("WORKJOURNAL_ID", item.id.to_string())
         .env("WORKJOURNAL_FLOW", &item.flow)
         .env("WORKJOURNAL_DELIVERY", claimed.receipt.delivery.to_string())
-        .env_remove("RUST_LOG")
         .stdin(Stdio::piped())
         .stdout(Stdio::inherit())
         .stderr(Stdio::piped())
