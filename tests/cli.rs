@@ -339,8 +339,9 @@ fn a_queue_file_held_by_another_process_is_locked() {
     assert_error(&out, 4, "work --exec");
 }
 
-#[test]
-fn sigterm_lets_the_running_command_finish() {
+/// Send `sig` to `work` while its command runs: the command finishes, its
+/// item is acked and `work` exits 0.
+fn a_signal_lets_the_running_command_finish(sig: &str) {
     let env = Env::new();
     env.ok(&["add", "slow"]);
     let mut worker = spawn_quiet(env.cmd(&[
@@ -353,14 +354,7 @@ fn sigterm_lets_the_running_command_finish() {
     wait_for("the command to start", Duration::from_secs(20), || {
         env.path("started").exists()
     });
-    let pid = worker.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    signal(&worker, sig);
     let status = worker.wait().unwrap();
     assert!(status.success(), "{status:?}");
     assert_eq!(env.read("ran.txt"), "1  1 slow\n");
@@ -369,6 +363,11 @@ fn sigterm_lets_the_running_command_finish() {
         (s["pending"].as_u64(), s["backlog"].as_u64()),
         (Some(0), Some(0))
     );
+}
+
+#[test]
+fn sigterm_lets_the_running_command_finish() {
+    a_signal_lets_the_running_command_finish("-TERM");
 }
 
 #[test]
@@ -985,23 +984,7 @@ fn commands_die_with_a_killed_worker_and_never_run_on_a_partial_payload() {
 // leaving the command running.
 #[test]
 fn sighup_is_a_graceful_stop() {
-    let env = Env::new();
-    env.ok(&["add", "slow"]);
-    let mut worker = spawn_quiet(env.cmd(&[
-        "work",
-        "--exec",
-        &format!("touch started; sleep 0.5; {}", record("ran.txt")),
-        "--lease",
-        "5s",
-    ]));
-    wait_for("the command to start", Duration::from_secs(20), || {
-        env.path("started").exists()
-    });
-    signal(&worker, "-HUP");
-    let status = worker.wait().unwrap();
-    assert!(status.success(), "{status:?}");
-    assert_eq!(env.read("ran.txt"), "1  1 slow\n");
-    assert_eq!(env.stats()["pending"], 0);
+    a_signal_lets_the_running_command_finish("-HUP");
 }
 
 // Failed: `--until-empty` exited 0 with items dead-lettered; the cap could
