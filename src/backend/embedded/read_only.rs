@@ -129,3 +129,49 @@ impl redb::StorageBackend for ReadOnlyFile {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redb::StorageBackend;
+
+    #[test]
+    fn writes_stay_in_memory_and_reads_see_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let original: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &original).unwrap();
+        let b = ReadOnlyFile::new(File::open(&path).unwrap()).unwrap();
+        assert_eq!(b.len().unwrap(), 10_000);
+
+        // A write across two blocks, read back with the bytes around it.
+        b.write(4090, &[7u8; 20]).unwrap();
+        let mut out = vec![0u8; 40];
+        b.read(4080, &mut out).unwrap();
+        assert_eq!(&out[..10], &original[4080..4090]);
+        assert_eq!(&out[10..30], &[7u8; 20]);
+        assert_eq!(&out[30..], &original[4110..4120]);
+
+        // Shrink, then grow: the bytes past the cut read as zeros.
+        b.set_len(4095).unwrap();
+        b.set_len(9000).unwrap();
+        let mut tail = vec![1u8; 10];
+        b.read(4090, &mut tail).unwrap();
+        assert_eq!(&tail[..5], &[7u8; 5]);
+        assert_eq!(&tail[5..], &[0u8; 5]);
+        let mut beyond = [1u8; 4];
+        assert!(b.read(8998, &mut beyond).is_err(), "past the end");
+
+        // A write past the end grows the storage.
+        b.write(20_000, b"end").unwrap();
+        assert_eq!(b.len().unwrap(), 20_003);
+        let mut end = [0u8; 3];
+        b.read(20_000, &mut end).unwrap();
+        assert_eq!(&end, b"end");
+
+        assert!(
+            std::fs::read(&path).unwrap() == original,
+            "the file changed"
+        );
+    }
+}
