@@ -22,7 +22,9 @@
 //! operation (`LeaseLost`, `Full`, `InvalidInput`) never fails or changes
 //! another's; an operation that fails after writing (a storage error, an
 //! unreadable record) aborts the transaction and the others run again
-//! without it.
+//! without it. A transaction that wrote nothing (an empty claim, a reclaim
+//! that found nothing) is not committed and wakes no waiting claim, so an
+//! idle queue writes nothing to the disk (SPEC 8, Idle).
 //!
 //! # Durability
 //!

@@ -133,6 +133,10 @@ pub(super) struct Tables<'t> {
     dead: Lazy<'t, u64, &'static [u8]>,
     dead_by_id: Lazy<'t, u64, u64>,
     limits: Limits,
+    /// Whether anything asked for a table to write in. An operation asks
+    /// only once it knows it will change something, so a transaction that
+    /// stays clean changed nothing and is not committed (SPEC 8, Idle).
+    dirty: bool,
 }
 
 /// One table of a write transaction, opened when first asked for.
@@ -200,7 +204,13 @@ impl<'t> Tables<'t> {
             dead: Lazy::new(DEAD, "open table dead"),
             dead_by_id: Lazy::new(DEAD_BY_ID, "open table dead_by_id"),
             limits,
+            dirty: false,
         })
+    }
+
+    /// Whether this transaction has written anything (see `dirty`).
+    pub(super) fn is_dirty(&self) -> bool {
+        self.dirty
     }
 
     fn meta(&self) -> Result<&Table<'t, &'static str, u64>> {
@@ -208,6 +218,7 @@ impl<'t> Tables<'t> {
     }
 
     fn meta_mut(&mut self) -> Result<&mut Table<'t, &'static str, u64>> {
+        self.dirty = true;
         self.meta.get_mut(self.txn)
     }
 
@@ -216,6 +227,7 @@ impl<'t> Tables<'t> {
     }
 
     fn items_mut(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        self.dirty = true;
         self.items.get_mut(self.txn)
     }
 
@@ -224,6 +236,7 @@ impl<'t> Tables<'t> {
     }
 
     fn payloads_mut(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        self.dirty = true;
         self.payloads.get_mut(self.txn)
     }
 
@@ -232,6 +245,7 @@ impl<'t> Tables<'t> {
     }
 
     fn backlog_mut(&mut self) -> Result<&mut Table<'t, u64, u64>> {
+        self.dirty = true;
         self.backlog.get_mut(self.txn)
     }
 
@@ -240,6 +254,7 @@ impl<'t> Tables<'t> {
     }
 
     fn due_mut(&mut self) -> Result<&mut Table<'t, u64, u64>> {
+        self.dirty = true;
         self.due.get_mut(self.txn)
     }
 
@@ -248,6 +263,7 @@ impl<'t> Tables<'t> {
     }
 
     fn delayed_mut(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        self.dirty = true;
         self.delayed.get_mut(self.txn)
     }
 
@@ -256,6 +272,7 @@ impl<'t> Tables<'t> {
     }
 
     fn pending_mut(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        self.dirty = true;
         self.pending.get_mut(self.txn)
     }
 
@@ -264,6 +281,7 @@ impl<'t> Tables<'t> {
     }
 
     fn pending_by_time_mut(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        self.dirty = true;
         self.pending_by_time.get_mut(self.txn)
     }
 
@@ -272,6 +290,7 @@ impl<'t> Tables<'t> {
     }
 
     fn orphans_mut(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        self.dirty = true;
         self.orphans.get_mut(self.txn)
     }
 
@@ -280,6 +299,7 @@ impl<'t> Tables<'t> {
     }
 
     fn parked_mut(&mut self) -> Result<&mut Table<'t, (&'static str, u64), u64>> {
+        self.dirty = true;
         self.parked.get_mut(self.txn)
     }
 
@@ -288,6 +308,7 @@ impl<'t> Tables<'t> {
     }
 
     fn paused_mut(&mut self) -> Result<&mut Table<'t, &'static str, ()>> {
+        self.dirty = true;
         self.paused.get_mut(self.txn)
     }
 
@@ -296,6 +317,7 @@ impl<'t> Tables<'t> {
     }
 
     fn done_mut(&mut self) -> Result<&mut Table<'t, (u64, &'static str), u64>> {
+        self.dirty = true;
         self.done.get_mut(self.txn)
     }
 
@@ -304,6 +326,7 @@ impl<'t> Tables<'t> {
     }
 
     fn done_expiry_mut(&mut self) -> Result<&mut Table<'t, (u64, u64, &'static str), ()>> {
+        self.dirty = true;
         self.done_expiry.get_mut(self.txn)
     }
 
@@ -312,6 +335,7 @@ impl<'t> Tables<'t> {
     }
 
     fn dedup_mut(&mut self) -> Result<&mut Table<'t, &'static str, (u64, u64)>> {
+        self.dirty = true;
         self.dedup.get_mut(self.txn)
     }
 
@@ -320,6 +344,7 @@ impl<'t> Tables<'t> {
     }
 
     fn dedup_expiry_mut(&mut self) -> Result<&mut Table<'t, (u64, &'static str), ()>> {
+        self.dirty = true;
         self.dedup_expiry.get_mut(self.txn)
     }
 
@@ -328,6 +353,7 @@ impl<'t> Tables<'t> {
     }
 
     fn dead_mut(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        self.dirty = true;
         self.dead.get_mut(self.txn)
     }
 
@@ -336,6 +362,7 @@ impl<'t> Tables<'t> {
     }
 
     fn dead_by_id_mut(&mut self) -> Result<&mut Table<'t, u64, u64>> {
+        self.dirty = true;
         self.dead_by_id.get_mut(self.txn)
     }
 
@@ -730,18 +757,25 @@ impl<'t> Tables<'t> {
         };
         for &lane in lanes {
             while out.len() < count {
-                let table = if lane == Lane::Due {
+                // Look before taking: an empty lane is not written to.
+                let head = if lane == Lane::Due {
+                    self.due()?
+                } else {
+                    self.backlog()?
+                }
+                .first()
+                .ctx("read lane")?
+                .map(|(k, v)| (k.value(), v.value()));
+                let Some((seq, id)) = head else {
+                    break;
+                };
+                if lane == Lane::Due {
                     self.due_mut()?
                 } else {
                     self.backlog_mut()?
-                };
-                let Some(id) = table
-                    .pop_first()
-                    .ctx("take from lane")?
-                    .map(|(_, v)| v.value())
-                else {
-                    break;
-                };
+                }
+                .remove(seq)
+                .ctx("take from lane")?;
                 if any_paused {
                     let flow = self.record(id)?.flow;
                     if self.is_paused(&flow)? {
@@ -914,6 +948,9 @@ impl<'t> Tables<'t> {
 
     pub(super) fn pause(&mut self, flow: &str) -> Result<()> {
         require_flow(flow)?;
+        if self.is_paused(flow)? {
+            return Ok(());
+        }
         self.paused_mut()?.insert(flow, ()).ctx("write paused")?;
         Ok(())
     }
@@ -933,7 +970,9 @@ impl<'t> Tables<'t> {
 
     pub(super) fn resume(&mut self, flow: &str) -> Result<u64> {
         require_flow(flow)?;
-        self.paused_mut()?.remove(flow).ctx("delete paused")?;
+        if self.is_paused(flow)? {
+            self.paused_mut()?.remove(flow).ctx("delete paused")?;
+        }
         let ids = self.parked_ids(flow)?;
         for (seq, id) in &ids {
             self.parked_mut()?
@@ -974,7 +1013,9 @@ impl<'t> Tables<'t> {
 
     pub(super) fn clear_flow(&mut self, flow: &str) -> Result<u64> {
         require_flow(flow)?;
-        self.paused_mut()?.remove(flow).ctx("delete paused")?;
+        if self.is_paused(flow)? {
+            self.paused_mut()?.remove(flow).ctx("delete paused")?;
+        }
         let ids = self.parked_ids(flow)?;
         for (seq, id) in &ids {
             self.parked_mut()?
@@ -1005,13 +1046,16 @@ impl<'t> Tables<'t> {
 
     pub(super) fn redrive(&mut self, id: u64) -> Result<bool> {
         let Some(seq) = self
-            .dead_by_id_mut()?
-            .remove(id)
-            .ctx("delete dead letter index")?
+            .dead_by_id()?
+            .get(id)
+            .ctx("read dead letter index")?
             .map(|g| g.value())
         else {
             return Ok(false);
         };
+        self.dead_by_id_mut()?
+            .remove(id)
+            .ctx("delete dead letter index")?;
         self.dead_mut()?.remove(seq).ctx("delete dead letter")?;
         let mut rec = self.record(id)?;
         rec.deliveries = 0;
@@ -1027,6 +1071,9 @@ impl<'t> Tables<'t> {
         for entry in self.dead_by_id()?.iter().ctx("scan dead letters")? {
             let (k, _) = entry.ctx("scan dead letters")?;
             ids.push(k.value());
+        }
+        if ids.is_empty() && self.dead()?.is_empty().ctx("count dead letters")? {
+            return Ok(0);
         }
         for id in &ids {
             self.delete_item(*id)?;

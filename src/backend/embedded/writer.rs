@@ -63,30 +63,6 @@ pub(super) enum Op {
 }
 
 impl Op {
-    fn is_read(&self) -> bool {
-        matches!(
-            self,
-            Op::NextDue
-                | Op::Parked(_)
-                | Op::PausedFlows
-                | Op::WasDone(..)
-                | Op::DeadLetters(_)
-                | Op::Stats
-                | Op::BacklogByFlow(_)
-                | Op::Peek(_)
-        ) || self.is_test_read()
-    }
-
-    #[cfg(feature = "testing")]
-    fn is_test_read(&self) -> bool {
-        matches!(self, Op::Locations | Op::Dump | Op::Audit)
-    }
-
-    #[cfg(not(feature = "testing"))]
-    fn is_test_read(&self) -> bool {
-        false
-    }
-
     /// Operations whose only effect is to hand items to the caller: if the
     /// caller has gone, running them would strand items in pending.
     fn hands_out(&self) -> bool {
@@ -281,10 +257,15 @@ fn changed_nothing(e: &Error) -> bool {
 
 /// Run `reqs` in as few write transactions as possible: normally one. An
 /// operation that fails after it may have written aborts the transaction; it
-/// gets its error and the others run again without it.
-fn execute(db: &Database, limits: Limits, reqs: &[(Op, u64)]) -> Vec<Result<Reply>> {
+/// gets its error and the others run again without it. A transaction in
+/// which nothing was written (an empty claim, a reclaim or promotion that
+/// found nothing, reads) is aborted rather than committed: it costs no
+/// write and no fsync (SPEC 8, Idle). Returns the results and whether a
+/// commit changed the file.
+fn execute(db: &Database, limits: Limits, reqs: &[(Op, u64)]) -> (Vec<Result<Reply>>, bool) {
     let mut results: Vec<Option<Result<Reply>>> = reqs.iter().map(|_| None).collect();
     let mut active: Vec<usize> = (0..reqs.len()).collect();
+    let mut changed = false;
     while !active.is_empty() {
         let fail_all = |results: &mut Vec<Option<Result<Reply>>>, active: &[usize], e: Error| {
             for &i in active {
@@ -307,6 +288,7 @@ fn execute(db: &Database, limits: Limits, reqs: &[(Op, u64)]) -> Vec<Result<Repl
         }
         let mut done: Vec<(usize, Result<Reply>)> = Vec::with_capacity(active.len());
         let mut poisoned: Option<(usize, Error)> = None;
+        let mut dirty = false;
         let opened = Tables::open(&txn, limits).and_then(|mut t| {
             let now = active.iter().map(|&i| reqs[i].1).max().unwrap_or(0);
             t.purge_expired(now)?;
@@ -321,6 +303,7 @@ fn execute(db: &Database, limits: Limits, reqs: &[(Op, u64)]) -> Vec<Result<Repl
                     }
                 }
             }
+            dirty = t.is_dirty();
             Ok(())
         });
         if let Err(e) = opened {
@@ -334,12 +317,13 @@ fn execute(db: &Database, limits: Limits, reqs: &[(Op, u64)]) -> Vec<Result<Repl
             active.retain(|&j| j != i);
             continue;
         }
-        let writes = active.iter().any(|&i| !reqs[i].0.is_read());
-        let finished = if writes {
+        let finished = if dirty {
             txn.commit().ctx("commit")
         } else {
             txn.abort().ctx("end read")
         };
+        // A failed commit may have happened all the same: wake waiters.
+        changed = dirty;
         match finished {
             Ok(()) => {
                 for (i, r) in done {
@@ -350,10 +334,11 @@ fn execute(db: &Database, limits: Limits, reqs: &[(Op, u64)]) -> Vec<Result<Repl
         }
         break;
     }
-    results
+    let results = results
         .into_iter()
         .map(|r| r.unwrap_or_else(|| Err(Error::corrupt("operation was not run"))))
-        .collect()
+        .collect();
+    (results, changed)
 }
 
 fn panic_error(what: &str) -> Error {
@@ -607,25 +592,31 @@ fn run_batch(store: &mut Store, wake: &Notify, reqs: Vec<Request>) {
     }
     let (ops, replies): (Vec<(Op, u64)>, Vec<_>) =
         reqs.into_iter().map(|r| ((r.op, r.now), r.reply)).unzip();
-    let writes = ops.iter().any(|(op, _)| !op.is_read());
     let limits = store.limits;
-    let results = match store.ready() {
+    let (results, changed) = match store.ready() {
         Ok(db) => match catch_unwind(AssertUnwindSafe(|| execute(&*db, limits, &ops))) {
-            Ok(results) => results,
-            Err(_) => ops
-                .iter()
-                .map(|_| Err(panic_error("a transaction")))
-                .collect(),
+            Ok(out) => out,
+            // The commit may or may not have happened: wake the waiters.
+            Err(_) => (
+                ops.iter()
+                    .map(|_| Err(panic_error("a transaction")))
+                    .collect(),
+                true,
+            ),
         },
         Err(e) => {
             store.suspect = true;
-            ops.iter().map(|_| Err(e.duplicate())).collect()
+            (ops.iter().map(|_| Err(e.duplicate())).collect(), false)
         }
     };
     for r in &results {
         store.note(r);
     }
-    if writes {
+    // Only a commit that changed the file can give a waiting claim
+    // something to take (or a new timer to wait for). Waking waiters after
+    // a transaction that changed nothing made a waiting claim wake itself
+    // with its own empty claim, and claim again, without end.
+    if changed {
         wake.notify_waiters();
     }
     for (reply, result) in replies.into_iter().zip(results) {
