@@ -200,6 +200,12 @@ pub struct Stats {
     pub parked: u64,
     /// Dead letters kept.
     pub dead_letters: u64,
+    /// Dead letters dropped for good because `dead_letter_cap` was
+    /// reached (the oldest go first), over the queue's whole life: never
+    /// reset, not even by `purge_dead_letters` (SPEC 3, Dead letters). A
+    /// dropped letter is not counted in `dead_letters`.
+    #[serde(default)]
+    pub dead_letters_dropped: u64,
     /// Age of the oldest pending claim in ms, by the queue's clock; `None`
     /// when nothing is pending.
     pub oldest_pending_age_ms: Option<u64>,

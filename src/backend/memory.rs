@@ -68,6 +68,8 @@ pub struct Model {
     done_order: BTreeSet<(u64, u64, String)>,
     dedup: HashMap<String, (u64, u64)>,
     dead: VecDeque<(u64, String, u64)>,
+    /// Dead letters dropped past `dead_letter_cap`, ever.
+    dead_dropped: u64,
 }
 
 impl Model {
@@ -89,6 +91,7 @@ impl Model {
             done_order: BTreeSet::new(),
             dedup: HashMap::new(),
             dead: VecDeque::new(),
+            dead_dropped: 0,
         }
     }
 
@@ -334,8 +337,13 @@ impl Model {
         self.dead.push_back((id, reason, now_ms));
         while self.dead.len() as u64 > self.config.dead_letter_cap {
             if let Some((old, _, _)) = self.dead.pop_front() {
-                tracing::warn!(id = old, "dead letter dropped: dead_letter_cap reached");
+                tracing::warn!(
+                    id = old,
+                    cap = self.config.dead_letter_cap,
+                    "dead letter dropped for good: dead_letter_cap reached"
+                );
                 self.items.remove(&old);
+                self.dead_dropped = self.dead_dropped.saturating_add(1);
             }
         }
     }
@@ -586,6 +594,7 @@ impl Model {
             delayed: self.delayed.len() as u64,
             parked: self.parked.values().map(|l| l.len() as u64).sum(),
             dead_letters: self.dead.len() as u64,
+            dead_letters_dropped: self.dead_dropped,
             oldest_pending_age_ms: self
                 .pending
                 .values()

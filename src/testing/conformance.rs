@@ -15,7 +15,9 @@ use super::{Factory, Subject};
 use crate::clock::ManualClock;
 use crate::config::Config;
 use crate::error::Error;
-use crate::item::{ClaimFrom, Claimed, Lane, MAX_DELIVERIES_REASON, NewItem, RetryOutcome};
+use crate::item::{
+    ClaimFrom, Claimed, DeadLetter, Lane, MAX_DELIVERIES_REASON, NewItem, RetryOutcome,
+};
 use crate::queue::{BoxQueue, WorkQueue};
 
 /// The manual clock's starting time, ms since the Unix epoch.
@@ -927,6 +929,52 @@ pub async fn dead_letter_cap_drops_the_oldest(f: &dyn Factory) {
     assert_eq!(e.q.stats().await.unwrap().dead_letters, 2);
 }
 
+/// Dead letters dropped past dead_letter_cap are counted in
+/// `Stats::dead_letters_dropped`, by every way an item is dead-lettered
+/// (dead_letter, retry and reclaim past max_deliveries), and the count
+/// survives a purge: a drop is never silent.
+pub async fn dead_letter_cap_counts_what_it_drops(f: &dyn Factory) {
+    let e = env_with(f, Config::default().dead_letter_cap(1).max_deliveries(1)).await;
+    assert_eq!(e.q.stats().await.unwrap().dead_letters_dropped, 0);
+    for p in ["a", "b", "c", "d"] {
+        add(&e.q, p).await;
+    }
+    let mut held = claim(&e.q, 4).await;
+    let last = held.pop().unwrap();
+    for c in &held[..2] {
+        e.q.dead_letter(c.receipt, "no").await.unwrap();
+    }
+    let s = e.q.stats().await.unwrap();
+    assert_eq!((s.dead_letters, s.dead_letters_dropped), (1, 1));
+    // retry past max_deliveries dead-letters, and drops the older one.
+    assert_eq!(
+        e.q.retry(held[2].receipt, T0).await.unwrap(),
+        RetryOutcome::DeadLettered
+    );
+    let s = e.q.stats().await.unwrap();
+    assert_eq!((s.dead_letters, s.dead_letters_dropped), (1, 2));
+    // reclaim past max_deliveries too.
+    e.clock.advance(Duration::from_secs(60));
+    assert!(
+        e.q.reclaim_stale(Duration::from_secs(1), 4)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let s = e.q.stats().await.unwrap();
+    assert_eq!((s.dead_letters, s.dead_letters_dropped), (1, 3));
+    let kept = e.q.dead_letters(10).await.unwrap();
+    assert_eq!(ids_of_dead(&kept), vec![last.item.id]);
+    // A purge deletes what was kept; the drops stay counted.
+    assert_eq!(e.q.purge_dead_letters().await.unwrap(), 1);
+    let s = e.q.stats().await.unwrap();
+    assert_eq!((s.dead_letters, s.dead_letters_dropped), (0, 3));
+}
+
+fn ids_of_dead(dead: &[DeadLetter]) -> Vec<u64> {
+    dead.iter().map(|d| d.item.id).collect()
+}
+
 /// purge_dead_letters deletes them all and says how many.
 pub async fn purge_dead_letters_deletes_all(f: &dyn Factory) {
     let e = env(f).await;
@@ -1149,6 +1197,7 @@ macro_rules! conformance_case_list {
             dead_letters_are_newest_first,
             redrive_resets_deliveries,
             dead_letter_cap_drops_the_oldest,
+            dead_letter_cap_counts_what_it_drops,
             purge_dead_letters_deletes_all,
             stats_count_every_state,
             peek_does_not_claim,

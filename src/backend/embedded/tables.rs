@@ -67,6 +67,8 @@ pub(super) const SCHEMA_VERSION: u64 = 1;
 const NEXT_ID: &str = "next_id";
 const NEXT_SEQ: &str = "next_seq";
 const NEXT_LEASE: &str = "next_lease";
+/// Dead letters dropped past `dead_letter_cap`, ever (`Stats::dead_letters_dropped`).
+const DEAD_DROPPED: &str = "dead_dropped";
 
 /// How many expired done markers and dedup keys one transaction purges at
 /// most, so that a backlog of expiries never makes one commit slow.
@@ -539,7 +541,12 @@ impl<'t> Tables<'t> {
                 .remove(old.id)
                 .ctx("drop dead letter index")?;
             self.delete_item(old.id)?;
-            tracing::warn!(id = old.id, "dead letter dropped: dead_letter_cap reached");
+            self.bump(DEAD_DROPPED, 0)?;
+            tracing::warn!(
+                id = old.id,
+                cap = self.limits.dead_letter_cap,
+                "dead letter dropped for good: dead_letter_cap reached"
+            );
         }
         Ok(())
     }
@@ -1247,6 +1254,7 @@ impl<'t> Tables<'t> {
             delayed: self.delayed()?.len().ctx("count delayed")?,
             parked: self.parked()?.len().ctx("count parked")?,
             dead_letters: self.dead()?.len().ctx("count dead letters")?,
+            dead_letters_dropped: self.counter(DEAD_DROPPED, 0)?,
             oldest_pending_age_ms: oldest,
             durable: true,
         })

@@ -19,6 +19,7 @@
 //! | `{ns}:parked:<flow>` | list | a paused flow's parked ids, oldest first; `{ns}:flows` is the set of flows with any |
 //! | `{ns}:paused` | set | paused flows |
 //! | `{ns}:dead` | list | dead-letter ids, newest first, at most `dead_letter_cap` |
+//! | `{ns}:dead:dropped` | string | how many dead letters were dropped past `dead_letter_cap`, ever |
 //! | `{ns}:dedup`, `{ns}:dedup:exp` | hash + sorted set | dedup key → first id, and when the key expires |
 //! | `{ns}:done`, `{ns}:done:exp` | hash + sorted set | `<id>:<step>` done markers and when they expire |
 //! | `{ns}:wake` | stream | wake-up signals for blocking claims (trimmed to 16 entries; holds no work) |
@@ -1389,6 +1390,7 @@ impl WorkQueue for RedisQueue {
             delayed: n(3, "stats delayed")?,
             parked: n(4, "stats parked")?,
             dead_letters: n(5, "stats dead letters")?,
+            dead_letters_dropped: n(8, "stats dead letters dropped")?,
             oldest_pending_age_ms: opt_uint(at(a, 6, "stats")?, "stats oldest")?
                 .map(|t| now.saturating_sub(t)),
             durable: true,

@@ -12,6 +12,7 @@ local K_PENDING = P .. 'pending'
 local K_PAUSED = P .. 'paused'
 local K_FLOWS = P .. 'flows'
 local K_DEAD = P .. 'dead'
+local K_DEAD_DROPPED = P .. 'dead:dropped'
 local K_DEDUP = P .. 'dedup'
 local K_DEDUP_EXP = P .. 'dedup:exp'
 local K_DONE = P .. 'done'
@@ -125,6 +126,7 @@ local function bury(id, reason, now, cap)
     redis.call('DEL', item_key(old))
     dropped = dropped + 1
   end
+  if dropped > 0 then redis.call('INCRBY', K_DEAD_DROPPED, dropped) end
   return dropped
 end
 
