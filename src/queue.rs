@@ -211,6 +211,27 @@ pub trait WorkQueue: Send + Sync {
         not_before_ms: u64,
     ) -> impl Future<Output = Result<RetryOutcome>> + Send;
 
+    /// Give a claim back without counting it as an attempt (SPEC 3,
+    /// Finishing): atomically move the pending item to delayed, due at
+    /// `not_before_ms`, with `deliveries - 1`, so the delivery of this
+    /// claim is not spent. Never dead-letters. An item of a paused flow goes
+    /// to the flow's parked tail instead. For a consumer that could not
+    /// attempt the item at all (it could not start the work, or is shutting
+    /// down before finishing it).
+    ///
+    /// # Errors
+    ///
+    /// `LeaseLost` if the receipt is not current; nothing changes.
+    ///
+    /// # Cancel safety
+    ///
+    /// The move happened whole or not at all.
+    fn release(
+        &self,
+        receipt: Receipt,
+        not_before_ms: u64,
+    ) -> impl Future<Output = Result<()>> + Send;
+
     /// Atomically move the pending item to the dead letters with `reason` and
     /// `failed_at_ms = now`.
     ///
@@ -415,6 +436,7 @@ pub trait DynWorkQueue: Send + Sync {
         receipt: Receipt,
         not_before_ms: u64,
     ) -> BoxFuture<'a, Result<RetryOutcome>>;
+    fn release<'a>(&'a self, receipt: Receipt, not_before_ms: u64) -> BoxFuture<'a, Result<()>>;
     fn dead_letter<'a>(&'a self, receipt: Receipt, reason: &'a str) -> BoxFuture<'a, Result<()>>;
     fn reclaim_stale<'a>(
         &'a self,
@@ -485,6 +507,9 @@ impl<Q: WorkQueue> DynWorkQueue for Q {
         not_before_ms: u64,
     ) -> BoxFuture<'a, Result<RetryOutcome>> {
         Box::pin(WorkQueue::retry(self, receipt, not_before_ms))
+    }
+    fn release<'a>(&'a self, receipt: Receipt, not_before_ms: u64) -> BoxFuture<'a, Result<()>> {
+        Box::pin(WorkQueue::release(self, receipt, not_before_ms))
     }
     fn dead_letter<'a>(&'a self, receipt: Receipt, reason: &'a str) -> BoxFuture<'a, Result<()>> {
         Box::pin(WorkQueue::dead_letter(self, receipt, reason))
@@ -619,6 +644,9 @@ impl WorkQueue for BoxQueue {
     }
     async fn retry(&self, receipt: Receipt, not_before_ms: u64) -> Result<RetryOutcome> {
         self.inner.retry(receipt, not_before_ms).await
+    }
+    async fn release(&self, receipt: Receipt, not_before_ms: u64) -> Result<()> {
+        self.inner.release(receipt, not_before_ms).await
     }
     async fn dead_letter(&self, receipt: Receipt, reason: &str) -> Result<()> {
         self.inner.dead_letter(receipt, reason).await

@@ -368,6 +368,30 @@ impl Model {
         Ok(RetryOutcome::Delayed)
     }
 
+    /// SPEC 3, Finishing: release (give the claim back, `deliveries - 1`).
+    ///
+    /// # Errors
+    ///
+    /// `LeaseLost`.
+    pub fn release(&mut self, r: Receipt, not_before_ms: u64) -> Result<()> {
+        self.current(&r)?;
+        self.pending.remove(&r.id);
+        let flow = self.flow_of(r.id).to_string();
+        let paused = self.paused.contains(&flow);
+        if let Some(item) = self.items.get_mut(&r.id) {
+            item.deliveries = item.deliveries.saturating_sub(1);
+            if !paused {
+                item.not_before_ms = Some(not_before_ms);
+            }
+        }
+        if paused {
+            self.parked.entry(flow).or_default().push_back(r.id);
+        } else {
+            self.delayed.insert((not_before_ms, r.id));
+        }
+        Ok(())
+    }
+
     /// SPEC 3, Finishing: dead_letter.
     ///
     /// # Errors
@@ -825,6 +849,13 @@ impl WorkQueue for MemoryQueue {
         let out = self.with(|m, now| m.retry(receipt, not_before_ms, now))?;
         self.changed();
         Ok(out)
+    }
+
+    async fn release(&self, receipt: Receipt, not_before_ms: u64) -> Result<()> {
+        self.live()?;
+        self.with(|m, _| m.release(receipt, not_before_ms))?;
+        self.changed();
+        Ok(())
     }
 
     async fn dead_letter(&self, receipt: Receipt, reason: &str) -> Result<()> {

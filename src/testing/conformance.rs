@@ -929,6 +929,39 @@ pub async fn dead_letter_cap_drops_the_oldest(f: &dyn Factory) {
     assert_eq!(e.q.stats().await.unwrap().dead_letters, 2);
 }
 
+/// release gives a claim back without spending its delivery: the item
+/// waits in delayed until `not_before`, then comes back with the same
+/// delivery number, however often it is released; it never dead-letters.
+/// The old receipt is lost. An item of a paused flow is parked instead.
+pub async fn release_gives_the_delivery_back(f: &dyn Factory) {
+    let e = env_with(f, Config::default().max_deliveries(1)).await;
+    let id = add(&e.q, "a").await;
+    for round in 0..3u64 {
+        let c = claim_one(&e.q).await;
+        assert_eq!((c.item.id, c.item.deliveries), (id, 1), "round {round}");
+        let at = e.q.now_ms().await.unwrap() + 1_000;
+        e.q.release(c.receipt, at).await.unwrap();
+        lease_lost(e.q.release(c.receipt, at).await);
+        lease_lost(e.q.ack(c.receipt).await);
+        let s = e.q.stats().await.unwrap();
+        assert_eq!((s.pending, s.delayed, s.dead_letters), (0, 1, 0));
+        assert_eq!(e.q.next_due().await.unwrap(), Some(at));
+        assert!(claim(&e.q, 1).await.is_empty(), "not before its time");
+        e.clock.advance(Duration::from_secs(1));
+    }
+    // Paused flow: parked with the delivery given back.
+    let c = claim_one(&e.q).await;
+    e.q.ack(c.receipt).await.unwrap();
+    let id = e.q.add(in_flow("b", "f")).await.unwrap().id;
+    let c = claim_one(&e.q).await;
+    e.q.pause("f").await.unwrap();
+    e.q.release(c.receipt, T0).await.unwrap();
+    assert_eq!(e.q.parked("f").await.unwrap(), 1);
+    assert_eq!(e.q.stats().await.unwrap().delayed, 0);
+    let stepped = e.q.step("f").await.unwrap().unwrap();
+    assert_eq!((stepped.item.id, stepped.item.deliveries), (id, 1));
+}
+
 /// Dead letters dropped past dead_letter_cap are counted in
 /// `Stats::dead_letters_dropped`, by every way an item is dead-lettered
 /// (dead_letter, retry and reclaim past max_deliveries), and the count
@@ -1198,6 +1231,7 @@ macro_rules! conformance_case_list {
             redrive_resets_deliveries,
             dead_letter_cap_drops_the_oldest,
             dead_letter_cap_counts_what_it_drops,
+            release_gives_the_delivery_back,
             purge_dead_letters_deletes_all,
             stats_count_every_state,
             peek_does_not_claim,

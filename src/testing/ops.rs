@@ -154,6 +154,8 @@ pub enum Op {
     Touch(Vec<u8>),
     /// `retry`, `not_before` = now + (delay - 32) x 100 ms.
     Retry(u8, u8),
+    /// `release`, `not_before` = now + (delay - 32) x 100 ms.
+    Release(u8, u8),
     /// `dead_letter` with a reason from [`REASONS`].
     DeadLetter(u8, u8),
     /// `reclaim_stale`.
@@ -254,6 +256,7 @@ pub fn op_strategy() -> BoxedStrategy<Op> {
         2 => proptest::collection::vec(byte(), 0..=MAX_BATCH).prop_map(Op::AckBatch),
         2 => proptest::collection::vec(byte(), 0..=MAX_BATCH).prop_map(Op::Touch),
         4 => (byte(), byte()).prop_map(|(r, d)| Op::Retry(r, d)),
+        2 => (byte(), byte()).prop_map(|(r, d)| Op::Release(r, d)),
         2 => (byte(), byte()).prop_map(|(r, w)| Op::DeadLetter(r, w)),
         3 => (byte(), byte()).prop_map(|(idle, count)| Op::Reclaim { idle, count }),
         2 => byte().prop_map(Op::Pause),
@@ -335,6 +338,8 @@ pub enum Call {
     Touch(Vec<ReceiptRef>),
     /// `retry` with `not_before` in ms since the epoch.
     Retry(ReceiptRef, u64),
+    /// `release` with `not_before` in ms since the epoch.
+    Release(ReceiptRef, u64),
     /// `dead_letter` with the reason.
     DeadLetter(ReceiptRef, String),
     /// `reclaim_stale` of `min_idle` (ms) and `count`.
@@ -594,6 +599,7 @@ impl Reference {
                     .collect(),
             ),
             Op::Retry(r, d) => Call::Retry(self.receipt_ref(*r), offset_ms(now, *d)),
+            Op::Release(r, d) => Call::Release(self.receipt_ref(*r), offset_ms(now, *d)),
             Op::DeadLetter(r, w) => {
                 Call::DeadLetter(self.receipt_ref(*r), pick(&REASONS, *w).to_string())
             }
@@ -662,6 +668,10 @@ impl Reference {
             Call::Retry(r, t) => {
                 let r = self.receipt(r);
                 outcome(self.model.retry(r, *t, now), Value::Retry)
+            }
+            Call::Release(r, t) => {
+                let r = self.receipt(r);
+                outcome(self.model.release(r, *t), |()| Value::Unit)
             }
             Call::DeadLetter(r, why) => {
                 let r = self.receipt(r);
@@ -942,6 +952,7 @@ impl System {
                 outcome(q.touch(rs).await, |()| Value::Unit)
             }
             Call::Retry(r, t) => outcome(q.retry(self.receipt(r), *t).await, Value::Retry),
+            Call::Release(r, t) => outcome(q.release(self.receipt(r), *t).await, |()| Value::Unit),
             Call::DeadLetter(r, why) => {
                 outcome(q.dead_letter(self.receipt(r), why).await, |()| Value::Unit)
             }

@@ -530,6 +530,10 @@ impl WorkQueue for EmbeddedQueue {
         expect_reply!(self, Op::Retry(receipt, not_before_ms), Reply::Retry(o) => o)
     }
 
+    async fn release(&self, receipt: Receipt, not_before_ms: u64) -> Result<()> {
+        expect_reply!(self, Op::Release(receipt, not_before_ms), Reply::Unit => ())
+    }
+
     async fn dead_letter(&self, receipt: Receipt, reason: &str) -> Result<()> {
         expect_reply!(self, Op::DeadLetter(receipt, reason.to_string()), Reply::Unit => ())
     }

@@ -853,6 +853,28 @@ impl<'t> Tables<'t> {
         Ok(RetryOutcome::Delayed)
     }
 
+    /// SPEC 3, Finishing: release. Back to delayed (or the parked tail of
+    /// a paused flow) with `deliveries - 1`.
+    pub(super) fn release(&mut self, r: &Receipt, not_before: u64) -> Result<()> {
+        let lease = self.current(r)?;
+        let mut rec = self.record(r.id)?;
+        self.remove_pending(r.id, &lease)?;
+        rec.deliveries = rec.deliveries.saturating_sub(1);
+        let paused = self.is_paused(&rec.flow)?;
+        if !paused {
+            rec.not_before_ms = Some(not_before);
+        }
+        self.put_record(r.id, &rec)?;
+        if paused {
+            self.park_id(&rec.flow, r.id)
+        } else {
+            self.delayed_mut()?
+                .insert((not_before, r.id), ())
+                .ctx("write delayed")?;
+            Ok(())
+        }
+    }
+
     pub(super) fn dead_letter(&mut self, r: &Receipt, reason: &str, now: u64) -> Result<()> {
         let lease = self.current(r)?;
         self.remove_pending(r.id, &lease)?;

@@ -33,6 +33,7 @@ pub(super) enum Op {
     AckBatch(Vec<Receipt>),
     Touch(Vec<Receipt>),
     Retry(Receipt, u64),
+    Release(Receipt, u64),
     DeadLetter(Receipt, String),
     Reclaim {
         min_idle_ms: u64,
@@ -205,6 +206,10 @@ fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
             Reply::Unit
         }
         Op::Retry(r, nb) => Reply::Retry(t.retry(r, *nb, now)?),
+        Op::Release(r, nb) => {
+            t.release(r, *nb)?;
+            Reply::Unit
+        }
         Op::DeadLetter(r, reason) => {
             t.dead_letter(r, reason, now)?;
             Reply::Unit

@@ -344,6 +344,7 @@ struct Scripts {
     ack: Script,
     touch: Script,
     retry: Script,
+    release: Script,
     dead_letter: Script,
     park: Script,
     step: Script,
@@ -366,6 +367,7 @@ impl Scripts {
             ack: script!("ack"),
             touch: script!("touch"),
             retry: script!("retry"),
+            release: script!("release"),
             dead_letter: script!("dead_letter"),
             park: script!("park"),
             step: script!("step"),
@@ -1168,6 +1170,19 @@ impl WorkQueue for RedisQueue {
             }
             _ => Err(Self::receipt_lost(&receipt)),
         }
+    }
+
+    async fn release(&self, receipt: Receipt, not_before_ms: u64) -> Result<()> {
+        let mut args = Vec::new();
+        receipt_args(&mut args, &receipt);
+        args.push(not_before_ms.min(MAX_LUA_MS).to_string().into_bytes());
+        let v = self
+            .run("release", &self.inner.scripts.release, args, true)
+            .await?;
+        if int(&v, "release")? < 0 {
+            return Err(Self::receipt_lost(&receipt));
+        }
+        Ok(())
     }
 
     async fn dead_letter(&self, receipt: Receipt, reason: &str) -> Result<()> {
