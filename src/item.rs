@@ -175,6 +175,19 @@ pub struct Added {
     pub duplicate: bool,
 }
 
+/// What a reclaim did (SPEC 3, Crash recovery): the items it took over,
+/// and the stale claims whose items it dead-lettered instead because they
+/// had had `max_deliveries` deliveries.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Reclaimed {
+    /// The items taken over, each with a new receipt, oldest claim first.
+    pub claimed: Vec<Claimed>,
+    /// The receipts of the stale claims whose items went to the dead
+    /// letters (reason `"max deliveries exceeded"`), in the order met; the
+    /// receipt's `delivery` is the delivery that went stale.
+    pub dead_lettered: Vec<Receipt>,
+}
+
 /// What `retry` did with the item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RetryOutcome {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::error::Result;
 use crate::item::{
-    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, RetryOutcome, Stats,
+    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
 };
 
 /// A durable work queue: every item is journaled before anything runs it and
@@ -267,7 +267,27 @@ pub trait WorkQueue: Send + Sync {
         &self,
         min_idle: Duration,
         count: usize,
-    ) -> impl Future<Output = Result<Vec<Claimed>>> + Send;
+    ) -> impl Future<Output = Result<Vec<Claimed>>> + Send {
+        async move { Ok(self.reclaim(min_idle, count).await?.claimed) }
+    }
+
+    /// [`WorkQueue::reclaim_stale`], saying also which stale claims it
+    /// dead-lettered instead of taking over (so that a worker can count
+    /// them). The one operation each backend implements; `reclaim_stale`
+    /// is this without the dead letters.
+    ///
+    /// # Errors
+    ///
+    /// As [`WorkQueue::reclaim_stale`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`WorkQueue::claim`].
+    fn reclaim(
+        &self,
+        min_idle: Duration,
+        count: usize,
+    ) -> impl Future<Output = Result<Reclaimed>> + Send;
 
     /// Pause `flow`: from now on claims park its items instead of handing
     /// them out. Durable; pausing a paused flow changes nothing.
@@ -438,11 +458,7 @@ pub trait DynWorkQueue: Send + Sync {
     ) -> BoxFuture<'a, Result<RetryOutcome>>;
     fn release<'a>(&'a self, receipt: Receipt, not_before_ms: u64) -> BoxFuture<'a, Result<()>>;
     fn dead_letter<'a>(&'a self, receipt: Receipt, reason: &'a str) -> BoxFuture<'a, Result<()>>;
-    fn reclaim_stale<'a>(
-        &'a self,
-        min_idle: Duration,
-        count: usize,
-    ) -> BoxFuture<'a, Result<Vec<Claimed>>>;
+    fn reclaim<'a>(&'a self, min_idle: Duration, count: usize) -> BoxFuture<'a, Result<Reclaimed>>;
     fn pause<'a>(&'a self, flow: &'a str) -> BoxFuture<'a, Result<()>>;
     fn resume<'a>(&'a self, flow: &'a str) -> BoxFuture<'a, Result<u64>>;
     fn park<'a>(&'a self, receipt: Receipt) -> BoxFuture<'a, Result<()>>;
@@ -514,12 +530,8 @@ impl<Q: WorkQueue> DynWorkQueue for Q {
     fn dead_letter<'a>(&'a self, receipt: Receipt, reason: &'a str) -> BoxFuture<'a, Result<()>> {
         Box::pin(WorkQueue::dead_letter(self, receipt, reason))
     }
-    fn reclaim_stale<'a>(
-        &'a self,
-        min_idle: Duration,
-        count: usize,
-    ) -> BoxFuture<'a, Result<Vec<Claimed>>> {
-        Box::pin(WorkQueue::reclaim_stale(self, min_idle, count))
+    fn reclaim<'a>(&'a self, min_idle: Duration, count: usize) -> BoxFuture<'a, Result<Reclaimed>> {
+        Box::pin(WorkQueue::reclaim(self, min_idle, count))
     }
     fn pause<'a>(&'a self, flow: &'a str) -> BoxFuture<'a, Result<()>> {
         Box::pin(WorkQueue::pause(self, flow))
@@ -651,8 +663,8 @@ impl WorkQueue for BoxQueue {
     async fn dead_letter(&self, receipt: Receipt, reason: &str) -> Result<()> {
         self.inner.dead_letter(receipt, reason).await
     }
-    async fn reclaim_stale(&self, min_idle: Duration, count: usize) -> Result<Vec<Claimed>> {
-        self.inner.reclaim_stale(min_idle, count).await
+    async fn reclaim(&self, min_idle: Duration, count: usize) -> Result<Reclaimed> {
+        self.inner.reclaim(min_idle, count).await
     }
     async fn pause(&self, flow: &str) -> Result<()> {
         self.inner.pause(flow).await

@@ -18,7 +18,7 @@ use crate::config::{Config, MEMORY_DONE_MARKER_CAP, ms};
 use crate::error::{Error, Result};
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, NewItem, Receipt,
-    RetryOutcome, Stats, check_payload_size, require_flow,
+    Reclaimed, RetryOutcome, Stats, check_payload_size, require_flow,
 };
 use crate::queue::WorkQueue;
 
@@ -414,7 +414,7 @@ impl Model {
         min_idle: Duration,
         count: usize,
         now_ms: u64,
-    ) -> Result<Vec<Claimed>> {
+    ) -> Result<Reclaimed> {
         if count == 0 {
             return Err(Error::invalid("reclaim count must be at least 1"));
         }
@@ -427,6 +427,7 @@ impl Model {
             .collect();
         stale.sort_unstable();
         let mut out = Vec::new();
+        let mut dead_lettered = Vec::new();
         for (_, id) in stale {
             if out.len() >= count {
                 break;
@@ -437,6 +438,11 @@ impl Model {
             let deliveries = self.items.get(&id).map(|i| i.deliveries).unwrap_or(0);
             if deliveries >= self.config.max_deliveries {
                 self.bury(id, MAX_DELIVERIES_REASON.to_string(), now_ms);
+                dead_lettered.push(Receipt {
+                    id,
+                    delivery: deliveries,
+                    lease: lease.lease,
+                });
                 continue;
             }
             // SPEC 3, Crash recovery: an item of a paused flow is parked
@@ -450,7 +456,10 @@ impl Model {
                 out.push(c);
             }
         }
-        Ok(out)
+        Ok(Reclaimed {
+            claimed: out,
+            dead_lettered,
+        })
     }
 
     /// SPEC 3, Crash recovery, embedded only: the file was closed and opened
@@ -863,7 +872,7 @@ impl WorkQueue for MemoryQueue {
         self.with(|m, now| m.dead_letter(receipt, reason, now))
     }
 
-    async fn reclaim_stale(&self, min_idle: Duration, count: usize) -> Result<Vec<Claimed>> {
+    async fn reclaim(&self, min_idle: Duration, count: usize) -> Result<Reclaimed> {
         self.live()?;
         self.with(|m, now| m.reclaim_stale(min_idle, count, now))
     }

@@ -671,14 +671,14 @@ pub async fn reclaim_past_max_deliveries_dead_letters(f: &dyn Factory) {
     e.clock.advance(Duration::from_secs(1));
     let r = e.q.reclaim_stale(Duration::ZERO, 10).await.unwrap();
     assert_eq!(ids(&r), vec![d.item.id]);
+    let doomed = r[0].receipt;
     let f2 = claim_one(&e.q).await;
     e.clock.advance(Duration::from_secs(1));
-    let r =
-        e.q.reclaim_stale(Duration::from_millis(500), 1)
-            .await
-            .unwrap();
-    // "doomed" is at 2 deliveries: dead-lettered, not returned, not counted.
-    assert_eq!(ids(&r), vec![f2.item.id]);
+    let r = e.q.reclaim(Duration::from_millis(500), 1).await.unwrap();
+    // "doomed" is at 2 deliveries: dead-lettered, not returned, not counted,
+    // and named by the receipt of its stale claim.
+    assert_eq!(ids(&r.claimed), vec![f2.item.id]);
+    assert_eq!(r.dead_lettered, vec![doomed]);
     let dl = e.q.dead_letters(10).await.unwrap();
     assert_eq!(dl.len(), 1);
     assert_eq!(dl[0].reason, MAX_DELIVERIES_REASON);

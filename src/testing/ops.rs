@@ -678,7 +678,8 @@ impl Reference {
                 outcome(self.model.dead_letter(r, why, now), |()| Value::Unit)
             }
             Call::Reclaim(idle, n) => outcome(
-                m.reclaim_stale(Duration::from_millis(*idle), *n, now),
+                m.reclaim_stale(Duration::from_millis(*idle), *n, now)
+                    .map(|r| r.claimed),
                 Value::Claimed,
             ),
             Call::Pause(f) => outcome(m.pause(f), |()| Value::Unit),

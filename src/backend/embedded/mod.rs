@@ -73,7 +73,7 @@ use crate::clock::{SharedClock, SystemClock};
 use crate::config::{Config, ms};
 use crate::error::{Error, Result};
 use crate::item::{
-    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, RetryOutcome, Stats,
+    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
 };
 use crate::queue::WorkQueue;
 use tables::Limits;
@@ -538,8 +538,8 @@ impl WorkQueue for EmbeddedQueue {
         expect_reply!(self, Op::DeadLetter(receipt, reason.to_string()), Reply::Unit => ())
     }
 
-    async fn reclaim_stale(&self, min_idle: Duration, count: usize) -> Result<Vec<Claimed>> {
-        expect_reply!(self, Op::Reclaim { min_idle_ms: ms(min_idle), count }, Reply::Claimed(v) => v)
+    async fn reclaim(&self, min_idle: Duration, count: usize) -> Result<Reclaimed> {
+        expect_reply!(self, Op::Reclaim { min_idle_ms: ms(min_idle), count }, Reply::Reclaimed(r) => r)
     }
 
     async fn pause(&self, flow: &str) -> Result<()> {

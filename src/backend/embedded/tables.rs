@@ -21,7 +21,7 @@ use crate::codec::{self, DeadRecord, ItemRecord, LeaseRecord};
 use crate::error::{Error, Result};
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, NewItem, Receipt,
-    RetryOutcome, Stats, check_payload_size, require_flow,
+    Reclaimed, RetryOutcome, Stats, check_payload_size, require_flow,
 };
 
 /// Counters and the schema version.
@@ -886,11 +886,12 @@ impl<'t> Tables<'t> {
         min_idle_ms: u64,
         count: usize,
         now: u64,
-    ) -> Result<Vec<Claimed>> {
+    ) -> Result<Reclaimed> {
         if count == 0 {
             return Err(Error::invalid("reclaim count must be at least 1"));
         }
         let mut out = Vec::new();
+        let mut dead_lettered = Vec::new();
         // Claims this call made are re-indexed at (now, id), possibly ahead of
         // the scan: skip them, and resume each scan after the last key seen.
         let mut handed: std::collections::HashSet<u64> = std::collections::HashSet::new();
@@ -947,6 +948,11 @@ impl<'t> Tables<'t> {
             let rec = self.record(id)?;
             if rec.deliveries >= self.limits.max_deliveries {
                 self.bury(id, MAX_DELIVERIES_REASON, now)?;
+                dead_lettered.push(Receipt {
+                    id,
+                    delivery: rec.deliveries,
+                    lease: lease.lease,
+                });
                 continue;
             }
             // SPEC 3, Crash recovery: an item of a paused flow is parked
@@ -959,7 +965,10 @@ impl<'t> Tables<'t> {
             handed.insert(id);
             out.push(self.hand_out(id, lane, now)?);
         }
-        Ok(out)
+        Ok(Reclaimed {
+            claimed: out,
+            dead_lettered,
+        })
     }
 
     /// At open: every pending item belongs to a process that is gone.

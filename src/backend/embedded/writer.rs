@@ -14,7 +14,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use super::tables::{self, Ctx, Limits, Tables};
 use crate::error::{Error, Result};
 use crate::item::{
-    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, RetryOutcome, Stats,
+    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
 };
 
 /// Most operations one transaction takes; more wait for the next one.
@@ -81,7 +81,7 @@ pub(super) enum Reply {
     },
     Added(Vec<Added>),
     Count(u64),
-    Claimed(Vec<Claimed>),
+    Reclaimed(Reclaimed),
     Unit,
     Retry(RetryOutcome),
     Step(Option<Claimed>),
@@ -215,7 +215,7 @@ fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
             Reply::Unit
         }
         Op::Reclaim { min_idle_ms, count } => {
-            Reply::Claimed(t.reclaim_stale(*min_idle_ms, *count, now)?)
+            Reply::Reclaimed(t.reclaim_stale(*min_idle_ms, *count, now)?)
         }
         Op::Pause(f) => {
             t.pause(f)?;

@@ -109,14 +109,14 @@ use crate::clock::SharedClock;
 use crate::config::{Config, ms};
 use crate::error::{Error, Result};
 use crate::item::{
-    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, RetryOutcome, Stats,
+    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
     check_payload_size, require_flow,
 };
 use crate::queue::WorkQueue;
 
 pub(crate) mod reply;
 
-use reply::{array, at, bytes, claims, int, opt_uint, text, uint};
+use reply::{array, at, bytes, claims, int, opt_uint, text, u32_of, uint};
 
 /// Default of [`RedisOptions::connect_timeout`]: 5 s.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -1208,7 +1208,7 @@ impl WorkQueue for RedisQueue {
         Ok(())
     }
 
-    async fn reclaim_stale(&self, min_idle: Duration, count: usize) -> Result<Vec<Claimed>> {
+    async fn reclaim(&self, min_idle: Duration, count: usize) -> Result<Reclaimed> {
         if count == 0 {
             return Err(Error::invalid("reclaim count must be at least 1"));
         }
@@ -1230,7 +1230,25 @@ impl WorkQueue for RedisQueue {
             "reclaim_stale",
         );
         self.log_dropped(uint(at(a, 2, "reclaim")?, "reclaim dropped")?);
-        Ok(got)
+        let dead = array(at(a, 3, "reclaim")?, "reclaim dead")?;
+        let mut dead_lettered = Vec::with_capacity(dead.len() / 3);
+        for d in dead.chunks(3) {
+            let [id, delivery, lease] = d else {
+                return Err(Error::Decode {
+                    what: "redis reply (reclaim dead)".into(),
+                    detail: format!("{} values, not a multiple of 3", dead.len()),
+                });
+            };
+            dead_lettered.push(Receipt {
+                id: uint(id, "reclaim dead id")?,
+                delivery: u32_of(delivery, "reclaim dead delivery")?,
+                lease: uint(lease, "reclaim dead lease")?,
+            });
+        }
+        Ok(Reclaimed {
+            claimed: got,
+            dead_lettered,
+        })
     }
 
     async fn pause(&self, flow: &str) -> Result<()> {
