@@ -85,7 +85,8 @@ pub use item::{
 };
 pub use queue::{BoxFuture, BoxQueue, DynWorkQueue, WorkQueue};
 pub use worker::{
-    Event as WorkerEvent, Report as WorkerReport, RetryPolicy, Worker, idempotent_step,
+    Event as WorkerEvent, HandlerError, Report as WorkerReport, RetryPolicy, Worker,
+    idempotent_step,
 };
 
 pub use backend::memory::{Location, MemoryQueue, Model};

@@ -20,6 +20,10 @@ pub(crate) enum Outcome {
     Ok,
     /// The command failed.
     Failed(Failure),
+    /// The command could not be started (`sh` missing, too many open
+    /// files, no memory): the worker's failure, not the item's, so it is
+    /// not a delivery (SPEC 9, Worker).
+    NotStarted(Failure),
     /// The command died of SIGPIPE while our stdout is a pipe or socket: the
     /// reader of our output is gone (`work ... | head`). Not the item's fault.
     StdoutClosed,
@@ -72,7 +76,11 @@ impl std::fmt::Display for Failure {
 /// (the last 2 KiB) for the failure reason. The child is killed if this
 /// future is dropped (shutdown past the grace period).
 pub(crate) async fn run(cmd: &str, claimed: &Claimed) -> Outcome {
-    match run_inner(cmd, claimed).await {
+    let child = match start(cmd, claimed) {
+        Ok(child) => child,
+        Err(e) => return Outcome::NotStarted(Failure(format!("cannot start sh: {e}"))),
+    };
+    match run_inner(child, claimed).await {
         Ok(()) => Outcome::Ok,
         Err((failure, signal)) => {
             if signal == Some(SIGPIPE) && stdout_is_pipe() {
@@ -84,11 +92,10 @@ pub(crate) async fn run(cmd: &str, claimed: &Claimed) -> Outcome {
     }
 }
 
-/// `run`, with the signal that killed the command (a shell reports a child
-/// killed by signal N as exit code 128 + N).
-async fn run_inner(cmd: &str, claimed: &Claimed) -> Result<(), (Failure, Option<i32>)> {
+/// Spawn `sh -c CMD` for the item.
+fn start(cmd: &str, claimed: &Claimed) -> std::io::Result<tokio::process::Child> {
     let item = &claimed.item;
-    let mut child = Command::new("sh")
+    Command::new("sh")
         .arg("-c")
         .arg(cmd)
         .env("WORKJOURNAL_ID", item.id.to_string())
@@ -103,7 +110,15 @@ async fn run_inner(cmd: &str, claimed: &Claimed) -> Result<(), (Failure, Option<
         // which lets running commands finish).
         .process_group(0)
         .spawn()
-        .map_err(|e| (Failure(format!("cannot start sh: {e}")), None))?;
+}
+
+/// `run` of a started command, with the signal that killed it (a shell
+/// reports a child killed by signal N as exit code 128 + N).
+async fn run_inner(
+    mut child: tokio::process::Child,
+    claimed: &Claimed,
+) -> Result<(), (Failure, Option<i32>)> {
+    let item = &claimed.item;
     let mut group = GroupKill(child.id());
 
     let stdin = child.stdin.take();
