@@ -927,7 +927,7 @@ fn a_command_that_cannot_be_started_spends_no_delivery() {
     ]);
     // No `sh` on this PATH: every spawn fails.
     c.env("PATH", env.path("no-such-dir"));
-    let mut worker = spawn_quiet(c);
+    let worker = spawn_quiet(c);
     std::thread::sleep(Duration::from_millis(1500));
     let pid = worker.id().to_string();
     assert!(
