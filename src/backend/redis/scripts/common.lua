@@ -69,9 +69,32 @@ local function pel_count(stream)
   return 0
 end
 
+-- PEL entries whose stream entry still exists. An entry deleted behind the
+-- queue's back (an operator's XDEL or XTRIM, eviction) leaves its PEL entry,
+-- which XLEN no longer counts: counting it would make the ready count too
+-- small, and negative once the item leaves pending. O(pending), and only
+-- when the PEL is not empty.
+local function live_pel(stream)
+  local n = pel_count(stream)
+  if n == 0 then return 0 end
+  local ok, list = pcall(redis.call, 'XPENDING', stream, GROUP, '-', '+', n)
+  if not ok or type(list) ~= 'table' then return 0 end
+  local live = 0
+  for _, e in ipairs(list) do
+    if type(e) == 'table' and e[1] then
+      local got = redis.call('XRANGE', stream, e[1], e[1])
+      if #got > 0 then live = live + 1 end
+    end
+  end
+  return live
+end
+
 -- Items ready to run in one stream: entries not yet delivered to the group.
+-- Never negative, whatever was deleted behind the queue's back.
 local function unread(stream)
-  return redis.call('XLEN', stream) - pel_count(stream)
+  local n = redis.call('XLEN', stream) - live_pel(stream)
+  if n < 0 then return 0 end
+  return n
 end
 
 -- Hand item `id` to `consumer`: pending, deliveries + 1, a new lease.
