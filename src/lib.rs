@@ -73,7 +73,7 @@ pub mod worker;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use clock::{Clock, ManualClock, SharedClock, Sleep, SystemClock};
+pub use clock::{CLOCK_STEP_TOLERANCE_MS, Clock, ManualClock, SharedClock, Sleep, SystemClock};
 pub use config::{
     Config, DEFAULT_DEAD_LETTER_CAP, DEFAULT_DEDUP_WINDOW, DEFAULT_DONE_TTL,
     DEFAULT_MAX_DELIVERIES, DEFAULT_MAX_PAYLOAD_BYTES, MEMORY_DONE_MARKER_CAP,

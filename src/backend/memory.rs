@@ -70,6 +70,8 @@ pub struct Model {
     dead: VecDeque<(u64, String, u64)>,
     /// Dead letters dropped past `dead_letter_cap`, ever.
     dead_dropped: u64,
+    /// The latest time the queue has seen, for noticing a clock step back.
+    latest_ms: u64,
 }
 
 impl Model {
@@ -92,6 +94,7 @@ impl Model {
             dedup: HashMap::new(),
             dead: VecDeque::new(),
             dead_dropped: 0,
+            latest_ms: 0,
         }
     }
 
@@ -474,6 +477,47 @@ impl Model {
         }
     }
 
+    /// SPEC 8, Clock steps: note `now_ms`; if the clock has stepped back
+    /// (more than [`CLOCK_STEP_TOLERANCE_MS`](crate::CLOCK_STEP_TOLERANCE_MS)
+    /// below the latest time seen), move every timer, claim time and expiry
+    /// back by the step, so that waits are measured in elapsed time.
+    /// Returns the step, if there was one.
+    pub fn observe_clock(&mut self, now_ms: u64) -> Option<u64> {
+        let step = crate::clock::step_back(self.latest_ms, now_ms);
+        if let Some(back) = step {
+            tracing::warn!(
+                back_ms = back,
+                "the clock stepped back: timers and leases moved with it"
+            );
+            self.delayed = std::mem::take(&mut self.delayed)
+                .into_iter()
+                .map(|(nb, id)| (nb.saturating_sub(back), id))
+                .collect();
+            for (nb, id) in &self.delayed {
+                if let Some(item) = self.items.get_mut(id) {
+                    item.not_before_ms = Some(*nb);
+                }
+            }
+            for l in self.pending.values_mut() {
+                l.claimed_at_ms = l.claimed_at_ms.saturating_sub(back);
+            }
+            self.done_order = std::mem::take(&mut self.done_order)
+                .into_iter()
+                .map(|(t, id, s)| (t.saturating_sub(back), id, s))
+                .collect();
+            for t in self.done.values_mut() {
+                *t = t.saturating_sub(back);
+            }
+            for (_, t) in self.dedup.values_mut() {
+                *t = t.saturating_sub(back);
+            }
+            self.latest_ms = now_ms;
+        } else {
+            self.latest_ms = self.latest_ms.max(now_ms);
+        }
+        step
+    }
+
     /// SPEC 3, Flows: pause.
     ///
     /// # Errors
@@ -756,6 +800,7 @@ impl MemoryQueue {
     fn with<T>(&self, f: impl FnOnce(&mut Model, u64) -> T) -> T {
         let now = self.now();
         let mut m = self.lock();
+        m.observe_clock(now);
         f(&mut m, now)
     }
 
@@ -802,7 +847,7 @@ impl WorkQueue for MemoryQueue {
 
     async fn next_due(&self) -> Result<Option<u64>> {
         self.live()?;
-        Ok(self.lock().next_due())
+        Ok(self.with(|m, _| m.next_due()))
     }
 
     async fn promote_due(&self) -> Result<u64> {
@@ -906,12 +951,12 @@ impl WorkQueue for MemoryQueue {
 
     async fn parked(&self, flow: &str) -> Result<u64> {
         self.live()?;
-        Ok(self.lock().parked(flow))
+        Ok(self.with(|m, _| m.parked(flow)))
     }
 
     async fn paused_flows(&self) -> Result<Vec<String>> {
         self.live()?;
-        Ok(self.lock().paused_flows())
+        Ok(self.with(|m, _| m.paused_flows()))
     }
 
     async fn mark_done(&self, id: u64, step: &str) -> Result<()> {
@@ -927,7 +972,7 @@ impl WorkQueue for MemoryQueue {
 
     async fn dead_letters(&self, count: usize) -> Result<Vec<DeadLetter>> {
         self.live()?;
-        Ok(self.lock().dead_letters(count))
+        Ok(self.with(|m, _| m.dead_letters(count)))
     }
 
     async fn redrive(&self, id: u64) -> Result<bool> {

@@ -69,6 +69,9 @@ const NEXT_SEQ: &str = "next_seq";
 const NEXT_LEASE: &str = "next_lease";
 /// Dead letters dropped past `dead_letter_cap`, ever (`Stats::dead_letters_dropped`).
 const DEAD_DROPPED: &str = "dead_dropped";
+/// The latest time (ms, queue clock) a committed transaction saw: how a
+/// clock step back during a restart is noticed (SPEC 8, Clock steps).
+const CLOCK_HIGH: &str = "clock_high";
 
 /// How many expired done markers and dedup keys one transaction purges at
 /// most, so that a backlog of expiries never makes one commit slow.
@@ -560,6 +563,129 @@ impl<'t> Tables<'t> {
         self.parked_mut()?
             .insert((flow, seq), id)
             .ctx("write parked")?;
+        Ok(())
+    }
+
+    // ---- clock steps (SPEC 8) -------------------------------------------
+
+    /// If the clock reads more than the tolerance below `latest` (the latest
+    /// time this process has seen) or below the latest time a commit of the
+    /// file saw, move every timer, claim time and expiry back by the step.
+    /// Returns whether it moved them.
+    pub(super) fn observe_clock(&mut self, latest: u64, now: u64) -> Result<bool> {
+        let high = self.counter(CLOCK_HIGH, 0)?.max(latest);
+        let step = crate::clock::step_back(high, now);
+        if let Some(back) = step {
+            tracing::warn!(
+                back_ms = back,
+                "the clock stepped back: timers and leases moved with it"
+            );
+            self.rebase(back)?;
+            self.meta_mut()?
+                .insert(CLOCK_HIGH, now)
+                .ctx("write clock")?;
+        }
+        Ok(step.is_some())
+    }
+
+    /// After the operations of a transaction that writes anyway: remember
+    /// the latest time seen.
+    pub(super) fn note_clock(&mut self, now: u64) -> Result<()> {
+        if self.dirty && self.counter(CLOCK_HIGH, 0)? < now {
+            self.meta_mut()?
+                .insert(CLOCK_HIGH, now)
+                .ctx("write clock")?;
+        }
+        Ok(())
+    }
+
+    fn rebase(&mut self, back: u64) -> Result<()> {
+        let mut delayed = Vec::new();
+        for entry in self.delayed()?.iter().ctx("scan delayed")? {
+            delayed.push(entry.ctx("scan delayed")?.0.value());
+        }
+        for (nb, id) in delayed {
+            let moved = nb.saturating_sub(back);
+            self.delayed_mut()?.remove((nb, id)).ctx("move delayed")?;
+            self.delayed_mut()?
+                .insert((moved, id), ())
+                .ctx("move delayed")?;
+            let mut rec = self.record(id)?;
+            rec.not_before_ms = Some(moved);
+            self.put_record(id, &rec)?;
+        }
+        let mut leases = Vec::new();
+        for entry in self.pending_by_time()?.iter().ctx("scan lease index")? {
+            leases.push(entry.ctx("scan lease index")?.0.value());
+        }
+        for (at, id) in leases {
+            let moved = at.saturating_sub(back);
+            self.pending_by_time_mut()?
+                .remove((at, id))
+                .ctx("move lease index")?;
+            self.pending_by_time_mut()?
+                .insert((moved, id), ())
+                .ctx("move lease index")?;
+            if self
+                .orphans_mut()?
+                .remove((at, id))
+                .ctx("move orphan")?
+                .is_some()
+            {
+                self.orphans_mut()?
+                    .insert((moved, id), ())
+                    .ctx("move orphan")?;
+            }
+            if let Some(mut l) = self.lease(id)? {
+                l.claimed_at_ms = moved;
+                self.pending_mut()?
+                    .insert(id, codec::encode(&l)?.as_slice())
+                    .ctx("move lease")?;
+            }
+        }
+        let mut done = Vec::new();
+        for entry in self.done_expiry()?.iter().ctx("scan done expiry")? {
+            let (k, _) = entry.ctx("scan done expiry")?;
+            let (t, id, step) = k.value();
+            done.push((t, id, step.to_string()));
+        }
+        for (t, id, step) in done {
+            let moved = t.saturating_sub(back);
+            self.done_expiry_mut()?
+                .remove((t, id, step.as_str()))
+                .ctx("move done expiry")?;
+            self.done_expiry_mut()?
+                .insert((moved, id, step.as_str()), ())
+                .ctx("move done expiry")?;
+            self.done_mut()?
+                .insert((id, step.as_str()), moved)
+                .ctx("move done marker")?;
+        }
+        let mut keys = Vec::new();
+        for entry in self.dedup_expiry()?.iter().ctx("scan dedup expiry")? {
+            let (k, _) = entry.ctx("scan dedup expiry")?;
+            let (t, key) = k.value();
+            keys.push((t, key.to_string()));
+        }
+        for (t, key) in keys {
+            let moved = t.saturating_sub(back);
+            self.dedup_expiry_mut()?
+                .remove((t, key.as_str()))
+                .ctx("move dedup expiry")?;
+            self.dedup_expiry_mut()?
+                .insert((moved, key.as_str()), ())
+                .ctx("move dedup expiry")?;
+            let first = self
+                .dedup()?
+                .get(key.as_str())
+                .ctx("read dedup key")?
+                .map(|g| g.value().0);
+            if let Some(id) = first {
+                self.dedup_mut()?
+                    .insert(key.as_str(), (id, moved))
+                    .ctx("move dedup key")?;
+            }
+        }
         Ok(())
     }
 

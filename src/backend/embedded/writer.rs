@@ -64,6 +64,33 @@ pub(super) enum Op {
 }
 
 impl Op {
+    /// Operations that only read: a batch of nothing else never commits,
+    /// even when the housekeeping of its transaction (purging expired
+    /// markers) wrote something.
+    fn is_read(&self) -> bool {
+        matches!(
+            self,
+            Op::NextDue
+                | Op::Parked(_)
+                | Op::PausedFlows
+                | Op::WasDone(..)
+                | Op::DeadLetters(_)
+                | Op::Stats
+                | Op::BacklogByFlow(_)
+                | Op::Peek(_)
+        ) || self.is_test_read()
+    }
+
+    #[cfg(feature = "testing")]
+    fn is_test_read(&self) -> bool {
+        matches!(self, Op::Locations | Op::Dump | Op::Audit)
+    }
+
+    #[cfg(not(feature = "testing"))]
+    fn is_test_read(&self) -> bool {
+        false
+    }
+
     /// Operations whose only effect is to hand items to the caller: if the
     /// caller has gone, running them would strand items in pending.
     fn hands_out(&self) -> bool {
@@ -267,7 +294,17 @@ fn changed_nothing(e: &Error) -> bool {
 /// found nothing, reads) is aborted rather than committed: it costs no
 /// write and no fsync (SPEC 8, Idle). Returns the results and whether a
 /// commit changed the file.
-fn execute(db: &Database, limits: Limits, reqs: &[(Op, u64)]) -> (Vec<Result<Reply>>, bool) {
+///
+/// `latest` is the latest time (ms) this process has seen: a clock more than
+/// the tolerance below it, or below the file's own latest commit time, has
+/// stepped back, and the transaction first moves the stored times back by
+/// the step (SPEC 8, Clock steps).
+fn execute(
+    db: &Database,
+    limits: Limits,
+    reqs: &[(Op, u64)],
+    latest: u64,
+) -> (Vec<Result<Reply>>, bool) {
     let mut results: Vec<Option<Result<Reply>>> = reqs.iter().map(|_| None).collect();
     let mut active: Vec<usize> = (0..reqs.len()).collect();
     let mut changed = false;
@@ -294,8 +331,10 @@ fn execute(db: &Database, limits: Limits, reqs: &[(Op, u64)]) -> (Vec<Result<Rep
         let mut done: Vec<(usize, Result<Reply>)> = Vec::with_capacity(active.len());
         let mut poisoned: Option<(usize, Error)> = None;
         let mut dirty = false;
+        let mut rebased = false;
         let opened = Tables::open(&txn, limits).and_then(|mut t| {
             let now = active.iter().map(|&i| reqs[i].1).max().unwrap_or(0);
+            rebased = t.observe_clock(latest, now)?;
             t.purge_expired(now)?;
             for &i in &active {
                 let (op, now) = &reqs[i];
@@ -307,6 +346,9 @@ fn execute(db: &Database, limits: Limits, reqs: &[(Op, u64)]) -> (Vec<Result<Rep
                         break;
                     }
                 }
+            }
+            if poisoned.is_none() {
+                t.note_clock(now)?;
             }
             dirty = t.is_dirty();
             Ok(())
@@ -322,6 +364,11 @@ fn execute(db: &Database, limits: Limits, reqs: &[(Op, u64)]) -> (Vec<Result<Rep
             active.retain(|&j| j != i);
             continue;
         }
+        // Commit only what changed something, and never a batch of reads
+        // alone (unless it found the clock stepped back and moved the
+        // stored times, which must not be lost).
+        let writes = active.iter().any(|&i| !reqs[i].0.is_read());
+        let dirty = rebased || (dirty && writes);
         let finished = if dirty {
             txn.commit().ctx("commit")
         } else {
@@ -479,6 +526,9 @@ struct Store {
     /// An operation failed with an I/O or storage error: before the next
     /// one, check whether redb has poisoned itself.
     suspect: bool,
+    /// The latest time (ms, queue clock) an operation brought, for noticing
+    /// a clock step back (SPEC 8, Clock steps).
+    latest: u64,
 }
 
 /// Whether `db` refuses all work after an earlier I/O error (redb then
@@ -546,6 +596,7 @@ pub(super) fn run(
         path,
         limits,
         suspect: false,
+        latest: 0,
     };
     let mut close_reply = None;
     'outer: while let Some(first) = rx.blocking_recv() {
@@ -598,8 +649,16 @@ fn run_batch(store: &mut Store, wake: &Notify, reqs: Vec<Request>) {
     let (ops, replies): (Vec<(Op, u64)>, Vec<_>) =
         reqs.into_iter().map(|r| ((r.op, r.now), r.reply)).unzip();
     let limits = store.limits;
+    let latest = store.latest;
+    let now = ops.iter().map(|(_, now)| *now).max().unwrap_or(0);
+    // After a step back the clock's new reading is the latest from now on.
+    store.latest = if crate::clock::step_back(latest, now).is_some() {
+        now
+    } else {
+        latest.max(now)
+    };
     let (results, changed) = match store.ready() {
-        Ok(db) => match catch_unwind(AssertUnwindSafe(|| execute(&*db, limits, &ops))) {
+        Ok(db) => match catch_unwind(AssertUnwindSafe(|| execute(&*db, limits, &ops, latest))) {
             Ok(out) => out,
             // The commit may or may not have happened: wake the waiters.
             Err(_) => (
