@@ -929,6 +929,79 @@ pub async fn dead_letter_cap_drops_the_oldest(f: &dyn Factory) {
     assert_eq!(e.q.stats().await.unwrap().dead_letters, 2);
 }
 
+// ---- Clock steps (SPEC 8) -------------------------------------------------
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn step_back(clock: &ManualClock, by: Duration) {
+    let now = crate::clock::Clock::now_ms(clock);
+    clock.set(now.saturating_sub(crate::config::ms(by)));
+}
+
+/// A retry's delay is measured in elapsed time across a step back of the
+/// clock: the first operation after the step moves the timer back with it.
+pub async fn clock_step_back_keeps_a_retry_delay(f: &dyn Factory) {
+    let e = env(f).await;
+    add(&e.q, "x").await;
+    let c = claim_one(&e.q).await;
+    e.q.retry(c.receipt, T0 + 2_000).await.unwrap();
+    step_back(&e.clock, HOUR);
+    let now = T0 - 3_600_000;
+    assert_eq!(e.q.stats().await.unwrap().delayed, 1);
+    assert_eq!(e.q.next_due().await.unwrap(), Some(now + 2_000));
+    e.clock.advance(Duration::from_millis(1_999));
+    assert!(claim(&e.q, 1).await.is_empty(), "not before its 2 s");
+    e.clock.advance(Duration::from_millis(1));
+    let got = claim(&e.q, 1).await;
+    assert_eq!(got.len(), 1, "the 2 s retry was stretched by the step");
+    // A second step back is noticed as well.
+    e.q.retry(got[0].receipt, now + 4_000).await.unwrap();
+    step_back(&e.clock, HOUR);
+    assert_eq!(e.q.stats().await.unwrap().delayed, 1);
+    e.clock.advance(Duration::from_secs(2));
+    assert_eq!(e.q.promote_due().await.unwrap(), 1);
+}
+
+/// A claim's idle time is measured in elapsed time across a step back:
+/// 10 s before the step and 20 s after it make a 30 s `min_idle`. The step
+/// is measured from the latest time an operation saw.
+pub async fn clock_step_back_keeps_a_claims_idle_time(f: &dyn Factory) {
+    let e = env(f).await;
+    add(&e.q, "x").await;
+    let held = claim_one(&e.q).await;
+    e.clock.advance(Duration::from_secs(10));
+    assert_eq!(
+        e.q.stats().await.unwrap().oldest_pending_age_ms,
+        Some(10_000)
+    );
+    step_back(&e.clock, HOUR);
+    assert!(
+        e.q.reclaim_stale(Duration::from_secs(30), 1)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    e.clock.advance(Duration::from_secs(20));
+    let again = e.q.reclaim_stale(Duration::from_secs(30), 1).await.unwrap();
+    assert_eq!(
+        ids(&again),
+        vec![held.item.id],
+        "the idle time lost the step"
+    );
+}
+
+/// A step forward moves nothing: timers simply come due early.
+pub async fn clock_step_forward_makes_timers_due_early(f: &dyn Factory) {
+    let e = env(f).await;
+    e.q.add_delayed(item("x"), T0 + 2 * 3_600_000)
+        .await
+        .unwrap();
+    e.clock.advance(3 * HOUR);
+    assert_eq!(e.q.stats().await.unwrap().delayed, 1);
+    assert_eq!(e.q.next_due().await.unwrap(), Some(T0 + 2 * 3_600_000));
+    assert_eq!(claim(&e.q, 1).await.len(), 1);
+}
+
 /// release gives a claim back without spending its delivery: the item
 /// waits in delayed until `not_before`, then comes back with the same
 /// delivery number, however often it is released; it never dead-letters.
@@ -1232,6 +1305,9 @@ macro_rules! conformance_case_list {
             dead_letter_cap_drops_the_oldest,
             dead_letter_cap_counts_what_it_drops,
             release_gives_the_delivery_back,
+            clock_step_back_keeps_a_retry_delay,
+            clock_step_back_keeps_a_claims_idle_time,
+            clock_step_forward_makes_timers_due_early,
             purge_dead_letters_deletes_all,
             stats_count_every_state,
             peek_does_not_claim,

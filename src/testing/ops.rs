@@ -198,6 +198,10 @@ pub enum Op {
     /// Move the clock: below 128, x 25 ms; 128 to 247, (v - 127) x 500 ms;
     /// above, one hour.
     Advance(u8),
+    /// Step the clock back by 2 s to 1 h (a wall clock corrected by NTP),
+    /// then `stats`, which notices the step on every backend (SPEC 8,
+    /// Clock steps).
+    StepBack(u8),
     /// Close the queue and open it again (backends that support it; a
     /// `stats` elsewhere).
     Reopen,
@@ -213,6 +217,14 @@ fn count_of(v: u8) -> usize {
 
 fn offset_ms(now: u64, v: u8) -> u64 {
     now.saturating_add_signed((i64::from(v) - 32) * 100)
+}
+
+/// 2 s to about 1 h, in ms: always more than the step tolerance.
+fn step_back_ms(v: u8) -> u64 {
+    match v {
+        0..=199 => 2_000 + u64::from(v) * 100,
+        _ => u64::from(v - 199) * 60_000,
+    }
 }
 
 fn advance_ms(v: u8) -> u64 {
@@ -275,6 +287,7 @@ pub fn op_strategy() -> BoxedStrategy<Op> {
         1 => byte().prop_map(Op::BacklogByFlow),
         1 => byte().prop_map(Op::Peek),
         5 => byte().prop_map(Op::Advance),
+        1 => byte().prop_map(Op::StepBack),
         1 => Just(Op::Reopen),
     ]
     .boxed()
@@ -376,6 +389,8 @@ pub enum Call {
     Peek(usize),
     /// Move the clock forward by this many ms.
     Advance(u64),
+    /// Step the clock back by this many ms, then `stats`.
+    StepBack(u64),
     /// Close and reopen.
     Reopen,
 }
@@ -633,6 +648,7 @@ impl Reference {
             Op::BacklogByFlow(n) => Call::BacklogByFlow(usize::from(n % 8)),
             Op::Peek(n) => Call::Peek(usize::from(n % 8)),
             Op::Advance(v) => Call::Advance(advance_ms(*v)),
+            Op::StepBack(v) => Call::StepBack(step_back_ms(*v)),
             Op::Reopen if self.reopen => Call::Reopen,
             Op::Reopen => Call::Stats,
         }
@@ -640,6 +656,11 @@ impl Reference {
 
     fn run(&mut self, call: &Call) -> Outcome {
         let now = self.now_ms;
+        // Every backend notes the clock at every operation (SPEC 8, Clock
+        // steps); only `StepBack` moves it back.
+        if !matches!(call, Call::Advance(_) | Call::StepBack(_)) {
+            self.model.observe_clock(now);
+        }
         let m = &mut self.model;
         match call {
             Call::Add(i) => outcome(m.add_many(vec![(i.clone(), None)], now), Value::Added),
@@ -707,6 +728,12 @@ impl Reference {
                 self.now_ms = self.now_ms.saturating_add(*by);
                 Ok(Value::Unit)
             }
+            Call::StepBack(by) => {
+                self.now_ms = self.now_ms.saturating_sub(*by);
+                let now = self.now_ms;
+                self.model.observe_clock(now);
+                Ok(Value::Stats(self.model.stats(now)))
+            }
             Call::Reopen => {
                 m.reopen();
                 Ok(Value::Unit)
@@ -720,6 +747,9 @@ impl Reference {
     pub fn apply(&mut self, op: &Op) -> (Call, Outcome) {
         let call = self.resolve(op);
         let out = self.run(&call);
+        // The check after every step reads `stats`, which notes the clock
+        // on every backend: so does the model.
+        self.model.observe_clock(self.now_ms);
         if let Ok(v) = &out {
             for a in added(v) {
                 self.max_id = self.max_id.max(a.id);
@@ -979,6 +1009,11 @@ impl System {
             Call::Advance(by) => {
                 self.clock.advance(Duration::from_millis(*by));
                 Ok(Value::Unit)
+            }
+            Call::StepBack(by) => {
+                let now = crate::clock::Clock::now_ms(&self.clock);
+                self.clock.set(now.saturating_sub(*by));
+                outcome(q.stats().await, Value::Stats)
             }
             Call::Reopen => {
                 drop(q);

@@ -588,6 +588,18 @@ impl<'t> Tables<'t> {
         Ok(step.is_some())
     }
 
+    /// At close: remember `latest`, the latest time this process saw, if
+    /// the file's is older. Returns whether it wrote.
+    pub(super) fn save_clock(&mut self, latest: u64) -> Result<bool> {
+        if self.counter(CLOCK_HIGH, 0)? >= latest {
+            return Ok(false);
+        }
+        self.meta_mut()?
+            .insert(CLOCK_HIGH, latest)
+            .ctx("write clock")?;
+        Ok(true)
+    }
+
     /// After the operations of a transaction that writes anyway: remember
     /// the latest time seen.
     pub(super) fn note_clock(&mut self, now: u64) -> Result<()> {

@@ -629,10 +629,42 @@ pub(super) fn run(
         run_batch(&mut store, &wake, reqs);
     }
     rx.close();
+    save_clock(&mut store);
     drop(store);
     drop(claim);
     if let Some(reply) = close_reply {
         let _ = reply.send(());
+    }
+}
+
+/// At close: one commit (if the file's is older) of the latest time this
+/// process saw, so that a clock step back while the process is down is
+/// measured from it at the next open (SPEC 8, Clock steps). Best effort: a
+/// failure leaves the file's own latest commit time, a little older.
+fn save_clock(store: &mut Store) {
+    let (latest, limits) = (store.latest, store.limits);
+    if latest == 0 {
+        return;
+    }
+    let Ok(db) = store.ready() else {
+        return;
+    };
+    let saved = catch_unwind(AssertUnwindSafe(|| -> Result<()> {
+        let mut txn = db.begin_write().ctx("begin write transaction")?;
+        txn.set_durability(Durability::Immediate)
+            .ctx("set durability")?;
+        let wrote = Tables::open(&txn, limits).and_then(|mut t| t.save_clock(latest));
+        match wrote {
+            Ok(true) => txn.commit().ctx("commit clock"),
+            Ok(false) => txn.abort().ctx("end read"),
+            Err(e) => {
+                let _ = txn.abort();
+                Err(e)
+            }
+        }
+    }));
+    if !matches!(saved, Ok(Ok(()))) {
+        tracing::debug!("the latest clock reading was not saved at close");
     }
 }
 

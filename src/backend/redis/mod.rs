@@ -19,6 +19,7 @@
 //! | `{ns}:parked:<flow>` | list | a paused flow's parked ids, oldest first; `{ns}:flows` is the set of flows with any |
 //! | `{ns}:paused` | set | paused flows |
 //! | `{ns}:dead` | list | dead-letter ids, newest first, at most `dead_letter_cap` |
+//! | `{ns}:clock` | string | the latest time (ms, queue clock) a script saw: a clock more than 1 s below it has stepped back, and the stored times move back with it (SPEC 8, Clock steps) |
 //! | `{ns}:dead:dropped` | string | how many dead letters were dropped past `dead_letter_cap`, ever |
 //! | `{ns}:dedup`, `{ns}:dedup:exp` | hash + sorted set | dedup key → first id, and when the key expires |
 //! | `{ns}:done`, `{ns}:done:exp` | hash + sorted set | `<id>:<step>` done markers and when they expire |
