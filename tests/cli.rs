@@ -99,6 +99,18 @@ fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// Send SIGTERM to `child` (a graceful stop of `work`).
+fn sigterm(child: &Child) {
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
 fn spawn_quiet(mut c: Command) -> Child {
     c.stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -347,14 +359,7 @@ fn sigterm_lets_the_running_command_finish() {
     wait_for("the command to start", Duration::from_secs(20), || {
         env.path("started").exists()
     });
-    let pid = worker.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    sigterm(&worker);
     let status = worker.wait().unwrap();
     assert!(status.success(), "{status:?}");
     assert_eq!(env.read("ran.txt"), "1  1 slow\n");
@@ -929,14 +934,7 @@ fn a_command_that_cannot_be_started_spends_no_delivery() {
     c.env("PATH", env.path("no-such-dir"));
     let worker = spawn_quiet(c);
     std::thread::sleep(Duration::from_millis(1500));
-    let pid = worker.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    sigterm(&worker);
     let out = worker.wait_with_output().unwrap();
     assert!(out.status.success(), "{:?}", out.status);
     let s = env.stats();
