@@ -73,7 +73,7 @@ pub mod worker;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use clock::{Clock, ManualClock, SharedClock, Sleep, SystemClock};
+pub use clock::{CLOCK_STEP_TOLERANCE_MS, Clock, ManualClock, SharedClock, Sleep, SystemClock};
 pub use config::{
     Config, DEFAULT_DEAD_LETTER_CAP, DEFAULT_DEDUP_WINDOW, DEFAULT_DONE_TTL,
     DEFAULT_MAX_DELIVERIES, DEFAULT_MAX_PAYLOAD_BYTES, MEMORY_DONE_MARKER_CAP,
@@ -81,11 +81,12 @@ pub use config::{
 pub use error::{Error, Result};
 pub use item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, MAX_FLOW_NAME_BYTES,
-    NewItem, Receipt, RetryOutcome, Stats,
+    NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
 };
 pub use queue::{BoxFuture, BoxQueue, DynWorkQueue, WorkQueue};
 pub use worker::{
-    Event as WorkerEvent, Report as WorkerReport, RetryPolicy, Worker, idempotent_step,
+    Event as WorkerEvent, HandlerError, Report as WorkerReport, RetryPolicy, Worker,
+    idempotent_step,
 };
 
 pub use backend::memory::{Location, MemoryQueue, Model};

@@ -1291,3 +1291,56 @@ fn json_outputs_keep_binary_payloads() {
         binary
     );
 }
+
+// Regression (issue 10, item 3): a command that could not be started
+// (`sh` not found here; too many open files in the field) was charged to
+// the item as a failed attempt, and with `--max-deliveries 1` the item was
+// dead-lettered without ever running. It is now given back with its
+// delivery unspent, after a backoff.
+#[test]
+fn a_command_that_cannot_be_started_spends_no_delivery() {
+    let env = Env::new();
+    env.ok(&["add", "x"]);
+    let mut c = env.cmd(&[
+        "work",
+        "--max-deliveries",
+        "1",
+        "--backoff",
+        "20ms",
+        "--exec",
+        "true",
+    ]);
+    // No `sh` on this PATH: every spawn fails.
+    c.env("PATH", env.path("no-such-dir"));
+    let worker = spawn_quiet(c);
+    std::thread::sleep(Duration::from_millis(1500));
+    signal(&worker, "-TERM");
+    let out = worker.wait_with_output().unwrap();
+    assert!(out.status.success(), "{:?}", out.status);
+    let s = env.stats();
+    assert_eq!(s["dead_letters"].as_u64(), Some(0), "{s}");
+    assert_eq!(
+        s["backlog"].as_u64().unwrap() + s["delayed"].as_u64().unwrap(),
+        1,
+        "{s}"
+    );
+    // The item runs once `sh` can be found, as its first delivery.
+    env.ok(&[
+        "work",
+        "--until-empty",
+        "--max-deliveries",
+        "1",
+        "--exec",
+        "test \"$WORKJOURNAL_DELIVERY\" = 1",
+    ]);
+    let s = env.stats();
+    assert_eq!(
+        (
+            s["dead_letters"].as_u64(),
+            s["backlog"].as_u64(),
+            s["delayed"].as_u64()
+        ),
+        (Some(0), Some(0), Some(0)),
+        "{s}"
+    );
+}

@@ -22,7 +22,9 @@
 //! operation (`LeaseLost`, `Full`, `InvalidInput`) never fails or changes
 //! another's; an operation that fails after writing (a storage error, an
 //! unreadable record) aborts the transaction and the others run again
-//! without it.
+//! without it. A transaction that wrote nothing (an empty claim, a reclaim
+//! that found nothing) is not committed and wakes no waiting claim, so an
+//! idle queue writes nothing to the disk (SPEC 8, Idle).
 //!
 //! # Durability
 //!
@@ -82,7 +84,7 @@ use crate::clock::{SharedClock, SystemClock};
 use crate::config::{Config, ms};
 use crate::error::{Error, Result};
 use crate::item::{
-    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, RetryOutcome, Stats,
+    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
 };
 use crate::queue::WorkQueue;
 use tables::Limits;
@@ -609,12 +611,16 @@ impl WorkQueue for EmbeddedQueue {
         expect_reply!(self, Op::Retry(receipt, not_before_ms), Reply::Retry(o) => o)
     }
 
+    async fn release(&self, receipt: Receipt, not_before_ms: u64) -> Result<()> {
+        expect_reply!(self, Op::Release(receipt, not_before_ms), Reply::Unit => ())
+    }
+
     async fn dead_letter(&self, receipt: Receipt, reason: &str) -> Result<()> {
         expect_reply!(self, Op::DeadLetter(receipt, reason.to_string()), Reply::Unit => ())
     }
 
-    async fn reclaim_stale(&self, min_idle: Duration, count: usize) -> Result<Vec<Claimed>> {
-        expect_reply!(self, Op::Reclaim { min_idle_ms: ms(min_idle), count }, Reply::Claimed(v) => v)
+    async fn reclaim(&self, min_idle: Duration, count: usize) -> Result<Reclaimed> {
+        expect_reply!(self, Op::Reclaim { min_idle_ms: ms(min_idle), count }, Reply::Reclaimed(r) => r)
     }
 
     async fn pause(&self, flow: &str) -> Result<()> {

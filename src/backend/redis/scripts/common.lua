@@ -12,11 +12,15 @@ local K_PENDING = P .. 'pending'
 local K_PAUSED = P .. 'paused'
 local K_FLOWS = P .. 'flows'
 local K_DEAD = P .. 'dead'
+local K_DEAD_DROPPED = P .. 'dead:dropped'
 local K_DEDUP = P .. 'dedup'
 local K_DEDUP_EXP = P .. 'dedup:exp'
 local K_DONE = P .. 'done'
 local K_DONE_EXP = P .. 'done:exp'
 local K_WAKE = P .. 'wake'
+local K_CLOCK = P .. 'clock'
+-- CLOCK_STEP_TOLERANCE_MS of the crate: a smaller move back is noise.
+local CLOCK_TOLERANCE = 1000
 local GROUP = 'workers'
 local PRUNE_LIMIT = 500
 
@@ -28,13 +32,48 @@ local function pad(id) return string.format('%020d', tonumber(id)) end
 local function unpad(m) return string.format('%d', tonumber(m)) end
 local function fmt(n) return string.format('%d', n) end
 
+-- Move every member's score of sorted set `key` back by `back` (not below
+-- 0); `field`, if given, is the item-hash field that mirrors the score.
+local function shift_scores(key, back, field)
+  local all = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  for i = 1, #all - 1, 2 do
+    local m = all[i]
+    local t = tonumber(all[i + 1]) - back
+    if t < 0 then t = 0 end
+    redis.call('ZADD', key, t, m)
+    if field then redis.call('HSET', item_key(unpad(m)), field, fmt(t)) end
+  end
+end
+
+-- SPEC 8, Clock steps: a clock more than the tolerance below the latest
+-- time the queue has seen has stepped back; move every timer, claim time
+-- and expiry back by the step, so that waits are measured in elapsed time.
+local function observe_clock(now)
+  local high = tonumber(redis.call('GET', K_CLOCK) or '0') or 0
+  if high - now > CLOCK_TOLERANCE then
+    local back = high - now
+    shift_scores(K_DELAYED, back, 'nb')
+    shift_scores(K_PENDING, back, 'ca')
+    shift_scores(K_DONE_EXP, back, nil)
+    shift_scores(K_DEDUP_EXP, back, nil)
+    redis.log(redis.LOG_WARNING, 'workjournal: the clock stepped back ' .. back .. ' ms in ' .. P .. ': timers and leases moved with it')
+    redis.call('SET', K_CLOCK, fmt(now))
+  elseif now > high then
+    redis.call('SET', K_CLOCK, fmt(now))
+  end
+end
+
 local function clock_now()
   local a = ARGV[1]
+  local now
   if a == nil or a == '' then
     local t = redis.call('TIME')
-    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  else
+    now = tonumber(a)
   end
-  return tonumber(a)
+  observe_clock(now)
+  return now
 end
 
 local function wake()
@@ -68,9 +107,32 @@ local function pel_count(stream)
   return 0
 end
 
+-- PEL entries whose stream entry still exists. An entry deleted behind the
+-- queue's back (an operator's XDEL or XTRIM, eviction) leaves its PEL entry,
+-- which XLEN no longer counts: counting it would make the ready count too
+-- small, and negative once the item leaves pending. O(pending), and only
+-- when the PEL is not empty.
+local function live_pel(stream)
+  local n = pel_count(stream)
+  if n == 0 then return 0 end
+  local ok, list = pcall(redis.call, 'XPENDING', stream, GROUP, '-', '+', n)
+  if not ok or type(list) ~= 'table' then return 0 end
+  local live = 0
+  for _, e in ipairs(list) do
+    if type(e) == 'table' and e[1] then
+      local got = redis.call('XRANGE', stream, e[1], e[1])
+      if #got > 0 then live = live + 1 end
+    end
+  end
+  return live
+end
+
 -- Items ready to run in one stream: entries not yet delivered to the group.
+-- Never negative, whatever was deleted behind the queue's back.
 local function unread(stream)
-  return redis.call('XLEN', stream) - pel_count(stream)
+  local n = redis.call('XLEN', stream) - live_pel(stream)
+  if n < 0 then return 0 end
+  return n
 end
 
 -- Hand item `id` to `consumer`: pending, deliveries + 1, a new lease.
@@ -125,6 +187,7 @@ local function bury(id, reason, now, cap)
     redis.call('DEL', item_key(old))
     dropped = dropped + 1
   end
+  if dropped > 0 then redis.call('INCRBY', K_DEAD_DROPPED, dropped) end
   return dropped
 end
 
