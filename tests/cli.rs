@@ -1011,7 +1011,22 @@ fn until_empty_exits_10_after_dead_letters_and_the_cap_is_settable() {
         "{}",
         text(&out.stderr)
     );
+    assert!(
+        text(&out.stderr).contains("(1 of them dropped past the dead-letter cap)"),
+        "{}",
+        text(&out.stderr)
+    );
     assert_eq!(env.stats()["dead_letters"], 2, "the cap of 2 holds");
+    assert_eq!(
+        env.stats()["dead_letters_dropped"],
+        1,
+        "the dropped one is counted"
+    );
+    let plain = env.ok(&["stats"]);
+    assert!(
+        plain.contains("dead letters  2 (1 dropped past the cap)"),
+        "{plain}"
+    );
     env.ok(&["add", "fine"]);
     let out = env.run(&["work", "--until-empty", "--exec", "cat >/dev/null"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));

@@ -284,8 +284,14 @@ async fn print_stats(queue: &BoxQueue, json: bool, one_line: bool) -> CliResult 
         v.to_string()
     } else if one_line {
         format!(
-            "backlog={} due={} delayed={} pending={} parked={} dead_letters={}",
-            s.backlog, s.due, s.delayed, s.pending, s.parked, s.dead_letters
+            "backlog={} due={} delayed={} pending={} parked={} dead_letters={} dead_letters_dropped={}",
+            s.backlog,
+            s.due,
+            s.delayed,
+            s.pending,
+            s.parked,
+            s.dead_letters,
+            s.dead_letters_dropped
         )
     } else {
         let oldest = match s.oldest_pending_age_ms {
@@ -297,8 +303,13 @@ async fn print_stats(queue: &BoxQueue, json: bool, one_line: bool) -> CliResult 
         } else {
             paused.join(", ")
         };
+        // Dead letters dropped past the cap are never silent (SPEC 9).
+        let dropped = match s.dead_letters_dropped {
+            0 => String::new(),
+            n => format!(" ({n} dropped past the cap)"),
+        };
         format!(
-            "backlog       {} (due {})\ndelayed       {}\npending       {}{oldest}\nparked        {}\ndead letters  {}\npaused flows  {paused}\ndurable       {}",
+            "backlog       {} (due {})\ndelayed       {}\npending       {}{oldest}\nparked        {}\ndead letters  {}{dropped}\npaused flows  {paused}\ndurable       {}",
             s.backlog,
             s.due,
             s.delayed,

@@ -278,6 +278,20 @@ async fn run_work(queue: &BoxQueue, args: &WorkArgs) -> CliResult {
         "done: {} acked, {} retried, {} dead-lettered in {:.1}s ({:.1} items/s)",
         report.acked, report.retried, report.dead_lettered, secs, rate
     );
+    if report.dead_letters_dropped > 0 {
+        // Past the dead-letter cap a letter is dropped for good: say so
+        // rather than count it as kept (SPEC 9).
+        summary.push_str(&format!(
+            " ({} of them dropped past the dead-letter cap)",
+            report.dead_letters_dropped
+        ));
+    }
+    if report.released > 0 {
+        summary.push_str(&format!(
+            "; {} given back without spending a delivery",
+            report.released
+        ));
+    }
     if report.abandoned > 0 {
         summary.push_str(&format!(
             "; {} still running at shutdown, left for reclaim",
