@@ -70,6 +70,9 @@ mod item;
 mod queue;
 pub mod worker;
 
+#[cfg(feature = "forward")]
+pub mod forward;
+
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -95,6 +98,6 @@ pub use backend::embedded::{Durability, EmbeddedOptions, EmbeddedQueue};
 
 #[cfg(feature = "redis")]
 pub use backend::redis::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_REPLICA_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, RedisOptions,
-    RedisQueue,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_REPLICA_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, Origin,
+    RedisOptions, RedisQueue,
 };

@@ -70,6 +70,9 @@ mod read_only;
 mod tables;
 mod writer;
 
+#[cfg(feature = "forward")]
+pub(crate) use tables::Outgoing;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -494,6 +497,10 @@ macro_rules! expect_reply {
         }
     };
 }
+
+// After the macro, which it uses.
+#[cfg(feature = "forward")]
+mod forward;
 
 impl EmbeddedQueue {
     /// Where every item is, by a full scan of the file's state indexes on
