@@ -889,3 +889,124 @@ async fn sigkill_of_the_forwarder_at_random_moments_loses_and_duplicates_nothing
         rows.len()
     );
 }
+
+// ---- the `forward` command ------------------------------------------------
+
+fn workjournal(db: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_workjournal"));
+    c.arg("--db").arg(db).args(args);
+    c
+}
+
+#[tokio::test]
+async fn the_forward_command_hands_the_file_over_and_stops_when_empty() {
+    let server = RedisServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("edge.redb");
+    let mut add = workjournal(&db, &["add", "--lines"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    add.stdin
+        .take()
+        .unwrap()
+        .write_all(b"one\ntwo\nthree\n")
+        .unwrap();
+    assert!(add.wait().unwrap().success());
+    let url = server.url();
+    let out = workjournal(
+        &db,
+        &[
+            "--redis",
+            &url,
+            "--namespace",
+            "fleet",
+            "forward",
+            "--origin",
+            "edge-1",
+            "--until-empty",
+        ],
+    )
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("done: forwarded 3 (3 added"), "{stderr}");
+    assert!(stderr.contains("lag 0 items"), "{stderr}");
+    let rows = rows(&url, "fleet").await;
+    let payloads: Vec<String> = rows.iter().map(|r| r.text("payload").unwrap()).collect();
+    assert_eq!(payloads, ["one", "two", "three"]);
+    assert!(
+        rows.iter()
+            .all(|r| r.text("origin").as_deref() == Some("edge-1"))
+    );
+    let stats = workjournal(&db, &["stats", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert_eq!(v["backlog"], 0);
+}
+
+#[tokio::test]
+async fn the_forward_command_stops_gracefully_on_sigterm() {
+    let server = RedisServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("edge.redb");
+    assert!(workjournal(&db, &["add", "x"]).status().unwrap().success());
+    let url = server.url();
+    let child = workjournal(
+        &db,
+        &[
+            "--redis",
+            &url,
+            "--namespace",
+            "fleet",
+            "forward",
+            "--origin",
+            "edge-1",
+        ],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    // Wait until the item has arrived: the forwarder then idles.
+    let mut arrived = false;
+    for _ in 0..200 {
+        if rows(&url, "fleet").await.len() == 1 {
+            arrived = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(arrived, "the item never arrived");
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("done: forwarded 1"), "{stderr}");
+}
+
+#[test]
+fn the_forward_command_refuses_a_bad_origin_or_a_missing_redis_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("edge.redb");
+    let out = workjournal(&db, &["forward", "--origin", "edge"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--redis"));
+    let server = RedisServer::start().unwrap();
+    let out = workjournal(
+        &db,
+        &["--redis", &server.url(), "forward", "--origin", "a b"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("origin name"));
+}

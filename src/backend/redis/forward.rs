@@ -8,7 +8,9 @@ use redis::Value;
 use super::RedisQueue;
 #[cfg(feature = "forward")]
 use super::reply::{array, at, int, text, uint};
-use crate::error::{Error, Result};
+#[cfg(feature = "forward")]
+use crate::error::Error;
+use crate::error::Result;
 
 /// Where a forwarded item came from (SPEC section 10): the origin name its
 /// forwarder was given and the item's id in that origin's local journal.

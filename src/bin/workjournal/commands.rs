@@ -78,6 +78,9 @@ pub(crate) async fn run(cli: Cli) -> CliResult {
     if let Command::Step(args) = &cli.command {
         return crate::work::step(&cli.global, args).await;
     }
+    if let Command::Forward(args) = &cli.command {
+        return crate::forward::forward(&cli.global, args).await;
+    }
     if let Command::Add(args) = &cli.command {
         // The input is read (or opened) before the queue, so that a missing
         // `--file` leaves no new queue file behind (SPEC section 9).
@@ -110,7 +113,11 @@ pub(crate) async fn run(cli: Cli) -> CliResult {
 async fn one(queue: &BoxQueue, command: Command) -> CliResult {
     let mut out = std::io::stdout();
     match command {
-        Command::Add(_) | Command::Work(_) | Command::Step(_) | Command::Supervise { .. } => Ok(()),
+        Command::Add(_)
+        | Command::Work(_)
+        | Command::Step(_)
+        | Command::Supervise { .. }
+        | Command::Forward(_) => Ok(()),
         Command::Stats { json, watch } => stats(queue, json, watch).await,
         Command::Peek { n, json } => {
             let items = if n == 0 {
