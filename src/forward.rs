@@ -343,7 +343,11 @@ impl Forwarder {
         while !stopped {
             let now = tokio::time::Instant::now();
             if last_lag.is_none_or(|t| now.duration_since(t) >= o.lag_interval) {
-                p.lag = self.lag().await?;
+                // A failing local read shows up in the batch below, which
+                // backs off; the lag keeps its last count meanwhile.
+                if let Ok(lag) = self.lag().await {
+                    p.lag = lag;
+                }
                 last_lag = Some(now);
             }
             let late_due = last_late.is_none_or(|t| now.duration_since(t) >= o.late_interval);

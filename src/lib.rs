@@ -20,7 +20,9 @@
 //! | `RedisQueue` | `redis` | Redis Streams, shared by many processes |
 //!
 //! Choose at run time with [`BoxQueue`]. Other features: `cli` (default) builds
-//! the `workjournal` command; `testing` exposes the conformance cases.
+//! the `workjournal` command; `testing` exposes the conformance cases;
+//! `forward` adds [`forward::Forwarder`], which hands an embedded queue's
+//! items over to a Redis queue exactly once (store and forward).
 //!
 //! ## Workers
 //!
