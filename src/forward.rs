@@ -413,3 +413,56 @@ async fn poll_now(stop: &mut std::pin::Pin<&mut impl Future<Output = ()>>) -> bo
         () = std::future::ready(()) => false,
     }
 }
+
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use std::time::Duration;
+
+    use crate::{ClaimFrom, Config, EmbeddedQueue, NewItem, WorkQueue};
+
+    /// A local consumer may claim, park, dead-letter or retry an item after
+    /// its batch was read and before Redis's answer came back: the removal
+    /// takes it out of whatever state it reached, and its lease is lost.
+    #[tokio::test]
+    async fn an_item_that_moved_between_read_and_removal_is_removed_from_where_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let local = EmbeddedQueue::open(dir.path().join("q.redb"), Config::default())
+            .await
+            .unwrap();
+        let mut ids = Vec::new();
+        for i in 0..5u8 {
+            ids.push(local.add(NewItem::new(vec![i]).flow("a")).await.unwrap().id);
+        }
+        let read = local
+            .forward_read("k", None, 10, 1 << 20, false)
+            .await
+            .unwrap();
+        assert_eq!(read.iter().map(|o| o.id).collect::<Vec<_>>(), ids);
+        let c = local
+            .claim(4, Duration::ZERO, ClaimFrom::All)
+            .await
+            .unwrap();
+        assert_eq!(c.len(), 4);
+        local.park(c[0].receipt).await.unwrap();
+        local
+            .dead_letter(c[1].receipt, "failed here")
+            .await
+            .unwrap();
+        let later = local.now_ms().await.unwrap() + 3_600_000;
+        local.retry(c[2].receipt, later).await.unwrap();
+        // c[3] stays pending; ids[4] waits in the backlog.
+        let removed = local.forward_done("k", ids.clone(), ids[4]).await.unwrap();
+        assert_eq!(removed, 5);
+        assert!(local.audit().await.unwrap().is_empty());
+        assert!(local.ack(c[3].receipt).await.unwrap_err().is_lease_lost());
+        assert!(
+            local
+                .forward_read("k", None, 10, 1 << 20, true)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        // Removing them again (a resent removal) finds nothing to remove.
+        assert_eq!(local.forward_done("k", ids, 0).await.unwrap(), 0);
+    }
+}

@@ -10,7 +10,7 @@
 //!   (`WORKJOURNAL_FORWARD_KILL_CYCLES` cycles, default 100); the child is
 //!   this test binary run again with `WORKJOURNAL_FORWARD_CHILD` set;
 //! - SIGKILL of Redis with `appendfsync always`
-//!   (`WORKJOURNAL_FORWARD_REDIS_KILLS` kills, default 8);
+//!   (`WORKJOURNAL_FORWARD_REDIS_KILLS` kills, default 12);
 //! - two origins forwarding into one namespace at once.
 //!
 //! `WORKJOURNAL_FORWARD_SEED` replays one run's random choices.
@@ -605,7 +605,7 @@ async fn a_link_cut_or_stalled_at_random_moments_loses_and_duplicates_nothing() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_of_redis_with_aof_always_loses_and_duplicates_nothing() {
-    let kills = count_from_env("WORKJOURNAL_FORWARD_REDIS_KILLS", 8);
+    let kills = count_from_env("WORKJOURNAL_FORWARD_REDIS_KILLS", 12);
     let mut rng = Rng(seed());
     let mut server = RedisServer::start_with(RedisServerOptions {
         aof_always: true,
@@ -646,9 +646,9 @@ async fn sigkill_of_redis_with_aof_always_loses_and_duplicates_nothing() {
         .unwrap()
     });
     for _ in 0..kills {
-        tokio::time::sleep(Duration::from_millis(20 + rng.below(150))).await;
+        tokio::time::sleep(Duration::from_millis(5 + rng.below(80))).await;
         server.kill();
-        tokio::time::sleep(Duration::from_millis(rng.below(100))).await;
+        tokio::time::sleep(Duration::from_millis(rng.below(50))).await;
         server.restart().unwrap();
     }
     producer.await.unwrap();
@@ -1009,4 +1009,117 @@ fn the_forward_command_refuses_a_bad_origin_or_a_missing_redis_url() {
     .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("origin name"));
+}
+
+#[tokio::test]
+async fn parked_and_dead_items_stay_local_and_leave_late_once_they_wait_again() {
+    let server = RedisServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let local = EmbeddedQueue::open(dir.path().join("edge.redb"), Config::default())
+        .await
+        .unwrap();
+    let a1 = local
+        .add(NewItem::new(b"a1".to_vec()).flow("a"))
+        .await
+        .unwrap()
+        .id;
+    let b1 = local
+        .add(NewItem::new(b"b1".to_vec()).flow("b"))
+        .await
+        .unwrap()
+        .id;
+    local.pause("a").await.unwrap();
+    let got = local
+        .claim(10, Duration::ZERO, ClaimFrom::All)
+        .await
+        .unwrap();
+    assert_eq!(got.iter().map(|c| c.item.id).collect::<Vec<_>>(), vec![b1]);
+    local
+        .dead_letter(got[0].receipt, "failed here")
+        .await
+        .unwrap();
+    let a2 = local
+        .add(NewItem::new(b"a2".to_vec()).flow("a"))
+        .await
+        .unwrap()
+        .id;
+    let f = Forwarder::new(
+        local.clone(),
+        fleet(&server.url(), "ns", Config::default()).await,
+        "edge",
+    )
+    .await
+    .unwrap();
+    // a1 is parked and b1 dead: only a2 leaves, and the mark passes them.
+    let p = f
+        .run(RunUntil::Empty, std::future::pending(), |_| {})
+        .await
+        .unwrap();
+    assert_eq!(p.added, 1);
+    assert_eq!(local.parked("a").await.unwrap(), 1);
+    assert_eq!(local.dead_letters(10).await.unwrap().len(), 1);
+    local.resume("a").await.unwrap();
+    assert!(local.redrive(b1).await.unwrap());
+    let p = f
+        .run(RunUntil::Empty, std::future::pending(), |_| {})
+        .await
+        .unwrap();
+    assert_eq!(p.added, 2);
+    assert_local_empty(&local).await;
+    let oids: Vec<u64> = rows(&server.url(), "ns")
+        .await
+        .iter()
+        .map(|r| r.num("oid").unwrap())
+        .collect();
+    assert_eq!(oids, vec![a2, a1, b1]);
+}
+
+#[tokio::test]
+async fn with_min_replicas_local_items_stay_until_wait_confirms() {
+    let server = RedisServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let local = EmbeddedQueue::open(dir.path().join("edge.redb"), Config::default())
+        .await
+        .unwrap();
+    let mut known = Known::default();
+    for i in 0..3u8 {
+        known.acked.insert(
+            local.add(NewItem::new(vec![b'0' + i])).await.unwrap().id,
+            vec![b'0' + i],
+        );
+    }
+    // No replica will ever confirm: Redis applied the batch, WAIT fails.
+    let lonely = RedisQueue::connect(
+        &server.url(),
+        "ns",
+        Config::default(),
+        fast_options()
+            .min_replicas(1)
+            .replica_timeout(Duration::from_millis(20)),
+    )
+    .await
+    .unwrap();
+    let f = Forwarder::new(local.clone(), lonely, "edge").await.unwrap();
+    let e = f.forward_batch(false).await.unwrap_err();
+    assert!(
+        matches!(e, Error::Backend { .. }) && e.to_string().contains("replicas"),
+        "{e}"
+    );
+    assert_eq!(local.stats().await.unwrap().backlog, 3);
+    assert_eq!(rows(&server.url(), "ns").await.len(), 3);
+    // Once the hand-over is confirmed the batch is not journaled again.
+    let f = Forwarder::new(
+        local.clone(),
+        fleet(&server.url(), "ns", Config::default()).await,
+        "edge",
+    )
+    .await
+    .unwrap();
+    let p = f
+        .run(RunUntil::Empty, std::future::pending(), |_| {})
+        .await
+        .unwrap();
+    assert_eq!((p.added, p.skipped), (0, 3));
+    assert_local_empty(&local).await;
+    check_origin(&rows(&server.url(), "ns").await, "edge", &known);
 }
