@@ -42,7 +42,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::backend::embedded::Outgoing;
-use crate::backend::redis::forward::{Taken, check_origin};
+use crate::backend::redis::forward::Taken;
+pub use crate::backend::redis::forward::check_origin;
 use crate::error::{Error, Result};
 use crate::worker::RetryPolicy;
 use crate::{EmbeddedQueue, RedisQueue, WorkQueue};
@@ -99,6 +100,11 @@ impl ForwardOptions {
     pub fn backoff(mut self, policy: RetryPolicy) -> Self {
         self.backoff = policy;
         self
+    }
+
+    /// The back-off policy ([`ForwardOptions::backoff`]).
+    pub fn get_backoff(&self) -> RetryPolicy {
+        self.backoff
     }
 
     /// How long [`Forwarder::run`] sleeps when nothing waits, unless this

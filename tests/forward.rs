@@ -180,18 +180,63 @@ async fn assert_local_empty(q: &EmbeddedQueue) {
 
 /// Forward everything left, through a link without faults.
 async fn drain(local: &EmbeddedQueue, url: &str, ns: &str, origin: &str) {
-    let f = Forwarder::new(
+    let p = forward_all(&forwarder(local, url, ns, origin).await).await;
+    assert_eq!(p.lag.count, 0);
+}
+
+/// A fresh queue file `edge.redb` in `dir`.
+async fn edge(dir: &Path) -> EmbeddedQueue {
+    EmbeddedQueue::open(dir.join("edge.redb"), Config::default())
+        .await
+        .unwrap()
+}
+
+/// Add one item with `payload` to `flow`; its id.
+async fn add_in(q: &EmbeddedQueue, payload: &str, flow: &str) -> u64 {
+    q.add(NewItem::new(payload.as_bytes().to_vec()).flow(flow))
+        .await
+        .unwrap()
+        .id
+}
+
+/// A forwarder of every flow of `local` into namespace `ns` at `url`.
+async fn forwarder(local: &EmbeddedQueue, url: &str, ns: &str, origin: &str) -> Forwarder {
+    Forwarder::new(
         local.clone(),
         fleet(url, ns, Config::default()).await,
         origin,
     )
     .await
-    .unwrap();
-    let p = f
-        .run(RunUntil::Empty, std::future::pending(), |_| {})
+    .unwrap()
+}
+
+/// Forward until nothing waits.
+async fn forward_all(f: &Forwarder) -> workjournal::forward::Progress {
+    f.run(RunUntil::Empty, std::future::pending(), |_| {})
         .await
-        .unwrap();
-    assert_eq!(p.lag.count, 0);
+        .unwrap()
+}
+
+/// Forward on a task until the returned sender fires (or is dropped).
+fn forward_in_background(
+    f: Forwarder,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<workjournal::forward::Progress>,
+) {
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        f.run(
+            RunUntil::Stopped,
+            async {
+                let _ = stop_rx.await;
+            },
+            |_| {},
+        )
+        .await
+        .unwrap()
+    });
+    (stop_tx, task)
 }
 
 // ---- what a forwarded item keeps ------------------------------------------
@@ -200,9 +245,7 @@ async fn drain(local: &EmbeddedQueue, url: &str, ns: &str, origin: &str) {
 async fn a_forwarded_item_keeps_its_fields_and_names_its_origin() {
     let server = RedisServer::start().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let local = EmbeddedQueue::open(dir.path().join("edge.redb"), Config::default())
-        .await
-        .unwrap();
+    let local = edge(dir.path()).await;
     let now = local.now_ms().await.unwrap();
     let later = now + 3_600_000;
     let plain = local.add(NewItem::new(b"plain".to_vec())).await.unwrap().id;
@@ -229,10 +272,7 @@ async fn a_forwarded_item_keeps_its_fields_and_names_its_origin() {
         .await
         .unwrap();
     assert_eq!(f.lag().await.unwrap().count, 4);
-    let p = f
-        .run(RunUntil::Empty, std::future::pending(), |_| {})
-        .await
-        .unwrap();
+    let p = forward_all(&f).await;
     assert_eq!((p.items, p.added, p.skipped), (4, 4, 0));
     assert_eq!(p.lag.count, 0);
     assert_local_empty(&local).await;
@@ -297,13 +337,7 @@ async fn a_batch_sent_again_after_a_crash_journals_nothing_twice() {
     // Make the journal id, then keep a copy of the file: restoring it later
     // is the state of a forwarder that crashed after Redis took its batches
     // and before it removed them locally.
-    Forwarder::new(
-        local.clone(),
-        fleet(&server.url(), "ns", Config::default()).await,
-        "o",
-    )
-    .await
-    .unwrap();
+    forwarder(&local, &server.url(), "ns", "o").await;
     local.close().await.unwrap();
     std::fs::copy(&path, &backup).unwrap();
     let local = EmbeddedQueue::open(&path, Config::default()).await.unwrap();
@@ -313,18 +347,10 @@ async fn a_batch_sent_again_after_a_crash_journals_nothing_twice() {
     std::fs::copy(&backup, &path).unwrap();
 
     let local = EmbeddedQueue::open(&path, Config::default()).await.unwrap();
-    let f = Forwarder::new(
-        local.clone(),
-        fleet(&server.url(), "ns", Config::default()).await,
-        "o",
-    )
-    .await
-    .unwrap()
-    .options(ForwardOptions::default().max_batch_items(7));
-    let p = f
-        .run(RunUntil::Empty, std::future::pending(), |_| {})
+    let f = forwarder(&local, &server.url(), "ns", "o")
         .await
-        .unwrap();
+        .options(ForwardOptions::default().max_batch_items(7));
+    let p = forward_all(&f).await;
     assert_eq!((p.items, p.added, p.skipped), (30, 0, 30));
     assert_local_empty(&local).await;
     let rows = rows(&server.url(), "ns").await;
@@ -341,13 +367,7 @@ async fn another_file_under_the_same_origin_name_is_refused() {
             .await
             .unwrap();
         local.add(NewItem::new(b"x".to_vec())).await.unwrap();
-        let f = Forwarder::new(
-            local.clone(),
-            fleet(&server.url(), "ns", Config::default()).await,
-            "dup",
-        )
-        .await
-        .unwrap();
+        let f = forwarder(&local, &server.url(), "ns", "dup").await;
         let r = f.forward_batch(false).await;
         if i == 0 {
             assert_eq!(r.unwrap().unwrap().added, 1);
@@ -376,24 +396,10 @@ async fn another_file_under_the_same_origin_name_is_refused() {
 async fn only_the_named_flows_leave_and_a_local_claim_is_forwarded_late() {
     let server = RedisServer::start().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let local = EmbeddedQueue::open(dir.path().join("edge.redb"), Config::default())
-        .await
-        .unwrap();
-    let a1 = local
-        .add(NewItem::new(b"a1".to_vec()).flow("a"))
-        .await
-        .unwrap()
-        .id;
-    let b1 = local
-        .add(NewItem::new(b"b1".to_vec()).flow("b"))
-        .await
-        .unwrap()
-        .id;
-    let a2 = local
-        .add(NewItem::new(b"a2".to_vec()).flow("a"))
-        .await
-        .unwrap()
-        .id;
+    let local = edge(dir.path()).await;
+    let a1 = add_in(&local, "a1", "a").await;
+    let b1 = add_in(&local, "b1", "b").await;
+    let a2 = add_in(&local, "a2", "a").await;
     // A local consumer holds a1 when forwarding starts.
     let held = local
         .claim(1, Duration::ZERO, ClaimFrom::All)
@@ -406,10 +412,7 @@ async fn only_the_named_flows_leave_and_a_local_claim_is_forwarded_late() {
         .await
         .unwrap()
         .flows(vec!["a".into()]);
-    let p = f
-        .run(RunUntil::Empty, std::future::pending(), |_| {})
-        .await
-        .unwrap();
+    let p = forward_all(&f).await;
     assert_eq!(
         p.added, 1,
         "only a2 may leave: a1 is held, b1 is not forwarded"
@@ -418,10 +421,7 @@ async fn only_the_named_flows_leave_and_a_local_claim_is_forwarded_late() {
     assert_eq!((s.backlog, s.pending), (1, 1));
     // The local attempt fails: a1 comes back below the mark and goes late.
     local.retry(held.receipt, 0).await.unwrap();
-    let p = f
-        .run(RunUntil::Empty, std::future::pending(), |_| {})
-        .await
-        .unwrap();
+    let p = forward_all(&f).await;
     assert_eq!(p.added, 1);
     let rows = rows(&server.url(), "ns").await;
     let oids: Vec<u64> = rows.iter().map(|r| r.num("oid").unwrap()).collect();
@@ -436,9 +436,7 @@ async fn only_the_named_flows_leave_and_a_local_claim_is_forwarded_late() {
 async fn a_full_fleet_queue_backs_off_until_consumers_make_room() {
     let server = RedisServer::start().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let local = EmbeddedQueue::open(dir.path().join("edge.redb"), Config::default())
-        .await
-        .unwrap();
+    let local = edge(dir.path()).await;
     let mut known = Known::default();
     for i in 0..40u32 {
         let p = format!("{i}").into_bytes();
@@ -544,62 +542,69 @@ async fn produce(
     }
 }
 
+/// One failure run: a producer adds `n` items to a fresh file while a
+/// forwarder hands them over through `forward_url`, and `faults` runs
+/// meanwhile; then whatever is left is forwarded through `check_url` (a
+/// link without faults) and the issue 16 checks run. The forwarder's totals.
+async fn fault_run(
+    forward_url: &str,
+    check_url: &str,
+    n: u64,
+    rng: &mut Rng,
+    faults: impl std::future::Future<Output = ()>,
+) -> workjournal::forward::Progress {
+    let dir = tempfile::tempdir().unwrap();
+    let local = edge(dir.path()).await;
+    let known = Arc::new(Mutex::new(Known::default()));
+    let producer = tokio::spawn(produce(
+        local.clone(),
+        known.clone(),
+        Rng(rng.next()),
+        n,
+        "p".into(),
+    ));
+    let f = forwarder(&local, forward_url, "ns", "edge")
+        .await
+        .options(test_forward_options(rng));
+    let (stop_tx, forwarding) = forward_in_background(f);
+    faults.await;
+    producer.await.unwrap();
+    let _ = stop_tx.send(());
+    let p = forwarding.await.unwrap();
+    drain(&local, check_url, "ns", "edge").await;
+    assert_local_empty(&local).await;
+    let rows = rows(check_url, "ns").await;
+    check_origin(&rows, "edge", &known.lock().unwrap());
+    p
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_link_cut_or_stalled_at_random_moments_loses_and_duplicates_nothing() {
     let faults = count_from_env("WORKJOURNAL_FORWARD_LINK_FAULTS", 40);
     let mut rng = Rng(seed());
     let server = RedisServer::start().unwrap();
     let proxy = LinkProxy::start(server.port()).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let local = EmbeddedQueue::open(dir.path().join("edge.redb"), Config::default())
-        .await
-        .unwrap();
-    let known = Arc::new(Mutex::new(Known::default()));
-    let producer = tokio::spawn(produce(
-        local.clone(),
-        known.clone(),
-        Rng(rng.next()),
+    let mut chaos = Rng(rng.next());
+    let p = fault_run(
+        &proxy.redis_url(),
+        &server.url(),
         faults * 12,
-        "p".into(),
-    ));
-    let f = Forwarder::new(
-        local.clone(),
-        fleet(&proxy.redis_url(), "ns", Config::default()).await,
-        "edge",
+        &mut rng,
+        async {
+            for _ in 0..faults {
+                tokio::time::sleep(Duration::from_millis(chaos.below(40))).await;
+                if chaos.below(2) == 0 {
+                    proxy.cut();
+                } else {
+                    proxy.stall(true);
+                    tokio::time::sleep(Duration::from_millis(chaos.below(700))).await;
+                    proxy.stall(false);
+                }
+            }
+        },
     )
-    .await
-    .unwrap()
-    .options(test_forward_options(&mut rng));
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let forwarding = tokio::spawn(async move {
-        f.run(
-            RunUntil::Stopped,
-            async {
-                let _ = stop_rx.await;
-            },
-            |_| {},
-        )
-        .await
-        .unwrap()
-    });
-    for _ in 0..faults {
-        tokio::time::sleep(Duration::from_millis(rng.below(40))).await;
-        if rng.below(2) == 0 {
-            proxy.cut();
-        } else {
-            proxy.stall(true);
-            tokio::time::sleep(Duration::from_millis(rng.below(700))).await;
-            proxy.stall(false);
-        }
-    }
-    producer.await.unwrap();
-    let _ = stop_tx.send(());
-    let p = forwarding.await.unwrap();
+    .await;
     assert!(p.failures > 0, "no fault reached the forwarder: {p:?}");
-    drain(&local, &server.url(), "ns", "edge").await;
-    assert_local_empty(&local).await;
-    let rows = rows(&server.url(), "ns").await;
-    check_origin(&rows, "edge", &known.lock().unwrap());
     assert!(proxy.accepted() > 1);
 }
 
@@ -613,52 +618,17 @@ async fn sigkill_of_redis_with_aof_always_loses_and_duplicates_nothing() {
     })
     .unwrap();
     let url = server.url();
-    let dir = tempfile::tempdir().unwrap();
-    let local = EmbeddedQueue::open(dir.path().join("edge.redb"), Config::default())
-        .await
-        .unwrap();
-    let known = Arc::new(Mutex::new(Known::default()));
-    let producer = tokio::spawn(produce(
-        local.clone(),
-        known.clone(),
-        Rng(rng.next()),
-        kills * 40,
-        "p".into(),
-    ));
-    let f = Forwarder::new(
-        local.clone(),
-        fleet(&url, "ns", Config::default()).await,
-        "edge",
-    )
-    .await
-    .unwrap()
-    .options(test_forward_options(&mut rng));
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let forwarding = tokio::spawn(async move {
-        f.run(
-            RunUntil::Stopped,
-            async {
-                let _ = stop_rx.await;
-            },
-            |_| {},
-        )
-        .await
-        .unwrap()
-    });
-    for _ in 0..kills {
-        tokio::time::sleep(Duration::from_millis(5 + rng.below(80))).await;
-        server.kill();
-        tokio::time::sleep(Duration::from_millis(rng.below(50))).await;
-        server.restart().unwrap();
-    }
-    producer.await.unwrap();
-    let _ = stop_tx.send(());
-    let p = forwarding.await.unwrap();
+    let mut chaos = Rng(rng.next());
+    let p = fault_run(&url, &url, kills * 40, &mut rng, async {
+        for _ in 0..kills {
+            tokio::time::sleep(Duration::from_millis(5 + chaos.below(80))).await;
+            server.kill();
+            tokio::time::sleep(Duration::from_millis(chaos.below(50))).await;
+            server.restart().unwrap();
+        }
+    })
+    .await;
     assert!(p.failures > 0, "no kill reached the forwarder: {p:?}");
-    drain(&local, &url, "ns", "edge").await;
-    assert_local_empty(&local).await;
-    let rows = rows(&url, "ns").await;
-    check_origin(&rows, "edge", &known.lock().unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -681,19 +651,12 @@ async fn two_origins_forward_into_one_namespace_at_once() {
             400,
             origin.to_string(),
         ));
-        let f = Forwarder::new(
-            local.clone(),
-            fleet(&proxy.redis_url(), "shared", Config::default()).await,
-            origin,
-        )
-        .await
-        .unwrap()
-        .options(test_forward_options(&mut rng));
+        let f = forwarder(&local, &proxy.redis_url(), "shared", origin)
+            .await
+            .options(test_forward_options(&mut rng));
         let forwarding = tokio::spawn(async move {
             producer.await.unwrap();
-            f.run(RunUntil::Empty, std::future::pending(), |_| {})
-                .await
-                .unwrap()
+            forward_all(&f).await
         });
         runs.push((origin, local, known, forwarding));
     }
@@ -750,14 +713,9 @@ fn forward_child_process_entry() {
     rt.block_on(async move {
         let mut rng = Rng(seed);
         let local = EmbeddedQueue::open(&path, Config::default()).await.unwrap();
-        let f = Forwarder::new(
-            local.clone(),
-            fleet(&url, &ns, Config::default()).await,
-            "edge",
-        )
-        .await
-        .unwrap()
-        .options(test_forward_options(&mut rng));
+        let f = forwarder(&local, &url, &ns, "edge")
+            .await
+            .options(test_forward_options(&mut rng));
         tokio::spawn(async move {
             f.run(RunUntil::Stopped, std::future::pending(), |_| {})
                 .await
@@ -898,6 +856,25 @@ fn workjournal(db: &Path, args: &[&str]) -> Command {
     c
 }
 
+/// `workjournal forward` of `db` into namespace `fleet` at `url`, origin
+/// `edge-1`, with `extra` flags.
+fn forward_command(db: &Path, url: &str, extra: &[&str]) -> Command {
+    let mut c = workjournal(
+        db,
+        &[
+            "--redis",
+            url,
+            "--namespace",
+            "fleet",
+            "forward",
+            "--origin",
+            "edge-1",
+        ],
+    );
+    c.args(extra);
+    c
+}
+
 #[tokio::test]
 async fn the_forward_command_hands_the_file_over_and_stops_when_empty() {
     let server = RedisServer::start().unwrap();
@@ -914,21 +891,9 @@ async fn the_forward_command_hands_the_file_over_and_stops_when_empty() {
         .unwrap();
     assert!(add.wait().unwrap().success());
     let url = server.url();
-    let out = workjournal(
-        &db,
-        &[
-            "--redis",
-            &url,
-            "--namespace",
-            "fleet",
-            "forward",
-            "--origin",
-            "edge-1",
-            "--until-empty",
-        ],
-    )
-    .output()
-    .unwrap();
+    let out = forward_command(&db, &url, &["--until-empty"])
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("done: forwarded 3 (3 added"), "{stderr}");
@@ -952,21 +917,10 @@ async fn the_forward_command_stops_gracefully_on_sigterm() {
     let db = dir.path().join("edge.redb");
     assert!(workjournal(&db, &["add", "x"]).status().unwrap().success());
     let url = server.url();
-    let child = workjournal(
-        &db,
-        &[
-            "--redis",
-            &url,
-            "--namespace",
-            "fleet",
-            "forward",
-            "--origin",
-            "edge-1",
-        ],
-    )
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
+    let child = forward_command(&db, &url, &[])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     // Wait until the item has arrived: the forwarder then idles.
     let mut arrived = false;
     for _ in 0..200 {
@@ -1015,19 +969,9 @@ fn the_forward_command_refuses_a_bad_origin_or_a_missing_redis_url() {
 async fn parked_and_dead_items_stay_local_and_leave_late_once_they_wait_again() {
     let server = RedisServer::start().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let local = EmbeddedQueue::open(dir.path().join("edge.redb"), Config::default())
-        .await
-        .unwrap();
-    let a1 = local
-        .add(NewItem::new(b"a1".to_vec()).flow("a"))
-        .await
-        .unwrap()
-        .id;
-    let b1 = local
-        .add(NewItem::new(b"b1".to_vec()).flow("b"))
-        .await
-        .unwrap()
-        .id;
+    let local = edge(dir.path()).await;
+    let a1 = add_in(&local, "a1", "a").await;
+    let b1 = add_in(&local, "b1", "b").await;
     local.pause("a").await.unwrap();
     let got = local
         .claim(10, Duration::ZERO, ClaimFrom::All)
@@ -1038,32 +982,16 @@ async fn parked_and_dead_items_stay_local_and_leave_late_once_they_wait_again() 
         .dead_letter(got[0].receipt, "failed here")
         .await
         .unwrap();
-    let a2 = local
-        .add(NewItem::new(b"a2".to_vec()).flow("a"))
-        .await
-        .unwrap()
-        .id;
-    let f = Forwarder::new(
-        local.clone(),
-        fleet(&server.url(), "ns", Config::default()).await,
-        "edge",
-    )
-    .await
-    .unwrap();
+    let a2 = add_in(&local, "a2", "a").await;
+    let f = forwarder(&local, &server.url(), "ns", "edge").await;
     // a1 is parked and b1 dead: only a2 leaves, and the mark passes them.
-    let p = f
-        .run(RunUntil::Empty, std::future::pending(), |_| {})
-        .await
-        .unwrap();
+    let p = forward_all(&f).await;
     assert_eq!(p.added, 1);
     assert_eq!(local.parked("a").await.unwrap(), 1);
     assert_eq!(local.dead_letters(10).await.unwrap().len(), 1);
     local.resume("a").await.unwrap();
     assert!(local.redrive(b1).await.unwrap());
-    let p = f
-        .run(RunUntil::Empty, std::future::pending(), |_| {})
-        .await
-        .unwrap();
+    let p = forward_all(&f).await;
     assert_eq!(p.added, 2);
     assert_local_empty(&local).await;
     let oids: Vec<u64> = rows(&server.url(), "ns")
@@ -1078,9 +1006,7 @@ async fn parked_and_dead_items_stay_local_and_leave_late_once_they_wait_again() 
 async fn with_min_replicas_local_items_stay_until_wait_confirms() {
     let server = RedisServer::start().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let local = EmbeddedQueue::open(dir.path().join("edge.redb"), Config::default())
-        .await
-        .unwrap();
+    let local = edge(dir.path()).await;
     let mut known = Known::default();
     for i in 0..3u8 {
         known.acked.insert(
@@ -1108,18 +1034,31 @@ async fn with_min_replicas_local_items_stay_until_wait_confirms() {
     assert_eq!(local.stats().await.unwrap().backlog, 3);
     assert_eq!(rows(&server.url(), "ns").await.len(), 3);
     // Once the hand-over is confirmed the batch is not journaled again.
-    let f = Forwarder::new(
-        local.clone(),
-        fleet(&server.url(), "ns", Config::default()).await,
-        "edge",
-    )
-    .await
-    .unwrap();
-    let p = f
-        .run(RunUntil::Empty, std::future::pending(), |_| {})
-        .await
-        .unwrap();
+    let f = forwarder(&local, &server.url(), "ns", "edge").await;
+    let p = forward_all(&f).await;
     assert_eq!((p.added, p.skipped), (0, 3));
     assert_local_empty(&local).await;
     check_origin(&rows(&server.url(), "ns").await, "edge", &known);
+}
+
+#[tokio::test]
+async fn the_forward_command_waits_for_a_redis_that_is_away_at_start() {
+    let mut server = RedisServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("edge.redb");
+    assert!(workjournal(&db, &["add", "x"]).status().unwrap().success());
+    let url = server.url();
+    server.kill();
+    let child = forward_command(&db, &url, &["--until-empty"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.restart().unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("cannot reach Redis yet"), "{stderr}");
+    assert!(stderr.contains("done: forwarded 1"), "{stderr}");
+    assert_eq!(rows(&url, "fleet").await.len(), 1);
 }

@@ -40,14 +40,17 @@ pub(crate) struct Taken {
 #[cfg(feature = "forward")]
 pub(crate) const MAX_ORIGIN_LEN: usize = 128;
 
-/// SPEC section 10: an origin name is 1 to 128 ASCII letters, digits, `.`,
-/// `_` or `-` (it is part of Redis key names).
+/// Check an origin name (SPEC section 10): 1 to 128 ASCII letters, digits,
+/// `.`, `_` or `-` (it is part of Redis key names). [`Forwarder::new`]
+/// checks it too; this is for checking early, e.g. before connecting.
+///
+/// [`Forwarder::new`]: crate::forward::Forwarder::new
 ///
 /// # Errors
 ///
 /// `InvalidInput` naming the rule.
 #[cfg(feature = "forward")]
-pub(crate) fn check_origin(origin: &str) -> Result<()> {
+pub fn check_origin(origin: &str) -> Result<()> {
     let ok = !origin.is_empty()
         && origin.len() <= MAX_ORIGIN_LEN
         && origin

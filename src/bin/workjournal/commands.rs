@@ -31,8 +31,9 @@ pub(crate) async fn open_read_only(global: &Global) -> CliResult<BoxQueue> {
     Ok(BoxQueue::new(queue))
 }
 
+/// The Redis options the global flags give (TLS CA and client certificate).
 #[cfg(feature = "redis")]
-async fn open_redis(url: &str, global: &Global, config: Config) -> CliResult<BoxQueue> {
+pub(crate) fn redis_options(global: &Global) -> workjournal::RedisOptions {
     let mut options = workjournal::RedisOptions::default();
     if let Some(ca) = &global.redis_ca {
         options = options.tls_ca_file(ca);
@@ -40,6 +41,12 @@ async fn open_redis(url: &str, global: &Global, config: Config) -> CliResult<Box
     if let (Some(cert), Some(key)) = (&global.redis_cert, &global.redis_key) {
         options = options.tls_client_cert_files(cert, key);
     }
+    options
+}
+
+#[cfg(feature = "redis")]
+async fn open_redis(url: &str, global: &Global, config: Config) -> CliResult<BoxQueue> {
+    let options = redis_options(global);
     let queue = workjournal::RedisQueue::connect(url, &global.namespace, config, options)
         .await
         .map_err(|e| match e {

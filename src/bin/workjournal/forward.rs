@@ -51,7 +51,7 @@ pub(crate) async fn forward(_global: &Global, _args: &ForwardArgs) -> CliResult 
 #[cfg(feature = "forward")]
 pub(crate) async fn forward(global: &Global, args: &ForwardArgs) -> CliResult {
     use workjournal::forward::{ForwardOptions, Forwarder, Progress, RunUntil};
-    use workjournal::{Config, EmbeddedQueue, RedisOptions, RedisQueue, WorkQueue};
+    use workjournal::{Config, EmbeddedQueue, WorkQueue};
 
     let Some(url) = &global.redis else {
         return Err(CliError::new(
@@ -63,20 +63,22 @@ pub(crate) async fn forward(global: &Global, args: &ForwardArgs) -> CliResult {
         workjournal::Error::InvalidInput(_) => CliError::new(code::USAGE, crate::one_line(&e)),
         other => other.into(),
     };
-    let mut options = RedisOptions::default().min_replicas(args.min_replicas);
-    if let Some(ca) = &global.redis_ca {
-        options = options.tls_ca_file(ca);
-    }
-    if let (Some(cert), Some(key)) = (&global.redis_cert, &global.redis_key) {
-        options = options.tls_client_cert_files(cert, key);
-    }
+    let options = crate::commands::redis_options(global).min_replicas(args.min_replicas);
+    workjournal::forward::check_origin(&args.origin).map_err(usage)?;
+    let first = std::sync::Arc::new(tokio::sync::Notify::new());
+    let second = std::sync::Arc::new(tokio::sync::Notify::new());
+    crate::work::signals(first.clone(), second.clone())?;
     let local = EmbeddedQueue::open(&global.db, Config::default()).await?;
-    let remote = match RedisQueue::connect(url, &global.namespace, Config::default(), options).await
-    {
-        Ok(r) => r,
-        Err(e) => {
+    let remote = match reach(url, &global.namespace, options, &first, args.progress_every).await {
+        Some(Ok(r)) => r,
+        Some(Err(e)) => {
             let _ = local.close().await;
             return Err(usage(e));
+        }
+        None => {
+            let _ = local.close().await;
+            say("stopped before Redis could be reached: nothing was forwarded");
+            return Ok(());
         }
     };
     let forwarder = match Forwarder::new(local.clone(), remote.clone(), &args.origin).await {
@@ -90,9 +92,6 @@ pub(crate) async fn forward(global: &Global, args: &ForwardArgs) -> CliResult {
         }
     };
 
-    let first = std::sync::Arc::new(tokio::sync::Notify::new());
-    let second = std::sync::Arc::new(tokio::sync::Notify::new());
-    crate::work::signals(first.clone(), second.clone())?;
     let stop = {
         let first = first.clone();
         async move {
@@ -131,6 +130,47 @@ pub(crate) async fn forward(global: &Global, args: &ForwardArgs) -> CliResult {
             closed?;
             say(&format!("done: {}", progress_text(&p, started.elapsed())));
             Ok(())
+        }
+    }
+}
+
+/// Connect to the fleet's Redis, waiting for it while it is unreachable
+/// (an edge site's Redis may be away when the forwarder starts), backing
+/// off as after a failed batch and saying so every `every`; `None` if
+/// stopped first.
+#[cfg(feature = "forward")]
+async fn reach(
+    url: &str,
+    namespace: &str,
+    options: workjournal::RedisOptions,
+    stop: &tokio::sync::Notify,
+    every: Duration,
+) -> Option<workjournal::Result<workjournal::RedisQueue>> {
+    use workjournal::{Config, Error, RedisQueue};
+    let backoff = workjournal::forward::ForwardOptions::default().get_backoff();
+    let mut failures = 0u32;
+    let mut last_said: Option<tokio::time::Instant> = None;
+    loop {
+        let attempt = RedisQueue::connect(url, namespace, Config::default(), options.clone());
+        let e = tokio::select! {
+            r = attempt => match r {
+                Err(e @ Error::Backend { .. }) => e,
+                other => return Some(other),
+            },
+            () = stop.notified() => return None,
+        };
+        failures = failures.saturating_add(1);
+        let now = tokio::time::Instant::now();
+        if last_said.is_none_or(|t| now.duration_since(t) >= every) {
+            last_said = Some(now);
+            say(&format!(
+                "cannot reach Redis yet ({failures} attempts), retrying: {}",
+                crate::one_line(&e)
+            ));
+        }
+        tokio::select! {
+            () = tokio::time::sleep(backoff.next_delay(failures)) => {}
+            () = stop.notified() => return None,
         }
     }
 }
