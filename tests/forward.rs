@@ -575,6 +575,12 @@ async fn fault_run(
     assert_local_empty(&local).await;
     let rows = rows(check_url, "ns").await;
     check_origin(&rows, "edge", &known.lock().unwrap());
+    eprintln!(
+        "{} acknowledged adds arrived once; the forwarder failed {} times, and Redis skipped {} items sent again",
+        known.lock().unwrap().acked.len(),
+        p.failures,
+        p.skipped
+    );
     p
 }
 
