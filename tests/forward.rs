@@ -952,7 +952,7 @@ async fn the_forward_command_stops_gracefully_on_sigterm() {
 }
 
 #[test]
-fn the_forward_command_refuses_a_bad_origin_or_a_missing_redis_url() {
+fn the_forward_command_refuses_a_bad_origin_a_missing_redis_url_or_a_missing_file() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("edge.redb");
     let out = workjournal(&db, &["forward", "--origin", "edge"])
@@ -969,6 +969,12 @@ fn the_forward_command_refuses_a_bad_origin_or_a_missing_redis_url() {
     .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("origin name"));
+    // Only `add` makes a queue file: a mistyped --db is exit 3.
+    let out = forward_command(&db, &server.url(), &["--until-empty"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(!db.exists());
 }
 
 #[tokio::test]

@@ -65,6 +65,14 @@ pub(crate) async fn forward(global: &Global, args: &ForwardArgs) -> CliResult {
     };
     let options = crate::commands::redis_options(global).min_replicas(args.min_replicas);
     workjournal::forward::check_origin(&args.origin).map_err(usage)?;
+    // Only `add` makes a queue file (SPEC section 9): a mistyped --db is not
+    // an empty journal to forward.
+    if !global.db.exists() {
+        return Err(CliError::new(
+            code::INPUT,
+            format!("no queue file at {}", global.db.display()),
+        ));
+    }
     let first = std::sync::Arc::new(tokio::sync::Notify::new());
     let second = std::sync::Arc::new(tokio::sync::Notify::new());
     crate::work::signals(first.clone(), second.clone())?;
