@@ -421,15 +421,59 @@ async fn only_the_named_flows_leave_and_a_local_claim_is_forwarded_late() {
     assert_eq!((s.backlog, s.pending), (1, 1));
     // The local attempt fails: a1 comes back below the mark and goes late.
     local.retry(held.receipt, 0).await.unwrap();
-    let p = forward_all(&f).await;
-    assert_eq!(p.added, 1);
+    // Keep the file as it is now: restored, it is a forwarder that crashed
+    // after Redis took the late batch and before it removed it.
+    drop(f);
+    local.close().await.unwrap();
+    drop(local);
+    let path = dir.path().join("edge.redb");
+    let backup = dir.path().join("backup.redb");
+    std::fs::copy(&path, &backup).unwrap();
+    for round in 0..2 {
+        let local = edge(dir.path()).await;
+        let f = forwarder(&local, &server.url(), "ns", "edge")
+            .await
+            .flows(vec!["a".into()]);
+        let p = forward_all(&f).await;
+        assert_eq!(
+            (p.added, p.skipped),
+            if round == 0 { (1, 0) } else { (0, 1) }
+        );
+        let rows = rows(&server.url(), "ns").await;
+        let oids: Vec<u64> = rows.iter().map(|r| r.num("oid").unwrap()).collect();
+        assert_eq!(oids, vec![a2, a1]);
+        let left = local.peek(10).await.unwrap();
+        assert_eq!(left.iter().map(|i| i.id).collect::<Vec<_>>(), vec![b1]);
+        drop(f);
+        local.close().await.unwrap();
+        drop(local);
+        std::fs::copy(&backup, &path).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn an_item_whose_dedup_key_the_fleet_holds_is_taken_as_a_duplicate() {
+    let server = RedisServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let local = edge(dir.path()).await;
+    let remote = fleet(&server.url(), "ns", Config::default()).await;
+    let first = remote
+        .add(NewItem::new(b"fleet".to_vec()).dedup_key("order-7"))
+        .await
+        .unwrap()
+        .id;
+    local
+        .add(NewItem::new(b"edge".to_vec()).dedup_key("order-7"))
+        .await
+        .unwrap();
+    local.add(NewItem::new(b"other".to_vec())).await.unwrap();
+    let p = forward_all(&forwarder(&local, &server.url(), "ns", "edge").await).await;
+    assert_eq!((p.items, p.added, p.duplicates), (2, 1, 1));
+    assert_local_empty(&local).await;
     let rows = rows(&server.url(), "ns").await;
-    let oids: Vec<u64> = rows.iter().map(|r| r.num("oid").unwrap()).collect();
-    assert_eq!(oids, vec![a2, a1]);
-    let left = local.peek(10).await.unwrap();
-    assert_eq!(left.iter().map(|i| i.id).collect::<Vec<_>>(), vec![b1]);
-    // Sending the late batch again journals nothing: nothing is left of "a".
-    assert_eq!(f.forward_batch(true).await.unwrap(), None);
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0].id, first);
+    assert_eq!(rows[1].text("payload").as_deref(), Some("other"));
 }
 
 #[tokio::test]
