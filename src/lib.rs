@@ -20,7 +20,9 @@
 //! | `RedisQueue` | `redis` | Redis Streams, shared by many processes |
 //!
 //! Choose at run time with [`BoxQueue`]. Other features: `cli` (default) builds
-//! the `workjournal` command; `testing` exposes the conformance cases.
+//! the `workjournal` command; `testing` exposes the conformance cases;
+//! `forward` adds [`forward::Forwarder`], which hands an embedded queue's
+//! items over to a Redis queue exactly once (store and forward).
 //!
 //! ## Workers
 //!
@@ -70,6 +72,9 @@ mod item;
 mod queue;
 pub mod worker;
 
+#[cfg(feature = "forward")]
+pub mod forward;
+
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -96,6 +101,6 @@ pub use backend::embedded::{Durability, EmbeddedOptions, EmbeddedQueue};
 
 #[cfg(feature = "redis")]
 pub use backend::redis::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_REPLICA_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, RedisOptions,
-    RedisQueue,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_REPLICA_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, Origin,
+    RedisOptions, RedisQueue,
 };

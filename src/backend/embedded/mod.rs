@@ -61,6 +61,17 @@
 //! orphan records) happens there and is dropped at close. Every operation
 //! that would change the queue is refused with `InvalidInput`.
 //!
+//! # Store and forward
+//!
+//! With the `forward` feature, a [`Forwarder`](crate::forward::Forwarder)
+//! reads waiting items (backlog, due, delayed; not pending, parked or dead)
+//! of the forwarded flows in id order after a mark kept in `meta`
+//! (`forward_mark:{ns}:<origin>`), and once Redis has taken a batch removes
+//! its items, from whatever state they reached meanwhile, and raises the
+//! mark in one write transaction. `forward_journal` in `meta` is the file's
+//! random journal id, which lets Redis tell two files under one origin name
+//! apart. Nothing else changes: forwarding adds no table and no state.
+//!
 //! # Damaged files
 //!
 //! By default the open verifies every page checksum (redb's integrity
@@ -71,6 +82,9 @@
 mod read_only;
 mod tables;
 mod writer;
+
+#[cfg(feature = "forward")]
+pub(crate) use tables::Outgoing;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -496,6 +510,10 @@ macro_rules! expect_reply {
         }
     };
 }
+
+// After the macro, which it uses.
+#[cfg(feature = "forward")]
+mod forward;
 
 impl EmbeddedQueue {
     /// Where every item is, by a full scan of the file's state indexes on

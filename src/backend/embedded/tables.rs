@@ -6,6 +6,9 @@
 //! transaction. Lanes that keep an order (backlog, due lane, parked lists,
 //! dead letters) are keyed by one file-wide position counter `seq`.
 
+#[cfg(feature = "forward")]
+mod forward;
+
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
@@ -23,6 +26,8 @@ use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, NewItem, Receipt,
     Reclaimed, RetryOutcome, Stats, check_new_item, require_flow,
 };
+#[cfg(feature = "forward")]
+pub(crate) use forward::{Outgoing, Unforwarded};
 
 /// Counters and the schema version.
 pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");

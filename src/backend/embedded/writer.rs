@@ -55,6 +55,28 @@ pub(super) enum Op {
     Stats,
     BacklogByFlow(usize),
     Peek(usize),
+    /// Store and forward (SPEC section 10): the file's journal id.
+    #[cfg(feature = "forward")]
+    ForwardJournal,
+    /// The next items to hand over under a mark key.
+    #[cfg(feature = "forward")]
+    ForwardRead {
+        key: String,
+        flows: Option<Vec<String>>,
+        max_items: usize,
+        max_bytes: usize,
+        late: bool,
+    },
+    /// Remove items Redis has taken and raise the mark.
+    #[cfg(feature = "forward")]
+    ForwardDone {
+        key: String,
+        ids: Vec<u64>,
+        mark: u64,
+    },
+    /// What waits to be handed over.
+    #[cfg(feature = "forward")]
+    ForwardLag(Option<Vec<String>>),
     #[cfg(feature = "testing")]
     Locations,
     #[cfg(feature = "testing")]
@@ -79,6 +101,17 @@ impl Op {
                 | Op::BacklogByFlow(_)
                 | Op::Peek(_)
         ) || self.is_test_read()
+            || self.is_forward_read()
+    }
+
+    #[cfg(feature = "forward")]
+    fn is_forward_read(&self) -> bool {
+        matches!(self, Op::ForwardRead { .. } | Op::ForwardLag(_))
+    }
+
+    #[cfg(not(feature = "forward"))]
+    fn is_forward_read(&self) -> bool {
+        false
     }
 
     /// The operation's name, for errors.
@@ -142,6 +175,10 @@ pub(super) enum Reply {
     Stats(Stats),
     ByFlow(BTreeMap<String, u64>),
     Items(Vec<Item>),
+    #[cfg(feature = "forward")]
+    Outgoing(Vec<tables::Outgoing>),
+    #[cfg(feature = "forward")]
+    Lag(tables::Unforwarded),
     #[cfg(feature = "testing")]
     Locations(BTreeMap<u64, Vec<crate::Location>>),
     #[cfg(feature = "testing")]
@@ -292,6 +329,27 @@ fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
         Op::Stats => Reply::Stats(t.stats(now)?),
         Op::BacklogByFlow(n) => Reply::ByFlow(t.backlog_by_flow(*n, now)?),
         Op::Peek(n) => Reply::Items(t.peek(*n, now)?),
+        #[cfg(feature = "forward")]
+        Op::ForwardJournal => Reply::Count(t.forward_journal()?),
+        #[cfg(feature = "forward")]
+        Op::ForwardRead {
+            key,
+            flows,
+            max_items,
+            max_bytes,
+            late,
+        } => Reply::Outgoing(t.forward_read(
+            key,
+            flows.as_deref(),
+            *max_items,
+            *max_bytes,
+            *late,
+            now,
+        )?),
+        #[cfg(feature = "forward")]
+        Op::ForwardDone { key, ids, mark } => Reply::Count(t.forward_done(key, ids, *mark)?),
+        #[cfg(feature = "forward")]
+        Op::ForwardLag(flows) => Reply::Lag(t.forward_lag(flows.as_deref())?),
         #[cfg(feature = "testing")]
         Op::Locations => Reply::Locations(t.locations()?),
         #[cfg(feature = "testing")]

@@ -93,6 +93,13 @@
 //!   the platform's roots are trusted (`rustls-native-certs`); with one,
 //!   only that CA. `#insecure` URLs are refused: a queue's payloads and
 //!   receipts should not cross a network unauthenticated.
+//! - **Store and forward** (SPEC section 10). `scripts/forward.lua` takes a
+//!   batch from an edge journal and records, in the same script, the
+//!   highest local id taken per origin (`{ns}:forward:<origin>`: `journal`,
+//!   `mark`, `taken`; late ids in the set `{ns}:forward:late:<origin>`), so
+//!   a batch resent after a lost reply or a crash journals nothing twice.
+//!   Forwarded items are ordinary items with two more hash fields, `origin`
+//!   and `oid` (the local id), read by [`RedisQueue::origin`].
 //! - **Replication.** With `min_replicas > 0`, every write is followed by
 //!   `WAIT`; fewer acknowledgements than asked is an error saying how many
 //!   replicas acknowledged. The write has then happened on the primary.
@@ -115,7 +122,10 @@ use crate::item::{
 };
 use crate::queue::WorkQueue;
 
+pub(crate) mod forward;
 pub(crate) mod reply;
+
+pub use forward::Origin;
 
 use reply::{array, at, bytes, claims, int, opt_uint, text, u32_of, uint};
 
@@ -357,6 +367,8 @@ struct Scripts {
     stats: Script,
     look: Script,
     close: Script,
+    #[cfg(feature = "forward")]
+    forward: Script,
 }
 
 impl Scripts {
@@ -380,6 +392,8 @@ impl Scripts {
             stats: script!("stats"),
             look: script!("look"),
             close: script!("close"),
+            #[cfg(feature = "forward")]
+            forward: script!("forward"),
         }
     }
 }

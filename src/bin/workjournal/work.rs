@@ -44,7 +44,7 @@ struct Counters {
 
 /// Notifies `first` at the first Ctrl-C, SIGTERM or SIGHUP (a closed ssh
 /// session: a graceful stop too), `second` at the next.
-fn signals(first: Arc<Notify>, second: Arc<Notify>) -> CliResult {
+pub(crate) fn signals(first: Arc<Notify>, second: Arc<Notify>) -> CliResult {
     use tokio::signal::unix::{SignalKind, signal};
     let err = |e: std::io::Error| {
         CliError::new(

@@ -243,3 +243,65 @@ local function next_due()
   if r[2] then return r[2] end
   return ''
 end
+
+-- Forget dedup keys whose window ended (a bounded number per call).
+local function prune_dedup(now)
+  local old = redis.call('ZRANGEBYSCORE', K_DEDUP_EXP, '-inf', now, 'LIMIT', 0, PRUNE_LIMIT)
+  for _, key in ipairs(old) do
+    redis.call('HDEL', K_DEDUP, key)
+    redis.call('ZREM', K_DEDUP_EXP, key)
+  end
+end
+
+-- The first id added under dedup `key`, while its window is open.
+local function dedup_known(key, now)
+  local exp = redis.call('ZSCORE', K_DEDUP_EXP, key)
+  if exp and tonumber(exp) > now then return redis.call('HGET', K_DEDUP, key) end
+  return nil
+end
+
+-- How many of `items` would journal a new item: each {has_key, key}; a key
+-- earlier in the batch is live only while its window is open (never with a
+-- window of 0, deduplication off).
+local function count_fresh(items, now, window)
+  local fresh = 0
+  local seen = {}
+  for _, it in ipairs(items) do
+    if it[1] == '1' then
+      local key = it[2]
+      if not (seen[key] and window > 0) and not dedup_known(key, now) then
+        seen[key] = true
+        fresh = fresh + 1
+      end
+    else
+      fresh = fresh + 1
+    end
+  end
+  return fresh
+end
+
+-- Whether `fresh` new items would push backlog + due + delayed past `limit`
+-- ("" = no limit).
+local function over_capacity(limit, fresh)
+  if limit == '' or fresh == 0 then return false end
+  local waiting = unread(K_BACKLOG) + unread(K_DUE) + redis.call('ZCARD', K_DELAYED)
+  return waiting + fresh > tonumber(limit)
+end
+
+-- Journal one new item; nb = '' for the backlog. Returns its id.
+local function new_item(flow, payload, enq, nb, has_key, key, now, window)
+  local id = fmt(redis.call('INCR', K_SEQ))
+  local k = item_key(id)
+  redis.call('HSET', k, 'flow', flow, 'payload', payload, 'enq', enq, 'dlv', 0)
+  if nb ~= '' then
+    redis.call('HSET', k, 'nb', nb, 'st', 'delayed')
+    redis.call('ZADD', K_DELAYED, nb, pad(id))
+  else
+    to_backlog(id)
+  end
+  if has_key == '1' then
+    redis.call('HSET', K_DEDUP, key, id)
+    redis.call('ZADD', K_DEDUP_EXP, now + window, key)
+  end
+  return id
+end
