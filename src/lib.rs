@@ -70,6 +70,8 @@ mod item;
 mod queue;
 pub mod worker;
 
+#[cfg(feature = "server")]
+pub mod server;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -97,4 +99,14 @@ pub use backend::embedded::{Durability, EmbeddedOptions, EmbeddedQueue};
 pub use backend::redis::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_REPLICA_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, RedisOptions,
     RedisQueue,
+};
+
+/// The wire types of `workjournal serve` (docs/API.md), shared by the server
+/// and [`RemoteQueue`]. Features `server` or `remote`.
+#[cfg(any(feature = "remote", feature = "server"))]
+pub use backend::remote::wire;
+#[cfg(feature = "remote")]
+pub use backend::remote::{
+    DEFAULT_CLAIM_POLL, DEFAULT_POOL_IDLE_TIMEOUT, DEFAULT_REMOTE_CONNECT_TIMEOUT,
+    DEFAULT_REQUEST_TIMEOUT, RemoteOptions, RemoteQueue,
 };

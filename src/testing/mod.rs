@@ -23,6 +23,11 @@ pub mod faults;
 #[cfg(feature = "embedded")]
 pub mod fuzz;
 pub mod ops;
+#[cfg(all(feature = "server", feature = "remote", feature = "embedded"))]
+pub mod remote;
+
+#[cfg(all(feature = "server", feature = "remote", feature = "embedded"))]
+pub use remote::{RemoteFactory, ServedQueue};
 
 /// A queue under test and whatever keeps it alive (a temp dir, a server).
 pub struct Subject {
