@@ -48,7 +48,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use serde::Serialize;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 
@@ -491,6 +491,16 @@ async fn refuse(mut stream: tokio::net::UnixStream, uid: Option<u32>) {
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
         let _ = stream.write_all(reply.as_bytes()).await;
         let _ = stream.shutdown().await;
+        // Take what the peer already sent (a little, for a moment), so
+        // closing with unread bytes does not reset the reply away.
+        let mut sink = [0u8; 4096];
+        let mut left = 64 * 1024usize;
+        while let Ok(n) = stream.read(&mut sink).await {
+            if n == 0 || left <= n {
+                break;
+            }
+            left -= n;
+        }
     })
     .await;
 }
