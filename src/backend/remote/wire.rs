@@ -397,6 +397,46 @@ impl Request {
         })
     }
 
+    /// The route name and JSON body of this request, as a client sends
+    /// it; [`Request::decode`] of the two gives the request back.
+    pub fn encode(&self) -> (&'static str, Vec<u8>) {
+        fn json<T: Serialize>(op: &'static str, v: &T) -> (&'static str, Vec<u8>) {
+            (op, serde_json::to_vec(v).unwrap_or_else(|_| b"{}".to_vec()))
+        }
+        let empty = EmptyRequest {};
+        match self {
+            Request::Add(r) => json("add", r),
+            Request::AddBatch(r) => json("add_batch", r),
+            Request::AddDelayed(r) => json("add_delayed", r),
+            Request::NextDue => json("next_due", &empty),
+            Request::PromoteDue => json("promote_due", &empty),
+            Request::Claim(r) => json("claim", r),
+            Request::Ack(r) => json("ack", r),
+            Request::AckBatch(r) => json("ack_batch", r),
+            Request::Touch(r) => json("touch", r),
+            Request::Retry(r) => json("retry", r),
+            Request::DeadLetter(r) => json("dead_letter", r),
+            Request::ReclaimStale(r) => json("reclaim_stale", r),
+            Request::Pause(r) => json("pause", r),
+            Request::Resume(r) => json("resume", r),
+            Request::Park(r) => json("park", r),
+            Request::Step(r) => json("step", r),
+            Request::ClearFlow(r) => json("clear_flow", r),
+            Request::Parked(r) => json("parked", r),
+            Request::PausedFlows => json("paused_flows", &empty),
+            Request::MarkDone(r) => json("mark_done", r),
+            Request::WasDone(r) => json("was_done", r),
+            Request::DeadLetters(r) => json("dead_letters", r),
+            Request::Redrive(r) => json("redrive", r),
+            Request::PurgeDeadLetters => json("purge_dead_letters", &empty),
+            Request::Stats => json("stats", &empty),
+            Request::BacklogByFlow(r) => json("backlog_by_flow", r),
+            Request::Peek(r) => json("peek", r),
+            Request::Now => json("now", &empty),
+            Request::Compact => json("compact", &empty),
+        }
+    }
+
     /// Whether the operation only reads (and may also be sent as `GET`).
     pub fn is_read_only_op(op: &str) -> bool {
         matches!(
