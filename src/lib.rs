@@ -65,6 +65,8 @@ mod clock;
 #[cfg(feature = "embedded")]
 mod codec;
 mod config;
+#[cfg(feature = "remote")]
+mod connect;
 mod error;
 mod item;
 mod queue;
@@ -110,3 +112,6 @@ pub use backend::remote::{
     DEFAULT_CLAIM_POLL, DEFAULT_POOL_IDLE_TIMEOUT, DEFAULT_REMOTE_CONNECT_TIMEOUT,
     DEFAULT_REQUEST_TIMEOUT, RemoteOptions, RemoteQueue,
 };
+
+#[cfg(feature = "remote")]
+pub use connect::{ConnectOptions, DEFAULT_LOCKED_WAIT, Opened, Target, connect, socket_path_for};

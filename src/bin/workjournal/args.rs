@@ -35,7 +35,10 @@ pub(crate) struct Cli {
 /// Where the queue lives.
 #[derive(Debug, Args)]
 pub(crate) struct Global {
-    /// The queue file (embedded backend), created on first use.
+    /// The queue file (embedded backend), created on first use. When a
+    /// `workjournal serve` or `work` process serves it, every command goes
+    /// through that process. Also takes unix:SOCKET or http://HOST:PORT (a
+    /// server; token in WORKJOURNAL_TOKEN).
     #[arg(
         long,
         global = true,
@@ -133,6 +136,9 @@ pub(crate) enum Command {
     },
     /// Give free space in the queue file back to the file system.
     Compact,
+    /// Own the queue and serve it to other processes on a Unix socket (and
+    /// TCP with --listen) until Ctrl-C or SIGTERM.
+    Serve(crate::serve::ServeArgs),
 }
 
 #[derive(Debug, Args)]

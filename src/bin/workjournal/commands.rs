@@ -13,8 +13,16 @@ pub(crate) async fn open(global: &Global, config: Config) -> CliResult<BoxQueue>
     match &global.redis {
         Some(url) => open_redis(url, global, config).await,
         None => {
-            let queue = workjournal::EmbeddedQueue::open(&global.db, config).await?;
-            Ok(BoxQueue::new(queue))
+            // The file, or the process serving it (SPEC section 10).
+            let mut options = workjournal::ConnectOptions::default();
+            if let Ok(token) = std::env::var("WORKJOURNAL_TOKEN") {
+                options = options.token(token);
+            }
+            let queue = match global.db.to_str() {
+                Some(target) => options.connect(target, config).await?,
+                None => options.open_file(&global.db, config).await?,
+            };
+            Ok(queue)
         }
     }
 }
@@ -53,12 +61,16 @@ pub(crate) async fn run(cli: Cli) -> CliResult {
     if let Command::Step(args) = &cli.command {
         return crate::work::step(&cli.global, args).await;
     }
+    if let Command::Serve(args) = &cli.command {
+        return crate::serve::serve(&cli.global, args).await;
+    }
     // Commands that only look must not create an empty queue file.
     let looks_only = matches!(
         cli.command,
         Command::Stats { .. } | Command::Peek { .. } | Command::DeadLetters { .. }
     );
-    if looks_only && cli.global.redis.is_none() && !cli.global.db.exists() {
+    let is_url = cli.global.db.to_str().is_some_and(crate::serve::is_url);
+    if looks_only && cli.global.redis.is_none() && !is_url && !cli.global.db.exists() {
         return Err(CliError::new(
             code::INPUT,
             format!("no queue file at {}", cli.global.db.display()),
@@ -76,7 +88,7 @@ async fn one(queue: &BoxQueue, command: Command) -> CliResult {
     let mut out = std::io::stdout();
     match command {
         Command::Add(args) => crate::add::add(queue, &args).await,
-        Command::Work(_) | Command::Step(_) => Ok(()),
+        Command::Work(_) | Command::Step(_) | Command::Serve(_) => Ok(()),
         Command::Stats { json, watch } => stats(queue, json, watch).await,
         Command::Peek { n } => {
             if n == 0 {

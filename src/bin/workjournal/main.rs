@@ -15,9 +15,9 @@
 //! | 1 | any other failure (disk, permissions, `--db` naming a directory or a path in a missing directory, a failed `step` command) |
 //! | 2 | usage: unknown flag, bad duration, time or `--redis` URL, conflicting flags, a backend this build lacks |
 //! | 3 | an input file is missing or unreadable; no queue file for `stats`, `peek`, `dead-letters` |
-//! | 4 | the queue file is locked by another process |
+//! | 4 | the queue file is locked by another process that serves no socket (or `serve` found it already open) |
 //! | 5 | the queue file is corrupt (not a queue, damaged), or holds records this version cannot read |
-//! | 6 | Redis is unreachable or failed |
+//! | 6 | Redis or the serving process is unreachable or failed |
 //! | 7 | the queue refused the input (payload too large, empty flow name) |
 //! | 8 | the queue is full (`max_backlog`) |
 //! | 9 | nothing to act on (`redrive` of an id that is not a dead letter, `step` of a flow with nothing parked) |
@@ -27,6 +27,7 @@ mod add;
 mod args;
 mod commands;
 mod exec;
+mod serve;
 mod work;
 
 use std::io::Write;
