@@ -116,7 +116,7 @@ impl ConnectOptions {
         self
     }
 
-    /// Open the queue at `target` (see the [module docs](self)). `config`
+    /// Open the queue at `target` (see [`Target`] and [`connect`]). `config`
     /// applies when this call opens a file or connects to Redis; a served
     /// queue follows its server's config.
     ///
@@ -221,7 +221,15 @@ async fn open_embedded(path: &Path, _config: Config) -> Result<Opened> {
     )))
 }
 
-/// [`ConnectOptions::connect`] with default options.
+/// [`ConnectOptions::connect`] with default options: open the queue at
+/// `target` (SPEC section 10).
+///
+/// | target | backend |
+/// |---|---|
+/// | `PATH` (anything else) | the process serving `PATH` if one does (on [`socket_path_for`]), else the file itself |
+/// | `unix:PATH` | [`RemoteQueue`] on the socket `PATH` |
+/// | `http://HOST:PORT` | [`RemoteQueue`] over TCP ([`ConnectOptions::token`]) |
+/// | `redis://...`, `rediss://...` | `RedisQueue` (feature `redis`) |
 ///
 /// # Errors
 ///

@@ -18,9 +18,13 @@
 //! | [`MemoryQueue`] | always | process memory; the reference model |
 //! | [`EmbeddedQueue`] | `embedded` (default) | one crash-safe redb file |
 //! | `RedisQueue` | `redis` | Redis Streams, shared by many processes |
+//! | `RemoteQueue` | `remote` | the queue another process serves (`workjournal serve`, `server`) |
 //!
-//! Choose at run time with [`BoxQueue`]. Other features: `cli` (default) builds
-//! the `workjournal` command; `testing` exposes the conformance cases.
+//! Choose at run time with [`BoxQueue`], or let `connect` pick the backend
+//! from a path or URL (feature `remote`). Other features: `cli` (default)
+//! builds the `workjournal` command (with `server` and `remote`); `server`
+//! serves any queue over HTTP + JSON on a Unix socket or TCP
+//! (docs/API.md); `testing` exposes the conformance cases.
 //!
 //! ## Workers
 //!

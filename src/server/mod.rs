@@ -3,7 +3,7 @@
 //! docs/API.md). Feature `server`.
 //!
 //! A thin adapter: each request is decoded into one
-//! [`wire::Request`](crate::wire::Request), runs one queue call and is
+//! [`wire::Request`], runs one queue call and is
 //! answered with that call's result or its error as JSON. No queue rule
 //! lives here. What the server adds is transport safety:
 //!
@@ -20,7 +20,7 @@
 //!
 //! ```no_run
 //! use workjournal::server::{Listener, Server, ServerOptions, SocketPermissions};
-//! use workjournal::{BoxQueue, Config, EmbeddedQueue};
+//! use workjournal::{BoxQueue, Config, EmbeddedQueue, WorkQueue};
 //! # async fn run() -> workjournal::Result<()> {
 //! let queue = EmbeddedQueue::open("jobs.redb", Config::default()).await?;
 //! let socket = Listener::bind_unix("jobs.redb.sock", &SocketPermissions::default()).await?;

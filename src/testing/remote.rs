@@ -1,6 +1,6 @@
-//! The remote backend under test: a [`Server`](crate::server::Server) in
+//! The remote backend under test: a [`Server`] in
 //! this process on an embedded file in a temp dir, reached over a real Unix
-//! socket by a [`RemoteQueue`](crate::RemoteQueue).
+//! socket by a [`RemoteQueue`].
 
 use std::path::PathBuf;
 

@@ -13,9 +13,10 @@ Exit codes:
   2    usage: bad flag, duration, time or --redis URL; a backend this build lacks
   3    an input file is missing or unreadable; no queue file (stats, peek,
        dead-letters)
-  4    the queue file is locked by another process
+  4    the queue file is locked by another process that serves no socket
+       (serve: another process owns it)
   5    the queue file is corrupt (not a queue, or damaged)
-  6    Redis is unreachable or failed
+  6    Redis or the serving process is unreachable or failed
   7    the queue refused the input (payload too large, empty flow name)
   8    the queue is full
   9    nothing to act on (no such dead letter, nothing parked)
