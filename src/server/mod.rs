@@ -432,15 +432,28 @@ async fn accept_unix(
             tokio::spawn(refuse(stream, uid.ok()));
             continue;
         }
-        let conn = http1(&options).serve_connection(
-            TokioIo::new(stream),
-            TowerToHyperService::new(router.clone()),
-        );
-        let watched = graceful.watcher().watch(conn);
-        tokio::spawn(async move {
-            let _ = watched.await;
-        });
+        serve_connection(stream, &router, &options, &graceful);
     }
+}
+
+/// Serve HTTP/1.1 on one accepted connection, in a task of its own that
+/// graceful shutdown waits for.
+fn serve_connection<S>(
+    stream: S,
+    router: &Router,
+    options: &ServerOptions,
+    graceful: &GracefulShutdown,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let conn = http1(options).serve_connection(
+        TokioIo::new(stream),
+        TowerToHyperService::new(router.clone()),
+    );
+    let watched = graceful.watcher().watch(conn);
+    tokio::spawn(async move {
+        let _ = watched.await;
+    });
 }
 
 async fn accept_tcp(
@@ -463,14 +476,7 @@ async fn accept_tcp(
             },
         };
         let _ = stream.set_nodelay(true);
-        let conn = http1(&options).serve_connection(
-            TokioIo::new(stream),
-            TowerToHyperService::new(router.clone()),
-        );
-        let watched = graceful.watcher().watch(conn);
-        tokio::spawn(async move {
-            let _ = watched.await;
-        });
+        serve_connection(stream, &router, &options, &graceful);
     }
 }
 

@@ -263,28 +263,14 @@ impl RemoteQueue {
                     let stream = tokio::net::UnixStream::connect(path)
                         .await
                         .map_err(|e| refused(&e))?;
-                    let (sender, conn) =
-                        hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                            .await
-                            .map_err(|e| refused(&e))?;
-                    tokio::spawn(async move {
-                        let _ = conn.await;
-                    });
-                    Ok(sender)
+                    handshake(stream).await.map_err(|e| refused(&e))
                 }
                 Endpoint::Tcp { authority } => {
                     let stream = tokio::net::TcpStream::connect(authority.as_str())
                         .await
                         .map_err(|e| refused(&e))?;
                     let _ = stream.set_nodelay(true);
-                    let (sender, conn) =
-                        hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                            .await
-                            .map_err(|e| refused(&e))?;
-                    tokio::spawn(async move {
-                        let _ = conn.await;
-                    });
-                    Ok(sender)
+                    handshake(stream).await.map_err(|e| refused(&e))
                 }
             }
         })
@@ -388,6 +374,19 @@ impl RemoteQueue {
             ))),
         }
     }
+}
+
+/// HTTP/1.1 on a fresh connection; the connection runs in a task of its
+/// own until the sender is dropped or the server hangs up.
+async fn handshake<S>(stream: S) -> hyper::Result<Sender>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
 }
 
 const EMPTY: wire::EmptyRequest = wire::EmptyRequest {};

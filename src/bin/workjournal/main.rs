@@ -81,17 +81,7 @@ impl CliError {
 
 /// The error and its sources on one line, each cause added once.
 pub(crate) fn one_line(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let part = s.to_string();
-        if !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        source = s.source();
-    }
-    text.replace(['\n', '\r'], " ")
+    workjournal::wire::one_line(e)
 }
 
 impl From<workjournal::Error> for CliError {
