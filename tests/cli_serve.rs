@@ -313,3 +313,47 @@ fn clients_racing_a_server_that_exits_finish_with_success_or_a_clear_error() {
         "{backlog} items, {succeeded} acknowledged adds"
     );
 }
+
+#[cfg(feature = "redis")]
+#[test]
+fn serve_redis_serves_a_redis_queue_on_a_socket() {
+    // For programs that cannot speak Redis: the same queue through the
+    // socket, and directly in Redis.
+    let redis = workjournal::testing::RedisServer::start().unwrap();
+    let env = Env::new();
+    let socket = env.path("redis.sock");
+    let socket_text = socket.to_str().unwrap().to_string();
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_workjournal"));
+    serve
+        .current_dir(env.dir.path())
+        .args(["--redis", &redis.url(), "--namespace", "served", "serve"])
+        .args(["--socket", &socket_text])
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let server = serve.spawn().unwrap();
+    wait_for("serve to listen", || socket.exists());
+    let through_socket = |args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_workjournal"));
+        c.arg("--db").arg(format!("unix:{socket_text}")).args(args);
+        run_bounded(c)
+    };
+    let out = through_socket(&["add", "via the socket"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = through_socket(&["stats", "--json"]);
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(stats["backlog"], 1, "{stats}");
+    let mut direct = Command::new(env!("CARGO_BIN_EXE_workjournal"));
+    direct.args(["--redis", &redis.url(), "--namespace", "served", "peek"]);
+    let out = run_bounded(direct);
+    assert!(
+        text(&out.stdout).contains("via the socket"),
+        "{}",
+        text(&out.stdout)
+    );
+    sigterm(&server);
+    let (code, err) = wait_exit(server);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!socket.exists());
+}

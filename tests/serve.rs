@@ -326,6 +326,25 @@ async fn idle_and_slow_header_connections_are_closed() {
 }
 
 #[tokio::test]
+async fn a_body_that_comes_too_slowly_is_408_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ServerOptions::default().body_timeout(Duration::from_millis(300));
+    let s = ServedQueue::start_in(dir.path(), Config::default(), options)
+        .await
+        .unwrap();
+    let mut stream = tokio::net::UnixStream::connect(&s.socket).await.unwrap();
+    stream
+        .write_all(b"POST /v1/add HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\ncontent-length: 100\r\n\r\n{\"payload\"")
+        .await
+        .unwrap();
+    // The rest never comes.
+    let (status, body) = read_reply(&mut stream).await;
+    assert_eq!(status, 408, "{body}");
+    assert_eq!(error_kind(&body), "timeout");
+    assert_eq!(s.queue.stats().await.unwrap().backlog, 0);
+}
+
+#[tokio::test]
 async fn malformed_requests_are_400_with_one_line_and_change_nothing() {
     let s = served().await;
     let cases: &[(&str, &[u8])] = &[

@@ -638,7 +638,7 @@ async fn read_body(
 ) -> std::result::Result<Bytes, Response> {
     match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
         Err(_) => Err(error_response(ErrorBody::plain(
-            "bad_request",
+            "timeout",
             format!("request body not received within {timeout:?}"),
         ))),
         Ok(Err(e))

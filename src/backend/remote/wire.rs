@@ -774,7 +774,8 @@ impl ErrorBody {
     /// The HTTP status of this kind: 400 for refused input, 401/403 for
     /// authentication, 404, 409 for `lease_lost`, 413, 423 for `locked`,
     /// 429 for `full`, 502 for `backend`, 503 for `closed` (the server is
-    /// shutting down), 504 for `timeout`, 500 for storage failures.
+    /// shutting down), 408 for `timeout` (the body came too slowly), 500
+    /// for storage failures.
     pub fn status(&self) -> u16 {
         match self.kind.as_str() {
             "invalid_input" | "bad_request" => 400,
@@ -787,7 +788,7 @@ impl ErrorBody {
             "full" => 429,
             "backend" => 502,
             "closed" => 503,
-            "timeout" => 504,
+            "timeout" => 408,
             _ => 500,
         }
     }
