@@ -429,12 +429,21 @@ async fn payload_bytes_stay_bytes() {
     let all: Vec<u8> = (0..=255u8).chain((0..=255u8).rev()).collect();
     client.add(NewItem::new(all.clone())).await.unwrap();
     client.add(NewItem::new(Vec::new())).await.unwrap();
+    // Bigger than any one read buffer of the server or the client.
+    let big: Vec<u8> = (0..3 * 1024 * 1024u32)
+        .map(|i| (i * 7 % 256) as u8)
+        .collect();
+    client.add(NewItem::new(big.clone())).await.unwrap();
     let got = client
-        .claim(2, Duration::ZERO, ClaimFrom::All)
+        .claim(3, Duration::ZERO, ClaimFrom::All)
         .await
         .unwrap();
     assert_eq!(got[0].item.payload, all);
     assert!(got[1].item.payload.is_empty());
+    assert!(
+        got[2].item.payload == big,
+        "a 3 MiB payload came back changed"
+    );
     // And curl-style base64 in, the same bytes in the file.
     let (status, _) = raw_unix(&s.socket, &post("add", br#"{"payload":"AP8Kgw=="}"#)).await;
     assert_eq!(status, 200);
