@@ -103,16 +103,21 @@ impl Backend for Redis {
 
 /// The remote backend: a server in this process on an embedded file in a
 /// temp dir, reached over a real Unix socket. Its leases are the embedded
-/// file's, so they must equal the model's; no reopen (the server holds the
-/// file) and no recount through the wire.
+/// file's, so they must equal the model's. Reopen restarts the server on
+/// the same file (the same client finds the new one); the recount reads
+/// the served file.
 struct Remote;
 
 impl Backend for Remote {
     const DURABLE: bool = true;
-    const REOPEN: bool = false;
+    const REOPEN: bool = true;
     const EXACT_LEASES: bool = true;
     fn target(config: workjournal::Config) -> Box<dyn Target> {
-        factory_target(&workjournal::testing::RemoteFactory, config)
+        Box::new(
+            runtime()
+                .block_on(workjournal::testing::RemoteTarget::new(config))
+                .unwrap(),
+        )
     }
 }
 

@@ -27,7 +27,7 @@ pub mod ops;
 pub mod remote;
 
 #[cfg(all(feature = "server", feature = "remote", feature = "embedded"))]
-pub use remote::{RemoteFactory, ServedQueue};
+pub use remote::{RemoteFactory, RemoteTarget, ServedQueue};
 
 /// A queue under test and whatever keeps it alive (a temp dir, a server).
 pub struct Subject {

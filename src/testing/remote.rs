@@ -131,3 +131,76 @@ impl Factory for RemoteFactory {
         true
     }
 }
+
+/// The remote backend for the model tests: a server on an embedded file in
+/// its own temp dir and one client. Reopen stops the server (closing the
+/// file) and starts a new one on the same file and socket; the same client
+/// finds it again by itself. Recount reads the served file.
+#[derive(Debug)]
+pub struct RemoteTarget {
+    dir: tempfile::TempDir,
+    config: Config,
+    served: Option<ServedQueue>,
+    boxed: BoxQueue,
+}
+
+impl RemoteTarget {
+    /// A fresh served file and its client.
+    ///
+    /// # Errors
+    ///
+    /// As [`ServedQueue::start_in`] and [`RemoteQueue::connect_unix`].
+    pub async fn new(config: Config) -> crate::Result<Self> {
+        let dir = tempfile::tempdir().map_err(|source| crate::Error::Io {
+            context: "make a temp dir".into(),
+            source,
+        })?;
+        let served =
+            ServedQueue::start_in(dir.path(), config.clone(), Self::options(&config)).await?;
+        let client = served.client(RemoteOptions::default()).await?;
+        Ok(RemoteTarget {
+            dir,
+            config,
+            served: Some(served),
+            boxed: BoxQueue::new(client),
+        })
+    }
+
+    fn options(config: &Config) -> ServerOptions {
+        ServerOptions::default().max_payload_bytes(config.get_max_payload_bytes())
+    }
+}
+
+impl super::ops::Target for RemoteTarget {
+    fn queue(&self) -> &BoxQueue {
+        &self.boxed
+    }
+
+    fn can_reopen(&self) -> bool {
+        true
+    }
+
+    fn reopen(&mut self) -> BoxFuture<'_, crate::Result<()>> {
+        Box::pin(async move {
+            if let Some(served) = self.served.take() {
+                served.stop().await;
+            }
+            let options = Self::options(&self.config);
+            self.served =
+                Some(ServedQueue::start_in(self.dir.path(), self.config.clone(), options).await?);
+            Ok(())
+        })
+    }
+
+    fn recount(
+        &self,
+    ) -> BoxFuture<'_, Option<crate::Result<std::collections::BTreeMap<u64, crate::Location>>>>
+    {
+        Box::pin(async move {
+            match &self.served {
+                Some(served) => Some(served.queue.audit().await),
+                None => None,
+            }
+        })
+    }
+}
