@@ -357,3 +357,48 @@ fn serve_redis_serves_a_redis_queue_on_a_socket() {
     assert_eq!(code, Some(0), "{err}");
     assert!(!socket.exists());
 }
+
+#[test]
+fn serve_socket_mode_and_group_open_the_socket_when_asked() {
+    use std::os::unix::fs::MetadataExt;
+    let env = Env::new();
+    let gid = {
+        std::fs::write(env.path("probe"), b"").unwrap();
+        std::fs::metadata(env.path("probe")).unwrap().gid()
+    };
+    let socket = env.path("shared.sock");
+    let socket_text = socket.to_str().unwrap().to_string();
+    let server = env.spawn(&[
+        "serve",
+        "--socket",
+        &socket_text,
+        "--socket-group",
+        &gid.to_string(),
+    ]);
+    wait_for("serve to listen", || socket.exists());
+    let meta = std::fs::metadata(&socket).unwrap();
+    assert_eq!(
+        meta.permissions().mode() & 0o777,
+        0o660,
+        "--socket-group implies 660"
+    );
+    assert_eq!(meta.gid(), gid);
+    let mut c = Command::new(env!("CARGO_BIN_EXE_workjournal"));
+    c.arg("--db")
+        .arg(format!("unix:{socket_text}"))
+        .args(["add", "x"]);
+    assert!(run_bounded(c).status.success());
+    sigterm(&server);
+    let (code, err) = wait_exit(server);
+    assert_eq!(code, Some(0), "{err}");
+
+    let server = env.spawn(&["serve", "--socket", &socket_text, "--socket-mode", "640"]);
+    wait_for("serve to listen", || socket.exists());
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o640);
+    sigterm(&server);
+    let (code, err) = wait_exit(server);
+    assert_eq!(code, Some(0), "{err}");
+    let bad = env.run(&["serve", "--socket-mode", "99x"]);
+    assert_eq!(bad.status.code(), Some(2));
+}
