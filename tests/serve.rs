@@ -79,7 +79,11 @@ fn error_message(body: &str) -> String {
 }
 
 async fn served() -> ServedQueue {
-    ServedQueue::start(Config::default(), ServerOptions::default())
+    served_with(ServerOptions::default()).await
+}
+
+async fn served_with(options: ServerOptions) -> ServedQueue {
+    ServedQueue::start(Config::default(), options)
         .await
         .unwrap()
 }
@@ -289,11 +293,7 @@ async fn body_over_the_limit_is_413_without_being_read_whole() {
 
 #[tokio::test]
 async fn idle_and_slow_header_connections_are_closed() {
-    let dir = tempfile::tempdir().unwrap();
-    let options = ServerOptions::default().header_timeout(Duration::from_millis(300));
-    let s = ServedQueue::start_in(dir.path(), Config::default(), options)
-        .await
-        .unwrap();
+    let s = served_with(ServerOptions::default().header_timeout(Duration::from_millis(300))).await;
     // Says nothing at all.
     let mut idle = tokio::net::UnixStream::connect(&s.socket).await.unwrap();
     let mut buf = Vec::new();
@@ -327,11 +327,7 @@ async fn idle_and_slow_header_connections_are_closed() {
 
 #[tokio::test]
 async fn a_body_that_comes_too_slowly_is_408_and_changes_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let options = ServerOptions::default().body_timeout(Duration::from_millis(300));
-    let s = ServedQueue::start_in(dir.path(), Config::default(), options)
-        .await
-        .unwrap();
+    let s = served_with(ServerOptions::default().body_timeout(Duration::from_millis(300))).await;
     let mut stream = tokio::net::UnixStream::connect(&s.socket).await.unwrap();
     stream
         .write_all(b"POST /v1/add HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\ncontent-length: 100\r\n\r\n{\"payload\"")
@@ -512,11 +508,7 @@ async fn a_dead_server_is_backend_within_the_timeout_and_a_new_one_is_found() {
 
 #[tokio::test]
 async fn a_long_claim_wait_is_polled_in_pieces_and_woken_by_an_add() {
-    let dir = tempfile::tempdir().unwrap();
-    let options = ServerOptions::default().max_wait(Duration::from_millis(100));
-    let s = ServedQueue::start_in(dir.path(), Config::default(), options)
-        .await
-        .unwrap();
+    let s = served_with(ServerOptions::default().max_wait(Duration::from_millis(100))).await;
     let client = s
         .client(RemoteOptions::default().claim_poll(Duration::from_millis(50)))
         .await

@@ -402,38 +402,60 @@ fn http1(options: &ServerOptions) -> hyper::server::conn::http1::Builder {
     b
 }
 
+/// Accept connections from `accept` until `stop`, handing each to
+/// `handle`. A failed accept (out of file descriptors, say) is logged and
+/// retried after a pause, so it cannot spin.
+async fn accept_loop<S, F, Fut>(
+    mut accept: F,
+    what: &str,
+    mut stop: watch::Receiver<bool>,
+    mut handle: impl FnMut(S),
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = std::io::Result<S>>,
+{
+    loop {
+        tokio::select! {
+            () = stopped(&mut stop) => return,
+            r = accept() => match r {
+                Ok(stream) => handle(stream),
+                Err(e) => {
+                    tracing::warn!("accept on {what} failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+}
+
 async fn accept_unix(
     listener: UnixListener,
     allowed: Option<Vec<u32>>,
     router: Router,
     options: Arc<ServerOptions>,
     graceful: Arc<GracefulShutdown>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
-    loop {
-        let stream = tokio::select! {
-            () = stopped(&mut stop) => return,
-            r = listener.accept() => match r {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    tracing::warn!("accept on the socket failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let uid = stream.peer_cred().map(|c| c.uid());
-        let permitted = match (&allowed, &uid) {
-            (None, _) => true,
-            (Some(uids), Ok(uid)) => uids.contains(uid),
-            (Some(_), Err(_)) => false,
-        };
-        if !permitted {
-            tokio::spawn(refuse(stream, uid.ok()));
-            continue;
-        }
-        serve_connection(stream, &router, &options, &graceful);
-    }
+    let accept = || async { listener.accept().await.map(|(stream, _)| stream) };
+    accept_loop(
+        accept,
+        "the socket",
+        stop,
+        |stream: tokio::net::UnixStream| {
+            let uid = stream.peer_cred().map(|c| c.uid());
+            let permitted = match (&allowed, &uid) {
+                (None, _) => true,
+                (Some(uids), Ok(uid)) => uids.contains(uid),
+                (Some(_), Err(_)) => false,
+            };
+            if permitted {
+                serve_connection(stream, &router, &options, &graceful);
+            } else {
+                tokio::spawn(refuse(stream, uid.ok()));
+            }
+        },
+    )
+    .await;
 }
 
 /// Serve HTTP/1.1 on one accepted connection, in a task of its own that
@@ -461,23 +483,14 @@ async fn accept_tcp(
     router: Router,
     options: Arc<ServerOptions>,
     graceful: Arc<GracefulShutdown>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
-    loop {
-        let stream = tokio::select! {
-            () = stopped(&mut stop) => return,
-            r = listener.accept() => match r {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    tracing::warn!("accept on TCP failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
+    let accept = || async { listener.accept().await.map(|(stream, _)| stream) };
+    accept_loop(accept, "TCP", stop, |stream: tokio::net::TcpStream| {
         let _ = stream.set_nodelay(true);
         serve_connection(stream, &router, &options, &graceful);
-    }
+    })
+    .await;
 }
 
 /// Answer a peer whose uid is not allowed with one 403 and hang up.
