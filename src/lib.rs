@@ -18,11 +18,15 @@
 //! | [`MemoryQueue`] | always | process memory; the reference model |
 //! | [`EmbeddedQueue`] | `embedded` (default) | one crash-safe redb file |
 //! | `RedisQueue` | `redis` | Redis Streams, shared by many processes |
+//! | `RemoteQueue` | `remote` | the queue another process serves (`workjournal serve`, `server`) |
 //!
-//! Choose at run time with [`BoxQueue`]. Other features: `cli` (default) builds
-//! the `workjournal` command; `testing` exposes the conformance cases;
-//! `forward` adds [`forward::Forwarder`], which hands an embedded queue's
-//! items over to a Redis queue exactly once (store and forward).
+//! Choose at run time with [`BoxQueue`], or let `connect` pick the backend
+//! from a path or URL (feature `remote`). Other features: `cli` (default)
+//! builds the `workjournal` command (with `server` and `remote`); `server`
+//! serves any queue over HTTP + JSON on a Unix socket or TCP
+//! (docs/API.md); `testing` exposes the conformance cases; `forward` adds
+//! [`forward::Forwarder`], which hands an embedded queue's items over to a
+//! Redis queue exactly once (store and forward).
 //!
 //! ## Workers
 //!
@@ -67,6 +71,8 @@ mod clock;
 #[cfg(feature = "embedded")]
 mod codec;
 mod config;
+#[cfg(feature = "remote")]
+mod connect;
 mod error;
 mod item;
 mod queue;
@@ -75,6 +81,8 @@ pub mod worker;
 #[cfg(feature = "forward")]
 pub mod forward;
 
+#[cfg(feature = "server")]
+pub mod server;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -104,3 +112,16 @@ pub use backend::redis::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_REPLICA_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, Origin,
     RedisOptions, RedisQueue,
 };
+
+/// The wire types of `workjournal serve` (docs/API.md), shared by the server
+/// and [`RemoteQueue`]. Features `server` or `remote`.
+#[cfg(any(feature = "remote", feature = "server"))]
+pub use backend::remote::wire;
+#[cfg(feature = "remote")]
+pub use backend::remote::{
+    DEFAULT_CLAIM_POLL, DEFAULT_POOL_IDLE_TIMEOUT, DEFAULT_REMOTE_CONNECT_TIMEOUT,
+    DEFAULT_REQUEST_TIMEOUT, RemoteOptions, RemoteQueue,
+};
+
+#[cfg(feature = "remote")]
+pub use connect::{ConnectOptions, DEFAULT_LOCKED_WAIT, Opened, Target, connect, socket_path_for};

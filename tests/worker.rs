@@ -1,20 +1,28 @@
-//! The worker runtime on the memory and embedded backends.
+//! The worker runtime on the memory, embedded and remote backends (the
+//! remote one: a server in this process on an embedded file, over a Unix
+//! socket).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tempfile::TempDir;
 use workjournal::{
     BoxQueue, ClaimFrom, Config, EmbeddedQueue, HandlerError, MemoryQueue, NewItem, RetryPolicy,
     WorkQueue, Worker, WorkerEvent, idempotent_step,
 };
 
-type Kept = Option<TempDir>;
+/// What keeps a queue under test alive: a temp dir, a server.
+type Kept = Option<Box<dyn std::any::Any + Send>>;
 
 async fn memory(config: Config) -> (BoxQueue, Kept) {
     (BoxQueue::new(MemoryQueue::new(config)), None)
+}
+
+async fn remote(config: Config) -> (BoxQueue, Kept) {
+    use workjournal::testing::{Factory, RemoteFactory};
+    let subject = RemoteFactory.make(config).await;
+    (subject.queue.clone(), Some(Box::new(subject)))
 }
 
 async fn embedded(config: Config) -> (BoxQueue, Kept) {
@@ -22,7 +30,7 @@ async fn embedded(config: Config) -> (BoxQueue, Kept) {
     let q = EmbeddedQueue::open(dir.path().join("q.redb"), config)
         .await
         .unwrap();
-    (BoxQueue::new(q), Some(dir))
+    (BoxQueue::new(q), Some(Box::new(dir)))
 }
 
 /// One `#[tokio::test]` per backend for each case.
@@ -41,6 +49,14 @@ macro_rules! cases {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
                     super::$case(super::embedded).await;
+                }
+            )*
+        }
+        mod on_remote {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(super::remote).await;
                 }
             )*
         }

@@ -601,3 +601,45 @@ pub fn redis_reply(bytes: &[u8]) {
         }
     }
 }
+
+/// Target `decode_request`: the first byte picks an operation of
+/// [`wire::OPS`](crate::wire::OPS) (or, past the list, takes the next bytes
+/// as an operation name), the rest is the request body. Decoding never
+/// panics (SPEC section 10: a malformed request is a 400, never a crash);
+/// an error is one line; a decoded request encodes back to the same
+/// request.
+///
+/// # Panics
+///
+/// When decoding panics, an error spans lines, or the round trip differs.
+#[cfg(any(feature = "server", feature = "remote"))]
+pub fn decode_request(data: &[u8]) {
+    use crate::wire::{OPS, Request};
+    let Some((&pick, rest)) = data.split_first() else {
+        return;
+    };
+    let (op, body): (String, &[u8]) = match OPS.get(usize::from(pick)) {
+        Some(op) => ((*op).to_string(), rest),
+        None => {
+            let cut = rest.iter().position(|&b| b == b' ').unwrap_or(rest.len());
+            let (name, body) = rest.split_at(cut);
+            (String::from_utf8_lossy(name).into_owned(), body)
+        }
+    };
+    match Request::decode(&op, body) {
+        Ok(request) => {
+            let (again_op, again_body) = request.encode();
+            assert_eq!(again_op, op, "operation changed in the round trip");
+            let again = Request::decode(again_op, &again_body)
+                .unwrap_or_else(|e| panic!("re-encoded request does not decode: {e}"));
+            assert_eq!(again, request, "request changed in the round trip");
+        }
+        Err(e) => {
+            let text = e.to_string();
+            assert!(
+                !text.contains('\n') && !text.is_empty(),
+                "error is not one line: {text:?}"
+            );
+        }
+    }
+}

@@ -24,6 +24,11 @@ pub mod faults;
 pub mod fuzz;
 pub mod ops;
 pub mod proxy;
+#[cfg(all(feature = "server", feature = "remote", feature = "embedded"))]
+pub mod remote;
+
+#[cfg(all(feature = "server", feature = "remote", feature = "embedded"))]
+pub use remote::{RemoteFactory, RemoteTarget, ServedQueue};
 
 /// A queue under test and whatever keeps it alive (a temp dir, a server).
 pub struct Subject {

@@ -55,7 +55,7 @@ pub(super) enum Op {
     Stats,
     BacklogByFlow(usize),
     Peek(usize),
-    /// Store and forward (SPEC section 10): the file's journal id.
+    /// Store and forward (SPEC section 11): the file's journal id.
     #[cfg(feature = "forward")]
     ForwardJournal,
     /// The next items to hand over under a mark key.

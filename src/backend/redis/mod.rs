@@ -93,7 +93,7 @@
 //!   the platform's roots are trusted (`rustls-native-certs`); with one,
 //!   only that CA. `#insecure` URLs are refused: a queue's payloads and
 //!   receipts should not cross a network unauthenticated.
-//! - **Store and forward** (SPEC section 10). `scripts/forward.lua` takes a
+//! - **Store and forward** (SPEC section 11). `scripts/forward.lua` takes a
 //!   batch from an edge journal and records, in the same script, the
 //!   highest local id taken per origin (`{ns}:forward:<origin>`: `journal`,
 //!   `mark`, `taken`; late ids in the set `{ns}:forward:late:<origin>`), so
