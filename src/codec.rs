@@ -79,9 +79,21 @@ macro_rules! decode_with_limit {
                 );
             }
         )+
-        bincode::decode_from_slice($body, bincode::config::standard().with_limit::<{ 1 << 34 }>())
+        bincode::decode_from_slice($body, bincode::config::standard().with_limit::<LARGEST_LIMIT>())
     }};
 }
+
+/// The allocation limit for the largest records: 16 GiB where `usize` holds
+/// it, else the whole address space (a 32-bit target cannot hold a record
+/// near either). Computed in `u64` so that it never overflows `usize`.
+const LARGEST_LIMIT: usize = {
+    const WANT: u64 = 1 << 34;
+    if WANT > usize::MAX as u64 {
+        usize::MAX
+    } else {
+        WANT as usize
+    }
+};
 
 fn decode_body<T: Decode<()>>(
     body: &[u8],

@@ -892,9 +892,18 @@ async fn heartbeat<Q: WorkQueue>(shared: Arc<Shared<Q>>) {
         while !receipts.is_empty() {
             match shared.queue.touch(receipts.clone()).await {
                 Ok(()) => break,
-                Err(Error::LeaseLost { id, delivery }) => {
-                    receipts.retain(|r| !(r.id == id && r.delivery == delivery));
-                    lock(&shared.in_flight).retain(|_, r| !(r.id == id && r.delivery == delivery));
+                Err(Error::LeaseLost { lease, .. }) => {
+                    // By lease, the one field no two claims share: a redrive
+                    // repeats (id, delivery), and this worker may hold both
+                    // the lost claim and a current one of the same item.
+                    let before = receipts.len();
+                    receipts.retain(|r| r.lease != lease);
+                    lock(&shared.in_flight).remove(&lease);
+                    if receipts.len() == before {
+                        // A backend naming a receipt it was not given: touch
+                        // the rest next tick rather than loop.
+                        break;
+                    }
                 }
                 Err(e) => {
                     shared.emit(Event::QueueError {

@@ -288,10 +288,7 @@ impl Model {
     fn current(&self, r: &Receipt) -> Result<Lease> {
         match self.pending.get(&r.id) {
             Some(l) if l.lease == r.lease => Ok(*l),
-            _ => Err(Error::LeaseLost {
-                id: r.id,
-                delivery: r.delivery,
-            }),
+            _ => Err(Error::lease_lost(r)),
         }
     }
 

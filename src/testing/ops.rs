@@ -444,7 +444,7 @@ impl From<&Error> for ErrorKind {
     fn from(e: &Error) -> Self {
         match e {
             Error::Full { limit } => ErrorKind::Full { limit: *limit },
-            Error::LeaseLost { id, delivery } => ErrorKind::LeaseLost {
+            Error::LeaseLost { id, delivery, .. } => ErrorKind::LeaseLost {
                 id: *id,
                 delivery: *delivery,
             },

@@ -597,6 +597,11 @@ impl WorkQueue for EmbeddedQueue {
     }
 
     async fn now_ms(&self) -> Result<u64> {
+        // The clock needs no writer, but a closed handle answers nothing
+        // (SPEC section 8): `closing` is set by `close` on any clone.
+        if self.inner.closing.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
         Ok(self.inner.clock.now_ms())
     }
 
@@ -612,10 +617,12 @@ impl WorkQueue for EmbeddedQueue {
     async fn close(&self) -> Result<()> {
         self.inner.closing.store(true, Ordering::Release);
         let (reply, rx) = oneshot::channel();
-        if self.inner.tx.send(Msg::Close(reply)).is_err() {
-            return Ok(());
+        if self.inner.tx.send(Msg::Close(reply)).is_ok() {
+            let _ = rx.await;
         }
-        let _ = rx.await;
+        // Claims blocked on other clones wake up, ask the writer again and
+        // get `Closed`, rather than sleep out their wait (SPEC section 8).
+        self.inner.wake.notify_waiters();
         Ok(())
     }
 }

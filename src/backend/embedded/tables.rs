@@ -171,13 +171,6 @@ impl<'t, K: Key + 'static, V: Value + 'static> Lazy<'t, K, V> {
     }
 }
 
-fn lease_lost(r: &Receipt) -> Error {
-    Error::LeaseLost {
-        id: r.id,
-        delivery: r.delivery,
-    }
-}
-
 impl<'t> Tables<'t> {
     pub(super) fn open(txn: &'t WriteTransaction, limits: Limits) -> Result<Self> {
         Ok(Tables {
@@ -435,7 +428,7 @@ impl<'t> Tables<'t> {
     fn current(&self, r: &Receipt) -> Result<LeaseRecord> {
         match self.lease(r.id)? {
             Some(l) if l.lease == r.lease => Ok(l),
-            _ => Err(lease_lost(r)),
+            _ => Err(Error::lease_lost(r)),
         }
     }
 

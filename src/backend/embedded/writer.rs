@@ -92,6 +92,21 @@ impl Op {
     fn hands_out(&self) -> bool {
         matches!(self, Op::Claim { .. } | Op::Reclaim { .. } | Op::Step(_))
     }
+
+    /// Whether this operation, having returned `result`, may have given a
+    /// waiting claim something to take or a sooner timer to wait for. A
+    /// hand-out takes items away; only a claim that filled its `count` may
+    /// have promoted timers it left for others. Waking on every write
+    /// made a blocked claim wake itself with its own empty claim, forever.
+    fn may_wake_claims(&self, result: &Result<Reply>) -> bool {
+        match (self, result) {
+            (_, Err(_)) => false,
+            (op, _) if op.is_read() => false,
+            (Op::Claim { count, .. }, Ok(Reply::Claim { claimed, .. })) => claimed.len() >= *count,
+            (Op::Reclaim { .. } | Op::Step(_), _) => false,
+            _ => true,
+        }
+    }
 }
 
 /// What an operation returns.
@@ -607,7 +622,6 @@ fn run_batch(store: &mut Store, wake: &Notify, reqs: Vec<Request>) {
     }
     let (ops, replies): (Vec<(Op, u64)>, Vec<_>) =
         reqs.into_iter().map(|r| ((r.op, r.now), r.reply)).unzip();
-    let writes = ops.iter().any(|(op, _)| !op.is_read());
     let limits = store.limits;
     let results = match store.ready() {
         Ok(db) => match catch_unwind(AssertUnwindSafe(|| execute(&*db, limits, &ops))) {
@@ -625,7 +639,11 @@ fn run_batch(store: &mut Store, wake: &Notify, reqs: Vec<Request>) {
     for r in &results {
         store.note(r);
     }
-    if writes {
+    if ops
+        .iter()
+        .zip(&results)
+        .any(|((op, _), result)| op.may_wake_claims(result))
+    {
         wake.notify_waiters();
     }
     for (reply, result) in replies.into_iter().zip(results) {

@@ -998,13 +998,6 @@ impl RedisQueue {
         Ok(())
     }
 
-    fn receipt_lost(r: &Receipt) -> Error {
-        Error::LeaseLost {
-            id: r.id,
-            delivery: r.delivery,
-        }
-    }
-
     async fn look(&self, mode: &str, n: usize) -> Result<Value> {
         let args = vec![mode.as_bytes().to_vec(), n_arg(n)];
         self.run("look", &self.inner.scripts.look, args, false)
@@ -1108,7 +1101,7 @@ impl WorkQueue for RedisQueue {
         if uint(&v, "ack")? == 1 {
             Ok(())
         } else {
-            Err(Self::receipt_lost(&receipt))
+            Err(Error::lease_lost(&receipt))
         }
     }
 
@@ -1145,7 +1138,7 @@ impl WorkQueue for RedisQueue {
             .ok()
             .and_then(|i| receipts.get(i))
             .ok_or_else(|| Error::backend(format!("redis touch named receipt {lost}")))?;
-        Err(Self::receipt_lost(r))
+        Err(Error::lease_lost(r))
     }
 
     async fn retry(&self, receipt: Receipt, not_before_ms: u64) -> Result<RetryOutcome> {
@@ -1165,7 +1158,7 @@ impl WorkQueue for RedisQueue {
                 self.log_dropped(uint(at(a, 1, "retry")?, "retry dropped")?);
                 Ok(RetryOutcome::DeadLettered)
             }
-            _ => Err(Self::receipt_lost(&receipt)),
+            _ => Err(Error::lease_lost(&receipt)),
         }
     }
 
@@ -1186,7 +1179,7 @@ impl WorkQueue for RedisQueue {
             .await?;
         let n = int(&v, "dead_letter")?;
         if n < 0 {
-            return Err(Self::receipt_lost(&receipt));
+            return Err(Error::lease_lost(&receipt));
         }
         self.log_dropped(n.unsigned_abs());
         Ok(())
@@ -1255,7 +1248,7 @@ impl WorkQueue for RedisQueue {
             // The script found the item in the default flow, which cannot be
             // parked: the same refusal the other backends give.
             -2 => require_flow(""),
-            _ => Err(Self::receipt_lost(&receipt)),
+            _ => Err(Error::lease_lost(&receipt)),
         }
     }
 
@@ -1416,6 +1409,7 @@ impl WorkQueue for RedisQueue {
     }
 
     async fn now_ms(&self) -> Result<u64> {
+        self.check_open()?;
         if let Some(c) = &self.inner.clock {
             return Ok(c.now_ms());
         }

@@ -12,11 +12,22 @@ use crate::{CliError, CliResult, code};
 pub(crate) async fn open(global: &Global, config: Config) -> CliResult<BoxQueue> {
     match &global.redis {
         Some(url) => open_redis(url, global, config).await,
-        None => {
-            let queue = workjournal::EmbeddedQueue::open(&global.db, config).await?;
-            Ok(BoxQueue::new(queue))
-        }
+        None => open_embedded(global, config).await,
     }
+}
+
+#[cfg(feature = "embedded")]
+async fn open_embedded(global: &Global, config: Config) -> CliResult<BoxQueue> {
+    let queue = workjournal::EmbeddedQueue::open(&global.db, config).await?;
+    Ok(BoxQueue::new(queue))
+}
+
+#[cfg(not(feature = "embedded"))]
+async fn open_embedded(_global: &Global, _config: Config) -> CliResult<BoxQueue> {
+    Err(CliError::new(
+        code::USAGE,
+        "--db: this workjournal was built without the embedded feature (rebuild with --features embedded, or pass --redis URL)",
+    ))
 }
 
 #[cfg(feature = "redis")]
