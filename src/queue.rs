@@ -376,6 +376,12 @@ pub trait WorkQueue: Send + Sync {
     /// Only the common ones (see the trait's docs).
     fn now_ms(&self) -> impl Future<Output = Result<u64>> + Send;
 
+    /// The handle's [`Config::max_deliveries`](crate::Config::max_deliveries):
+    /// the delivery past which `retry` and `reclaim_stale` dead-letter an
+    /// item (SPEC section 3). Fixed when the handle is opened; a
+    /// [`Worker`](crate::Worker) reads it here, so the two cannot disagree.
+    fn max_deliveries(&self) -> u32;
+
     /// Rewrite the storage to give back free space. Returns whether anything
     /// was given back. Only the embedded backend has anything to do; the
     /// others return `Ok(false)`.
@@ -438,6 +444,7 @@ pub trait DynWorkQueue: Send + Sync {
     -> BoxFuture<'a, Result<BTreeMap<String, u64>>>;
     fn peek<'a>(&'a self, count: usize) -> BoxFuture<'a, Result<Vec<Item>>>;
     fn now_ms<'a>(&'a self) -> BoxFuture<'a, Result<u64>>;
+    fn max_deliveries(&self) -> u32;
     fn compact<'a>(&'a self) -> BoxFuture<'a, Result<bool>>;
     fn close<'a>(&'a self) -> BoxFuture<'a, Result<()>>;
 }
@@ -546,6 +553,9 @@ impl<Q: WorkQueue> DynWorkQueue for Q {
     }
     fn now_ms<'a>(&'a self) -> BoxFuture<'a, Result<u64>> {
         Box::pin(WorkQueue::now_ms(self))
+    }
+    fn max_deliveries(&self) -> u32 {
+        WorkQueue::max_deliveries(self)
     }
     fn compact<'a>(&'a self) -> BoxFuture<'a, Result<bool>> {
         Box::pin(WorkQueue::compact(self))
@@ -673,6 +683,9 @@ impl WorkQueue for BoxQueue {
     }
     async fn now_ms(&self) -> Result<u64> {
         self.inner.now_ms().await
+    }
+    fn max_deliveries(&self) -> u32 {
+        self.inner.max_deliveries()
     }
     async fn compact(&self) -> Result<bool> {
         self.inner.compact().await

@@ -653,3 +653,34 @@ async fn url_with_a_password_authenticates_and_a_wrong_one_is_a_backend_error() 
         .unwrap_err();
     assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
 }
+
+// Failed: `connect_timeout + response_timeout` (+ `replica_timeout`)
+// panicked on `Duration::MAX` ("overflow when adding durations"), and a huge
+// replica timeout was sent to WAIT out of Redis's range.
+#[tokio::test]
+async fn endless_timeouts_do_not_overflow() {
+    let primary = RedisServer::start().unwrap();
+    let replica = RedisServer::start_with(RedisServerOptions {
+        replica_of: Some(primary.port()),
+        ..Default::default()
+    })
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while info_field(&replica.url(), "replication", "master_link_status").await != "up" {
+        assert!(Instant::now() < deadline, "replica never linked up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let options = RedisOptions::default()
+        .connect_timeout(Duration::MAX)
+        .response_timeout(Duration::MAX)
+        .min_replicas(1)
+        .replica_timeout(Duration::MAX);
+    let q = RedisQueue::connect(&primary.url(), "endless", Config::default(), options)
+        .await
+        .unwrap();
+    let added = q.add(NewItem::new(b"x".to_vec())).await.unwrap();
+    let claimed = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!(claimed[0].item.id, added.id);
+    q.ack(claimed[0].receipt).await.unwrap();
+    q.close().await.unwrap();
+}

@@ -656,6 +656,7 @@ struct Shared {
     wake: Notify,
     clock: SharedClock,
     closed: AtomicBool,
+    max_deliveries: u32,
 }
 
 /// The memory backend: [`Model`] behind a mutex, with the queue's clock and
@@ -687,8 +688,10 @@ impl MemoryQueue {
             .clock
             .clone()
             .unwrap_or_else(|| Arc::new(SystemClock));
+        let max_deliveries = config.max_deliveries;
         MemoryQueue {
             shared: Arc::new(Shared {
+                max_deliveries,
                 model: Mutex::new(Model::new(config)),
                 wake: Notify::new(),
                 clock,
@@ -910,6 +913,10 @@ impl WorkQueue for MemoryQueue {
     async fn now_ms(&self) -> Result<u64> {
         self.live()?;
         Ok(self.now())
+    }
+
+    fn max_deliveries(&self) -> u32 {
+        self.shared.max_deliveries
     }
 
     async fn close(&self) -> Result<()> {

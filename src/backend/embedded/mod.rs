@@ -133,6 +133,8 @@ struct Inner {
     clock: SharedClock,
     wake: Arc<Notify>,
     path: PathBuf,
+    /// `Config::max_deliveries`, for [`WorkQueue::max_deliveries`].
+    max_deliveries: u32,
     /// Set when no handle can use the file any more, so that an open of the
     /// same file in this process waits for the writer to let go of it.
     closing: Arc<AtomicBool>,
@@ -381,6 +383,7 @@ impl EmbeddedQueue {
                 wake,
                 path,
                 closing,
+                max_deliveries: limits.max_deliveries,
             }),
         })
     }
@@ -603,6 +606,10 @@ impl WorkQueue for EmbeddedQueue {
             return Err(Error::Closed);
         }
         Ok(self.inner.clock.now_ms())
+    }
+
+    fn max_deliveries(&self) -> u32 {
+        self.inner.max_deliveries
     }
 
     async fn compact(&self) -> Result<bool> {

@@ -610,7 +610,7 @@ impl RedisQueue {
         let client = client_for(url, &options)?;
         let mut response = options.response_timeout;
         if options.min_replicas > 0 {
-            response += options.replica_timeout;
+            response = response.saturating_add(options.replica_timeout);
         }
         // SPEC 7: connecting is a call like any other, bounded by
         // `connect_timeout + response_timeout` as a whole. The manager tries
@@ -619,7 +619,7 @@ impl RedisQueue {
         // black hole) each try lasts `connect_timeout`: that is what once
         // made a connect take 3 * connect_timeout, so the deadline covers
         // the tries and the setup together.
-        let limit = options.connect_timeout + response;
+        let limit = options.connect_timeout.saturating_add(response);
         let started = tokio::time::Instant::now();
         let cm = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(options.connect_timeout))
@@ -752,9 +752,9 @@ impl RedisQueue {
 
     fn limit(&self) -> Duration {
         let o = &self.inner.options;
-        let mut l = o.connect_timeout + o.response_timeout;
+        let mut l = o.connect_timeout.saturating_add(o.response_timeout);
         if o.min_replicas > 0 {
-            l += o.replica_timeout;
+            l = l.saturating_add(o.replica_timeout);
         }
         l
     }
@@ -812,7 +812,9 @@ impl RedisQueue {
             self.limit(),
             redis::cmd("WAIT")
                 .arg(o.min_replicas)
-                .arg(ms(o.replica_timeout).max(1))
+                // Redis reads a signed 64-bit count of ms (0 would mean
+                // forever): clamp a huge timeout into its range.
+                .arg(ms(o.replica_timeout).clamp(1, MAX_LUA_MS))
                 .query_async(&mut conn),
         )
         .await?;
@@ -1415,6 +1417,10 @@ impl WorkQueue for RedisQueue {
         }
         let (secs, micros): (u64, u64) = self.simple("TIME", redis::cmd("TIME")).await?;
         Ok(secs.saturating_mul(1000).saturating_add(micros / 1000))
+    }
+
+    fn max_deliveries(&self) -> u32 {
+        self.inner.config.max_deliveries
     }
 
     async fn close(&self) -> Result<()> {
