@@ -91,7 +91,7 @@ pub use worker::{
 pub use backend::memory::{Location, MemoryQueue, Model};
 
 #[cfg(feature = "embedded")]
-pub use backend::embedded::{Durability, EmbeddedOptions, EmbeddedQueue};
+pub use backend::embedded::{EmbeddedOptions, EmbeddedQueue};
 
 #[cfg(feature = "redis")]
 pub use backend::redis::{

@@ -77,39 +77,46 @@ use crate::queue::WorkQueue;
 use tables::Limits;
 use writer::{Msg, Op, PathClaim, Reply, Request};
 
-/// When a returned write is on disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Durability {
-    /// Every write that returns `Ok` has been fsynced (redb
-    /// `Durability::Immediate`). The default, and the only mode.
-    #[default]
-    Immediate,
-}
-
-/// Settings of the embedded backend only.
+/// Settings of the embedded backend only (SPEC section 7). Every write that
+/// returns `Ok` has been fsynced; there is no weaker mode.
 #[derive(Debug, Clone)]
 pub struct EmbeddedOptions {
-    durability: Durability,
     verify_on_open: bool,
     cache_size_bytes: usize,
+    #[cfg(feature = "testing")]
+    refuse_hard_links: bool,
 }
 
 impl Default for EmbeddedOptions {
     fn default() -> Self {
         EmbeddedOptions {
-            durability: Durability::Immediate,
             verify_on_open: true,
             cache_size_bytes: 64 * 1024 * 1024,
+            #[cfg(feature = "testing")]
+            refuse_hard_links: false,
         }
     }
 }
 
 impl EmbeddedOptions {
-    /// When a returned write is on disk. Default: [`Durability::Immediate`].
-    pub fn durability(mut self, durability: Durability) -> Self {
-        self.durability = durability;
+    /// Fault hook (test support, feature `testing`): creating a new file
+    /// acts as on a file system that refuses hard links (FAT/exFAT, some
+    /// FUSE mounts), so that tests reach the fallback on any disk.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn refuse_hard_links(mut self, refuse: bool) -> Self {
+        self.refuse_hard_links = refuse;
         self
+    }
+
+    #[cfg(feature = "testing")]
+    fn refuses_hard_links(&self) -> bool {
+        self.refuse_hard_links
+    }
+
+    #[cfg(not(feature = "testing"))]
+    fn refuses_hard_links(&self) -> bool {
+        false
     }
 
     /// Verify every page checksum at open, so a damaged file fails with
@@ -190,7 +197,10 @@ fn claim_path(path: &Path) -> Result<PathBuf> {
 /// process killed in between left a file that no open accepts. The file is
 /// built under a temporary name (`.NAME.creating.PID`, which a crash may
 /// leave behind and which is safe to delete) and then linked into place.
-fn create_fresh(path: &Path) -> std::io::Result<()> {
+///
+/// `refuse_links` (test support) makes the hard link fail as on a file
+/// system without links.
+fn create_fresh(path: &Path, refuse_links: bool) -> std::io::Result<()> {
     let exists = match std::fs::metadata(path) {
         Ok(m) if m.len() > 0 => return Ok(()),
         Ok(_) => true,
@@ -219,19 +229,56 @@ fn create_fresh(path: &Path) -> std::io::Result<()> {
     let placed = if exists {
         std::fs::rename(&tmp, path)
     } else {
-        // A link, unlike a rename, never replaces a file that another
-        // process created in the meantime.
-        let linked = std::fs::hard_link(&tmp, path);
-        let _ = std::fs::remove_file(&tmp);
-        match linked {
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-            other => other,
-        }
+        place_new(&tmp, path, refuse_links)
     };
     placed?;
     #[cfg(unix)]
     std::fs::File::open(dir)?.sync_all()?;
     Ok(())
+}
+
+/// Put the finished new file `tmp` at `path`, unless a file appeared there
+/// in the meantime (another process created the queue first: keep theirs).
+///
+/// A hard link, unlike a rename, never replaces a file. FAT/exFAT SD cards
+/// and some FUSE mounts refuse hard links; there the name is claimed with
+/// an empty file first (`create_new` fails if another process got there
+/// first) and the finished file renamed over it. A crash in between leaves
+/// an empty file, which the next open treats as no file, so the promise
+/// holds: no crash leaves a half-made queue file at `path`.
+fn place_new(tmp: &Path, path: &Path, refuse_links: bool) -> std::io::Result<()> {
+    use std::io::ErrorKind;
+    let linked = if refuse_links {
+        Err(std::io::Error::new(
+            ErrorKind::Unsupported,
+            "hard links refused (test hook)",
+        ))
+    } else {
+        std::fs::hard_link(tmp, path)
+    };
+    let placed = match linked {
+        Err(e)
+            if matches!(
+                e.kind(),
+                ErrorKind::PermissionDenied | ErrorKind::Unsupported
+            ) =>
+        {
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)
+            {
+                Ok(_) => return std::fs::rename(tmp, path),
+                Err(e) => Err(e),
+            }
+        }
+        other => other,
+    };
+    let _ = std::fs::remove_file(tmp);
+    match placed {
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(()),
+        other => other,
+    }
 }
 
 impl EmbeddedQueue {
@@ -261,7 +308,7 @@ impl EmbeddedQueue {
             path,
             claim,
             Box::new(move || {
-                create_fresh(&file)
+                create_fresh(&file, options.refuses_hard_links())
                     .map_err(|e| redb::DatabaseError::Storage(redb::StorageError::Io(e)))?;
                 redb::Builder::new()
                     .set_check_integrity_on_open(options.verify_on_open)
