@@ -61,10 +61,17 @@ pub(crate) fn lane_from_u8(v: u8, what: &str) -> Result<Lane> {
 }
 
 /// Encode `value` as a version byte plus bincode.
+///
+/// # Errors
+///
+/// `Storage` if bincode refuses the value. Not `InvalidInput`: an operation
+/// encodes records after it may have written others in the same
+/// transaction, and group commit takes `InvalidInput` to mean "wrote
+/// nothing", which would commit the half-done operation.
 pub(crate) fn encode<T: Encode>(value: &T) -> Result<Vec<u8>> {
     let mut out = vec![RECORD_VERSION];
     let body = bincode::encode_to_vec(value, bincode::config::standard())
-        .map_err(|e| Error::invalid(format!("record does not encode: {e}")))?;
+        .map_err(|e| Error::storage("encoding a record", e))?;
     out.extend_from_slice(&body);
     Ok(out)
 }

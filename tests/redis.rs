@@ -684,3 +684,22 @@ async fn endless_timeouts_do_not_overflow() {
     q.ack(claimed[0].receipt).await.unwrap();
     q.close().await.unwrap();
 }
+
+// Failed: mark_done also wrote a `{ns}:done` hash that nothing ever read
+// (the sorted set of expiries answers was_done alone).
+#[tokio::test]
+async fn done_markers_live_in_the_expiry_set_alone() {
+    let url = shared_url();
+    let ns = fresh_namespace();
+    let q = connect(&url, &ns, Config::default()).await;
+    q.mark_done(7, "email").await.unwrap();
+    assert!(q.was_done(7, "email").await.unwrap());
+    assert!(!q.was_done(7, "sms").await.unwrap());
+    let mut conn = raw(&url).await;
+    let exists: u64 = redis::cmd("EXISTS")
+        .arg(format!("{{{ns}}}:done"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(exists, 0);
+}

@@ -20,7 +20,7 @@
 //! | `{ns}:paused` | set | paused flows |
 //! | `{ns}:dead` | list | dead-letter ids, newest first, at most `dead_letter_cap` |
 //! | `{ns}:dedup`, `{ns}:dedup:exp` | hash + sorted set | dedup key → first id, and when the key expires |
-//! | `{ns}:done`, `{ns}:done:exp` | hash + sorted set | `<id>:<step>` done markers and when they expire |
+//! | `{ns}:done:exp` | sorted set | `<id>:<step>` done markers, scored by when they expire (a 0.1 build also wrote a `{ns}:done` hash that nothing read; delete it when upgrading) |
 //! | `{ns}:wake` | stream | wake-up signals for blocking claims (trimmed to 16 entries; holds no work) |
 //! | `{ns}:consumers` | string | counter that makes consumer names unique |
 //!
@@ -108,8 +108,8 @@ use crate::clock::SharedClock;
 use crate::config::{Config, ms};
 use crate::error::{Error, Result};
 use crate::item::{
-    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, RetryOutcome, Stats,
-    check_payload_size, require_flow,
+    Added, ClaimFrom, Claimed, DeadLetter, Item, MAX_DELIVERIES_REASON, NewItem, Receipt,
+    RetryOutcome, Stats, check_payload_size, require_flow,
 };
 use crate::queue::WorkQueue;
 
@@ -325,13 +325,45 @@ impl RedisOptions {
     }
 }
 
+/// Reply code of a script: the receipt's claim is not current.
+const LOST: i64 = -1;
+/// Reply code of `park`: the item is in the default flow.
+const DEFAULT_FLOW: i64 = -2;
+/// Reply code of `park`: parked.
+const PARKED: i64 = 1;
+/// Reply code of `retry`: the item waits in delayed.
+const DELAYED: i64 = 1;
+/// Reply code of `retry`: the item was dead-lettered.
+const DEAD_LETTERED: i64 = 2;
+/// Most expired dedup keys or done markers one script deletes.
+const PRUNE_LIMIT: u32 = 500;
+
+/// The constants the scripts share with this file, as Lua locals: written
+/// once here, never copied by hand into the scripts.
+fn lua_constants() -> String {
+    // `{:?}` quotes a plain ASCII string the way Lua reads it.
+    format!(
+        "local GROUP = {GROUP:?}\n\
+         local PRUNE_LIMIT = {PRUNE_LIMIT}\n\
+         local MAX_DELIVERIES_REASON = {MAX_DELIVERIES_REASON:?}\n\
+         local LOST, DEFAULT_FLOW, PARKED = {LOST}, {DEFAULT_FLOW}, {PARKED}\n\
+         local DELAYED, DEAD_LETTERED = {DELAYED}, {DEAD_LETTERED}\n"
+    )
+}
+
+/// One script: the constants, the shared prelude, then its own body.
+fn script(body: &str) -> Script {
+    Script::new(&format!(
+        "{}{}\n{}",
+        lua_constants(),
+        include_str!("scripts/common.lua"),
+        body
+    ))
+}
+
 macro_rules! script {
     ($name:literal) => {
-        Script::new(concat!(
-            include_str!("scripts/common.lua"),
-            "\n",
-            include_str!(concat!("scripts/", $name, ".lua"))
-        ))
+        script(include_str!(concat!("scripts/", $name, ".lua")))
     };
 }
 
@@ -1155,8 +1187,8 @@ impl WorkQueue for RedisQueue {
             .await?;
         let a = array(&v, "retry")?;
         match int(at(a, 0, "retry")?, "retry")? {
-            1 => Ok(RetryOutcome::Delayed),
-            2 => {
+            DELAYED => Ok(RetryOutcome::Delayed),
+            DEAD_LETTERED => {
                 self.log_dropped(uint(at(a, 1, "retry")?, "retry dropped")?);
                 Ok(RetryOutcome::DeadLettered)
             }
@@ -1180,7 +1212,7 @@ impl WorkQueue for RedisQueue {
             .run("dead_letter", &self.inner.scripts.dead_letter, args, true)
             .await?;
         let n = int(&v, "dead_letter")?;
-        if n < 0 {
+        if n == LOST {
             return Err(Error::lease_lost(&receipt));
         }
         self.log_dropped(n.unsigned_abs());
@@ -1246,10 +1278,10 @@ impl WorkQueue for RedisQueue {
             .run("park", &self.inner.scripts.park, args, true)
             .await?;
         match int(&v, "park")? {
-            1 => Ok(()),
+            PARKED => Ok(()),
             // The script found the item in the default flow, which cannot be
             // parked: the same refusal the other backends give.
-            -2 => require_flow(""),
+            DEFAULT_FLOW => require_flow(""),
             _ => Err(Error::lease_lost(&receipt)),
         }
     }
@@ -1449,5 +1481,37 @@ impl WorkQueue for RedisQueue {
             );
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod constant_tests {
+    // Failed: GROUP, PRUNE_LIMIT and the max-deliveries reason were copied
+    // by hand into the Lua prelude and scripts, so a change on one side
+    // silently split them. Every script now gets them from `lua_constants`.
+    #[test]
+    fn the_scripts_copy_no_constant_of_the_rust_side() {
+        let sources = [
+            include_str!("scripts/common.lua"),
+            include_str!("scripts/reclaim.lua"),
+            include_str!("scripts/retry.lua"),
+            include_str!("scripts/park.lua"),
+            include_str!("scripts/dead_letter.lua"),
+            include_str!("scripts/done.lua"),
+        ];
+        for source in sources {
+            for copied in [
+                "'workers'",
+                "PRUNE_LIMIT = ",
+                super::MAX_DELIVERIES_REASON,
+                "return -1",
+                "return { -1 }",
+            ] {
+                assert!(!source.contains(copied), "a script copies {copied:?}");
+            }
+        }
+        let prelude = super::lua_constants();
+        assert!(prelude.contains(&format!("local GROUP = {:?}", super::GROUP)));
+        assert!(prelude.contains(&format!("{:?}", super::MAX_DELIVERIES_REASON)));
     }
 }

@@ -14,11 +14,11 @@ local K_FLOWS = P .. 'flows'
 local K_DEAD = P .. 'dead'
 local K_DEDUP = P .. 'dedup'
 local K_DEDUP_EXP = P .. 'dedup:exp'
-local K_DONE = P .. 'done'
 local K_DONE_EXP = P .. 'done:exp'
 local K_WAKE = P .. 'wake'
-local GROUP = 'workers'
-local PRUNE_LIMIT = 500
+-- GROUP, PRUNE_LIMIT, MAX_DELIVERIES_REASON and the reply codes (LOST,
+-- DEFAULT_FLOW, DELAYED, DEAD_LETTERED, PARKED) come from Rust, in a prelude
+-- written before this file (`lua_constants` in mod.rs).
 
 local function item_key(id) return P .. 'item:' .. id end
 local function parked_key(flow) return P .. 'parked:' .. flow end

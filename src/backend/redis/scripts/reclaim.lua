@@ -44,7 +44,7 @@ for _, p in ipairs(plan) do
     missing = missing + 1
   elseif what == 'bury' then
     release(id)
-    dropped = dropped + bury(id, 'max deliveries exceeded', now, cap)
+    dropped = dropped + bury(id, MAX_DELIVERIES_REASON, now, cap)
   elseif what == 'park' then
     release(id)
     park_item(id, p[3])
