@@ -83,12 +83,12 @@ pub use item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, NewItem, Receipt,
     RetryOutcome, Stats,
 };
-pub use queue::{BoxFuture, BoxQueue, DynWorkQueue, WorkQueue};
+pub use queue::{BoxQueue, WorkQueue};
 pub use worker::{
     Event as WorkerEvent, Report as WorkerReport, RetryPolicy, Worker, idempotent_step,
 };
 
-pub use backend::memory::{Location, MemoryQueue, Model};
+pub use backend::memory::MemoryQueue;
 
 #[cfg(feature = "embedded")]
 pub use backend::embedded::{EmbeddedOptions, EmbeddedQueue};

@@ -394,13 +394,15 @@ pub trait WorkQueue: Send + Sync {
     fn close(&self) -> impl Future<Output = Result<()>> + Send;
 }
 
-/// A boxed future, as returned by [`DynWorkQueue`].
+/// A boxed future, as the object-safe mirror of [`WorkQueue`] returns and the
+/// test factories of `testing` take.
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The object-safe mirror of [`WorkQueue`], implemented for every
-/// `WorkQueue`. Use [`BoxQueue`] rather than this trait directly.
-#[allow(missing_docs)]
-pub trait DynWorkQueue: Send + Sync {
+/// `WorkQueue`: what [`BoxQueue`] holds. Crate-private: `BoxQueue` is the
+/// public face of a run-time choice of backend.
+pub(crate) trait DynWorkQueue: Send + Sync {
     fn add<'a>(&'a self, item: NewItem) -> BoxFuture<'a, Result<Added>>;
     fn add_batch<'a>(&'a self, items: Vec<NewItem>) -> BoxFuture<'a, Result<Vec<Added>>>;
     fn add_delayed<'a>(&'a self, item: NewItem, not_before_ms: u64)

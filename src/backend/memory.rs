@@ -4,7 +4,12 @@
 //! false). [`Model`] is the synchronous state machine; [`MemoryQueue`] wraps
 //! it with a clock, a lock and wake-ups for blocking claims. Property tests use
 //! [`Model`] directly as the reference every other backend is compared with,
-//! so it is written to be obviously right rather than fast.
+//! so it is written to be obviously right rather than fast. [`Model`] and
+//! [`Location`] are public only under the `testing` feature
+//! (`workjournal::testing::{Model, Location}`).
+
+// Without `testing`, `Model` and `Location` are crate-private in all but name.
+#![cfg_attr(not(feature = "testing"), allow(unreachable_pub, dead_code))]
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -729,7 +734,9 @@ impl MemoryQueue {
         self.shared.wake.notify_waiters();
     }
 
-    /// A copy of the model's current state (for tests comparing backends).
+    /// A copy of the model's current state (test support, feature
+    /// `testing`: for tests comparing backends).
+    #[cfg(feature = "testing")]
     pub fn snapshot(&self) -> Model {
         self.lock().clone()
     }

@@ -1203,8 +1203,8 @@ impl<'t> Tables<'t> {
     /// names is listed with no location; an index entry naming an id
     /// without an item record is `Corrupt`.
     #[cfg(feature = "testing")]
-    pub(super) fn locations(&self) -> Result<BTreeMap<u64, Vec<crate::Location>>> {
-        use crate::Location;
+    pub(super) fn locations(&self) -> Result<BTreeMap<u64, Vec<crate::testing::Location>>> {
+        use crate::testing::Location;
         let mut out: BTreeMap<u64, Vec<Location>> = BTreeMap::new();
         for entry in self.backlog()?.iter().ctx("scan backlog")? {
             let id = entry.ctx("scan backlog")?.1.value();

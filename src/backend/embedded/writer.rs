@@ -131,11 +131,11 @@ pub(super) enum Reply {
     ByFlow(BTreeMap<String, u64>),
     Items(Vec<Item>),
     #[cfg(feature = "testing")]
-    Locations(BTreeMap<u64, Vec<crate::Location>>),
+    Locations(BTreeMap<u64, Vec<crate::testing::Location>>),
     #[cfg(feature = "testing")]
     Dump(BTreeMap<String, Vec<String>>),
     #[cfg(feature = "testing")]
-    Audit(BTreeMap<u64, crate::Location>),
+    Audit(BTreeMap<u64, crate::testing::Location>),
 }
 
 pub(super) struct Request {
