@@ -60,7 +60,10 @@
 // No unwrap, expect or panic on any path that input, stored bytes or a
 // server reply can reach (SPEC section 5); the test support of `testing`
 // allows them module by module.
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub, missing_debug_implementations)]
 

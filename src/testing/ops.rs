@@ -851,6 +851,76 @@ impl Target for EmbeddedTarget {
     }
 }
 
+/// The embedded backend on a [`SimDisk`](crate::testing::faults::SimDisk)
+/// (a file in memory), with reopen on the same disk and the file's
+/// recount: the fuzz target's target, free of file-system calls and
+/// fsyncs, so that an execution costs what the queue costs. Opens skip
+/// redb's whole-file integrity check (the file is never damaged here;
+/// `open_damaged_file` fuzzes that check).
+#[cfg(feature = "embedded")]
+#[derive(Debug)]
+pub struct SimDiskTarget {
+    disk: crate::testing::faults::SimDisk,
+    name: String,
+    config: Config,
+    queue: crate::EmbeddedQueue,
+    boxed: BoxQueue,
+}
+
+#[cfg(feature = "embedded")]
+impl SimDiskTarget {
+    /// A fresh queue on an empty simulated disk; `name` must be unique in
+    /// the process (it stands for the path in the in-process lock).
+    ///
+    /// # Errors
+    ///
+    /// As [`EmbeddedQueue::open`](crate::EmbeddedQueue::open).
+    pub async fn new(name: String, config: Config) -> crate::Result<Self> {
+        let disk = crate::testing::faults::SimDisk::new();
+        let queue =
+            crate::EmbeddedQueue::open_on_backend(&name, disk.backend(), config.clone(), false)
+                .await?;
+        Ok(SimDiskTarget {
+            disk,
+            name,
+            config,
+            boxed: BoxQueue::new(queue.clone()),
+            queue,
+        })
+    }
+}
+
+#[cfg(feature = "embedded")]
+impl Target for SimDiskTarget {
+    fn queue(&self) -> &BoxQueue {
+        &self.boxed
+    }
+
+    fn can_reopen(&self) -> bool {
+        true
+    }
+
+    fn reopen(&mut self) -> BoxFuture<'_, crate::Result<()>> {
+        Box::pin(async move {
+            self.queue.close().await?;
+            let queue = crate::EmbeddedQueue::open_on_backend(
+                &self.name,
+                self.disk.backend(),
+                self.config.clone(),
+                false,
+            )
+            .await?;
+            self.boxed = BoxQueue::new(queue.clone());
+            self.queue = queue;
+            Ok(())
+        })
+    }
+
+    fn recount(&self) -> BoxFuture<'_, Option<crate::Result<BTreeMap<u64, Location>>>> {
+        Box::pin(async move { Some(self.queue.audit().await) })
+    }
+}
+
 /// The system side of a run: a backend on a [`ManualClock`], its own
 /// receipts (slot for slot with the reference's), and the comparison.
 pub struct System {
@@ -1071,8 +1141,32 @@ pub async fn run_embedded(setup: &Setup, ops: &[Op]) -> Result<(), String> {
     let target = EmbeddedTarget::new(setup.config().clock(clock.clone()))
         .await
         .map_err(|e| format!("open: {e}"))?;
+    run_on(Box::new(target), clock, setup, ops).await
+}
+
+/// As [`run_embedded`], on a [`SimDiskTarget`] named `name` (unique in the
+/// process): the same comparison without the file system.
+///
+/// # Errors
+///
+/// As [`run_embedded`].
+#[cfg(feature = "embedded")]
+pub async fn run_embedded_in_memory(name: String, setup: &Setup, ops: &[Op]) -> Result<(), String> {
+    let clock = ManualClock::new(START_MS);
+    let target = SimDiskTarget::new(name, setup.config().clock(clock.clone()))
+        .await
+        .map_err(|e| format!("open: {e}"))?;
+    run_on(Box::new(target), clock, setup, ops).await
+}
+
+async fn run_on(
+    target: Box<dyn Target>,
+    clock: ManualClock,
+    setup: &Setup,
+    ops: &[Op],
+) -> Result<(), String> {
     let mut reference = Reference::new(setup, true, true);
-    let mut system = System::new(Box::new(target), clock, true);
+    let mut system = System::new(target, clock, true);
     system.check(&reference).await?;
     for (n, op) in ops.iter().enumerate() {
         let _ = reference.apply(op);
