@@ -62,8 +62,9 @@ use crate::item::{
 ///
 /// # Cancel safety
 ///
-/// Every method is safe to cancel in the sense that dropping its future never
-/// leaves the queue half-changed. A write whose future is dropped after it
+/// `claim`, `reclaim_stale` and `step` are not cancel safe (see `claim`);
+/// the reads are. Every method is safe to cancel in the weaker sense that
+/// dropping its future never leaves the queue half-changed. A write whose future is dropped after it
 /// was submitted may still commit; for `claim`, `reclaim_stale` and `step`
 /// the items it took then stay pending without an owner and come back
 /// through `reclaim_stale` once idle (or at the next open of an embedded
@@ -145,9 +146,11 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// # Cancel safety
     ///
-    /// Dropped while waiting: nothing was taken. Dropped after the claim was
-    /// submitted: the items may be pending with nobody holding them; they
-    /// come back through [`WorkQueue::reclaim_stale`]. Nothing is lost.
+    /// This method is not cancel safe: if the future is dropped after the
+    /// claim reached the backend, the items it took may be pending with
+    /// nobody holding them; they come back through
+    /// [`WorkQueue::reclaim_stale`] once idle. Dropped while it waits for
+    /// work, it took nothing. Nothing is lost either way.
     fn claim(
         &self,
         count: usize,
