@@ -1159,6 +1159,7 @@ pub async fn run_embedded_in_memory(name: String, setup: &Setup, ops: &[Op]) -> 
     run_on(Box::new(target), clock, setup, ops).await
 }
 
+#[cfg(feature = "embedded")]
 async fn run_on(
     target: Box<dyn Target>,
     clock: ManualClock,
