@@ -404,10 +404,10 @@ async fn stopped_redis_fails_every_call_within_the_bound_and_works_after_sigcont
     again.ack(got[0].receipt).await.unwrap();
 }
 
-#[tokio::test]
-async fn min_replicas_succeeds_with_a_replica_and_reports_the_shortfall_without() {
+/// A primary and a replica of it, once the replica has linked up.
+async fn primary_with_linked_replica() -> (RedisServer, RedisServer) {
     let primary = RedisServer::start().unwrap();
-    let mut replica = RedisServer::start_with(RedisServerOptions {
+    let replica = RedisServer::start_with(RedisServerOptions {
         replica_of: Some(primary.port()),
         ..Default::default()
     })
@@ -417,6 +417,12 @@ async fn min_replicas_succeeds_with_a_replica_and_reports_the_shortfall_without(
         assert!(Instant::now() < deadline, "replica never linked up");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    (primary, replica)
+}
+
+#[tokio::test]
+async fn min_replicas_succeeds_with_a_replica_and_reports_the_shortfall_without() {
+    let (primary, mut replica) = primary_with_linked_replica().await;
     let options = RedisOptions::default()
         .min_replicas(1)
         .replica_timeout(Duration::from_millis(500));
@@ -659,17 +665,7 @@ async fn url_with_a_password_authenticates_and_a_wrong_one_is_a_backend_error() 
 // replica timeout was sent to WAIT out of Redis's range.
 #[tokio::test]
 async fn endless_timeouts_do_not_overflow() {
-    let primary = RedisServer::start().unwrap();
-    let replica = RedisServer::start_with(RedisServerOptions {
-        replica_of: Some(primary.port()),
-        ..Default::default()
-    })
-    .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while info_field(&replica.url(), "replication", "master_link_status").await != "up" {
-        assert!(Instant::now() < deadline, "replica never linked up");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (primary, _replica) = primary_with_linked_replica().await;
     let options = RedisOptions::default()
         .connect_timeout(Duration::MAX)
         .response_timeout(Duration::MAX)

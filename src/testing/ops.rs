@@ -786,12 +786,42 @@ impl Target for FactoryTarget {
     }
 }
 
-/// The embedded backend on a file in its own temp dir, with reopen and the
-/// file's recount ([`EmbeddedQueue::locations`](crate::EmbeddedQueue::locations)).
+/// Where an [`EmbeddedTarget`] keeps its file.
+#[cfg(feature = "embedded")]
+#[derive(Debug)]
+enum Storage {
+    /// A real file in its own temp dir.
+    File(tempfile::TempDir),
+    /// A [`SimDisk`](crate::testing::faults::SimDisk) (a file in memory) and
+    /// the name that stands for its path in the in-process lock.
+    Sim(crate::testing::faults::SimDisk, String),
+}
+
+#[cfg(feature = "embedded")]
+impl Storage {
+    async fn open(&self, config: Config) -> crate::Result<crate::EmbeddedQueue> {
+        match self {
+            Storage::File(dir) => {
+                crate::EmbeddedQueue::open(dir.path().join("queue.redb"), config).await
+            }
+            // No whole-file integrity check at open: this file is never
+            // damaged (`open_damaged_file` fuzzes that check).
+            Storage::Sim(disk, name) => {
+                crate::EmbeddedQueue::open_on_backend(name, disk.backend(), config, false).await
+            }
+        }
+    }
+}
+
+/// The embedded backend with reopen on the same storage and the file's
+/// recount ([`EmbeddedQueue::audit`](crate::EmbeddedQueue::audit)): on a
+/// real file in its own temp dir ([`EmbeddedTarget::new`]), or on a
+/// simulated disk ([`EmbeddedTarget::in_memory`]), free of file-system
+/// calls and fsyncs, so that a fuzz execution costs what the queue costs.
 #[cfg(feature = "embedded")]
 #[derive(Debug)]
 pub struct EmbeddedTarget {
-    dir: tempfile::TempDir,
+    storage: Storage,
     config: Config,
     queue: crate::EmbeddedQueue,
     boxed: BoxQueue,
@@ -810,19 +840,36 @@ impl EmbeddedTarget {
             context: "make a temp dir".into(),
             source,
         })?;
-        let queue =
-            crate::EmbeddedQueue::open(dir.path().join("queue.redb"), config.clone()).await?;
+        Self::on(Storage::File(dir), config).await
+    }
+
+    /// A fresh queue on an empty simulated disk; `name` must be unique in
+    /// the process (it stands for the path in the in-process lock).
+    ///
+    /// # Errors
+    ///
+    /// As [`EmbeddedQueue::open`](crate::EmbeddedQueue::open).
+    pub async fn in_memory(name: String, config: Config) -> crate::Result<Self> {
+        let disk = crate::testing::faults::SimDisk::new();
+        Self::on(Storage::Sim(disk, name), config).await
+    }
+
+    async fn on(storage: Storage, config: Config) -> crate::Result<Self> {
+        let queue = storage.open(config.clone()).await?;
         Ok(EmbeddedTarget {
-            dir,
+            storage,
             config,
             boxed: BoxQueue::new(queue.clone()),
             queue,
         })
     }
 
-    /// The queue file.
-    pub fn path(&self) -> std::path::PathBuf {
-        self.dir.path().join("queue.redb")
+    /// The queue file, for a target on a real file.
+    pub fn path(&self) -> Option<std::path::PathBuf> {
+        match &self.storage {
+            Storage::File(dir) => Some(dir.path().join("queue.redb")),
+            Storage::Sim(..) => None,
+        }
     }
 }
 
@@ -839,77 +886,7 @@ impl Target for EmbeddedTarget {
     fn reopen(&mut self) -> BoxFuture<'_, crate::Result<()>> {
         Box::pin(async move {
             self.queue.close().await?;
-            let queue = crate::EmbeddedQueue::open(self.path(), self.config.clone()).await?;
-            self.boxed = BoxQueue::new(queue.clone());
-            self.queue = queue;
-            Ok(())
-        })
-    }
-
-    fn recount(&self) -> BoxFuture<'_, Option<crate::Result<BTreeMap<u64, Location>>>> {
-        Box::pin(async move { Some(self.queue.audit().await) })
-    }
-}
-
-/// The embedded backend on a [`SimDisk`](crate::testing::faults::SimDisk)
-/// (a file in memory), with reopen on the same disk and the file's
-/// recount: the fuzz target's target, free of file-system calls and
-/// fsyncs, so that an execution costs what the queue costs. Opens skip
-/// redb's whole-file integrity check (the file is never damaged here;
-/// `open_damaged_file` fuzzes that check).
-#[cfg(feature = "embedded")]
-#[derive(Debug)]
-pub struct SimDiskTarget {
-    disk: crate::testing::faults::SimDisk,
-    name: String,
-    config: Config,
-    queue: crate::EmbeddedQueue,
-    boxed: BoxQueue,
-}
-
-#[cfg(feature = "embedded")]
-impl SimDiskTarget {
-    /// A fresh queue on an empty simulated disk; `name` must be unique in
-    /// the process (it stands for the path in the in-process lock).
-    ///
-    /// # Errors
-    ///
-    /// As [`EmbeddedQueue::open`](crate::EmbeddedQueue::open).
-    pub async fn new(name: String, config: Config) -> crate::Result<Self> {
-        let disk = crate::testing::faults::SimDisk::new();
-        let queue =
-            crate::EmbeddedQueue::open_on_backend(&name, disk.backend(), config.clone(), false)
-                .await?;
-        Ok(SimDiskTarget {
-            disk,
-            name,
-            config,
-            boxed: BoxQueue::new(queue.clone()),
-            queue,
-        })
-    }
-}
-
-#[cfg(feature = "embedded")]
-impl Target for SimDiskTarget {
-    fn queue(&self) -> &BoxQueue {
-        &self.boxed
-    }
-
-    fn can_reopen(&self) -> bool {
-        true
-    }
-
-    fn reopen(&mut self) -> BoxFuture<'_, crate::Result<()>> {
-        Box::pin(async move {
-            self.queue.close().await?;
-            let queue = crate::EmbeddedQueue::open_on_backend(
-                &self.name,
-                self.disk.backend(),
-                self.config.clone(),
-                false,
-            )
-            .await?;
+            let queue = self.storage.open(self.config.clone()).await?;
             self.boxed = BoxQueue::new(queue.clone());
             self.queue = queue;
             Ok(())
@@ -1144,8 +1121,8 @@ pub async fn run_embedded(setup: &Setup, ops: &[Op]) -> Result<(), String> {
     run_on(Box::new(target), clock, setup, ops).await
 }
 
-/// As [`run_embedded`], on a [`SimDiskTarget`] named `name` (unique in the
-/// process): the same comparison without the file system.
+/// As [`run_embedded`], on [`EmbeddedTarget::in_memory`] named `name`
+/// (unique in the process): the same comparison without the file system.
 ///
 /// # Errors
 ///
@@ -1153,7 +1130,7 @@ pub async fn run_embedded(setup: &Setup, ops: &[Op]) -> Result<(), String> {
 #[cfg(feature = "embedded")]
 pub async fn run_embedded_in_memory(name: String, setup: &Setup, ops: &[Op]) -> Result<(), String> {
     let clock = ManualClock::new(START_MS);
-    let target = SimDiskTarget::new(name, setup.config().clock(clock.clone()))
+    let target = EmbeddedTarget::in_memory(name, setup.config().clock(clock.clone()))
         .await
         .map_err(|e| format!("open: {e}"))?;
     run_on(Box::new(target), clock, setup, ops).await
