@@ -20,9 +20,8 @@ use workjournal::testing::StateCounts;
 
 mod workload;
 
-use workjournal::{
-    ClaimFrom, Config, EmbeddedQueue, Location, NewItem, Receipt, RetryOutcome, WorkQueue,
-};
+use workjournal::testing::Location;
+use workjournal::{ClaimFrom, Config, EmbeddedQueue, NewItem, Receipt, RetryOutcome, WorkQueue};
 use workload::{Rng, seed_from_env};
 
 /// Set in the child: the queue file to work on.
@@ -600,11 +599,11 @@ mod redis_faults {
     use redis::AsyncCommands;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
-    use workjournal::testing::StateCounts;
+    use workjournal::testing::{Location, StateCounts};
     use workjournal::testing::{RedisServer, RedisServerOptions};
     use workjournal::{
-        ClaimFrom, Clock, Config, Error, Location, ManualClock, NewItem, Receipt, RedisOptions,
-        RedisQueue, WorkQueue,
+        ClaimFrom, Clock, Config, Error, ManualClock, NewItem, Receipt, RedisOptions, RedisQueue,
+        WorkQueue,
     };
 
     use super::workload::{Op, agree_with_twin, apply, draw};

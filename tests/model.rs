@@ -1,6 +1,6 @@
 //! Model-based property tests (SPEC section 3): random sequences of every
 //! operation, clock moves and (embedded) close-and-reopen, run on the memory
-//! [`Model`](workjournal::Model) as the reference and on a real backend as
+//! [`Model`](workjournal::testing::Model) as the reference and on a real backend as
 //! the system under test. After every step every return value, `stats()`
 //! and the backend's recount must equal the model's.
 //!

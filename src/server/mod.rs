@@ -784,6 +784,9 @@ async fn execute(state: &AppState, request: Request) -> Response {
         })),
         Request::Now => reply(q.now_ms().await.map(|now_ms| wire::Now { now_ms })),
         Request::Compact => reply(q.compact().await.map(flag)),
+        Request::MaxDeliveries => reply(Ok::<_, crate::Error>(wire::Count {
+            count: u64::from(q.max_deliveries()),
+        })),
     }
 }
 

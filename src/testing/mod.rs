@@ -8,7 +8,10 @@
 use std::any::Any;
 
 use crate::config::Config;
-use crate::queue::{BoxFuture, BoxQueue};
+use crate::queue::BoxQueue;
+
+pub use crate::backend::memory::{Location, Model};
+pub use crate::queue::BoxFuture;
 
 pub mod conformance;
 #[cfg(feature = "redis")]
@@ -148,8 +151,7 @@ impl StateCounts {
     }
 
     /// The counts a recount finds: one location per item.
-    pub fn recount<'a>(places: impl IntoIterator<Item = &'a crate::Location>) -> Self {
-        use crate::Location;
+    pub fn recount<'a>(places: impl IntoIterator<Item = &'a Location>) -> Self {
         let mut c = StateCounts::default();
         for place in places {
             match place {

@@ -194,8 +194,10 @@ impl super::ops::Target for RemoteTarget {
 
     fn recount(
         &self,
-    ) -> BoxFuture<'_, Option<crate::Result<std::collections::BTreeMap<u64, crate::Location>>>>
-    {
+    ) -> BoxFuture<
+        '_,
+        Option<crate::Result<std::collections::BTreeMap<u64, crate::testing::Location>>>,
+    > {
         Box::pin(async move {
             match &self.served {
                 Some(served) => Some(served.queue.audit().await),

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -135,6 +135,8 @@ struct Inner {
     options: RemoteOptions,
     idle: Mutex<Vec<(Sender, Instant)>>,
     closed: AtomicBool,
+    /// The served queue's `max_deliveries`, read when connecting.
+    max_deliveries: AtomicU32,
 }
 
 /// A queue served by another process: `workjournal serve`, or `workjournal
@@ -172,7 +174,7 @@ impl RemoteQueue {
     /// `Backend` if nothing answers there within the timeouts.
     pub async fn connect_unix(path: impl AsRef<Path>, options: RemoteOptions) -> Result<Self> {
         let queue = Self::new(Endpoint::Unix(path.as_ref().to_path_buf()), options);
-        queue.now_ms().await?;
+        queue.hello().await?;
         Ok(queue)
     }
 
@@ -207,8 +209,20 @@ impl RemoteQueue {
             format!("{authority}:80")
         };
         let queue = Self::new(Endpoint::Tcp { authority }, options);
-        queue.now_ms().await?;
+        queue.hello().await?;
         Ok(queue)
+    }
+
+    /// Check that the server answers, and read the served queue's
+    /// `max_deliveries` (which `WorkQueue::max_deliveries` cannot ask for:
+    /// it does not wait).
+    async fn hello(&self) -> Result<()> {
+        let r: wire::Count = self
+            .call("max_deliveries", &wire::EmptyRequest {}, NO_WAIT)
+            .await?;
+        let n = u32::try_from(r.count).unwrap_or(u32::MAX);
+        self.inner.max_deliveries.store(n, Ordering::Relaxed);
+        Ok(())
     }
 
     fn new(endpoint: Endpoint, options: RemoteOptions) -> Self {
@@ -218,6 +232,7 @@ impl RemoteQueue {
                 options,
                 idle: Mutex::new(Vec::new()),
                 closed: AtomicBool::new(false),
+                max_deliveries: AtomicU32::new(crate::config::DEFAULT_MAX_DELIVERIES),
             }),
         }
     }
@@ -490,6 +505,10 @@ impl WorkQueue for RemoteQueue {
         };
         let _: wire::Done = self.call("dead_letter", &req, NO_WAIT).await?;
         Ok(())
+    }
+
+    fn max_deliveries(&self) -> u32 {
+        self.inner.max_deliveries.load(Ordering::Relaxed)
     }
 
     async fn release(&self, receipt: Receipt, not_before_ms: u64) -> Result<()> {

@@ -288,6 +288,7 @@ pub enum Request {
     Peek(CountRequest),
     Now,
     Compact,
+    MaxDeliveries,
 }
 
 /// Every operation's route name, in trait order (`POST /v1/<op>`).
@@ -323,6 +324,7 @@ pub const OPS: &[&str] = &[
     "peek",
     "now",
     "compact",
+    "max_deliveries",
 ];
 
 /// Why a request could not be decoded: always a 400 (or 404 for an
@@ -399,6 +401,7 @@ impl Request {
             "peek" => Request::Peek(body(op, bytes)?),
             "now" => empty(op).map(|()| Request::Now)?,
             "compact" => empty(op).map(|()| Request::Compact)?,
+            "max_deliveries" => empty(op).map(|()| Request::MaxDeliveries)?,
             other => return Err(DecodeError::UnknownOp(other.chars().take(64).collect())),
         })
     }
@@ -442,6 +445,7 @@ impl Request {
             Request::Peek(r) => json("peek", r),
             Request::Now => json("now", &empty),
             Request::Compact => json("compact", &empty),
+            Request::MaxDeliveries => json("max_deliveries", &empty),
         }
     }
 
@@ -766,6 +770,9 @@ pub struct ErrorBody {
     /// `lease_lost`: the receipt's delivery number.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivery: Option<u32>,
+    /// `lease_lost`: the receipt's lease number (SPEC 8, Receipt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<u64>,
     /// `decode`: which record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub what: Option<String>,
@@ -784,6 +791,7 @@ impl ErrorBody {
             limit: None,
             id: None,
             delivery: None,
+            lease: None,
             what: None,
             detail: None,
         }
@@ -820,9 +828,14 @@ impl ErrorBody {
                 b.limit = Some(*limit);
                 "full"
             }
-            Error::LeaseLost { id, delivery } => {
+            Error::LeaseLost {
+                id,
+                delivery,
+                lease,
+            } => {
                 b.id = Some(*id);
                 b.delivery = Some(*delivery);
+                b.lease = Some(*lease);
                 "lease_lost"
             }
             Error::Locked { .. } => "locked",
@@ -858,6 +871,7 @@ impl ErrorBody {
             "lease_lost" => Error::LeaseLost {
                 id: self.id.unwrap_or_default(),
                 delivery: self.delivery.unwrap_or_default(),
+                lease: self.lease.unwrap_or_default(),
             },
             "corrupt" => Error::Corrupt {
                 detail: format!("on the server: {}", self.message),

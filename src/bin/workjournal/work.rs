@@ -214,7 +214,6 @@ async fn run_work(queue: &BoxQueue, args: &WorkArgs) -> CliResult {
         .concurrency(concurrency)
         .lease(args.exec.lease)
         .grace(args.exec.lease)
-        .max_deliveries(args.exec.max_deliveries)
         .retry_policy(RetryPolicy::default().base(args.exec.backoff))
         .until_empty(args.until_empty)
         .flow(args.flow.clone())
