@@ -759,11 +759,14 @@ impl<Q: WorkQueue> Shared<Q> {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        let give_up = Instant::now() + self.lease;
+        // `None`: a lease too long to represent, so no end to the tries.
+        let give_up = Instant::now().checked_add(self.lease);
         let mut pause = Duration::from_millis(50);
         loop {
             match call().await {
-                Err(e) if e.is_retryable() && Instant::now() + pause < give_up => {
+                Err(e)
+                    if e.is_retryable() && give_up.is_none_or(|g| Instant::now() + pause < g) =>
+                {
                     tracing::debug!(op, error = %e, "queue operation failed; trying again");
                     self.emit(Event::QueueError {
                         op,
@@ -1179,7 +1182,7 @@ async fn heartbeat<Q: WorkQueue>(shared: Arc<Shared<Q>>) {
         let mut receipts: Vec<Receipt> = lock(&shared.in_flight).values().copied().collect();
         // A transient failure is tried again, with a growing pause, until
         // the next beat is due (SPEC 9, Worker).
-        let give_up = Instant::now() + shared.lease / 3;
+        let give_up = Instant::now().checked_add(shared.lease / 3);
         let mut pause = Duration::from_millis(50);
         while !receipts.is_empty() {
             match shared.queue.touch(receipts.clone()).await {
@@ -1202,7 +1205,7 @@ async fn heartbeat<Q: WorkQueue>(shared: Arc<Shared<Q>>) {
                         op: "touch",
                         error: e.to_string(),
                     });
-                    if !e.is_retryable() || Instant::now() + pause >= give_up {
+                    if !e.is_retryable() || give_up.is_some_and(|g| Instant::now() + pause >= g) {
                         break;
                     }
                     tokio::time::sleep(pause).await;

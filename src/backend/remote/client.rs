@@ -135,6 +135,8 @@ struct Inner {
     options: RemoteOptions,
     idle: Mutex<Vec<(Sender, Instant)>>,
     closed: AtomicBool,
+    /// Woken by `close()`: claims blocked on other clones end with `Closed`.
+    close_notify: tokio::sync::Notify,
     /// The served queue's `max_deliveries`, read when connecting.
     max_deliveries: AtomicU32,
 }
@@ -225,6 +227,18 @@ impl RemoteQueue {
         Ok(())
     }
 
+    /// Resolves once `close()` has been called on any clone.
+    async fn closed_signal(&self) {
+        let notified = self.inner.close_notify.notified();
+        tokio::pin!(notified);
+        // Registered before the flag is read, so a close in between wakes it.
+        notified.as_mut().enable();
+        if self.inner.closed.load(Ordering::Acquire) {
+            return;
+        }
+        notified.await;
+    }
+
     fn new(endpoint: Endpoint, options: RemoteOptions) -> Self {
         RemoteQueue {
             inner: Arc::new(Inner {
@@ -232,6 +246,7 @@ impl RemoteQueue {
                 options,
                 idle: Mutex::new(Vec::new()),
                 closed: AtomicBool::new(false),
+                close_notify: tokio::sync::Notify::new(),
                 max_deliveries: AtomicU32::new(crate::config::DEFAULT_MAX_DELIVERIES),
             }),
         }
@@ -458,7 +473,13 @@ impl WorkQueue for RemoteQueue {
                 wait_ms: wire::duration_ms(piece),
                 from: from.into(),
             };
-            let r: wire::ClaimedList = self.call("claim", &req, piece).await?;
+            // A close() of any clone ends the wait (SPEC 8, Closing); what
+            // the server may have handed out meanwhile is pending until
+            // reclaimed, as after a crash of this client.
+            let r: wire::ClaimedList = tokio::select! {
+                r = self.call("claim", &req, piece) => r?,
+                () = self.closed_signal() => return Err(Error::Closed),
+            };
             if !r.claimed.is_empty() || piece >= remaining {
                 return Ok(r.claimed.into_iter().map(Into::into).collect());
             }
@@ -639,6 +660,7 @@ impl WorkQueue for RemoteQueue {
     /// are dropped. The served queue stays open for its other clients.
     async fn close(&self) -> Result<()> {
         self.inner.closed.store(true, Ordering::Release);
+        self.inner.close_notify.notify_waiters();
         if let Ok(mut idle) = self.inner.idle.lock() {
             idle.clear();
         }

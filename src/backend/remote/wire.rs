@@ -453,7 +453,14 @@ impl Request {
     pub fn is_read_only_op(op: &str) -> bool {
         matches!(
             op,
-            "next_due" | "paused_flows" | "stats" | "now" | "dead_letters" | "peek" | "parked"
+            "next_due"
+                | "paused_flows"
+                | "stats"
+                | "now"
+                | "dead_letters"
+                | "peek"
+                | "parked"
+                | "max_deliveries"
         )
     }
 }
