@@ -16,3 +16,11 @@ mod embedded {
 mod redis {
     workjournal::conformance_tests!(workjournal::testing::RedisFactory);
 }
+
+/// The same cases on a real Redis Cluster of 3 primaries and 3 replicas:
+/// each queue's namespace is one slot, so the cases spread over the
+/// primaries.
+#[cfg(feature = "redis")]
+mod redis_cluster {
+    workjournal::conformance_tests!(workjournal::testing::RedisClusterFactory);
+}

@@ -15,6 +15,11 @@ pub mod conformance;
 pub mod redis_server;
 
 #[cfg(feature = "redis")]
+pub mod redis_cluster;
+
+#[cfg(feature = "redis")]
+pub use redis_cluster::{RedisCluster, RedisClusterFactory, RedisClusterOptions};
+#[cfg(feature = "redis")]
 pub use redis_server::{RedisFactory, RedisServer, RedisServerOptions, TestCertificates};
 
 #[cfg(feature = "embedded")]
