@@ -262,6 +262,32 @@ impl RedisCluster {
         Err(other(format!("no node serves slot {slot} as primary")))
     }
 
+    /// Kill the node at `index` in [`nodes`](Self::nodes) with `SIGKILL`
+    /// (a crash); its dir, append-only file and `nodes.conf` are kept for
+    /// [`restart_node`](Self::restart_node).
+    pub fn kill_node(&mut self, index: usize) {
+        if let Some(n) = self.nodes.get_mut(index) {
+            n.kill();
+        }
+    }
+
+    /// Start the node at `index` again on its port with its dir: it rejoins
+    /// the cluster with the identity in its `nodes.conf` (a former primary
+    /// whose slots moved comes back as a replica of the new owner).
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisServer::restart`]; `InvalidInput` for an index out of range.
+    pub fn restart_node(&mut self, index: usize) -> io::Result<()> {
+        match self.nodes.get_mut(index) {
+            Some(n) => n.restart(),
+            None => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("no cluster node {index}"),
+            )),
+        }
+    }
+
     fn running_port(&self) -> io::Result<u16> {
         self.nodes
             .iter()

@@ -999,7 +999,17 @@ impl RedisQueue {
             .arg(tail)
             .clone();
         let limit = Duration::from_millis(block_ms) + self.limit();
-        let read = bounded("XREAD BLOCK", limit, cmd.query_async::<Value>(&mut conn));
+        let read = bounded("XREAD BLOCK", limit, async {
+            match cmd.query_async::<Value>(&mut conn).await {
+                // The node stopped serving the slot under the wait (a
+                // failover made it a replica, or the slot moved): end the
+                // wait as if woken. The claim runs again on the shared
+                // connection, which follows the slot, and the next wait
+                // opens a fresh connection to the new owner.
+                Err(e) if matches!(e.code(), Some("UNBLOCKED" | "MOVED")) => Ok(None),
+                r => r.map(Some),
+            }
+        });
         let timer = async move {
             match timer {
                 Some(t) => t.await,
@@ -1008,8 +1018,9 @@ impl RedisQueue {
         };
         tokio::select! {
             r = read => {
-                r?;
-                self.give_blocker(conn);
+                if r?.is_some() {
+                    self.give_blocker(conn);
+                }
             }
             _ = timer => {
                 // The XREAD is still blocked on the server: drop this
