@@ -41,7 +41,7 @@ async fn killing_the_primary_mid_workload_loses_no_acknowledged_add() {
         .unwrap();
     let mut acked = BTreeSet::new();
     let mut failed = 0u32;
-    let mut add = async |q: &RedisQueue, n: u32, acked: &mut BTreeSet<u64>| match q
+    let add = async |q: &RedisQueue, n: u32, acked: &mut BTreeSet<u64>| match q
         .add(NewItem::new(format!("item {n}").into_bytes()))
         .await
     {
