@@ -89,6 +89,7 @@ pub use worker::{
 };
 
 pub use backend::memory::{Location, MemoryQueue, Model};
+pub use backend::partitioned::{MAX_PARTITIONS, PartitionedQueue};
 
 #[cfg(feature = "embedded")]
 pub use backend::embedded::{Durability, EmbeddedOptions, EmbeddedQueue};
