@@ -141,3 +141,35 @@ async fn blocking_claim_follows_its_slot_through_a_failover() {
     assert_eq!(got[0].item.payload, b"after the move");
     q.ack(got[0].receipt).await.unwrap();
 }
+
+/// `WAIT` goes to the primary that ran the write: a dead replica of another
+/// primary does not fail the queue's writes, a dead replica of its own does
+/// (saying how many acknowledged). Sent to every primary, as redis-rs
+/// routes a bare `WAIT`, the first kill would fail them too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_replicas_waits_on_the_slot_primary_only() {
+    let mut cluster = start(RedisClusterOptions::default()).await;
+    let ns = "waits";
+    let options = RedisOptions::default()
+        .min_replicas(1)
+        .replica_timeout(Duration::from_millis(300));
+    let q = RedisQueue::connect(&cluster.url(), ns, Config::default(), options)
+        .await
+        .unwrap();
+    q.add(NewItem::new(b"both up".to_vec())).await.unwrap();
+    let own = cluster.primary_of(&format!("{{{ns}}}:seq")).unwrap();
+    let primaries = cluster.primaries();
+    // A fresh cluster: the replica of primary i is node primaries + i.
+    let other = (own + 1) % primaries;
+    cluster.kill_node(primaries + other);
+    q.add(NewItem::new(b"other replica down".to_vec()))
+        .await
+        .unwrap();
+    cluster.kill_node(primaries + own);
+    let err = q
+        .add(NewItem::new(b"own replica down".to_vec()))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("only 0 of 1"), "{text}");
+}

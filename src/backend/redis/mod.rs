@@ -91,6 +91,13 @@
 //!   the platform's roots are trusted (`rustls-native-certs`); with one,
 //!   only that CA. `#insecure` URLs are refused: a queue's payloads and
 //!   receipts should not cross a network unauthenticated.
+//! - **Redis Cluster.** `redis+cluster://` URLs (or
+//!   [`RedisOptions::cluster`]) use redis-rs' cluster connection instead
+//!   of the connection manager (`connection.rs`): scripts are routed by
+//!   their one declared key, the `{ns}:` prefix, whose slot holds every key
+//!   of the queue; `WAIT` and `TIME` go to that slot's primary; blocking
+//!   waits have cluster connections of their own, and a wait that the
+//!   slot's move or failover cuts (`UNBLOCKED`, `MOVED`) counts as a wake.
 //! - **Replication.** With `min_replicas > 0`, every write is followed by
 //!   `WAIT`; fewer acknowledgements than asked is an error saying how many
 //!   replicas acknowledged. The write has then happened on the primary.
