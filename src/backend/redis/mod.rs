@@ -119,6 +119,7 @@ use crate::item::{
 };
 use crate::queue::WorkQueue;
 
+mod combine;
 mod connection;
 pub(crate) mod reply;
 
@@ -418,6 +419,8 @@ struct Inner {
     options: RedisOptions,
     scripts: Scripts,
     closed: AtomicBool,
+    /// Concurrent adds waiting to share one script call.
+    combiner: combine::Combiner,
 }
 
 /// The Redis Streams backend (feature `redis`): a queue in one namespace of
@@ -677,6 +680,7 @@ impl RedisQueue {
             options,
             scripts: Scripts::new(),
             closed: AtomicBool::new(false),
+            combiner: combine::Combiner::default(),
         };
         let mut queue = RedisQueue {
             inner: Arc::new(inner),
@@ -1059,9 +1063,7 @@ impl RedisQueue {
 
 impl WorkQueue for RedisQueue {
     async fn add(&self, item: NewItem) -> Result<Added> {
-        let mut v = self.add_many(vec![(item, None)]).await?;
-        v.pop()
-            .ok_or_else(|| Error::backend("redis add returned no id"))
+        self.add_combined(item, None).await
     }
 
     async fn add_batch(&self, items: Vec<NewItem>) -> Result<Vec<Added>> {
@@ -1070,9 +1072,7 @@ impl WorkQueue for RedisQueue {
     }
 
     async fn add_delayed(&self, item: NewItem, not_before_ms: u64) -> Result<Added> {
-        let mut v = self.add_many(vec![(item, Some(not_before_ms))]).await?;
-        v.pop()
-            .ok_or_else(|| Error::backend("redis add returned no id"))
+        self.add_combined(item, Some(not_before_ms)).await
     }
 
     async fn next_due(&self) -> Result<Option<u64>> {
