@@ -258,6 +258,25 @@ impl<Q: WorkQueue> PartitionedQueue<Q> {
             .collect()
     }
 
+    /// One add, delayed until `not_before_ms` if given, where it routes.
+    async fn add_one(&self, item: NewItem, not_before_ms: Option<u64>) -> Result<Added> {
+        let route = self.route(&item);
+        let p = route.unwrap_or_else(|| self.next_turn());
+        let q = &self.parts[p];
+        let a = match not_before_ms {
+            Some(t) => q.add_delayed(item, t).await,
+            None => q.add(item).await,
+        }
+        .map_err(|e| self.lift_err(p, e))?;
+        if route.is_none() {
+            self.took_turn();
+        }
+        Ok(Added {
+            id: self.global(p, a.id)?,
+            ..a
+        })
+    }
+
     /// Group receipts by partition, keeping each one's position.
     fn by_part(&self, receipts: Vec<Receipt>) -> BTreeMap<usize, Vec<(usize, Receipt)>> {
         let mut m: BTreeMap<usize, Vec<(usize, Receipt)>> = BTreeMap::new();
@@ -308,19 +327,7 @@ async fn first<T>(mut futs: Vec<Pin<Box<dyn Future<Output = T> + Send + '_>>>) -
 
 impl<Q: WorkQueue> WorkQueue for PartitionedQueue<Q> {
     async fn add(&self, item: NewItem) -> Result<Added> {
-        let route = self.route(&item);
-        let p = route.unwrap_or_else(|| self.next_turn());
-        let a = self.parts[p]
-            .add(item)
-            .await
-            .map_err(|e| self.lift_err(p, e))?;
-        if route.is_none() {
-            self.took_turn();
-        }
-        Ok(Added {
-            id: self.global(p, a.id)?,
-            ..a
-        })
+        self.add_one(item, None).await
     }
 
     async fn add_batch(&self, items: Vec<NewItem>) -> Result<Vec<Added>> {
@@ -361,19 +368,7 @@ impl<Q: WorkQueue> WorkQueue for PartitionedQueue<Q> {
     }
 
     async fn add_delayed(&self, item: NewItem, not_before_ms: u64) -> Result<Added> {
-        let route = self.route(&item);
-        let p = route.unwrap_or_else(|| self.next_turn());
-        let a = self.parts[p]
-            .add_delayed(item, not_before_ms)
-            .await
-            .map_err(|e| self.lift_err(p, e))?;
-        if route.is_none() {
-            self.took_turn();
-        }
-        Ok(Added {
-            id: self.global(p, a.id)?,
-            ..a
-        })
+        self.add_one(item, Some(not_before_ms)).await
     }
 
     async fn next_due(&self) -> Result<Option<u64>> {

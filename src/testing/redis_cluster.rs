@@ -15,8 +15,8 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
-use crate::queue::{BoxFuture, BoxQueue};
-use crate::testing::redis_server::fresh_namespace;
+use crate::queue::BoxFuture;
+use crate::testing::redis_server::fresh_queue;
 use crate::testing::{Factory, RedisServer, RedisServerOptions, Subject};
 
 /// The number of hash slots of a Redis Cluster.
@@ -371,23 +371,8 @@ impl Factory for RedisClusterFactory {
         "redis-cluster"
     }
 
-    #[allow(clippy::expect_used)]
     fn make(&self, config: Config) -> BoxFuture<'_, Subject> {
-        Box::pin(async move {
-            let url = tokio::task::spawn_blocking(shared_cluster_url)
-                .await
-                .expect("redis test cluster start task")
-                .expect("start a redis cluster for the tests");
-            let queue = crate::RedisQueue::connect(
-                &url,
-                &fresh_namespace(),
-                config,
-                crate::RedisOptions::default(),
-            )
-            .await
-            .expect("connect to the test redis cluster");
-            Subject::new(BoxQueue::new(queue), Vec::new())
-        })
+        Box::pin(fresh_queue(shared_cluster_url, config))
     }
 
     fn durable(&self) -> bool {

@@ -516,28 +516,36 @@ pub fn fresh_namespace() -> String {
     format!("t{}-{n}", std::process::id())
 }
 
+/// A queue in a fresh namespace of the server (or cluster) at the URL that
+/// `url` gives (starting it on first use), for a factory's `make`.
+///
+/// # Panics
+///
+/// Test support: if the server does not start or the queue cannot connect.
+#[allow(clippy::expect_used)]
+pub(crate) async fn fresh_queue(url: fn() -> io::Result<String>, config: Config) -> Subject {
+    let url = tokio::task::spawn_blocking(url)
+        .await
+        .expect("redis test server start task")
+        .expect("start redis-server for the tests");
+    let queue = crate::RedisQueue::connect(
+        &url,
+        &fresh_namespace(),
+        config,
+        crate::RedisOptions::default(),
+    )
+    .await
+    .expect("connect to the test redis-server");
+    Subject::new(BoxQueue::new(queue), Vec::new())
+}
+
 impl Factory for RedisFactory {
     fn name(&self) -> &'static str {
         "redis"
     }
 
-    #[allow(clippy::expect_used)]
     fn make(&self, config: Config) -> BoxFuture<'_, Subject> {
-        Box::pin(async move {
-            let url = tokio::task::spawn_blocking(shared_server_url)
-                .await
-                .expect("redis test server start task")
-                .expect("start redis-server for the tests");
-            let queue = crate::RedisQueue::connect(
-                &url,
-                &fresh_namespace(),
-                config,
-                crate::RedisOptions::default(),
-            )
-            .await
-            .expect("connect to the test redis-server");
-            Subject::new(BoxQueue::new(queue), Vec::new())
-        })
+        Box::pin(fresh_queue(shared_server_url, config))
     }
 
     fn durable(&self) -> bool {

@@ -35,6 +35,14 @@ pub(super) struct Combiner {
     state: Mutex<(Vec<Waiter>, bool)>,
 }
 
+impl Combiner {
+    /// The waiting adds and the running flag; a poisoned lock is taken
+    /// over (the list is only ever pushed to and drained).
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Vec<Waiter>, bool)> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 impl std::fmt::Debug for Combiner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Combiner").finish_non_exhaustive()
@@ -56,12 +64,7 @@ impl RedisQueue {
         self.check_open()?;
         let (tx, rx) = oneshot::channel();
         let start = {
-            let mut s = self
-                .inner
-                .combiner
-                .state
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
+            let mut s = self.inner.combiner.lock();
             s.0.push((item, nb, tx));
             !std::mem::replace(&mut s.1, true)
         };
@@ -76,12 +79,7 @@ impl RedisQueue {
     async fn flush_adds(&self) {
         loop {
             let batch: Vec<Waiter> = {
-                let mut s = self
-                    .inner
-                    .combiner
-                    .state
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
+                let mut s = self.inner.combiner.lock();
                 if s.0.is_empty() {
                     s.1 = false;
                     return;
