@@ -31,8 +31,8 @@ use redis::{
 pub(crate) enum Source {
     /// One Redis server (or a primary with replicas behind one address).
     Server(redis::Client),
-    /// A Redis Cluster, found from one seed node.
-    Cluster(ClusterClient),
+    /// A Redis Cluster, found from one seed node; true over TLS.
+    Cluster(ClusterClient, bool),
 }
 
 impl Source {
@@ -44,11 +44,12 @@ impl Source {
         cluster: bool,
     ) -> RedisResult<Source> {
         if cluster {
+            let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
             let mut b = ClusterClientBuilder::new(vec![info]);
             if let Some(c) = certs {
                 b = b.certs(c);
             }
-            return Ok(Source::Cluster(b.build()?));
+            return Ok(Source::Cluster(b.build()?, tls));
         }
         match certs {
             Some(c) => redis::Client::build_with_tls(info, c).map(Source::Server),
@@ -63,9 +64,7 @@ impl Source {
                 c.get_connection_info().addr(),
                 redis::ConnectionAddr::TcpTls { .. }
             ),
-            // The cluster client keeps its nodes' infos to itself; the
-            // error of a failed connect names TLS problems anyway.
-            Source::Cluster(_) => false,
+            Source::Cluster(_, tls) => *tls,
         }
     }
 
@@ -85,7 +84,7 @@ impl Source {
                     .await
                     .map(Conn::Server)
             }
-            Source::Cluster(client) => {
+            Source::Cluster(client, _) => {
                 let cfg = ClusterConfig::new()
                     .set_connection_timeout(connect)
                     .set_response_timeout(response);
@@ -113,7 +112,7 @@ impl Source {
             }
             // The cluster client is built without a response timeout, so a
             // connection with the default config has none either.
-            Source::Cluster(client) => client
+            Source::Cluster(client, _) => client
                 .get_async_connection_with_config(
                     ClusterConfig::new().set_connection_timeout(connect),
                 )
