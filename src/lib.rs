@@ -17,9 +17,12 @@
 //! |---|---|---|
 //! | [`MemoryQueue`] | always | process memory; the reference model |
 //! | [`EmbeddedQueue`] | `embedded` (default) | one crash-safe redb file |
-//! | `RedisQueue` | `redis` | Redis Streams, shared by many processes |
+//! | `RedisQueue` | `redis` | Redis Streams, shared by many processes; one server or a Redis Cluster (`redis+cluster://`) |
 //!
-//! Choose at run time with [`BoxQueue`]. Other features: `cli` (default) builds
+//! [`PartitionedQueue`] spreads one queue over several queues of any
+//! backend (e.g. Redis namespaces on different cluster primaries): a flow
+//! stays on one partition, claims go round-robin, and FIFO and caps hold
+//! per partition (SPEC 6.1). Choose at run time with [`BoxQueue`]. Other features: `cli` (default) builds
 //! the `workjournal` command; `testing` exposes the conformance cases.
 //!
 //! ## Workers
