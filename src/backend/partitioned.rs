@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::item::{
-    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, RetryOutcome, Stats,
+    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
 };
 use crate::queue::WorkQueue;
 
@@ -466,11 +466,38 @@ impl<Q: WorkQueue> WorkQueue for PartitionedQueue<Q> {
             .map_err(|e| self.lift_err(p, e))
     }
 
-    async fn reclaim_stale(&self, min_idle: Duration, count: usize) -> Result<Vec<Claimed>> {
+    async fn release(&self, receipt: Receipt, not_before_ms: u64) -> Result<()> {
+        let (p, q) = self.part(receipt.id);
+        q.release(self.local_receipt(receipt), not_before_ms)
+            .await
+            .map_err(|e| self.lift_err(p, e))
+    }
+
+    async fn reclaim(&self, min_idle: Duration, count: usize) -> Result<Reclaimed> {
         if count == 0 {
             return Err(Error::invalid("reclaim count must be at least 1"));
         }
-        self.sweep(count, |q, n| q.reclaim_stale(min_idle, n)).await
+        let start = self.round_robin(&self.next_claim);
+        let mut out = Reclaimed::default();
+        for k in 0..self.parts.len() {
+            let left = count - out.claimed.len();
+            if left == 0 {
+                break;
+            }
+            let p = (start + k) % self.parts.len();
+            let r = self.parts[p]
+                .reclaim(min_idle, left)
+                .await
+                .map_err(|e| self.lift_err(p, e))?;
+            out.claimed.extend(self.lift_claims(p, r.claimed)?);
+            for d in r.dead_lettered {
+                out.dead_lettered.push(Receipt {
+                    id: self.global(p, d.id)?,
+                    ..d
+                });
+            }
+        }
+        Ok(out)
     }
 
     async fn pause(&self, flow: &str) -> Result<()> {
@@ -565,6 +592,7 @@ impl<Q: WorkQueue> WorkQueue for PartitionedQueue<Q> {
             s.delayed += p.delayed;
             s.parked += p.parked;
             s.dead_letters += p.dead_letters;
+            s.dead_letters_dropped += p.dead_letters_dropped;
             s.oldest_pending_age_ms = s.oldest_pending_age_ms.max(p.oldest_pending_age_ms);
             s.durable &= p.durable;
         }

@@ -28,6 +28,7 @@ pub mod faults;
 #[cfg(feature = "embedded")]
 pub mod fuzz;
 pub mod ops;
+pub mod proxy;
 
 /// A queue under test and whatever keeps it alive (a temp dir, a server).
 pub struct Subject {
@@ -120,6 +121,7 @@ pub const PER_PARTITION_CASES: &[&str] = &[
     "peek_does_not_claim",
     // dead_letter_cap and max_backlog bound each partition.
     "dead_letter_cap_drops_the_oldest",
+    "dead_letter_cap_counts_what_it_drops",
     "full_refuses_and_drops_nothing",
     // touch is all or none per partition.
     "touch_with_a_lost_receipt_changes_nothing",

@@ -6,6 +6,9 @@
 //! transaction. Lanes that keep an order (backlog, due lane, parked lists,
 //! dead letters) are keyed by one file-wide position counter `seq`.
 
+#[cfg(feature = "forward")]
+mod forward;
+
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
@@ -21,8 +24,10 @@ use crate::codec::{self, DeadRecord, ItemRecord, LeaseRecord};
 use crate::error::{Error, Result};
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, NewItem, Receipt,
-    RetryOutcome, Stats, check_payload_size, require_flow,
+    Reclaimed, RetryOutcome, Stats, check_new_item, require_flow,
 };
+#[cfg(feature = "forward")]
+pub(crate) use forward::{Outgoing, Unforwarded};
 
 /// Counters and the schema version.
 pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -67,6 +72,11 @@ pub(super) const SCHEMA_VERSION: u64 = 1;
 const NEXT_ID: &str = "next_id";
 const NEXT_SEQ: &str = "next_seq";
 const NEXT_LEASE: &str = "next_lease";
+/// Dead letters dropped past `dead_letter_cap`, ever (`Stats::dead_letters_dropped`).
+const DEAD_DROPPED: &str = "dead_dropped";
+/// The latest time (ms, queue clock) a committed transaction saw: how a
+/// clock step back during a restart is noticed (SPEC 8, Clock steps).
+const CLOCK_HIGH: &str = "clock_high";
 
 /// How many expired done markers and dedup keys one transaction purges at
 /// most, so that a backlog of expiries never makes one commit slow.
@@ -133,6 +143,10 @@ pub(super) struct Tables<'t> {
     dead: Lazy<'t, u64, &'static [u8]>,
     dead_by_id: Lazy<'t, u64, u64>,
     limits: Limits,
+    /// Whether anything asked for a table to write in. An operation asks
+    /// only once it knows it will change something, so a transaction that
+    /// stays clean changed nothing and is not committed (SPEC 8, Idle).
+    dirty: bool,
 }
 
 /// One table of a write transaction, opened when first asked for.
@@ -200,7 +214,13 @@ impl<'t> Tables<'t> {
             dead: Lazy::new(DEAD, "open table dead"),
             dead_by_id: Lazy::new(DEAD_BY_ID, "open table dead_by_id"),
             limits,
+            dirty: false,
         })
+    }
+
+    /// Whether this transaction has written anything (see `dirty`).
+    pub(super) fn is_dirty(&self) -> bool {
+        self.dirty
     }
 
     fn meta(&self) -> Result<&Table<'t, &'static str, u64>> {
@@ -208,6 +228,7 @@ impl<'t> Tables<'t> {
     }
 
     fn meta_mut(&mut self) -> Result<&mut Table<'t, &'static str, u64>> {
+        self.dirty = true;
         self.meta.get_mut(self.txn)
     }
 
@@ -216,6 +237,7 @@ impl<'t> Tables<'t> {
     }
 
     fn items_mut(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        self.dirty = true;
         self.items.get_mut(self.txn)
     }
 
@@ -224,6 +246,7 @@ impl<'t> Tables<'t> {
     }
 
     fn payloads_mut(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        self.dirty = true;
         self.payloads.get_mut(self.txn)
     }
 
@@ -232,6 +255,7 @@ impl<'t> Tables<'t> {
     }
 
     fn backlog_mut(&mut self) -> Result<&mut Table<'t, u64, u64>> {
+        self.dirty = true;
         self.backlog.get_mut(self.txn)
     }
 
@@ -240,6 +264,7 @@ impl<'t> Tables<'t> {
     }
 
     fn due_mut(&mut self) -> Result<&mut Table<'t, u64, u64>> {
+        self.dirty = true;
         self.due.get_mut(self.txn)
     }
 
@@ -248,6 +273,7 @@ impl<'t> Tables<'t> {
     }
 
     fn delayed_mut(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        self.dirty = true;
         self.delayed.get_mut(self.txn)
     }
 
@@ -256,6 +282,7 @@ impl<'t> Tables<'t> {
     }
 
     fn pending_mut(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        self.dirty = true;
         self.pending.get_mut(self.txn)
     }
 
@@ -264,6 +291,7 @@ impl<'t> Tables<'t> {
     }
 
     fn pending_by_time_mut(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        self.dirty = true;
         self.pending_by_time.get_mut(self.txn)
     }
 
@@ -272,6 +300,7 @@ impl<'t> Tables<'t> {
     }
 
     fn orphans_mut(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        self.dirty = true;
         self.orphans.get_mut(self.txn)
     }
 
@@ -280,6 +309,7 @@ impl<'t> Tables<'t> {
     }
 
     fn parked_mut(&mut self) -> Result<&mut Table<'t, (&'static str, u64), u64>> {
+        self.dirty = true;
         self.parked.get_mut(self.txn)
     }
 
@@ -288,6 +318,7 @@ impl<'t> Tables<'t> {
     }
 
     fn paused_mut(&mut self) -> Result<&mut Table<'t, &'static str, ()>> {
+        self.dirty = true;
         self.paused.get_mut(self.txn)
     }
 
@@ -296,6 +327,7 @@ impl<'t> Tables<'t> {
     }
 
     fn done_mut(&mut self) -> Result<&mut Table<'t, (u64, &'static str), u64>> {
+        self.dirty = true;
         self.done.get_mut(self.txn)
     }
 
@@ -304,6 +336,7 @@ impl<'t> Tables<'t> {
     }
 
     fn done_expiry_mut(&mut self) -> Result<&mut Table<'t, (u64, u64, &'static str), ()>> {
+        self.dirty = true;
         self.done_expiry.get_mut(self.txn)
     }
 
@@ -312,6 +345,7 @@ impl<'t> Tables<'t> {
     }
 
     fn dedup_mut(&mut self) -> Result<&mut Table<'t, &'static str, (u64, u64)>> {
+        self.dirty = true;
         self.dedup.get_mut(self.txn)
     }
 
@@ -320,6 +354,7 @@ impl<'t> Tables<'t> {
     }
 
     fn dedup_expiry_mut(&mut self) -> Result<&mut Table<'t, (u64, &'static str), ()>> {
+        self.dirty = true;
         self.dedup_expiry.get_mut(self.txn)
     }
 
@@ -328,6 +363,7 @@ impl<'t> Tables<'t> {
     }
 
     fn dead_mut(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        self.dirty = true;
         self.dead.get_mut(self.txn)
     }
 
@@ -336,6 +372,7 @@ impl<'t> Tables<'t> {
     }
 
     fn dead_by_id_mut(&mut self) -> Result<&mut Table<'t, u64, u64>> {
+        self.dirty = true;
         self.dead_by_id.get_mut(self.txn)
     }
 
@@ -512,7 +549,12 @@ impl<'t> Tables<'t> {
                 .remove(old.id)
                 .ctx("drop dead letter index")?;
             self.delete_item(old.id)?;
-            tracing::warn!(id = old.id, "dead letter dropped: dead_letter_cap reached");
+            self.bump(DEAD_DROPPED, 0)?;
+            tracing::warn!(
+                id = old.id,
+                cap = self.limits.dead_letter_cap,
+                "dead letter dropped for good: dead_letter_cap reached"
+            );
         }
         Ok(())
     }
@@ -526,6 +568,141 @@ impl<'t> Tables<'t> {
         self.parked_mut()?
             .insert((flow, seq), id)
             .ctx("write parked")?;
+        Ok(())
+    }
+
+    // ---- clock steps (SPEC 8) -------------------------------------------
+
+    /// If the clock reads more than the tolerance below `latest` (the latest
+    /// time this process has seen) or below the latest time a commit of the
+    /// file saw, move every timer, claim time and expiry back by the step.
+    /// Returns whether it moved them.
+    pub(super) fn observe_clock(&mut self, latest: u64, now: u64) -> Result<bool> {
+        let high = self.counter(CLOCK_HIGH, 0)?.max(latest);
+        let step = crate::clock::step_back(high, now);
+        if let Some(back) = step {
+            tracing::warn!(
+                back_ms = back,
+                "the clock stepped back: timers and leases moved with it"
+            );
+            self.rebase(back)?;
+            self.meta_mut()?
+                .insert(CLOCK_HIGH, now)
+                .ctx("write clock")?;
+        }
+        Ok(step.is_some())
+    }
+
+    /// At close: remember `latest`, the latest time this process saw, if
+    /// the file's is older. Returns whether it wrote.
+    pub(super) fn save_clock(&mut self, latest: u64) -> Result<bool> {
+        if self.counter(CLOCK_HIGH, 0)? >= latest {
+            return Ok(false);
+        }
+        self.meta_mut()?
+            .insert(CLOCK_HIGH, latest)
+            .ctx("write clock")?;
+        Ok(true)
+    }
+
+    /// After the operations of a transaction that writes anyway: remember
+    /// the latest time seen.
+    pub(super) fn note_clock(&mut self, now: u64) -> Result<()> {
+        if self.dirty && self.counter(CLOCK_HIGH, 0)? < now {
+            self.meta_mut()?
+                .insert(CLOCK_HIGH, now)
+                .ctx("write clock")?;
+        }
+        Ok(())
+    }
+
+    fn rebase(&mut self, back: u64) -> Result<()> {
+        let mut delayed = Vec::new();
+        for entry in self.delayed()?.iter().ctx("scan delayed")? {
+            delayed.push(entry.ctx("scan delayed")?.0.value());
+        }
+        for (nb, id) in delayed {
+            let moved = nb.saturating_sub(back);
+            self.delayed_mut()?.remove((nb, id)).ctx("move delayed")?;
+            self.delayed_mut()?
+                .insert((moved, id), ())
+                .ctx("move delayed")?;
+            let mut rec = self.record(id)?;
+            rec.not_before_ms = Some(moved);
+            self.put_record(id, &rec)?;
+        }
+        let mut leases = Vec::new();
+        for entry in self.pending_by_time()?.iter().ctx("scan lease index")? {
+            leases.push(entry.ctx("scan lease index")?.0.value());
+        }
+        for (at, id) in leases {
+            let moved = at.saturating_sub(back);
+            self.pending_by_time_mut()?
+                .remove((at, id))
+                .ctx("move lease index")?;
+            self.pending_by_time_mut()?
+                .insert((moved, id), ())
+                .ctx("move lease index")?;
+            if self
+                .orphans_mut()?
+                .remove((at, id))
+                .ctx("move orphan")?
+                .is_some()
+            {
+                self.orphans_mut()?
+                    .insert((moved, id), ())
+                    .ctx("move orphan")?;
+            }
+            if let Some(mut l) = self.lease(id)? {
+                l.claimed_at_ms = moved;
+                self.pending_mut()?
+                    .insert(id, codec::encode(&l)?.as_slice())
+                    .ctx("move lease")?;
+            }
+        }
+        let mut done = Vec::new();
+        for entry in self.done_expiry()?.iter().ctx("scan done expiry")? {
+            let (k, _) = entry.ctx("scan done expiry")?;
+            let (t, id, step) = k.value();
+            done.push((t, id, step.to_string()));
+        }
+        for (t, id, step) in done {
+            let moved = t.saturating_sub(back);
+            self.done_expiry_mut()?
+                .remove((t, id, step.as_str()))
+                .ctx("move done expiry")?;
+            self.done_expiry_mut()?
+                .insert((moved, id, step.as_str()), ())
+                .ctx("move done expiry")?;
+            self.done_mut()?
+                .insert((id, step.as_str()), moved)
+                .ctx("move done marker")?;
+        }
+        let mut keys = Vec::new();
+        for entry in self.dedup_expiry()?.iter().ctx("scan dedup expiry")? {
+            let (k, _) = entry.ctx("scan dedup expiry")?;
+            let (t, key) = k.value();
+            keys.push((t, key.to_string()));
+        }
+        for (t, key) in keys {
+            let moved = t.saturating_sub(back);
+            self.dedup_expiry_mut()?
+                .remove((t, key.as_str()))
+                .ctx("move dedup expiry")?;
+            self.dedup_expiry_mut()?
+                .insert((moved, key.as_str()), ())
+                .ctx("move dedup expiry")?;
+            let first = self
+                .dedup()?
+                .get(key.as_str())
+                .ctx("read dedup key")?
+                .map(|g| g.value().0);
+            if let Some(id) = first {
+                self.dedup_mut()?
+                    .insert(key.as_str(), (id, moved))
+                    .ctx("move dedup key")?;
+            }
+        }
         Ok(())
     }
 
@@ -610,7 +787,7 @@ impl<'t> Tables<'t> {
         let mut fresh = 0u64;
         let mut seen = std::collections::HashSet::new();
         for (item, _) in items {
-            check_payload_size(item, self.limits.max_payload_bytes)?;
+            check_new_item(item, self.limits.max_payload_bytes)?;
             match item.dedup_key.as_deref() {
                 // A key earlier in the batch is live only while its window
                 // is open: never with a window of 0 (deduplication off).
@@ -730,18 +907,25 @@ impl<'t> Tables<'t> {
         };
         for &lane in lanes {
             while out.len() < count {
-                let table = if lane == Lane::Due {
+                // Look before taking: an empty lane is not written to.
+                let head = if lane == Lane::Due {
+                    self.due()?
+                } else {
+                    self.backlog()?
+                }
+                .first()
+                .ctx("read lane")?
+                .map(|(k, v)| (k.value(), v.value()));
+                let Some((seq, id)) = head else {
+                    break;
+                };
+                if lane == Lane::Due {
                     self.due_mut()?
                 } else {
                     self.backlog_mut()?
-                };
-                let Some(id) = table
-                    .pop_first()
-                    .ctx("take from lane")?
-                    .map(|(_, v)| v.value())
-                else {
-                    break;
-                };
+                }
+                .remove(seq)
+                .ctx("take from lane")?;
                 if any_paused {
                     let flow = self.record(id)?.flow;
                     if self.is_paused(&flow)? {
@@ -812,6 +996,28 @@ impl<'t> Tables<'t> {
         Ok(RetryOutcome::Delayed)
     }
 
+    /// SPEC 3, Finishing: release. Back to delayed (or the parked tail of
+    /// a paused flow) with `deliveries - 1`.
+    pub(super) fn release(&mut self, r: &Receipt, not_before: u64) -> Result<()> {
+        let lease = self.current(r)?;
+        let mut rec = self.record(r.id)?;
+        self.remove_pending(r.id, &lease)?;
+        rec.deliveries = rec.deliveries.saturating_sub(1);
+        let paused = self.is_paused(&rec.flow)?;
+        if !paused {
+            rec.not_before_ms = Some(not_before);
+        }
+        self.put_record(r.id, &rec)?;
+        if paused {
+            self.park_id(&rec.flow, r.id)
+        } else {
+            self.delayed_mut()?
+                .insert((not_before, r.id), ())
+                .ctx("write delayed")?;
+            Ok(())
+        }
+    }
+
     pub(super) fn dead_letter(&mut self, r: &Receipt, reason: &str, now: u64) -> Result<()> {
         let lease = self.current(r)?;
         self.remove_pending(r.id, &lease)?;
@@ -823,11 +1029,12 @@ impl<'t> Tables<'t> {
         min_idle_ms: u64,
         count: usize,
         now: u64,
-    ) -> Result<Vec<Claimed>> {
+    ) -> Result<Reclaimed> {
         if count == 0 {
             return Err(Error::invalid("reclaim count must be at least 1"));
         }
         let mut out = Vec::new();
+        let mut dead_lettered = Vec::new();
         // Claims this call made are re-indexed at (now, id), possibly ahead of
         // the scan: skip them, and resume each scan after the last key seen.
         let mut handed: std::collections::HashSet<u64> = std::collections::HashSet::new();
@@ -884,6 +1091,11 @@ impl<'t> Tables<'t> {
             let rec = self.record(id)?;
             if rec.deliveries >= self.limits.max_deliveries {
                 self.bury(id, MAX_DELIVERIES_REASON, now)?;
+                dead_lettered.push(Receipt {
+                    id,
+                    delivery: rec.deliveries,
+                    lease: lease.lease,
+                });
                 continue;
             }
             // SPEC 3, Crash recovery: an item of a paused flow is parked
@@ -896,7 +1108,10 @@ impl<'t> Tables<'t> {
             handed.insert(id);
             out.push(self.hand_out(id, lane, now)?);
         }
-        Ok(out)
+        Ok(Reclaimed {
+            claimed: out,
+            dead_lettered,
+        })
     }
 
     /// At open: every pending item belongs to a process that is gone.
@@ -914,6 +1129,9 @@ impl<'t> Tables<'t> {
 
     pub(super) fn pause(&mut self, flow: &str) -> Result<()> {
         require_flow(flow)?;
+        if self.is_paused(flow)? {
+            return Ok(());
+        }
         self.paused_mut()?.insert(flow, ()).ctx("write paused")?;
         Ok(())
     }
@@ -933,7 +1151,9 @@ impl<'t> Tables<'t> {
 
     pub(super) fn resume(&mut self, flow: &str) -> Result<u64> {
         require_flow(flow)?;
-        self.paused_mut()?.remove(flow).ctx("delete paused")?;
+        if self.is_paused(flow)? {
+            self.paused_mut()?.remove(flow).ctx("delete paused")?;
+        }
         let ids = self.parked_ids(flow)?;
         for (seq, id) in &ids {
             self.parked_mut()?
@@ -974,7 +1194,9 @@ impl<'t> Tables<'t> {
 
     pub(super) fn clear_flow(&mut self, flow: &str) -> Result<u64> {
         require_flow(flow)?;
-        self.paused_mut()?.remove(flow).ctx("delete paused")?;
+        if self.is_paused(flow)? {
+            self.paused_mut()?.remove(flow).ctx("delete paused")?;
+        }
         let ids = self.parked_ids(flow)?;
         for (seq, id) in &ids {
             self.parked_mut()?
@@ -1005,13 +1227,16 @@ impl<'t> Tables<'t> {
 
     pub(super) fn redrive(&mut self, id: u64) -> Result<bool> {
         let Some(seq) = self
-            .dead_by_id_mut()?
-            .remove(id)
-            .ctx("delete dead letter index")?
+            .dead_by_id()?
+            .get(id)
+            .ctx("read dead letter index")?
             .map(|g| g.value())
         else {
             return Ok(false);
         };
+        self.dead_by_id_mut()?
+            .remove(id)
+            .ctx("delete dead letter index")?;
         self.dead_mut()?.remove(seq).ctx("delete dead letter")?;
         let mut rec = self.record(id)?;
         rec.deliveries = 0;
@@ -1027,6 +1252,9 @@ impl<'t> Tables<'t> {
         for entry in self.dead_by_id()?.iter().ctx("scan dead letters")? {
             let (k, _) = entry.ctx("scan dead letters")?;
             ids.push(k.value());
+        }
+        if ids.is_empty() && self.dead()?.is_empty().ctx("count dead letters")? {
+            return Ok(0);
         }
         for id in &ids {
             self.delete_item(*id)?;
@@ -1200,6 +1428,7 @@ impl<'t> Tables<'t> {
             delayed: self.delayed()?.len().ctx("count delayed")?,
             parked: self.parked()?.len().ctx("count parked")?,
             dead_letters: self.dead()?.len().ctx("count dead letters")?,
+            dead_letters_dropped: self.counter(DEAD_DROPPED, 0)?,
             oldest_pending_age_ms: oldest,
             durable: true,
         })

@@ -9,8 +9,8 @@
 //! while items arrived in the meantime. Under load many adds share a call;
 //! a lone add costs a task spawn more than before.
 //!
-//! Nothing changes for the caller: payload sizes are checked before an
-//! item joins the list, so one caller's bad item never fails another's;
+//! Nothing changes for the caller: payloads and flow names are checked
+//! before an item joins the list, so one caller's bad item never fails another's;
 //! queues with `max_backlog` do not combine (a combined batch is refused
 //! whole when full, where some of its adds alone would fit); an error of
 //! the shared call reaches every caller in it with the same meaning (the
@@ -22,7 +22,7 @@ use tokio::sync::oneshot;
 
 use super::RedisQueue;
 use crate::error::{Error, Result};
-use crate::item::{Added, NewItem, check_payload_size};
+use crate::item::{Added, NewItem, check_new_item};
 
 /// The most items one combined call carries; more wait for the next.
 const MAX_COMBINED: usize = 512;
@@ -60,7 +60,7 @@ impl RedisQueue {
                 .pop()
                 .ok_or_else(|| Error::backend("redis add returned no id"));
         }
-        check_payload_size(&item, c.max_payload_bytes)?;
+        check_new_item(&item, c.max_payload_bytes)?;
         self.check_open()?;
         let (tx, rx) = oneshot::channel();
         let start = {
