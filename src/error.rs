@@ -168,7 +168,7 @@ impl Error {
 
     /// A copy for handing one failure to several waiting callers. Sources that
     /// cannot be cloned are folded into the text.
-    #[cfg_attr(not(feature = "embedded"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "embedded", feature = "redis")), allow(dead_code))]
     pub(crate) fn duplicate(&self) -> Self {
         match self {
             Error::Full { limit } => Error::Full { limit: *limit },

@@ -17,8 +17,13 @@
 //! |---|---|---|---|
 //! | [`MemoryQueue`] | always | process memory, not durable | tests; the reference model |
 //! | [`EmbeddedQueue`] | `embedded` (default) | one crash-safe redb file | one process on one machine: edge devices, single servers |
-//! | `RedisQueue` | `redis` | Redis Streams and a few keys | many processes on many machines sharing one Redis |
+//! | `RedisQueue` | `redis` | Redis Streams and a few keys; one server or a Redis Cluster (`redis+cluster://`) | many processes on many machines sharing one Redis |
 //! | `RemoteQueue` | `remote` | the queue another process serves (`workjournal serve`) | many processes on one node sharing one file |
+//!
+//! [`PartitionedQueue`] spreads one queue over several queues of any
+//! backend (e.g. Redis namespaces on different cluster primaries): a flow
+//! stays on one partition, claims go round-robin, and FIFO and caps hold
+//! per partition (SPEC 6.1).
 //!
 //! Every backend implements [`WorkQueue`]; code written against the trait
 //! runs on any of them. Choose at run time with [`BoxQueue`], or let
@@ -250,6 +255,7 @@ pub use worker::{
 };
 
 pub use backend::memory::MemoryQueue;
+pub use backend::partitioned::{MAX_PARTITIONS, PartitionedQueue};
 
 #[cfg(feature = "embedded")]
 pub use backend::embedded::{EmbeddedOptions, EmbeddedQueue};

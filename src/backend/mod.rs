@@ -1,6 +1,7 @@
 //! The backends, one module each, each behind its cargo feature.
 
 pub(crate) mod memory;
+pub(crate) mod partitioned;
 
 #[cfg(feature = "embedded")]
 pub(crate) mod embedded;

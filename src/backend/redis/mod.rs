@@ -93,6 +93,13 @@
 //!   the platform's roots are trusted (`rustls-native-certs`); with one,
 //!   only that CA. `#insecure` URLs are refused: a queue's payloads and
 //!   receipts should not cross a network unauthenticated.
+//! - **Redis Cluster.** `redis+cluster://` URLs (or
+//!   [`RedisOptions::cluster`]) use redis-rs' cluster connection instead
+//!   of the connection manager (`connection.rs`): scripts are routed by
+//!   their one declared key, the `{ns}:` prefix, whose slot holds every key
+//!   of the queue; `WAIT` and `TIME` go to that slot's primary; blocking
+//!   waits have cluster connections of their own, and a wait that the
+//!   slot's move or failover cuts (`UNBLOCKED`, `MOVED`) counts as a wake.
 //! - **Store and forward** (SPEC section 11). `scripts/forward.lua` takes a
 //!   batch from an edge journal and records, in the same script, the
 //!   highest local id taken per origin (`{ns}:forward:<origin>`: `journal`,
@@ -110,8 +117,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::{AsyncConnectionConfig, Script, Value};
+use redis::{Script, Value};
 
 use crate::clock::CLOCK_STEP_TOLERANCE_MS;
 use crate::clock::SharedClock;
@@ -123,9 +129,12 @@ use crate::item::{
 };
 use crate::queue::WorkQueue;
 
+mod combine;
+mod connection;
 pub(crate) mod forward;
 pub(crate) mod reply;
 
+use connection::{Conn, Source};
 pub use forward::Origin;
 
 use reply::{array, at, bytes, claims, int, opt_uint, text, u32_of, uint};
@@ -167,6 +176,7 @@ pub struct RedisOptions {
     consumer_name: Option<String>,
     tls_ca: Option<Pem>,
     tls_client: Option<(Pem, Pem)>,
+    cluster: bool,
 }
 
 /// PEM text given inline or as a file that `connect` reads.
@@ -207,6 +217,7 @@ impl Default for RedisOptions {
             consumer_name: None,
             tls_ca: None,
             tls_client: None,
+            cluster: false,
         }
     }
 }
@@ -297,6 +308,21 @@ impl RedisOptions {
     ) -> Self {
         self.tls_client = Some((Pem::File(cert_chain.into()), Pem::File(key.into())));
         self
+    }
+
+    /// Talk to a Redis Cluster (SPEC 7, "Redis Cluster"): the URL names one
+    /// node of it, the others are found from there; commands go to the
+    /// primary owning the namespace's slot and follow it when it moves
+    /// (`MOVED`, failover). A `redis+cluster://` or `rediss+cluster://` URL
+    /// asks for the same. Default: false (one server).
+    pub fn cluster(mut self, on: bool) -> Self {
+        self.cluster = on;
+        self
+    }
+
+    /// Whether [`cluster`](Self::cluster) was asked for.
+    pub fn get_cluster(&self) -> bool {
+        self.cluster
     }
 
     /// True if a CA was given with [`tls_ca_pem`](Self::tls_ca_pem) or
@@ -433,10 +459,10 @@ impl Scripts {
 }
 
 struct Inner {
-    client: redis::Client,
-    conn: ConnectionManager,
+    client: Source,
+    conn: Conn,
     /// Idle connections for blocking waits (no response timeout).
-    blockers: std::sync::Mutex<Vec<MultiplexedConnection>>,
+    blockers: std::sync::Mutex<Vec<Conn>>,
     prefix: String,
     consumer: String,
     config: Config,
@@ -444,6 +470,8 @@ struct Inner {
     options: RedisOptions,
     scripts: Scripts,
     closed: AtomicBool,
+    /// Concurrent adds waiting to share one script call.
+    combiner: combine::Combiner,
 }
 
 /// The Redis Streams backend (feature `redis`): a queue in one namespace of
@@ -546,10 +574,11 @@ fn receipt_args(args: &mut Vec<Vec<u8>>, r: &Receipt) {
 
 /// What a failed connect was, for the error: naming TLS points at
 /// certificates when the source says the handshake failed.
-fn connect_what(client: &redis::Client) -> &'static str {
-    match client.get_connection_info().addr() {
-        redis::ConnectionAddr::TcpTls { .. } => "connect over TLS",
-        _ => "connect",
+fn connect_what(client: &Source) -> &'static str {
+    if client.is_tls() {
+        "connect over TLS"
+    } else {
+        "connect"
     }
 }
 
@@ -576,9 +605,20 @@ fn certificates(pem: &Pem, what: &str) -> Result<Vec<u8>> {
 /// The one client every connection of a handle comes from (the managed
 /// connection, its reconnects and the blocking-wait connections), so all of
 /// them use the same TLS settings.
-fn client_for(url: &str, options: &RedisOptions) -> Result<redis::Client> {
+fn client_for(url: &str, options: &RedisOptions) -> Result<Source> {
     use redis::IntoConnectionInfo;
+    // `redis+cluster://` and `rediss+cluster://` ask for a cluster
+    // connection; the rest of the URL is an ordinary one.
+    let (url, cluster) = match url.split_once("+cluster://") {
+        Some((scheme @ ("redis" | "rediss"), rest)) => (format!("{scheme}://{rest}"), true),
+        _ => (url.to_string(), options.cluster),
+    };
+    let open = |info, certs| {
+        Source::open(info, certs, cluster)
+            .map_err(|e| Error::invalid(format!("redis url is not valid: {e}")))
+    };
     let info = url
+        .as_str()
         .into_connection_info()
         .map_err(|e| Error::invalid(format!("redis url is not valid: {e}")))?;
     let insecure = match info.addr() {
@@ -591,8 +631,7 @@ fn client_for(url: &str, options: &RedisOptions) -> Result<redis::Client> {
                     "redis TLS options (CA or client certificate) need a rediss:// url",
                 ));
             }
-            return redis::Client::open(info)
-                .map_err(|e| Error::invalid(format!("redis url is not valid: {e}")));
+            return open(info, None);
         }
     };
     if insecure {
@@ -606,8 +645,7 @@ fn client_for(url: &str, options: &RedisOptions) -> Result<redis::Client> {
     // installed one already, in which case that one stays.
     let _ = rustls::crypto::ring::default_provider().install_default();
     if options.tls_ca.is_none() && options.tls_client.is_none() {
-        return redis::Client::open(info)
-            .map_err(|e| Error::invalid(format!("redis url is not valid: {e}")));
+        return open(info, None);
     }
     let root_cert = match &options.tls_ca {
         Some(pem) => Some(certificates(pem, "TLS CA")?),
@@ -620,12 +658,13 @@ fn client_for(url: &str, options: &RedisOptions) -> Result<redis::Client> {
         }),
         None => None,
     };
-    redis::Client::build_with_tls(
+    Source::open(
         info,
-        redis::TlsCertificates {
+        Some(redis::TlsCertificates {
             client_tls,
             root_cert,
-        },
+        }),
+        cluster,
     )
     .map_err(|e| Error::invalid(format!("redis TLS settings are not valid: {e}")))
 }
@@ -673,16 +712,10 @@ impl RedisQueue {
         // the tries and the setup together.
         let limit = options.connect_timeout.saturating_add(response);
         let started = tokio::time::Instant::now();
-        let cm = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(options.connect_timeout))
-            .set_response_timeout(Some(response))
-            .set_number_of_retries(2)
-            .set_min_delay(Duration::from_millis(20))
-            .set_max_delay(Duration::from_millis(200));
         let conn = bounded(
             connect_what(&client),
             limit,
-            client.get_connection_manager_with_config(cm),
+            client.shared(options.connect_timeout, response),
         )
         .await?;
         let prefix = format!("{{{namespace}}}:");
@@ -698,6 +731,7 @@ impl RedisQueue {
             options,
             scripts: Scripts::new(),
             closed: AtomicBool::new(false),
+            combiner: combine::Combiner::default(),
         };
         let mut queue = RedisQueue {
             inner: Arc::new(inner),
@@ -859,15 +893,16 @@ impl RedisQueue {
             return Ok(());
         }
         let mut conn = self.inner.conn.clone();
+        let mut wait = redis::cmd("WAIT");
+        // Redis reads a signed 64-bit count of ms (0 would mean forever):
+        // clamp a huge timeout into its range.
+        wait.arg(o.min_replicas)
+            .arg(ms(o.replica_timeout).clamp(1, MAX_LUA_MS));
+        // In a cluster: the primary that ran the write, not every primary.
         let acked: i64 = bounded(
             "WAIT",
             self.limit(),
-            redis::cmd("WAIT")
-                .arg(o.min_replicas)
-                // Redis reads a signed 64-bit count of ms (0 would mean
-                // forever): clamp a huge timeout into its range.
-                .arg(ms(o.replica_timeout).clamp(1, MAX_LUA_MS))
-                .query_async(&mut conn),
+            conn.at_primary_of(&self.inner.prefix, wait),
         )
         .await?;
         if acked < i64::from(o.min_replicas) {
@@ -978,7 +1013,7 @@ impl RedisQueue {
         Ok((got, tail, next_due, now))
     }
 
-    fn take_blocker(&self) -> Option<MultiplexedConnection> {
+    fn take_blocker(&self) -> Option<Conn> {
         self.inner
             .blockers
             .lock()
@@ -986,7 +1021,7 @@ impl RedisQueue {
             .pop()
     }
 
-    fn give_blocker(&self, conn: MultiplexedConnection) {
+    fn give_blocker(&self, conn: Conn) {
         let mut pool = self
             .inner
             .blockers
@@ -1008,15 +1043,12 @@ impl RedisQueue {
         let mut conn = match self.take_blocker() {
             Some(c) => c,
             None => {
-                let cfg = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(self.inner.options.connect_timeout))
-                    .set_response_timeout(None);
                 bounded(
                     connect_what(&self.inner.client),
                     self.limit(),
                     self.inner
                         .client
-                        .get_multiplexed_async_connection_with_config(&cfg),
+                        .blocker(self.inner.options.connect_timeout),
                 )
                 .await?
             }
@@ -1032,7 +1064,17 @@ impl RedisQueue {
             .arg(tail)
             .clone();
         let limit = Duration::from_millis(block_ms) + self.limit();
-        let read = bounded("XREAD BLOCK", limit, cmd.query_async::<Value>(&mut conn));
+        let read = bounded("XREAD BLOCK", limit, async {
+            match cmd.query_async::<Value>(&mut conn).await {
+                // The node stopped serving the slot under the wait (a
+                // failover made it a replica, or the slot moved): end the
+                // wait as if woken. The claim runs again on the shared
+                // connection, which follows the slot, and the next wait
+                // opens a fresh connection to the new owner.
+                Err(e) if matches!(e.code(), Some("UNBLOCKED" | "MOVED")) => Ok(None),
+                r => r.map(Some),
+            }
+        });
         let timer = async move {
             match timer {
                 Some(t) => t.await,
@@ -1041,8 +1083,9 @@ impl RedisQueue {
         };
         tokio::select! {
             r = read => {
-                r?;
-                self.give_blocker(conn);
+                if r?.is_some() {
+                    self.give_blocker(conn);
+                }
             }
             _ = timer => {
                 // The XREAD is still blocked on the server: drop this
@@ -1067,9 +1110,7 @@ impl RedisQueue {
 
 impl WorkQueue for RedisQueue {
     async fn add(&self, item: NewItem) -> Result<Added> {
-        let mut v = self.add_many(vec![(item, None)]).await?;
-        v.pop()
-            .ok_or_else(|| Error::backend("redis add returned no id"))
+        self.add_combined(item, None).await
     }
 
     async fn add_batch(&self, items: Vec<NewItem>) -> Result<Vec<Added>> {
@@ -1078,9 +1119,7 @@ impl WorkQueue for RedisQueue {
     }
 
     async fn add_delayed(&self, item: NewItem, not_before_ms: u64) -> Result<Added> {
-        let mut v = self.add_many(vec![(item, Some(not_before_ms))]).await?;
-        v.pop()
-            .ok_or_else(|| Error::backend("redis add returned no id"))
+        self.add_combined(item, Some(not_before_ms)).await
     }
 
     async fn next_due(&self) -> Result<Option<u64>> {
@@ -1504,7 +1543,15 @@ impl WorkQueue for RedisQueue {
         if let Some(c) = &self.inner.clock {
             return Ok(c.now_ms());
         }
-        let (secs, micros): (u64, u64) = self.simple("TIME", redis::cmd("TIME")).await?;
+        self.check_open()?;
+        let mut conn = self.inner.conn.clone();
+        // The clock of the primary that runs the scripts (any node's, else).
+        let (secs, micros): (u64, u64) = bounded(
+            "TIME",
+            self.limit(),
+            conn.at_primary_of(&self.inner.prefix, redis::cmd("TIME")),
+        )
+        .await?;
         Ok(secs.saturating_mul(1000).saturating_add(micros / 1000))
     }
 
