@@ -175,12 +175,15 @@ pub(crate) async fn open_for_work(
     if global.redis.is_some() || global.db.to_str().is_some_and(is_url) {
         return Ok((crate::commands::open(global, config).await?, None));
     }
+    // Only a file this process opens itself is served from here.
+    #[cfg(feature = "embedded")]
     let max_payload_bytes = config.get_max_payload_bytes();
     match ConnectOptions::default()
         .open_file_or_server(&global.db, config)
         .await?
     {
         Opened::Served(remote) => Ok((BoxQueue::new(remote), None)),
+        #[cfg(feature = "embedded")]
         Opened::Owned(file) => {
             let queue = BoxQueue::new(file);
             let socket = workjournal::socket_path_for(&global.db);
@@ -209,6 +212,32 @@ pub(crate) fn is_url(target: &str) -> bool {
     )
 }
 
+/// The queue file, opened (and so owned) by `serve`.
+#[cfg(feature = "embedded")]
+async fn open_owned_file(global: &Global) -> CliResult<BoxQueue> {
+    let file = workjournal::EmbeddedQueue::open(&global.db, Config::default())
+        .await
+        .map_err(|e| match e {
+            workjournal::Error::Locked { .. } => CliError::new(
+                code::LOCKED,
+                format!(
+                    "{}; is another `workjournal serve` or `work` running on it?",
+                    crate::one_line(&e)
+                ),
+            ),
+            other => other.into(),
+        })?;
+    Ok(BoxQueue::new(file))
+}
+
+#[cfg(not(feature = "embedded"))]
+async fn open_owned_file(_global: &Global) -> CliResult<BoxQueue> {
+    Err(CliError::new(
+        code::USAGE,
+        "--db: this workjournal was built without the embedded feature (rebuild with --features embedded, or pass --redis URL)",
+    ))
+}
+
 /// `workjournal serve`.
 pub(crate) async fn serve(global: &Global, args: &ServeArgs) -> CliResult {
     let (queue, default_socket) = match &global.redis {
@@ -216,24 +245,10 @@ pub(crate) async fn serve(global: &Global, args: &ServeArgs) -> CliResult {
             crate::commands::open(global, Config::default()).await?,
             PathBuf::from("./workjournal.sock"),
         ),
-        None => {
-            let file = workjournal::EmbeddedQueue::open(&global.db, Config::default())
-                .await
-                .map_err(|e| match e {
-                    workjournal::Error::Locked { .. } => CliError::new(
-                        code::LOCKED,
-                        format!(
-                            "{}; is another `workjournal serve` or `work` running on it?",
-                            crate::one_line(&e)
-                        ),
-                    ),
-                    other => other.into(),
-                })?;
-            (
-                BoxQueue::new(file),
-                workjournal::socket_path_for(&global.db),
-            )
-        }
+        None => (
+            open_owned_file(global).await?,
+            workjournal::socket_path_for(&global.db),
+        ),
     };
     let result = run_serve(&queue, args, default_socket).await;
     let closed = queue.close().await;
