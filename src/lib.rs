@@ -67,6 +67,7 @@ mod codec;
 mod config;
 mod error;
 mod item;
+mod outcome;
 mod queue;
 pub mod worker;
 
@@ -76,13 +77,14 @@ pub mod testing;
 pub use clock::{Clock, ManualClock, SharedClock, Sleep, SystemClock};
 pub use config::{
     Config, DEFAULT_DEAD_LETTER_CAP, DEFAULT_DEDUP_WINDOW, DEFAULT_DONE_TTL,
-    DEFAULT_MAX_DELIVERIES, DEFAULT_MAX_PAYLOAD_BYTES, MEMORY_DONE_MARKER_CAP,
+    DEFAULT_MAX_DELIVERIES, DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_RESULT_TTL, MEMORY_DONE_MARKER_CAP,
 };
 pub use error::{Error, Result};
 pub use item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, NewItem, Receipt,
     RetryOutcome, Stats,
 };
+pub use outcome::{Chunk, Outcome, OutcomeKind, encode_result};
 pub use queue::{BoxFuture, BoxQueue, DynWorkQueue, WorkQueue};
 pub use worker::{
     Event as WorkerEvent, Report as WorkerReport, RetryPolicy, Worker, idempotent_step,

@@ -649,11 +649,11 @@ impl Reference {
             Call::Claim(n, from) => outcome(m.claim(*n, *from, now), Value::Claimed),
             Call::Ack(r) => {
                 let r = self.receipt(r);
-                outcome(self.model.ack(r), |()| Value::Unit)
+                outcome(self.model.ack(r, now), |()| Value::Unit)
             }
             Call::AckBatch(v) => {
                 let rs: Vec<Receipt> = v.iter().map(|r| self.receipt(r)).collect();
-                Ok(Value::Count(self.model.ack_batch(&rs)))
+                Ok(Value::Count(self.model.ack_batch(&rs, now)))
             }
             Call::Touch(v) => {
                 let rs: Vec<Receipt> = v.iter().map(|r| self.receipt(r)).collect();

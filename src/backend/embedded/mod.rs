@@ -73,6 +73,7 @@ use crate::error::{Error, Result};
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, RetryOutcome, Stats,
 };
+use crate::outcome::{Chunk, Outcome};
 use crate::queue::WorkQueue;
 use tables::Limits;
 use writer::{Msg, Op, PathClaim, Reply, Request};
@@ -340,6 +341,7 @@ impl EmbeddedQueue {
         let limits = Limits {
             max_deliveries: config.max_deliveries,
             done_ttl_ms: ms(config.done_ttl),
+            result_ttl_ms: ms(config.result_ttl),
             dedup_window_ms: ms(config.dedup_window),
             dead_letter_cap: config.dead_letter_cap,
             max_backlog: config.max_backlog,
@@ -513,7 +515,66 @@ impl WorkQueue for EmbeddedQueue {
     }
 
     async fn ack(&self, receipt: Receipt) -> Result<()> {
-        expect_reply!(self, Op::Ack(receipt), Reply::Unit => ())
+        self.ack_with_result(receipt, Vec::new()).await
+    }
+
+    async fn ack_with_result(&self, receipt: Receipt, result: Vec<u8>) -> Result<()> {
+        expect_reply!(self, Op::Ack(receipt, result), Reply::Unit => ())
+    }
+
+    async fn outcome(&self, id: u64) -> Result<Option<Outcome>> {
+        expect_reply!(self, Op::Outcome(id), Reply::Outcome(o) => o)
+    }
+
+    async fn wait_outcome(&self, id: u64, wait: Duration) -> Result<Option<Outcome>> {
+        let deadline = crate::clock::wait_deadline(wait);
+        loop {
+            // Every committed write wakes `wake`; an ack is one.
+            let notified = self.inner.wake.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let found = self.outcome(id).await?;
+            if found.is_some() || tokio::time::Instant::now() >= deadline {
+                return Ok(found);
+            }
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+
+    async fn set_progress(&self, receipt: Receipt, progress: Vec<u8>) -> Result<()> {
+        expect_reply!(self, Op::SetProgress(receipt, progress), Reply::Unit => ())
+    }
+
+    async fn send_chunk(&self, receipt: Receipt, chunk: Vec<u8>) -> Result<u64> {
+        expect_reply!(self, Op::SendChunk(receipt, chunk), Reply::Count(n) => n)
+    }
+
+    async fn progress(&self, id: u64) -> Result<Option<Vec<u8>>> {
+        expect_reply!(self, Op::Progress(id), Reply::Bytes(b) => b)
+    }
+
+    async fn wait_chunks(&self, id: u64, after_seq: u64, wait: Duration) -> Result<Vec<Chunk>> {
+        let deadline = crate::clock::wait_deadline(wait);
+        loop {
+            let notified = self.inner.wake.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let (chunks, finished) = expect_reply!(
+                self,
+                Op::Chunks(id, after_seq),
+                Reply::Chunks(c, f) => (c, f)
+            )?;
+            if !chunks.is_empty() || finished || tokio::time::Instant::now() >= deadline {
+                return Ok(chunks);
+            }
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+            }
+        }
     }
 
     async fn ack_batch(&self, receipts: Vec<Receipt>) -> Result<u64> {

@@ -111,6 +111,7 @@ use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, RetryOutcome, Stats,
     check_payload_size, require_flow,
 };
+use crate::outcome::{Chunk, Outcome, OutcomeKind, check_size};
 use crate::queue::WorkQueue;
 
 pub(crate) mod reply;
@@ -354,6 +355,7 @@ struct Scripts {
     stats: Script,
     look: Script,
     close: Script,
+    result: Script,
 }
 
 impl Scripts {
@@ -376,6 +378,7 @@ impl Scripts {
             stats: script!("stats"),
             look: script!("look"),
             close: script!("close"),
+            result: script!("result"),
         }
     }
 }
@@ -947,6 +950,7 @@ impl RedisQueue {
     /// until `timer` fires (an injected clock's next due time).
     async fn wait_for_wake(
         &self,
+        stream: &str,
         tail: &str,
         block: Duration,
         timer: Option<crate::clock::Sleep>,
@@ -974,7 +978,7 @@ impl RedisQueue {
             .arg("COUNT")
             .arg(1)
             .arg("STREAMS")
-            .arg(format!("{}wake", self.inner.prefix))
+            .arg(format!("{}{stream}", self.inner.prefix))
             .arg(tail)
             .clone();
         let limit = Duration::from_millis(block_ms) + self.limit();
@@ -996,6 +1000,88 @@ impl RedisQueue {
             }
         }
         Ok(())
+    }
+
+    fn result_ttl_arg(&self) -> Vec<u8> {
+        ms(self.inner.config.result_ttl)
+            .min(MAX_LUA_MS)
+            .to_string()
+            .into_bytes()
+    }
+
+    /// One look at item `id`'s outcome, and the events-stream tail to wait
+    /// after.
+    async fn outcome_once(&self, id: u64) -> Result<(Option<Outcome>, String)> {
+        let args = vec![b"outcome".to_vec(), id.to_string().into_bytes()];
+        let v = self
+            .run("outcome", &self.inner.scripts.result, args, false)
+            .await?;
+        let a = array(&v, "outcome")?;
+        let tail = text(at(a, 4, "outcome")?, "outcome events tail")?;
+        if int(at(a, 0, "outcome")?, "outcome found")? == 0 {
+            return Ok((None, tail));
+        }
+        let value = bytes(at(a, 2, "outcome")?, "outcome value")?;
+        let kind = match text(at(a, 1, "outcome")?, "outcome kind")?.as_str() {
+            "done" => OutcomeKind::Done { result: value },
+            "dead" => OutcomeKind::DeadLettered {
+                reason: String::from_utf8_lossy(&value).into_owned(),
+            },
+            other => {
+                return Err(Error::backend(format!(
+                    "redis outcome of item {id} has kind {other:?}"
+                )));
+            }
+        };
+        let at_ms = uint(at(a, 3, "outcome")?, "outcome at")?;
+        Ok((Some(Outcome { id, kind, at_ms }), tail))
+    }
+
+    /// One read of item `id`'s chunks after `after_seq`: the chunks, whether
+    /// it has an outcome, and the events-stream tail.
+    async fn chunks_once(&self, id: u64, after_seq: u64) -> Result<(Vec<Chunk>, bool, String)> {
+        let after = after_seq.min(MAX_LUA_MS);
+        let args = vec![
+            b"chunks".to_vec(),
+            id.to_string().into_bytes(),
+            after.to_string().into_bytes(),
+        ];
+        let v = self
+            .run("chunks", &self.inner.scripts.result, args, false)
+            .await?;
+        let a = array(&v, "chunks")?;
+        let chunks = array(at(a, 0, "chunks")?, "chunks list")?
+            .iter()
+            .zip(after + 1..)
+            .map(|(c, seq)| {
+                Ok(Chunk {
+                    seq,
+                    data: bytes(c, "chunk")?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let finished = int(at(a, 1, "chunks")?, "chunks finished")? == 1;
+        let tail = text(at(a, 2, "chunks")?, "chunks events tail")?;
+        Ok((chunks, finished, tail))
+    }
+
+    /// Publish progress (`op` "progress") or a chunk ("chunk"); fenced.
+    async fn publish(&self, op: &str, receipt: Receipt, data: Vec<u8>) -> Result<u64> {
+        check_size(op, data.len(), self.inner.config.max_payload_bytes)?;
+        let mut args = vec![op.as_bytes().to_vec()];
+        receipt_args(&mut args, &receipt);
+        args.push(data);
+        let v = self.run(op, &self.inner.scripts.result, args, true).await?;
+        match uint(&v, op)? {
+            0 => Err(Self::receipt_lost(&receipt)),
+            n => Ok(n),
+        }
+    }
+
+    /// Block until an event after `tail` or `deadline`, at most one round.
+    async fn wait_for_event(&self, tail: &str, deadline: tokio::time::Instant) -> Result<()> {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        self.wait_for_wake("events", tail, left, None).await
     }
 
     fn receipt_lost(r: &Receipt) -> Error {
@@ -1097,13 +1183,19 @@ impl WorkQueue for RedisQueue {
                 }
                 (None, _) => None,
             };
-            self.wait_for_wake(&tail, block, timer).await?;
+            self.wait_for_wake("wake", &tail, block, timer).await?;
         }
     }
 
     async fn ack(&self, receipt: Receipt) -> Result<()> {
-        let mut args = Vec::new();
+        self.ack_with_result(receipt, Vec::new()).await
+    }
+
+    async fn ack_with_result(&self, receipt: Receipt, result: Vec<u8>) -> Result<()> {
+        check_size("result", result.len(), self.inner.config.max_payload_bytes)?;
+        let mut args = vec![self.result_ttl_arg()];
         receipt_args(&mut args, &receipt);
+        args.push(result);
         let v = self.run("ack", &self.inner.scripts.ack, args, true).await?;
         if uint(&v, "ack")? == 1 {
             Ok(())
@@ -1112,13 +1204,63 @@ impl WorkQueue for RedisQueue {
         }
     }
 
+    async fn outcome(&self, id: u64) -> Result<Option<Outcome>> {
+        Ok(self.outcome_once(id).await?.0)
+    }
+
+    async fn wait_outcome(&self, id: u64, wait: Duration) -> Result<Option<Outcome>> {
+        let deadline = crate::clock::wait_deadline(wait);
+        loop {
+            let (found, tail) = self.outcome_once(id).await?;
+            if found.is_some() || tokio::time::Instant::now() >= deadline {
+                return Ok(found);
+            }
+            self.wait_for_event(&tail, deadline).await?;
+        }
+    }
+
+    async fn set_progress(&self, receipt: Receipt, progress: Vec<u8>) -> Result<()> {
+        self.publish("progress", receipt, progress)
+            .await
+            .map(|_| ())
+    }
+
+    async fn send_chunk(&self, receipt: Receipt, chunk: Vec<u8>) -> Result<u64> {
+        self.publish("chunk", receipt, chunk).await
+    }
+
+    async fn progress(&self, id: u64) -> Result<Option<Vec<u8>>> {
+        let v: Option<Vec<u8>> = self
+            .simple(
+                "GET",
+                redis::cmd("GET")
+                    .arg(format!("{}prog:{id}", self.inner.prefix))
+                    .clone(),
+            )
+            .await?;
+        Ok(v)
+    }
+
+    async fn wait_chunks(&self, id: u64, after_seq: u64, wait: Duration) -> Result<Vec<Chunk>> {
+        let deadline = crate::clock::wait_deadline(wait);
+        loop {
+            let (chunks, finished, tail) = self.chunks_once(id, after_seq).await?;
+            if !chunks.is_empty() || finished || tokio::time::Instant::now() >= deadline {
+                return Ok(chunks);
+            }
+            self.wait_for_event(&tail, deadline).await?;
+        }
+    }
+
     async fn ack_batch(&self, receipts: Vec<Receipt>) -> Result<u64> {
         if receipts.is_empty() {
             return Ok(0);
         }
-        let mut args = Vec::with_capacity(receipts.len() * 2);
+        let mut args = Vec::with_capacity(1 + receipts.len() * 3);
+        args.push(self.result_ttl_arg());
         for r in &receipts {
             receipt_args(&mut args, r);
+            args.push(Vec::new());
         }
         let v = self
             .run("ack_batch", &self.inner.scripts.ack, args, true)
@@ -1155,6 +1297,7 @@ impl WorkQueue for RedisQueue {
         args.push(not_before_ms.min(MAX_LUA_MS).to_string().into_bytes());
         args.push(c.max_deliveries.to_string().into_bytes());
         args.push(c.dead_letter_cap.min(MAX_LUA_MS).to_string().into_bytes());
+        args.push(self.result_ttl_arg());
         let v = self
             .run("retry", &self.inner.scripts.retry, args, true)
             .await?;
@@ -1181,6 +1324,7 @@ impl WorkQueue for RedisQueue {
                 .to_string()
                 .into_bytes(),
         );
+        args.push(self.result_ttl_arg());
         let v = self
             .run("dead_letter", &self.inner.scripts.dead_letter, args, true)
             .await?;
@@ -1203,6 +1347,7 @@ impl WorkQueue for RedisQueue {
             n_arg(count),
             c.max_deliveries.to_string().into_bytes(),
             c.dead_letter_cap.min(MAX_LUA_MS).to_string().into_bytes(),
+            self.result_ttl_arg(),
         ];
         let v = self
             .run("reclaim_stale", &self.inner.scripts.reclaim, args, true)
