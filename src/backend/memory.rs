@@ -404,13 +404,27 @@ impl Model {
         Ok(seq)
     }
 
+    /// Whether `id` has an outcome that expired by `now_ms` (its progress and
+    /// chunks went with it, even before the purge).
+    fn expired(&self, id: u64, now_ms: u64) -> bool {
+        self.outcomes
+            .get(&id)
+            .is_some_and(|(_, expires)| *expires <= now_ms)
+    }
+
     /// SPEC 3, Progress: the last progress of `id`.
-    pub fn progress(&self, id: u64) -> Option<Vec<u8>> {
+    pub fn progress(&self, id: u64, now_ms: u64) -> Option<Vec<u8>> {
+        if self.expired(id, now_ms) {
+            return None;
+        }
         self.progress.get(&id).cloned()
     }
 
     /// SPEC 3, Progress: the chunks of `id` after `after_seq`.
-    pub fn chunks_after(&self, id: u64, after_seq: u64) -> Vec<Chunk> {
+    pub fn chunks_after(&self, id: u64, after_seq: u64, now_ms: u64) -> Vec<Chunk> {
+        if self.expired(id, now_ms) {
+            return Vec::new();
+        }
         self.chunks
             .get(&id)
             .map(|l| l.iter().filter(|c| c.seq > after_seq).cloned().collect())
@@ -985,14 +999,14 @@ impl WorkQueue for MemoryQueue {
 
     async fn progress(&self, id: u64) -> Result<Option<Vec<u8>>> {
         self.live()?;
-        Ok(self.lock().progress(id))
+        Ok(self.with(|m, now| m.progress(id, now)))
     }
 
     async fn wait_chunks(&self, id: u64, after_seq: u64, wait: Duration) -> Result<Vec<Chunk>> {
         self.wait_for(
             wait,
             |m, now| {
-                let got = m.chunks_after(id, after_seq);
+                let got = m.chunks_after(id, after_seq, now);
                 (!got.is_empty() || m.outcome(id, now).is_some()).then_some(got)
             },
             Vec::new(),

@@ -687,7 +687,18 @@ impl<'t> Tables<'t> {
         Ok(seq)
     }
 
-    pub(super) fn progress(&self, id: u64) -> Result<Option<Vec<u8>>> {
+    /// Whether `id` has an outcome that expired by `now` (its progress and
+    /// chunks went with it, even before the purge).
+    fn expired(&self, id: u64, now: u64) -> Result<bool> {
+        Ok(self
+            .outcome_record(id)?
+            .is_some_and(|r| r.expires_at_ms <= now))
+    }
+
+    pub(super) fn progress(&self, id: u64, now: u64) -> Result<Option<Vec<u8>>> {
+        if self.expired(id, now)? {
+            return Ok(None);
+        }
         Ok(self
             .progress_table()?
             .get(id)
@@ -703,7 +714,7 @@ impl<'t> Tables<'t> {
         now: u64,
     ) -> Result<(Vec<Chunk>, bool)> {
         let mut out = Vec::new();
-        if after_seq < u64::MAX {
+        if after_seq < u64::MAX && !self.expired(id, now)? {
             for entry in self
                 .chunks()?
                 .range((id, after_seq + 1)..=(id, u64::MAX))

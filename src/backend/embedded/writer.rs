@@ -242,7 +242,7 @@ fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
             Reply::Unit
         }
         Op::SendChunk(r, c) => Reply::Count(t.send_chunk(r, c)?),
-        Op::Progress(id) => Reply::Bytes(t.progress(*id)?),
+        Op::Progress(id) => Reply::Bytes(t.progress(*id, now)?),
         Op::Chunks(id, after) => {
             let (chunks, finished) = t.chunks_after(*id, *after, now)?;
             Reply::Chunks(chunks, finished)

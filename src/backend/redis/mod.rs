@@ -1230,15 +1230,15 @@ impl WorkQueue for RedisQueue {
     }
 
     async fn progress(&self, id: u64) -> Result<Option<Vec<u8>>> {
-        let v: Option<Vec<u8>> = self
-            .simple(
-                "GET",
-                redis::cmd("GET")
-                    .arg(format!("{}prog:{id}", self.inner.prefix))
-                    .clone(),
-            )
+        let args = vec![b"get_progress".to_vec(), id.to_string().into_bytes()];
+        let v = self
+            .run("progress", &self.inner.scripts.result, args, false)
             .await?;
-        Ok(v)
+        let a = array(&v, "progress")?;
+        if int(at(a, 0, "progress")?, "progress found")? == 0 {
+            return Ok(None);
+        }
+        Ok(Some(bytes(at(a, 1, "progress")?, "progress")?))
     }
 
     async fn wait_chunks(&self, id: u64, after_seq: u64, wait: Duration) -> Result<Vec<Chunk>> {
