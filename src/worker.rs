@@ -465,8 +465,47 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
     {
         let handler: Handler = Arc::new(move |c| {
             let fut = handler(c);
+            Box::pin(async move { fut.await.map(|()| None).map_err(|e| e.to_string()) })
+        });
+        self.run_handler(handler, shutdown).await
+    }
+
+    /// As [`Worker::run`], for a handler that answers: `Ok(Some(bytes))`
+    /// acks with `bytes` as the item's result
+    /// ([`WorkQueue::ack_with_result`]; [`encode_result`](crate::encode_result)
+    /// for a typed one), `Ok(None)` acks plainly (an empty result), `Err`
+    /// fails the attempt as in `run` (SPEC 9, Worker).
+    ///
+    /// # Errors
+    ///
+    /// As [`Worker::run`]. A result over `max_payload_bytes` is a failed
+    /// attempt with reason `"result refused: ..."`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Worker::run`].
+    pub async fn run_with_result<H, Fut, E>(
+        self,
+        handler: H,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<Report>
+    where
+        H: Fn(Claimed) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<Option<Vec<u8>>, E>> + Send + 'static,
+        E: fmt::Display + Send + 'static,
+    {
+        let handler: Handler = Arc::new(move |c| {
+            let fut = handler(c);
             Box::pin(async move { fut.await.map_err(|e| e.to_string()) })
         });
+        self.run_handler(handler, shutdown).await
+    }
+
+    async fn run_handler(
+        self,
+        handler: Handler,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<Report> {
         let shared = Arc::new(Shared {
             queue: self.queue,
             lease: self.lease,
@@ -586,7 +625,10 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
 }
 
 type Handler = Arc<
-    dyn Fn(Claimed) -> Pin<Box<dyn Future<Output = std::result::Result<(), String>> + Send>>
+    dyn Fn(
+            Claimed,
+        )
+            -> Pin<Box<dyn Future<Output = std::result::Result<Option<Vec<u8>>, String>> + Send>>
         + Send
         + Sync,
 >;
@@ -752,7 +794,7 @@ async fn supervise<Q: WorkQueue + 'static>(
         let task = tokio::spawn((shared.handler)(claimed).in_current_span());
         guard.handler = Some(task.abort_handle());
         let outcome = match task.await {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(result)) => Ok(result),
             Ok(Err(text)) => Err((text, false)),
             Err(e) if e.is_panic() => {
                 let payload = e.into_panic();
@@ -770,7 +812,7 @@ async fn supervise<Q: WorkQueue + 'static>(
         // commits both in one transaction) instead of after it.
         drop(permit);
         match outcome {
-            Ok(()) => finish_ok(&shared, receipt, started.elapsed()).await,
+            Ok(result) => finish_ok(&shared, receipt, result, started.elapsed()).await,
             Err((text, panicked)) => {
                 if panicked {
                     shared.report().panicked += 1;
@@ -785,8 +827,23 @@ async fn supervise<Q: WorkQueue + 'static>(
     .await
 }
 
-async fn finish_ok<Q: WorkQueue>(shared: &Shared<Q>, receipt: Receipt, elapsed: Duration) {
-    match shared.queue.ack(receipt).await {
+async fn finish_ok<Q: WorkQueue>(
+    shared: &Shared<Q>,
+    receipt: Receipt,
+    result: Option<Vec<u8>>,
+    elapsed: Duration,
+) {
+    let acked = match result {
+        Some(bytes) => shared.queue.ack_with_result(receipt, bytes).await,
+        None => shared.queue.ack(receipt).await,
+    };
+    // A result the queue refuses (over `max_payload_bytes`) is a failed
+    // attempt, not an item left pending to fail the same way again.
+    if let Err(Error::InvalidInput(why)) = &acked {
+        let text = format!("result refused: {why}");
+        return Box::pin(finish_err(shared, receipt, text)).await;
+    }
+    match acked {
         Ok(()) => {
             shared.report().acked += 1;
             shared.emit(Event::Acked {
