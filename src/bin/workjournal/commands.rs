@@ -56,7 +56,10 @@ pub(crate) async fn run(cli: Cli) -> CliResult {
     // Commands that only look must not create an empty queue file.
     let looks_only = matches!(
         cli.command,
-        Command::Stats { .. } | Command::Peek { .. } | Command::DeadLetters { .. }
+        Command::Stats { .. }
+            | Command::Peek { .. }
+            | Command::DeadLetters { .. }
+            | Command::Result { .. }
     );
     if looks_only && cli.global.redis.is_none() && !cli.global.db.exists() {
         return Err(CliError::new(
@@ -158,6 +161,9 @@ async fn one(queue: &BoxQueue, command: Command) -> CliResult {
         Command::ClearFlow { flow } => {
             let n = queue.clear_flow(&flow).await?;
             writeln!(out, "cleared {flow}: {n} parked items deleted").map_err(CliError::output)
+        }
+        Command::Result { id, wait } => {
+            crate::result::print_outcome(queue, id, wait.unwrap_or_default(), code::NOT_FOUND).await
         }
         Command::Compact => {
             let gave_back = queue.compact().await?;

@@ -9,6 +9,10 @@ use workjournal::Claimed;
 /// How much of the command's stderr is kept for the failure reason, in bytes.
 pub(crate) const STDERR_TAIL_BYTES: usize = 2048;
 
+/// The most stdout `work --keep-stdout` keeps as an item's result, in
+/// bytes (1 MiB); a command that writes more fails the attempt.
+pub(crate) const KEEP_STDOUT_CAP: usize = 1024 * 1024;
+
 /// Why a command failed: the text stored as the dead letter's reason.
 #[derive(Debug)]
 pub(crate) struct Failure(pub(crate) String);
@@ -16,8 +20,8 @@ pub(crate) struct Failure(pub(crate) String);
 /// What `run` found.
 #[derive(Debug)]
 pub(crate) enum Outcome {
-    /// The command exited 0.
-    Ok,
+    /// The command exited 0; with `keep_stdout`, what it wrote to stdout.
+    Ok(Option<Vec<u8>>),
     /// The command failed.
     Failed(Failure),
     /// The command died of SIGPIPE while our stdout is a pipe or socket: the
@@ -68,12 +72,13 @@ impl std::fmt::Display for Failure {
 }
 
 /// Run `sh -c CMD` with the payload on stdin and the item's id, flow and
-/// delivery in the environment. Its stdout is ours; its stderr is kept
+/// delivery in the environment. Its stdout is ours, or with `keep_stdout`
+/// captured (up to [`KEEP_STDOUT_CAP`]) as the result; its stderr is kept
 /// (the last 2 KiB) for the failure reason. The child is killed if this
 /// future is dropped (shutdown past the grace period).
-pub(crate) async fn run(cmd: &str, claimed: &Claimed) -> Outcome {
-    match run_inner(cmd, claimed).await {
-        Ok(()) => Outcome::Ok,
+pub(crate) async fn run(cmd: &str, claimed: &Claimed, keep_stdout: bool) -> Outcome {
+    match run_inner(cmd, claimed, keep_stdout).await {
+        Ok(out) => Outcome::Ok(out),
         Err((failure, signal)) => {
             if signal == Some(SIGPIPE) && stdout_is_pipe() {
                 Outcome::StdoutClosed
@@ -86,7 +91,11 @@ pub(crate) async fn run(cmd: &str, claimed: &Claimed) -> Outcome {
 
 /// `run`, with the signal that killed the command (a shell reports a child
 /// killed by signal N as exit code 128 + N).
-async fn run_inner(cmd: &str, claimed: &Claimed) -> Result<(), (Failure, Option<i32>)> {
+async fn run_inner(
+    cmd: &str,
+    claimed: &Claimed,
+    keep_stdout: bool,
+) -> Result<Option<Vec<u8>>, (Failure, Option<i32>)> {
     let item = &claimed.item;
     let mut child = Command::new("sh")
         .arg("-c")
@@ -95,7 +104,11 @@ async fn run_inner(cmd: &str, claimed: &Claimed) -> Result<(), (Failure, Option<
         .env("WORKJOURNAL_FLOW", &item.flow)
         .env("WORKJOURNAL_DELIVERY", claimed.receipt.delivery.to_string())
         .stdin(Stdio::piped())
-        .stdout(Stdio::inherit())
+        .stdout(if keep_stdout {
+            Stdio::piped()
+        } else {
+            Stdio::inherit()
+        })
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         // Its own process group, so that everything it started can be killed
@@ -107,6 +120,7 @@ async fn run_inner(cmd: &str, claimed: &Claimed) -> Result<(), (Failure, Option<
     let mut group = GroupKill(child.id());
 
     let stdin = child.stdin.take();
+    let stdout = child.stdout.take();
     let stderr = child.stderr.take();
     let payload = &item.payload;
     let write = async move {
@@ -135,7 +149,26 @@ async fn run_inner(cmd: &str, claimed: &Claimed) -> Result<(), (Failure, Option<
         }
         tail
     };
-    let ((), tail, status) = tokio::join!(write, read, child.wait());
+    // Keep up to the cap; read on past it (discarding) so that the command
+    // is never blocked on a full pipe.
+    let keep = async move {
+        let mut kept: Vec<u8> = Vec::new();
+        let mut over = false;
+        if let Some(mut stdout) = stdout {
+            let mut buf = [0u8; 8192];
+            loop {
+                match stdout.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) if kept.len() + n <= KEEP_STDOUT_CAP => {
+                        kept.extend_from_slice(&buf[..n]);
+                    }
+                    Ok(_) => over = true,
+                }
+            }
+        }
+        (kept, over)
+    };
+    let ((), tail, (kept, over), status) = tokio::join!(write, read, keep, child.wait());
     // `sh` has been reaped: its group id may be reused from here on, so the
     // guard must not fire. (What it left running in the background is its
     // own business once it exited.)
@@ -143,7 +176,15 @@ async fn run_inner(cmd: &str, claimed: &Claimed) -> Result<(), (Failure, Option<
     let status =
         status.map_err(|e| (Failure(format!("cannot wait for the command: {e}")), None))?;
     if status.success() {
-        return Ok(());
+        if over {
+            return Err((
+                Failure(format!(
+                    "command wrote more than the {KEEP_STDOUT_CAP} bytes --keep-stdout keeps"
+                )),
+                None,
+            ));
+        }
+        return Ok(keep_stdout.then_some(kept));
     }
     let (how, signal) = match status.code() {
         Some(c) => (format!("command exited with code {c}"), c.checked_sub(128)),

@@ -20,13 +20,16 @@
 //! | 6 | Redis is unreachable or failed |
 //! | 7 | the queue refused the input (payload too large, empty flow name) |
 //! | 8 | the queue is full (`max_backlog`) |
-//! | 9 | nothing to act on (`redrive` of an id that is not a dead letter, `step` of a flow with nothing parked) |
+//! | 9 | nothing to act on (`redrive` of an id that is not a dead letter, `step` of a flow with nothing parked, `result` of an item without an outcome) |
+//! | 10 | `add --wait` or `result`: the item was dead-lettered (its reason is the error line) |
+//! | 11 | `add --wait`: `--timeout` ran out before the item finished |
 //! | 130 | `work` stopped at once by a second Ctrl-C (running commands were killed; their items come back after a restart) |
 
 mod add;
 mod args;
 mod commands;
 mod exec;
+mod result;
 mod work;
 
 use std::io::Write;
@@ -47,6 +50,8 @@ pub(crate) mod code {
     pub(crate) const INVALID: u8 = 7;
     pub(crate) const FULL: u8 = 8;
     pub(crate) const NOT_FOUND: u8 = 9;
+    pub(crate) const DEAD_LETTERED: u8 = 10;
+    pub(crate) const TIMED_OUT: u8 = 11;
     pub(crate) const INTERRUPTED: u8 = 130;
 }
 

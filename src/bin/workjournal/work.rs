@@ -210,13 +210,14 @@ async fn run_work(queue: &BoxQueue, args: &WorkArgs) -> CliResult {
         .flow(args.flow.clone())
         .on_event(events);
     let closed = stdout_closed.clone();
-    let run = worker.run(
+    let keep_stdout = args.keep_stdout;
+    let run = worker.run_with_result(
         move |claimed| {
             let cmd = cmd.clone();
             let closed = closed.clone();
             async move {
-                match exec::run(&cmd, &claimed).await {
-                    exec::Outcome::Ok => Ok(()),
+                match exec::run(&cmd, &claimed, keep_stdout).await {
+                    exec::Outcome::Ok(result) => Ok(result),
                     exec::Outcome::Failed(f) => Err(f),
                     exec::Outcome::StdoutClosed => {
                         // Not a failure of the item: never report back; the
@@ -313,8 +314,8 @@ async fn run_step(queue: &BoxQueue, args: &StepArgs) -> CliResult {
     };
     let receipt = claimed.receipt;
     let run = async {
-        match exec::run(&args.exec.exec, &claimed).await {
-            exec::Outcome::Ok => Ok(()),
+        match exec::run(&args.exec.exec, &claimed, false).await {
+            exec::Outcome::Ok(_) => Ok(()),
             exec::Outcome::Failed(f) => Err(f),
             exec::Outcome::StdoutClosed => Err(exec::Failure(
                 "command killed by SIGPIPE: stdout was closed".to_string(),
