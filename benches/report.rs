@@ -134,6 +134,8 @@ const WORKLOADS: &[(&str, &str)] = &[
         "file MiB after 100 cycles",
         "file size after 100 churn cycles",
     ),
+    ("rpc p50", "request-response round trip p50"),
+    ("rpc p99", "request-response round trip p99"),
 ];
 
 const EMBEDDED_OTHERS: &[&str] = &[
@@ -143,7 +145,7 @@ const EMBEDDED_OTHERS: &[&str] = &[
     "effectum",
     "tokio-sleep",
 ];
-const REDIS_OTHERS: &[&str] = &["raw-streams", "omniqueue", "tokio-sleep"];
+const REDIS_OTHERS: &[&str] = &["raw-streams", "raw-zadd-pubsub", "omniqueue", "tokio-sleep"];
 
 /// How much better workjournal is than the other: > 1 means better.
 fn ratio(ours: Value, other: Value) -> f64 {
@@ -298,6 +300,13 @@ fn targets(r: &Results) {
         2.0,
         false,
         "",
+    );
+    verdict(
+        "redis request-response p50 vs raw ZADD + pub/sub (issue 15)",
+        (|| Some(get(r, "rpc p50", REDIS)?.v / get(r, "rpc p50", "raw-zadd-pubsub")?.v))(),
+        1.5,
+        false,
+        "x",
     );
     verdict(
         "redis timer lateness p99, ms",
