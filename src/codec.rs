@@ -40,7 +40,7 @@ pub(crate) struct DeadRecord {
     pub(crate) failed_at_ms: u64,
 }
 
-/// An item's outcome (SPEC 3, Outcomes): done with `result`, or
+/// An item's outcome (SPEC 3, Outcomes and progress): done with `result`, or
 /// dead-lettered with `reason`; kept until `expires_at_ms`.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
 pub(crate) struct OutcomeRecord {

@@ -75,7 +75,7 @@ impl Config {
 
     /// How long an item's outcome (and its progress and chunks) is kept
     /// after it was acked or dead-lettered, by the queue's clock (SPEC 3,
-    /// Outcomes). Default: 1 hour. Zero keeps no outcomes: waits then run
+    /// Outcomes and progress). Default: 1 hour. Zero keeps no outcomes: waits then run
     /// out. Keep it at least `dedup_window` so that a retried request (a
     /// duplicate add) can still read the first item's outcome.
     pub fn result_ttl(mut self, ttl: Duration) -> Self {

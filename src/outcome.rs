@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
-/// How an item finished (SPEC 3, Outcomes).
+/// How an item finished (SPEC 3, Outcomes and progress).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OutcomeKind {
     /// Acked; `result` is what the ack carried (empty for a plain `ack`).
@@ -22,7 +22,7 @@ pub enum OutcomeKind {
 }
 
 /// The outcome of one item, kept for `result_ttl` after it finished, by the
-/// queue's clock (SPEC 3, Outcomes).
+/// queue's clock (SPEC 3, Outcomes and progress).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
     /// The item's id.
@@ -85,7 +85,7 @@ pub fn encode_result<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>> {
         .map_err(|e| Error::invalid(format!("result does not encode: {e}")))
 }
 
-/// One chunk of an item's stream (SPEC 3, Progress): `seq` counts from 1 per
+/// One chunk of an item's stream (SPEC 3, Outcomes and progress): `seq` counts from 1 per
 /// item and never repeats, across deliveries too.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Chunk {

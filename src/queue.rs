@@ -171,7 +171,7 @@ pub trait WorkQueue: Send + Sync {
 
     /// As [`WorkQueue::ack`], and the item's outcome carries `result`
     /// (opaque bytes; [`encode_result`](crate::encode_result) for a typed
-    /// one) for `result_ttl` (SPEC 3, Outcomes). A plain `ack` is this with
+    /// one) for `result_ttl` (SPEC 3, Outcomes and progress). A plain `ack` is this with
     /// an empty result.
     ///
     /// # Errors
@@ -191,7 +191,7 @@ pub trait WorkQueue: Send + Sync {
     /// The outcome of item `id` (done with its result, or dead-lettered with
     /// its reason, and when), or `None` if it has none: not finished yet,
     /// never existed, or finished more than `result_ttl` ago (SPEC 3,
-    /// Outcomes).
+    /// Outcomes and progress).
     ///
     /// # Errors
     ///
@@ -200,7 +200,7 @@ pub trait WorkQueue: Send + Sync {
 
     /// As [`WorkQueue::outcome`], but while there is none, wait up to `wait`
     /// (real time) for one. Woken by the ack or dead letter itself (no
-    /// polling); `None` when the wait runs out (SPEC 3, Outcomes).
+    /// polling); `None` when the wait runs out (SPEC 3, Outcomes and progress).
     ///
     /// # Errors
     ///
@@ -216,7 +216,7 @@ pub trait WorkQueue: Send + Sync {
     ) -> impl Future<Output = Result<Option<Outcome>>> + Send;
 
     /// Publish the progress of a pending item: `progress` replaces the
-    /// last one (SPEC 3, Progress). Fenced like `touch`; it does not extend
+    /// last one (SPEC 3, Outcomes and progress). Fenced like `touch`; it does not extend
     /// the lease.
     ///
     /// # Errors
@@ -231,7 +231,7 @@ pub trait WorkQueue: Send + Sync {
 
     /// Append one chunk to a pending item's stream; returns its sequence
     /// number (from 1 per item, increasing across deliveries). Fenced like
-    /// `touch` (SPEC 3, Progress).
+    /// `touch` (SPEC 3, Outcomes and progress).
     ///
     /// # Errors
     ///
@@ -258,7 +258,7 @@ pub trait WorkQueue: Send + Sync {
     /// While there are none and the item has no outcome, wait up to `wait`
     /// (real time) for one; empty when the wait runs out or the item has
     /// finished (check [`WorkQueue::outcome`] to tell which). A long poll:
-    /// pass the last `seq` seen to read on (SPEC 3, Progress).
+    /// pass the last `seq` seen to read on (SPEC 3, Outcomes and progress).
     ///
     /// # Errors
     ///

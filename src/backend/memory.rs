@@ -139,7 +139,7 @@ impl Model {
         }
     }
 
-    /// SPEC 3, Outcomes: keep how item `id` finished for `result_ttl`.
+    /// SPEC 3, Outcomes and progress: keep how item `id` finished for `result_ttl`.
     fn finish(&mut self, id: u64, kind: OutcomeKind, now_ms: u64) {
         self.forget_outcome(id);
         let ttl = ms(self.config.result_ttl);
@@ -347,7 +347,7 @@ impl Model {
         self.ack_with_result(r, Vec::new(), now_ms)
     }
 
-    /// SPEC 3, Outcomes: ack carrying a result.
+    /// SPEC 3, Outcomes and progress: ack carrying a result.
     ///
     /// # Errors
     ///
@@ -370,7 +370,7 @@ impl Model {
             .count() as u64
     }
 
-    /// SPEC 3, Outcomes: the outcome of `id`, unless expired.
+    /// SPEC 3, Outcomes and progress: the outcome of `id`, unless expired.
     pub fn outcome(&self, id: u64, now_ms: u64) -> Option<Outcome> {
         self.outcomes
             .get(&id)
@@ -378,7 +378,7 @@ impl Model {
             .map(|(o, _)| o.clone())
     }
 
-    /// SPEC 3, Progress: replace the progress of a pending item.
+    /// SPEC 3, Outcomes and progress: replace the progress of a pending item.
     ///
     /// # Errors
     ///
@@ -390,7 +390,7 @@ impl Model {
         Ok(())
     }
 
-    /// SPEC 3, Progress: append a chunk to a pending item's stream.
+    /// SPEC 3, Outcomes and progress: append a chunk to a pending item's stream.
     ///
     /// # Errors
     ///
@@ -412,7 +412,7 @@ impl Model {
             .is_some_and(|(_, expires)| *expires <= now_ms)
     }
 
-    /// SPEC 3, Progress: the last progress of `id`.
+    /// SPEC 3, Outcomes and progress: the last progress of `id`.
     pub fn progress(&self, id: u64, now_ms: u64) -> Option<Vec<u8>> {
         if self.expired(id, now_ms) {
             return None;
@@ -420,7 +420,7 @@ impl Model {
         self.progress.get(&id).cloned()
     }
 
-    /// SPEC 3, Progress: the chunks of `id` after `after_seq`.
+    /// SPEC 3, Outcomes and progress: the chunks of `id` after `after_seq`.
     pub fn chunks_after(&self, id: u64, after_seq: u64, now_ms: u64) -> Vec<Chunk> {
         if self.expired(id, now_ms) {
             return Vec::new();

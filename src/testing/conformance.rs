@@ -1086,7 +1086,7 @@ pub async fn calls_after_close_are_closed(f: &dyn Factory) {
     }
 }
 
-// ---- outcomes and progress (SPEC 3, Outcomes; Progress) -----------------
+// ---- outcomes and progress (SPEC 3, Outcomes and progress) -----------------
 
 fn done(id: u64, result: &[u8], at_ms: u64) -> Option<Outcome> {
     Some(Outcome {

@@ -63,7 +63,7 @@ pub(super) const DEAD: TableDefinition<u64, &[u8]> = TableDefinition::new("dead"
 /// id -> seq in `DEAD`.
 pub(super) const DEAD_BY_ID: TableDefinition<u64, u64> = TableDefinition::new("dead_by_id");
 
-/// id -> versioned [`OutcomeRecord`] (SPEC 3, Outcomes).
+/// id -> versioned [`OutcomeRecord`] (SPEC 3, Outcomes and progress).
 pub(super) const OUTCOMES: TableDefinition<u64, &[u8]> = TableDefinition::new("outcomes");
 /// (expires_at_ms, id) -> (): outcomes by expiry.
 pub(super) const OUTCOME_EXPIRY: TableDefinition<(u64, u64), ()> =
@@ -582,7 +582,7 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
-    // ---- outcomes and progress (SPEC 3, Outcomes; Progress) -------------
+    // ---- outcomes and progress (SPEC 3, Outcomes and progress) -------------
 
     /// Keep how item `id` finished for `result_ttl`, replacing an earlier
     /// outcome.

@@ -23,6 +23,10 @@
 //! | `{ns}:done`, `{ns}:done:exp` | hash + sorted set | `<id>:<step>` done markers and when they expire |
 //! | `{ns}:wake` | stream | wake-up signals for blocking claims (trimmed to 16 entries; holds no work) |
 //! | `{ns}:consumers` | string | counter that makes consumer names unique |
+//! | `{ns}:out:<id>`, `{ns}:out:exp` | hash + sorted set | an item's outcome (`kind` = `done` or `dead`, `value` = result or reason, `at`), and when each outcome expires (`result_ttl`) |
+//! | `{ns}:prog:<id>` | string | the item's latest progress |
+//! | `{ns}:chunks:<id>` | list | the item's chunks, oldest first (`seq` = position + 1) |
+//! | `{ns}:events` | stream | wake-up signals for `wait_outcome` and `wait_chunks`, one per outcome, progress or chunk (trimmed to 64 entries; holds no data) |
 //!
 //! # Why this shape
 //!
@@ -73,6 +77,16 @@
 //!   `ConnectionManager` has a 500 ms response timeout by default, which
 //!   would cut a longer `BLOCK`; that is why the wait has its own
 //!   connection and the work is never read by a blocking command.)
+//! - **Outcomes and progress** (SPEC 3). The ack, dead-letter, retry and
+//!   reclaim scripts write the outcome in the same script that finishes the
+//!   item, prune up to 500 expired outcomes (with their progress and
+//!   chunks), and append to `{ns}:events`. A waiter reads the outcome (or
+//!   the chunks) and the events tail in one script, then waits with
+//!   `XREAD BLOCK` after that tail on a dedicated connection, as blocking
+//!   claims do, and reads again on any signal: no signal is missed and
+//!   nothing is polled. Pub/sub would lose a message published between
+//!   the read and the subscribe; a stream entry after the tail cannot be
+//!   missed.
 //! - **Faults.** Every call, [`RedisQueue::connect`] included, is bounded
 //!   by `connect_timeout + response_timeout` (plus `replica_timeout` with
 //!   replicas) and fails with [`Error::Backend`](crate::Error::Backend)

@@ -1,7 +1,7 @@
 -- ack / ack_batch / ack_with_result. ARGV: now, result_ttl, then id, lease,
 -- result triples. Returns how many were acked (lost receipts, and repeats
 -- of one receipt, are skipped). Per item one HMGET; the rest is written once
--- per call, apart from each item's outcome (SPEC 3, Outcomes).
+-- per call, apart from each item's outcome (SPEC 3, Outcomes and progress).
 -- Only an acked id is marked seen: a lost receipt of an item (from before a
 -- retry or reclaim) must not hide its current receipt later in the batch.
 local n, seen = 0, {}
