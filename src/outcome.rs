@@ -24,6 +24,7 @@ pub enum OutcomeKind {
 /// The outcome of one item, kept for `result_ttl` after it finished, by the
 /// queue's clock (SPEC 3, Outcomes and progress).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Outcome {
     /// The item's id.
     pub id: u64,
@@ -88,6 +89,7 @@ pub fn encode_result<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>> {
 /// One chunk of an item's stream (SPEC 3, Outcomes and progress): `seq` counts from 1 per
 /// item and never repeats, across deliveries too.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Chunk {
     /// Position in the item's stream, from 1.
     pub seq: u64,
