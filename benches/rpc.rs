@@ -194,15 +194,7 @@ fn benches() {
         w.abort();
     }
     raw_worker.abort();
-    let all = samples.into_inner();
-    for name in [EMBEDDED, REDIS, RAW] {
-        let mut v: Vec<f64> = all
-            .iter()
-            .filter(|(n, _)| *n == name)
-            .map(|(_, x)| *x)
-            .collect();
-        common::record_percentiles("rpc", name, &mut v);
-    }
+    common::record_percentiles_of("rpc", &[EMBEDDED, REDIS, RAW], &samples.into_inner());
 }
 
 criterion_main!(benches);

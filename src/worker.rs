@@ -463,11 +463,14 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
         Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
         E: fmt::Display + Send + 'static,
     {
-        let handler: Handler = Arc::new(move |c| {
-            let fut = handler(c);
-            Box::pin(async move { fut.await.map(|()| None).map_err(|e| e.to_string()) })
-        });
-        self.run_handler(handler, shutdown).await
+        self.run_with_result(
+            move |c| {
+                let fut = handler(c);
+                async move { fut.await.map(|()| None) }
+            },
+            shutdown,
+        )
+        .await
     }
 
     /// As [`Worker::run`], for a handler that answers: `Ok(Some(bytes))`
@@ -498,14 +501,6 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
             let fut = handler(c);
             Box::pin(async move { fut.await.map_err(|e| e.to_string()) })
         });
-        self.run_handler(handler, shutdown).await
-    }
-
-    async fn run_handler(
-        self,
-        handler: Handler,
-        shutdown: impl Future<Output = ()> + Send,
-    ) -> Result<Report> {
         let shared = Arc::new(Shared {
             queue: self.queue,
             lease: self.lease,

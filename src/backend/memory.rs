@@ -867,32 +867,19 @@ impl MemoryQueue {
         self.shared.finished.notify_waiters();
     }
 
-    /// Wait up to `wait` until `look` finds something (or the queue says
-    /// it is done waiting), woken by [`MemoryQueue::finished`].
+    /// Wait up to `wait` until `look` finds something, woken by
+    /// [`MemoryQueue::finished`]; `Error::Closed` once the queue is closed.
     async fn wait_for<T>(
         &self,
         wait: Duration,
         look: impl Fn(&Model, u64) -> Option<T>,
-        empty: T,
-    ) -> Result<T> {
-        let deadline = crate::clock::wait_deadline(wait);
-        loop {
+    ) -> Result<Option<T>> {
+        let look = &look;
+        crate::clock::wait_notified(&self.shared.finished, wait, move || async move {
             self.live()?;
-            let notified = self.shared.finished.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let now = self.now();
-            if let Some(found) = look(&self.lock(), now) {
-                return Ok(found);
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Ok(empty);
-            }
-            tokio::select! {
-                _ = &mut notified => {}
-                _ = tokio::time::sleep_until(deadline) => {}
-            }
-        }
+            Ok(self.with(|m, now| look(m, now)))
+        })
+        .await
     }
 
     /// A copy of the model's current state (for tests comparing backends).
@@ -979,8 +966,7 @@ impl WorkQueue for MemoryQueue {
     }
 
     async fn wait_outcome(&self, id: u64, wait: Duration) -> Result<Option<Outcome>> {
-        self.wait_for(wait, |m, now| m.outcome(id, now).map(Some), None)
-            .await
+        self.wait_for(wait, |m, now| m.outcome(id, now)).await
     }
 
     async fn set_progress(&self, receipt: Receipt, progress: Vec<u8>) -> Result<()> {
@@ -1003,15 +989,13 @@ impl WorkQueue for MemoryQueue {
     }
 
     async fn wait_chunks(&self, id: u64, after_seq: u64, wait: Duration) -> Result<Vec<Chunk>> {
-        self.wait_for(
-            wait,
-            |m, now| {
+        let got = self
+            .wait_for(wait, |m, now| {
                 let got = m.chunks_after(id, after_seq, now);
                 (!got.is_empty() || m.outcome(id, now).is_some()).then_some(got)
-            },
-            Vec::new(),
-        )
-        .await
+            })
+            .await?;
+        Ok(got.unwrap_or_default())
     }
 
     async fn ack_batch(&self, receipts: Vec<Receipt>) -> Result<u64> {

@@ -1081,6 +1081,8 @@ pub async fn calls_after_close_are_closed(f: &dyn Factory) {
         e.q.add(item("late")).await.map(|_| ()),
         e.q.stats().await.map(|_| ()),
         e.q.claim(1, NOW, ClaimFrom::All).await.map(|_| ()),
+        e.q.wait_outcome(1, NOW).await.map(|_| ()),
+        e.q.wait_chunks(1, 0, NOW).await.map(|_| ()),
     ] {
         assert!(matches!(r, Err(Error::Closed)), "after close: {r:?}");
     }

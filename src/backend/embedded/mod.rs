@@ -527,21 +527,8 @@ impl WorkQueue for EmbeddedQueue {
     }
 
     async fn wait_outcome(&self, id: u64, wait: Duration) -> Result<Option<Outcome>> {
-        let deadline = crate::clock::wait_deadline(wait);
-        loop {
-            // Every committed write wakes `wake`; an ack is one.
-            let notified = self.inner.wake.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let found = self.outcome(id).await?;
-            if found.is_some() || tokio::time::Instant::now() >= deadline {
-                return Ok(found);
-            }
-            tokio::select! {
-                _ = &mut notified => {}
-                _ = tokio::time::sleep_until(deadline) => {}
-            }
-        }
+        // Every committed write wakes `wake`; an ack is one.
+        crate::clock::wait_notified(&self.inner.wake, wait, || self.outcome(id)).await
     }
 
     async fn set_progress(&self, receipt: Receipt, progress: Vec<u8>) -> Result<()> {
@@ -557,24 +544,16 @@ impl WorkQueue for EmbeddedQueue {
     }
 
     async fn wait_chunks(&self, id: u64, after_seq: u64, wait: Duration) -> Result<Vec<Chunk>> {
-        let deadline = crate::clock::wait_deadline(wait);
-        loop {
-            let notified = self.inner.wake.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
+        let got = crate::clock::wait_notified(&self.inner.wake, wait, || async move {
             let (chunks, finished) = expect_reply!(
                 self,
                 Op::Chunks(id, after_seq),
                 Reply::Chunks(c, f) => (c, f)
             )?;
-            if !chunks.is_empty() || finished || tokio::time::Instant::now() >= deadline {
-                return Ok(chunks);
-            }
-            tokio::select! {
-                _ = &mut notified => {}
-                _ = tokio::time::sleep_until(deadline) => {}
-            }
-        }
+            Ok((!chunks.is_empty() || finished).then_some(chunks))
+        })
+        .await?;
+        Ok(got.unwrap_or_default())
     }
 
     async fn ack_batch(&self, receipts: Vec<Receipt>) -> Result<u64> {
@@ -677,6 +656,9 @@ impl WorkQueue for EmbeddedQueue {
             return Ok(());
         }
         let _ = rx.await;
+        // A claim or wait_outcome waiting on this handle looks again and
+        // sees the handle closed.
+        self.inner.wake.notify_waiters();
         Ok(())
     }
 }

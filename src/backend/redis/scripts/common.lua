@@ -46,11 +46,15 @@ local function wake()
   redis.call('XADD', K_WAKE, 'MAXLEN', '16', '*', 'w', '1')
 end
 
-local function wake_tail()
-  local last = redis.call('XREVRANGE', K_WAKE, '+', '-', 'COUNT', 1)
+-- The id of the last entry of a signal stream, '0-0' when empty: a
+-- blocking waiter reads after it, so no later signal is missed.
+local function stream_tail(key)
+  local last = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)
   if last and last[1] then return last[1][1] end
   return '0-0'
 end
+
+local function wake_tail() return stream_tail(K_WAKE) end
 
 -- Outcomes and progress (SPEC 3). A signal on the events stream wakes every
 -- `wait_outcome` and `wait_chunks` (trimmed to 64 entries; holds no data).
@@ -58,11 +62,7 @@ local function event(id)
   redis.call('XADD', K_EVENTS, 'MAXLEN', '64', '*', 'id', id)
 end
 
-local function events_tail()
-  local last = redis.call('XREVRANGE', K_EVENTS, '+', '-', 'COUNT', 1)
-  if last and last[1] then return last[1][1] end
-  return '0-0'
-end
+local function events_tail() return stream_tail(K_EVENTS) end
 
 local function forget_outcome(id)
   redis.call('DEL', out_key(id))
