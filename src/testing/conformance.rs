@@ -1183,6 +1183,21 @@ pub async fn wait_outcome_is_woken_by_an_ack(f: &dyn Factory) {
     // An outcome that exists already is returned without waiting.
     let again = e.q.wait_outcome(id, Duration::MAX).await.unwrap();
     assert_eq!(again, done(id, b"ok", T0));
+    // A large result (Redis: too large to ride on the wake-up signal).
+    let big_id = add(&e.q, "big").await;
+    let c = claim_one(&e.q).await;
+    let big = vec![7u8; 5000];
+    let (q, answer) = (e.q.clone(), big.clone());
+    let acker = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        q.ack_with_result(c.receipt, answer).await.unwrap();
+    });
+    let got =
+        e.q.wait_outcome(big_id, Duration::from_secs(20))
+            .await
+            .unwrap();
+    assert_eq!(got, done(big_id, &big, T0));
+    acker.await.unwrap();
 }
 
 /// `wait_outcome` of an unfinished (or unknown) item returns `None` when

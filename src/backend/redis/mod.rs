@@ -139,6 +139,10 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default of [`RedisOptions::replica_timeout`]: 1 s.
 pub const DEFAULT_REPLICA_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// Events one `wait_outcome` / `wait_chunks` round reads at most (the
+/// stream keeps 64).
+const EVENTS_PER_READ: usize = 64;
+
 /// The longest single `XREAD BLOCK` of a waiting claim; a longer wait loops.
 const BLOCK_ROUND: Duration = Duration::from_secs(10);
 /// Times further than this (ms) are clamped, so that sums stay exact in Lua's
@@ -500,6 +504,56 @@ async fn bounded<T>(
 
 /// A count as a script argument, clamped so that Lua's doubles print it as
 /// an integer.
+/// The outcome of item `id` if an entry of the events `XREAD` reply `v`
+/// carries it (`id`, `kind`, `value`, `at`: an outcome whose result or
+/// reason is at most 1 KiB). `None` for anything else, malformed replies
+/// included: the caller then reads the outcome itself.
+fn outcome_in_events(v: &Value, id: u64) -> Option<Outcome> {
+    let want = id.to_string().into_bytes();
+    let streams = array(v, "events").ok()?;
+    let entries = streams
+        .first()
+        .and_then(|s| array(s, "events stream").ok())
+        .and_then(|s| s.get(1))
+        .and_then(|e| array(e, "events entries").ok())?;
+    for entry in entries {
+        let Some(fields) = array(entry, "event")
+            .ok()
+            .and_then(|e| e.get(1))
+            .and_then(|f| array(f, "event fields").ok())
+        else {
+            continue;
+        };
+        let field = |name: &str| {
+            fields
+                .chunks(2)
+                .find(|kv| {
+                    kv.first().and_then(|k| bytes(k, "field").ok()).as_deref()
+                        == Some(name.as_bytes())
+                })
+                .and_then(|kv| kv.get(1))
+                .and_then(|v| bytes(v, "field").ok())
+        };
+        if field("id").as_deref() != Some(want.as_slice()) {
+            continue;
+        }
+        let (Some(kind), Some(value), Some(at)) = (field("kind"), field("value"), field("at"))
+        else {
+            continue;
+        };
+        let at_ms = std::str::from_utf8(&at).ok()?.parse().ok()?;
+        let kind = match kind.as_slice() {
+            b"done" => OutcomeKind::Done { result: value },
+            b"dead" => OutcomeKind::DeadLettered {
+                reason: String::from_utf8_lossy(&value).into_owned(),
+            },
+            _ => return None,
+        };
+        return Some(Outcome { id, kind, at_ms });
+    }
+    None
+}
+
 fn n_arg(n: usize) -> Vec<u8> {
     (n as u64).min(MAX_LUA_MS).to_string().into_bytes()
 }
@@ -960,15 +1014,18 @@ impl RedisQueue {
         }
     }
 
-    /// Wait up to `block` (real time) for a wake signal after `tail`, or
-    /// until `timer` fires (an injected clock's next due time).
+    /// Wait up to `block` (real time) for a signal on `stream` after `tail`,
+    /// or until `timer` fires (an injected clock's next due time). Returns
+    /// the `XREAD` reply (up to `count` entries; nil when the block ran out),
+    /// or `None` when the timer fired first.
     async fn wait_for_wake(
         &self,
         stream: &str,
         tail: &str,
+        count: usize,
         block: Duration,
         timer: Option<crate::clock::Sleep>,
-    ) -> Result<()> {
+    ) -> Result<Option<Value>> {
         let mut conn = match self.take_blocker() {
             Some(c) => c,
             None => {
@@ -990,7 +1047,7 @@ impl RedisQueue {
             .arg("BLOCK")
             .arg(block_ms)
             .arg("COUNT")
-            .arg(1)
+            .arg(count)
             .arg("STREAMS")
             .arg(format!("{}{stream}", self.inner.prefix))
             .arg(tail)
@@ -1005,15 +1062,16 @@ impl RedisQueue {
         };
         tokio::select! {
             r = read => {
-                r?;
+                let reply = r?;
                 self.give_blocker(conn);
+                Ok(Some(reply))
             }
             _ = timer => {
                 // The XREAD is still blocked on the server: drop this
                 // connection (closing it ends the block) rather than reuse it.
+                Ok(None)
             }
         }
-        Ok(())
     }
 
     fn result_ttl_arg(&self) -> Vec<u8> {
@@ -1092,10 +1150,14 @@ impl RedisQueue {
         }
     }
 
-    /// Block until an event after `tail` or `deadline`, at most one round.
-    async fn wait_for_event(&self, tail: &str, deadline: tokio::time::Instant) -> Result<()> {
+    /// Block until an event after `tail` or `deadline`, at most one round;
+    /// the events read (nil when none came).
+    async fn wait_for_event(&self, tail: &str, deadline: tokio::time::Instant) -> Result<Value> {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        self.wait_for_wake("events", tail, left, None).await
+        let reply = self
+            .wait_for_wake("events", tail, EVENTS_PER_READ, left, None)
+            .await?;
+        Ok(reply.unwrap_or(Value::Nil))
     }
 
     fn receipt_lost(r: &Receipt) -> Error {
@@ -1197,7 +1259,7 @@ impl WorkQueue for RedisQueue {
                 }
                 (None, _) => None,
             };
-            self.wait_for_wake("wake", &tail, block, timer).await?;
+            self.wait_for_wake("wake", &tail, 1, block, timer).await?;
         }
     }
 
@@ -1229,7 +1291,12 @@ impl WorkQueue for RedisQueue {
             if found.is_some() || tokio::time::Instant::now() >= deadline {
                 return Ok(found);
             }
-            self.wait_for_event(&tail, deadline).await?;
+            // An ack with a small result signals the outcome itself: no
+            // second read on the way back.
+            let events = self.wait_for_event(&tail, deadline).await?;
+            if let Some(outcome) = outcome_in_events(&events, id) {
+                return Ok(Some(outcome));
+            }
         }
     }
 
@@ -1608,5 +1675,56 @@ impl WorkQueue for RedisQueue {
             );
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(text: &str) -> Value {
+        Value::BulkString(text.as_bytes().to_vec())
+    }
+
+    /// An `XREAD` reply of the events stream with one entry per field list.
+    fn events(entries: Vec<Vec<&str>>) -> Value {
+        let entries = entries
+            .into_iter()
+            .enumerate()
+            .map(|(i, f)| {
+                Value::Array(vec![
+                    s(&format!("{i}-0")),
+                    Value::Array(f.into_iter().map(s).collect()),
+                ])
+            })
+            .collect();
+        Value::Array(vec![Value::Array(vec![
+            s("{ns}:events"),
+            Value::Array(entries),
+        ])])
+    }
+
+    #[test]
+    fn an_outcome_riding_on_its_signal_is_read_from_the_events() {
+        let v = events(vec![
+            vec!["id", "7"],
+            vec!["id", "8", "kind", "done", "value", "answer", "at", "42"],
+            vec!["id", "9", "kind", "dead", "value", "bad", "at", "43"],
+        ]);
+        let done = outcome_in_events(&v, 8).unwrap();
+        assert_eq!((done.result(), done.at_ms), (Some(&b"answer"[..]), 42));
+        assert_eq!(outcome_in_events(&v, 9).unwrap().reason(), Some("bad"));
+        // A bare signal (progress, a chunk, a large result) carries nothing.
+        assert_eq!(outcome_in_events(&v, 7), None);
+        assert_eq!(outcome_in_events(&v, 10), None);
+        assert_eq!(outcome_in_events(&Value::Nil, 8), None);
+        let odd = events(vec![vec![
+            "id", "8", "kind", "odd", "value", "x", "at", "1",
+        ]]);
+        assert_eq!(outcome_in_events(&odd, 8), None);
+        let bad_time = events(vec![vec![
+            "id", "8", "kind", "done", "value", "x", "at", "soon",
+        ]]);
+        assert_eq!(outcome_in_events(&bad_time, 8), None);
     }
 }

@@ -89,6 +89,12 @@ local function finish(id, kind, value, now, ttl)
   if ttl > 0 then
     redis.call('HSET', out_key(id), 'kind', kind, 'value', value, 'at', fmt(now))
     redis.call('ZADD', K_OUT_EXP, now + ttl, pad(id))
+    -- A small outcome rides on its signal, so a waiter needs no second read.
+    if #value <= 1024 then
+      redis.call('XADD', K_EVENTS, 'MAXLEN', '64', '*', 'id', id, 'kind', kind,
+        'value', value, 'at', fmt(now))
+      return
+    end
   end
   event(id)
 end
