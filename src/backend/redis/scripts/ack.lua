@@ -37,6 +37,7 @@ if n > 0 then
     i = last + 1
   end
   local now = clock_now()
+  prune_outcomes(now)
   for _, r in ipairs(results) do finish(r[1], 'done', r[2], now, ARGV[2]) end
 end
 return n

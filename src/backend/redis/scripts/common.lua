@@ -81,9 +81,9 @@ local function prune_outcomes(now)
 end
 
 -- Keep how item `id` finished (`kind` done or dead, `value` the result or
--- reason) for `ttl` ms; 0 keeps nothing. Wakes the waiters.
+-- reason) for `ttl` ms; 0 keeps nothing. Wakes the waiters. The caller
+-- prunes expired outcomes once per script (`prune_outcomes`).
 local function finish(id, kind, value, now, ttl)
-  prune_outcomes(now)
   forget_outcome(id)
   ttl = tonumber(ttl) or 0
   if ttl > 0 then
@@ -167,6 +167,7 @@ end
 -- Move item `id` to the dead letters (newest at the head of the list); drop
 -- the oldest past `cap`. Returns how many were dropped.
 local function bury(id, reason, now, cap, ttl)
+  prune_outcomes(now)
   finish(id, 'dead', reason, now, ttl)
   redis.call('HSET', item_key(id), 'st', 'dead', 'reason', reason, 'failed', fmt(now))
   redis.call('HDEL', item_key(id), 'lane')
