@@ -52,8 +52,10 @@ pub enum Error {
         source: Option<BoxError>,
     },
     /// An operating system error (disk full, permission denied). Fix the cause
-    /// and try again; nothing of the failed operation was kept.
-    #[error("i/o error: {context}")]
+    /// and try again; nothing of the failed operation was kept. The message
+    /// names the OS cause too (`i/o error: commit: No space left on device
+    /// (os error 28)`), which is also the `source`.
+    #[error("i/o error: {context}: {source}")]
     Io {
         /// What was being done.
         context: String,
@@ -91,8 +93,10 @@ pub enum Error {
         detail: String,
     },
     /// The caller passed something the queue refuses: an empty flow name where
-    /// one is required, `count == 0`, a payload over `max_payload_bytes`, a
-    /// time that overflows. Nothing changed; fix the call.
+    /// one is required, a flow name with control characters or over
+    /// [`MAX_FLOW_NAME_BYTES`](crate::MAX_FLOW_NAME_BYTES), `count == 0`, a
+    /// payload over `max_payload_bytes`, a time that overflows, a write on a
+    /// queue opened read-only. Nothing changed; fix the call.
     #[error("invalid input: {0}")]
     InvalidInput(String),
     /// The queue handle was closed; open a new one.
@@ -188,5 +192,24 @@ fn join(detail: &str, source: Option<&(dyn std::error::Error + Send + Sync + 'st
     match source {
         Some(s) => format!("{detail}: {s}"),
         None => detail.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Failed: the writer's I/O errors read "i/o error: commit", without the
+    // OS cause, wherever only the message is shown (worker events, logs).
+    #[test]
+    fn an_io_error_names_its_os_cause() {
+        let e = Error::Io {
+            context: "commit".into(),
+            source: std::io::Error::from_raw_os_error(1),
+        };
+        let text = e.to_string();
+        assert!(text.starts_with("i/o error: commit: "), "{text}");
+        assert!(text.contains("(os error 1)"), "{text}");
+        assert!(e.duplicate().to_string().contains("(os error 1)"));
     }
 }

@@ -175,6 +175,19 @@ pub struct Added {
     pub duplicate: bool,
 }
 
+/// What a reclaim did (SPEC 3, Crash recovery): the items it took over,
+/// and the stale claims whose items it dead-lettered instead because they
+/// had had `max_deliveries` deliveries.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Reclaimed {
+    /// The items taken over, each with a new receipt, oldest claim first.
+    pub claimed: Vec<Claimed>,
+    /// The receipts of the stale claims whose items went to the dead
+    /// letters (reason `"max deliveries exceeded"`), in the order met; the
+    /// receipt's `delivery` is the delivery that went stale.
+    pub dead_lettered: Vec<Receipt>,
+}
+
 /// What `retry` did with the item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RetryOutcome {
@@ -200,6 +213,12 @@ pub struct Stats {
     pub parked: u64,
     /// Dead letters kept.
     pub dead_letters: u64,
+    /// Dead letters dropped for good because `dead_letter_cap` was
+    /// reached (the oldest go first), over the queue's whole life: never
+    /// reset, not even by `purge_dead_letters` (SPEC 3, Dead letters). A
+    /// dropped letter is not counted in `dead_letters`.
+    #[serde(default)]
+    pub dead_letters_dropped: u64,
     /// Age of the oldest pending claim in ms, by the queue's clock; `None`
     /// when nothing is pending.
     pub oldest_pending_age_ms: Option<u64>,
@@ -221,27 +240,59 @@ pub struct DeadLetter {
 /// The reason given when a retry or reclaim passes `max_deliveries`.
 pub const MAX_DELIVERIES_REASON: &str = "max deliveries exceeded";
 
-/// SPEC section 3, Flows: pause, resume, park, step and clear_flow need a
-/// flow name; the default flow `""` cannot be paused or parked.
+/// The longest flow name, in bytes (SPEC section 5): flow names appear in
+/// every text output and, on Redis, in key names.
+pub const MAX_FLOW_NAME_BYTES: usize = 256;
+
+/// SPEC section 5: a flow name (the default flow `""` included) has at most
+/// [`MAX_FLOW_NAME_BYTES`] bytes and no control characters (tabs, newlines),
+/// which would break the line- and tab-separated outputs. The one check of
+/// every backend, for adds and flow operations alike.
 ///
 /// # Errors
 ///
-/// `InvalidInput` for an empty flow name.
+/// `InvalidInput` naming what is wrong.
+pub(crate) fn check_flow_name(flow: &str) -> Result<()> {
+    if flow.len() > MAX_FLOW_NAME_BYTES {
+        return Err(Error::invalid(format!(
+            "flow name of {} bytes is over the limit of {MAX_FLOW_NAME_BYTES} bytes",
+            flow.len()
+        )));
+    }
+    if flow.chars().any(char::is_control) {
+        return Err(Error::invalid(format!(
+            "flow name {flow:?} has control characters (tabs, newlines)"
+        )));
+    }
+    Ok(())
+}
+
+/// SPEC section 3, Flows: pause, resume, park, step and clear_flow need a
+/// flow name; the default flow `""` cannot be paused or parked. The name is
+/// checked as [`check_flow_name`] does.
+///
+/// # Errors
+///
+/// `InvalidInput` for an empty or malformed flow name.
 pub(crate) fn require_flow(flow: &str) -> Result<()> {
     if flow.is_empty() {
         return Err(Error::invalid(
             "a flow name is required here (the default flow \"\" cannot be paused or parked)",
         ));
     }
-    Ok(())
+    check_flow_name(flow)
 }
 
-/// SPEC section 3, Adding: a payload over `max_payload_bytes` is refused.
+/// SPEC section 3, Adding, and section 5: a payload over
+/// `max_payload_bytes` is refused, and so is a malformed flow name
+/// ([`check_flow_name`]).
 ///
 /// # Errors
 ///
-/// `InvalidInput` naming both sizes, in bytes.
-pub(crate) fn check_payload_size(item: &NewItem, max_payload_bytes: usize) -> Result<()> {
+/// `InvalidInput` naming both sizes, in bytes, or what is wrong with the
+/// flow name.
+pub(crate) fn check_new_item(item: &NewItem, max_payload_bytes: usize) -> Result<()> {
+    check_flow_name(&item.flow)?;
     if item.payload.len() > max_payload_bytes {
         return Err(Error::invalid(format!(
             "payload of {} bytes is over max_payload_bytes ({} bytes)",

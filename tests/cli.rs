@@ -158,7 +158,8 @@ fn failing_command_retries_then_dead_letters_then_redrive_and_a_fixed_command_su
         "50ms",
         "--until-empty",
     ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    // Exit 10: an item was dead-lettered in the run.
+    assert_eq!(out.status.code(), Some(10), "{}", text(&out.stderr));
     let log = text(&out.stderr);
     assert!(
         log.contains("item 1 failed (delivery 1), will retry"),
@@ -191,13 +192,14 @@ fn failing_command_retries_then_dead_letters_then_redrive_and_a_fixed_command_su
 #[test]
 fn pause_parks_a_flow_step_runs_one_resume_releases_the_rest() {
     let env = Env::new();
+    // Only `add` creates the queue file.
+    env.ok(&["add", "free"]);
     env.ok(&["pause", "held"]);
     for p in ["a", "b", "c"] {
         env.ok(&["add", p, "--flow", "held"]);
     }
-    env.ok(&["add", "free"]);
     env.ok(&["work", "--exec", &record("ran.txt"), "--until-empty"]);
-    assert_eq!(env.read("ran.txt"), "4  1 free\n");
+    assert_eq!(env.read("ran.txt"), "1  1 free\n");
     let s = env.stats();
     assert_eq!(s["parked"], 3);
     assert_eq!(s["paused_flows"][0], "held");
@@ -205,9 +207,9 @@ fn pause_parks_a_flow_step_runs_one_resume_releases_the_rest() {
     assert_eq!(
         env.ok(&["step", "held", "--exec", &record("ran.txt")])
             .trim(),
-        "item 1 done"
+        "item 2 done"
     );
-    assert!(env.read("ran.txt").ends_with("1 held 1 a\n"));
+    assert!(env.read("ran.txt").ends_with("2 held 1 a\n"));
     assert_eq!(env.stats()["parked"], 2);
 
     assert_eq!(
@@ -222,7 +224,7 @@ fn pause_parks_a_flow_step_runs_one_resume_releases_the_rest() {
         "--concurrency",
         "1",
     ]);
-    assert!(env.read("ran.txt").ends_with("2 held 1 b\n3 held 1 c\n"));
+    assert!(env.read("ran.txt").ends_with("3 held 1 b\n4 held 1 c\n"));
     assert_error(
         &env.run(&["step", "held", "--exec", "true"]),
         9,
@@ -328,13 +330,18 @@ fn a_queue_file_held_by_another_process_is_locked() {
         env.path("started").exists()
     });
     let out = env.run(&["stats"]);
+    let pid = holder.id();
     holder.kill().unwrap();
     holder.wait().unwrap();
     assert_error(&out, 4, "locked by another process");
+    // Failed: `Locked` named no holder.
+    assert_error(&out, 4, &format!("held by pid {pid}: "));
+    assert_error(&out, 4, "work --exec");
 }
 
-#[test]
-fn sigterm_lets_the_running_command_finish() {
+/// Send `sig` to `work` while its command runs: the command finishes, its
+/// item is acked and `work` exits 0.
+fn a_signal_lets_the_running_command_finish(sig: &str) {
     let env = Env::new();
     env.ok(&["add", "slow"]);
     let mut worker = spawn_quiet(env.cmd(&[
@@ -347,14 +354,7 @@ fn sigterm_lets_the_running_command_finish() {
     wait_for("the command to start", Duration::from_secs(20), || {
         env.path("started").exists()
     });
-    let pid = worker.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    signal(&worker, sig);
     let status = worker.wait().unwrap();
     assert!(status.success(), "{status:?}");
     assert_eq!(env.read("ran.txt"), "1  1 slow\n");
@@ -363,6 +363,11 @@ fn sigterm_lets_the_running_command_finish() {
         (s["pending"].as_u64(), s["backlog"].as_u64()),
         (Some(0), Some(0))
     );
+}
+
+#[test]
+fn sigterm_lets_the_running_command_finish() {
+    a_signal_lets_the_running_command_finish("-TERM");
 }
 
 #[test]
@@ -703,6 +708,8 @@ fn leases_under_a_millisecond_are_refused_and_short_ones_work() {
             "at least 1ms",
         );
     }
+    // Only `add` creates the queue file.
+    env.ok(&["add", "first"]);
     env.ok(&["pause", "f"]);
     env.ok(&["add", "--flow", "f", "x"]);
     env.ok(&["work", "--exec", "true", "--until-empty"]);
@@ -904,5 +911,451 @@ fn a_queue_file_that_cannot_be_created_is_an_io_error_not_corrupt() {
         !text(&out.stderr).contains("corrupt"),
         "{}",
         text(&out.stderr)
+    );
+}
+
+/// Whether process `pid` has ended (gone, or a zombie nobody reaped).
+fn ended(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+fn signal(child: &Child, sig: &str) {
+    assert!(
+        Command::new("kill")
+            .args([sig, &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
+/// Bytes of the file, to check that looking at it wrote nothing.
+fn bytes_of(env: &Env) -> Vec<u8> {
+    std::fs::read(env.path("q.redb")).unwrap()
+}
+
+// Failed: after SIGKILL of `work` the commands ran on (their own process
+// group), and a command reading its payload while the worker died saw a
+// truncated one and exited 0.
+#[test]
+fn commands_die_with_a_killed_worker_and_never_run_on_a_partial_payload() {
+    let env = Env::new();
+    let payload = vec![b'p'; 1024 * 1024];
+    std::fs::write(env.path("big"), &payload).unwrap();
+    for _ in 0..8 {
+        env.ok(&["add", "--file", "big"]);
+    }
+    for round in 0..3 {
+        let _ = std::fs::remove_file(env.path("pids"));
+        let mut worker = spawn_quiet(env.cmd(&[
+            "work",
+            "--concurrency",
+            "4",
+            "--exec",
+            "echo $$ >> pids; n=$(wc -c); echo \"$n\" >> counts; sleep 60",
+        ]));
+        // Kill while payloads are being written and commands read them.
+        wait_for("commands to start", Duration::from_secs(30), || {
+            env.read("pids").lines().count() > round
+        });
+        worker.kill().unwrap();
+        worker.wait().unwrap();
+        let pids = env.read("pids");
+        wait_for("the commands to die", Duration::from_secs(20), || {
+            pids.lines().all(ended)
+        });
+        // Looking at the file a killed worker left writes nothing to it.
+        let before = bytes_of(&env);
+        assert_eq!(env.stats()["pending"].as_u64().map(|p| p > 0), Some(true));
+        assert!(before == bytes_of(&env), "stats wrote to the file");
+    }
+    let counts = env.read("counts");
+    for line in counts.lines() {
+        assert_eq!(line.trim(), "1048576", "a partial payload:\n{counts}");
+    }
+}
+
+// Failed: SIGHUP (a closed ssh session) killed `work` at once (exit 129),
+// leaving the command running.
+#[test]
+fn sighup_is_a_graceful_stop() {
+    a_signal_lets_the_running_command_finish("-HUP");
+}
+
+// Failed: `--until-empty` exited 0 with items dead-lettered; the cap could
+// not be set from the command line.
+#[test]
+fn until_empty_exits_10_after_dead_letters_and_the_cap_is_settable() {
+    let env = Env::new();
+    for p in ["a", "b", "c"] {
+        env.ok(&["add", p]);
+    }
+    let out = env.run(&[
+        "work",
+        "--until-empty",
+        "--max-deliveries",
+        "1",
+        "--dead-letter-cap",
+        "2",
+        "--exec",
+        "exit 3",
+    ]);
+    assert_eq!(out.status.code(), Some(10), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("3 items were dead-lettered"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stderr).contains("(1 of them dropped past the dead-letter cap)"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(env.stats()["dead_letters"], 2, "the cap of 2 holds");
+    assert_eq!(
+        env.stats()["dead_letters_dropped"],
+        1,
+        "the dropped one is counted"
+    );
+    let plain = env.ok(&["stats"]);
+    assert!(
+        plain.contains("dead letters  2 (1 dropped past the cap)"),
+        "{plain}"
+    );
+    env.ok(&["add", "fine"]);
+    let out = env.run(&["work", "--until-empty", "--exec", "cat >/dev/null"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let help = env.ok(&["--help"]);
+    assert!(help.contains("10   work --until-empty finished"), "{help}");
+    let work_help = env.ok(&["work", "--help"]);
+    assert!(work_help.contains("--dead-letter-cap"), "{work_help}");
+    assert!(work_help.contains("Exits 10"), "{work_help}");
+}
+
+// Failed: a mistyped --db made a new empty queue for work, pause,
+// purge-dead-letters and compact (exit 0); `add --file /missing` left an
+// empty queue file behind.
+#[test]
+fn only_add_creates_a_queue_file() {
+    let env = Env::new();
+    let db = env.path("q.redb");
+    let commands: [&[&str]; 12] = [
+        &["work", "--exec", "true", "--until-empty"],
+        &["step", "f", "--exec", "true"],
+        &["pause", "f"],
+        &["resume", "f"],
+        &["clear-flow", "f"],
+        &["purge-dead-letters"],
+        &["redrive", "--all"],
+        &["compact"],
+        &["stats"],
+        &["peek"],
+        &["dead-letters"],
+        &["stats", "--json"],
+    ];
+    for cmd in commands {
+        let out = env.run(cmd);
+        assert_error(&out, 3, &format!("no queue file at {}", db.display()));
+        assert!(!db.exists(), "{cmd:?} created the file");
+    }
+    assert_error(
+        &env.run(&["add", "--file", "/missing/input"]),
+        3,
+        "/missing/input",
+    );
+    assert_error(
+        &env.run(&["add", "--lines", "--file", "/missing/input"]),
+        3,
+        "/missing/input",
+    );
+    assert!(!db.exists(), "a failed add created the file");
+    env.ok(&["add", "x"]);
+    assert!(db.exists());
+}
+
+// Failed: stats and peek needed write access to the file.
+#[test]
+fn looking_works_on_a_read_only_mount() {
+    let env = Env::new();
+    env.ok(&["add", "x", "--flow", "f"]);
+    env.ok(&["pause", "f"]);
+    env.ok(&["add", "y"]);
+    let out = env.run(&[
+        "work",
+        "--until-empty",
+        "--max-deliveries",
+        "1",
+        "--exec",
+        "exit 1",
+    ]);
+    assert_eq!(out.status.code(), Some(10), "{}", text(&out.stderr));
+    env.ok(&["add", "z"]);
+    let bin = env!("CARGO_BIN_EXE_workjournal");
+    let dir = env.dir.path().display().to_string();
+    // A private mount namespace (the tests run as root) in which the temp
+    // dir is a read-only bind mount: no write reaches the file.
+    let script = format!(
+        "mount --bind -o ro {dir} {dir} && \
+         if touch {dir}/probe 2>/dev/null; then echo writable; exit 99; fi && \
+         {bin} --db {dir}/q.redb stats --json && \
+         {bin} --db {dir}/q.redb peek && \
+         {bin} --db {dir}/q.redb dead-letters && \
+         {bin} --db {dir}/q.redb add w"
+    );
+    let out = Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let stats: serde_json::Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+    assert_eq!(stats["backlog"], 1, "{stats}");
+    assert_eq!(stats["parked"], 1, "{stats}");
+    assert_eq!(stats["dead_letters"], 1, "{stats}");
+    assert!(stdout.contains("\t-\t0\tz"), "{stdout}");
+    assert!(stdout.contains("command exited with code 1"), "{stdout}");
+    assert!(stderr.contains("Read-only file system"), "{stderr}");
+}
+
+// A viewer and a writer exclude each other across processes.
+#[test]
+fn a_read_only_viewer_and_a_writer_exclude_each_other() {
+    let env = Env::new();
+    env.ok(&["add", "x"]);
+    let mut viewer = env
+        .cmd(&["stats", "--watch", "--json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 1];
+    std::io::Read::read_exact(viewer.stdout.as_mut().unwrap(), &mut first).unwrap();
+    let out = env.run(&["add", "y"]);
+    viewer.kill().unwrap();
+    viewer.wait().unwrap();
+    assert_error(&out, 4, "locked by another process");
+    assert!(
+        text(&out.stderr).contains("held by pid"),
+        "{}",
+        text(&out.stderr)
+    );
+    env.ok(&["add", "y"]);
+}
+
+// Failed: a command that hung kept its slot (and its lease) forever; one
+// that left a background child holding stderr kept its slot until the child
+// exited.
+#[test]
+fn a_timeout_kills_the_command_and_its_group_and_children_do_not_hold_slots() {
+    let env = Env::new();
+    env.ok(&["add", "hang"]);
+    let out = env.run(&[
+        "work",
+        "--until-empty",
+        "--max-deliveries",
+        "1",
+        "--timeout",
+        "300ms",
+        "--exec",
+        "sleep 60 & echo $! > child; echo waiting >&2; wait",
+    ]);
+    assert_eq!(out.status.code(), Some(10), "{}", text(&out.stderr));
+    let child = env.read("child");
+    wait_for("the child to be killed", Duration::from_secs(20), || {
+        ended(child.trim())
+    });
+    let dead = env.ok(&["dead-letters"]);
+    assert!(
+        dead.contains("command timed out after 300ms and was killed: waiting"),
+        "{dead}"
+    );
+    assert_error(
+        &env.run(&["work", "--timeout", "0s", "--exec", "true"]),
+        2,
+        "timeout",
+    );
+
+    // One slot: the second item runs only once the first command's slot is
+    // free, though its background child holds stderr for a minute.
+    env.ok(&["add", "one"]);
+    env.ok(&["add", "two"]);
+    let mut worker = spawn_quiet(env.cmd(&[
+        "work",
+        "--until-empty",
+        "--concurrency",
+        "1",
+        "--exec",
+        &format!("sleep 60 & echo $! >> children; {}", record("ran.txt")),
+    ]));
+    wait_for("both items", Duration::from_secs(30), || {
+        env.read("ran.txt").lines().count() == 2
+    });
+    let status = worker.wait().unwrap();
+    for pid in env.read("children").lines() {
+        let _ = Command::new("kill").arg(pid).status();
+    }
+    assert!(status.success(), "{status:?}");
+}
+
+// Failed: the reason was the first line of the last 2 KiB of stderr, so a
+// Python traceback read "Traceback (most recent call last):".
+#[test]
+fn the_reason_is_the_end_of_stderr() {
+    let env = Env::new();
+    env.ok(&["add", "x"]);
+    let script = "echo 'Traceback (most recent call last):' >&2; \
+                  echo '  File \"job.py\", line 3, in <module>' >&2; \
+                  echo 'ValueError: bad row 7' >&2; echo >&2; exit 1";
+    let out = env.run(&[
+        "work",
+        "--until-empty",
+        "--max-deliveries",
+        "1",
+        "--exec",
+        script,
+    ]);
+    assert!(
+        text(&out.stderr)
+            .contains("dead-lettered: command exited with code 1: ValueError: bad row 7"),
+        "{}",
+        text(&out.stderr)
+    );
+    let dead = env.ok(&["dead-letters"]);
+    assert!(
+        dead.contains("command exited with code 1: ValueError: bad row 7\n"),
+        "{dead}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&env.ok(&["dead-letters", "--json"])).unwrap();
+    let reason = json[0]["reason"].as_str().unwrap();
+    assert!(reason.contains("Traceback"), "{reason}");
+    let help = env.ok(&["work", "--help"]);
+    assert!(
+        help.contains("a successful command's stderr is discarded"),
+        "{help}"
+    );
+}
+
+// Failed: flow names with tabs, newlines or 100 000 characters were taken;
+// `resume` of an unknown flow succeeded silently.
+#[test]
+fn bad_flow_names_are_refused_and_resume_of_an_unknown_flow_says_so() {
+    let env = Env::new();
+    env.ok(&["add", "x"]);
+    let long = "f".repeat(workjournal::MAX_FLOW_NAME_BYTES + 1);
+    for flow in ["a\tb", "a\nb", long.as_str()] {
+        assert_error(&env.run(&["add", "x", "--flow", flow]), 7, "flow name");
+        assert_error(&env.run(&["pause", flow]), 7, "flow name");
+    }
+    let longest = "f".repeat(workjournal::MAX_FLOW_NAME_BYTES);
+    env.ok(&["add", "x", "--flow", &longest]);
+    assert_error(
+        &env.run(&["resume", "nope"]),
+        9,
+        "flow \"nope\" is not paused",
+    );
+    env.ok(&["pause", "p"]);
+    assert!(env.ok(&["resume", "p"]).contains("resumed p"));
+}
+
+// Failed: `dead-letters --json` turned binary payloads into replacement
+// characters; `peek` had no `--json`.
+#[test]
+fn json_outputs_keep_binary_payloads() {
+    use base64::Engine;
+    let env = Env::new();
+    let binary = [0u8, 159, 146, 150, 255, b'\n'];
+    std::fs::write(env.path("bin"), binary).unwrap();
+    env.ok(&["add", "--file", "bin"]);
+    env.ok(&["add", "text ok"]);
+    let peek: serde_json::Value = serde_json::from_str(&env.ok(&["peek", "--json"])).unwrap();
+    let b64 = base64::engine::general_purpose::STANDARD;
+    assert_eq!(peek[0]["payload"], serde_json::Value::Null, "{peek}");
+    assert_eq!(
+        b64.decode(peek[0]["payload_base64"].as_str().unwrap())
+            .unwrap(),
+        binary
+    );
+    assert_eq!(peek[1]["payload"], "text ok", "{peek}");
+    env.run(&[
+        "work",
+        "--until-empty",
+        "--max-deliveries",
+        "1",
+        "--exec",
+        "exit 1",
+    ]);
+    let dead: serde_json::Value =
+        serde_json::from_str(&env.ok(&["dead-letters", "--json"])).unwrap();
+    let bin_letter = dead
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["payload"].is_null())
+        .unwrap();
+    assert_eq!(
+        b64.decode(bin_letter["payload_base64"].as_str().unwrap())
+            .unwrap(),
+        binary
+    );
+}
+
+// Regression (issue 10, item 3): a command that could not be started
+// (`sh` not found here; too many open files in the field) was charged to
+// the item as a failed attempt, and with `--max-deliveries 1` the item was
+// dead-lettered without ever running. It is now given back with its
+// delivery unspent, after a backoff.
+#[test]
+fn a_command_that_cannot_be_started_spends_no_delivery() {
+    let env = Env::new();
+    env.ok(&["add", "x"]);
+    let mut c = env.cmd(&[
+        "work",
+        "--max-deliveries",
+        "1",
+        "--backoff",
+        "20ms",
+        "--exec",
+        "true",
+    ]);
+    // No `sh` on this PATH: every spawn fails.
+    c.env("PATH", env.path("no-such-dir"));
+    let worker = spawn_quiet(c);
+    std::thread::sleep(Duration::from_millis(1500));
+    signal(&worker, "-TERM");
+    let out = worker.wait_with_output().unwrap();
+    assert!(out.status.success(), "{:?}", out.status);
+    let s = env.stats();
+    assert_eq!(s["dead_letters"].as_u64(), Some(0), "{s}");
+    assert_eq!(
+        s["backlog"].as_u64().unwrap() + s["delayed"].as_u64().unwrap(),
+        1,
+        "{s}"
+    );
+    // The item runs once `sh` can be found, as its first delivery.
+    env.ok(&[
+        "work",
+        "--until-empty",
+        "--max-deliveries",
+        "1",
+        "--exec",
+        "test \"$WORKJOURNAL_DELIVERY\" = 1",
+    ]);
+    let s = env.stats();
+    assert_eq!(
+        (
+            s["dead_letters"].as_u64(),
+            s["backlog"].as_u64(),
+            s["delayed"].as_u64()
+        ),
+        (Some(0), Some(0), Some(0)),
+        "{s}"
     );
 }

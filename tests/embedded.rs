@@ -354,3 +354,77 @@ async fn outcomes_survive_reopen_and_expired_ones_are_purged() {
         assert!(tables[t].is_empty(), "{t}: {tables:?}");
     }
 }
+
+/// SPEC section 9, read-only inspection: a read-only open sees every state
+/// (pending claims of a process that did not close too), refuses every
+/// change with `InvalidInput`, never writes the file, and never creates one.
+#[tokio::test]
+async fn a_read_only_open_reads_everything_and_writes_nothing() {
+    use workjournal::EmbeddedOptions;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let clock = ManualClock::new(T0);
+    let ro = EmbeddedOptions::default().read_only(true);
+    let missing = EmbeddedQueue::open_with(&path, config(&clock), ro.clone()).await;
+    assert!(
+        matches!(&missing, Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound),
+        "{missing:?}"
+    );
+    assert!(!path.exists(), "a read-only open created the file");
+
+    let q = open(&path, &clock).await;
+    q.pause("p").await.unwrap();
+    q.add(NewItem::new(b"parked".to_vec()).flow("p"))
+        .await
+        .unwrap();
+    q.add(NewItem::new(b"pending".to_vec())).await.unwrap();
+    q.add(NewItem::new(b"backlog".to_vec())).await.unwrap();
+    q.add_delayed(NewItem::new(b"later".to_vec()), T0 + 60_000)
+        .await
+        .unwrap();
+    let c = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!(c.len(), 1);
+    // Dropped without close: the claim stays pending, as after a crash.
+    drop(q);
+
+    // The open waits for the dropped handle's writer to let go of the file.
+    let view = EmbeddedQueue::open_with(&path, config(&clock), ro.clone())
+        .await
+        .unwrap();
+    let before = std::fs::read(&path).unwrap();
+    let s = view.stats().await.unwrap();
+    assert_eq!(
+        (s.backlog, s.delayed, s.pending, s.parked),
+        (1, 1, 1, 1),
+        "{s:?}"
+    );
+    let peeked = view.peek(10).await.unwrap();
+    assert_eq!(peeked.len(), 1);
+    assert_eq!(peeked[0].payload, b"backlog");
+    assert_eq!(view.paused_flows().await.unwrap(), vec!["p".to_string()]);
+    assert!(view.dead_letters(10).await.unwrap().is_empty());
+    let refused = [
+        view.add(NewItem::new(b"x".to_vec())).await.err(),
+        view.pause("q").await.err(),
+        view.purge_dead_letters().await.err(),
+        view.claim(1, Duration::ZERO, ClaimFrom::All).await.err(),
+        view.reclaim_stale(Duration::ZERO, 10).await.err(),
+        view.compact().await.err(),
+    ];
+    for e in refused {
+        assert!(
+            matches!(&e, Some(Error::InvalidInput(m)) if m.contains("read-only")),
+            "{e:?}"
+        );
+    }
+    view.close().await.unwrap();
+    assert!(
+        before == std::fs::read(&path).unwrap(),
+        "the file was written"
+    );
+
+    // The writer finds everything where it was, the pending claim included.
+    let q = open(&path, &clock).await;
+    assert_eq!(q.stats().await.unwrap().pending, 1);
+    q.close().await.unwrap();
+}

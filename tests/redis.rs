@@ -704,3 +704,102 @@ async fn expired_outcomes_are_pruned_with_their_progress_and_chunks() {
         .unwrap();
     assert_eq!(expiring, 1);
 }
+
+/// The stream entry id (`sid`) of a pending item, read from its record.
+async fn entry_of(conn: &mut redis::aio::MultiplexedConnection, ns: &str, id: u64) -> String {
+    redis::cmd("HGET")
+        .arg(format!("{{{ns}}}:item:{id}"))
+        .arg("sid")
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+async fn xdel(conn: &mut redis::aio::MultiplexedConnection, ns: &str, sid: &str) {
+    let n: u64 = redis::cmd("XDEL")
+        .arg(format!("{{{ns}}}:backlog"))
+        .arg(sid)
+        .query_async(conn)
+        .await
+        .unwrap();
+    assert_eq!(n, 1, "entry {sid} was not there to delete");
+}
+
+// Regression (issue 10, item 12): the stream entry of a pending item
+// deleted behind the backend's back (an operator's XDEL or XTRIM) left its
+// entry in the group's PEL, so backlog = XLEN - PEL counted one ready item
+// too few, and once the item was acked the count went negative: stats
+// failed with `Decode { .. "-1 is negative" }` for good, even after adds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_stay_true_when_a_pending_items_stream_entry_is_deleted() {
+    let url = shared_url();
+    let ns = fresh_namespace();
+    let q = connect(&url, &ns, Config::default()).await;
+    for i in 0..10u8 {
+        q.add(NewItem::new(vec![i])).await.unwrap();
+    }
+    let held = q.claim(4, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    let mut conn = raw(&url).await;
+    let sid = entry_of(&mut conn, &ns, held[0].item.id).await;
+    xdel(&mut conn, &ns, &sid).await;
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.backlog, s.pending), (6, 4), "{s:?}");
+    // Reclaim everything (the deleted entry's item included) and drain.
+    let again = q.reclaim_stale(Duration::ZERO, 10).await.unwrap();
+    assert_eq!(again.len(), 4);
+    for c in again {
+        q.ack(c.receipt).await.unwrap();
+    }
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.backlog, s.pending), (6, 0), "{s:?}");
+    loop {
+        let got = q.claim(3, Duration::ZERO, ClaimFrom::All).await.unwrap();
+        if got.is_empty() {
+            break;
+        }
+        for c in got {
+            q.ack(c.receipt).await.unwrap();
+        }
+    }
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.backlog, s.pending), (0, 0), "{s:?}");
+    q.add(NewItem::new(b"new".to_vec())).await.unwrap();
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.backlog, s.pending), (1, 0), "{s:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_stay_true_when_the_only_pending_items_entry_is_deleted() {
+    let url = shared_url();
+    let ns = fresh_namespace();
+    let q = connect(&url, &ns, Config::default()).await;
+    q.add(NewItem::new(b"one".to_vec())).await.unwrap();
+    let held = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    let mut conn = raw(&url).await;
+    let sid = entry_of(&mut conn, &ns, held[0].item.id).await;
+    xdel(&mut conn, &ns, &sid).await;
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.backlog, s.pending), (0, 1), "{s:?}");
+    q.ack(held[0].receipt).await.unwrap();
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.backlog, s.pending), (0, 0), "{s:?}");
+    q.add(NewItem::new(b"two".to_vec())).await.unwrap();
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.backlog, s.pending), (1, 0), "{s:?}");
+    // The item hash of a ready item deleted: counted until a claim meets it
+    // and drops its entry, never a failure.
+    let _: () = redis::cmd("DEL")
+        .arg(format!("{{{ns}}}:item:{}", held[0].item.id + 1))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(q.stats().await.is_ok());
+    assert!(
+        q.claim(1, Duration::ZERO, ClaimFrom::All)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.backlog, s.pending), (0, 0), "{s:?}");
+}

@@ -60,6 +60,8 @@ fn step_with_a_zero_lease_gives_one_line_and_no_panic() {
             .output()
             .unwrap()
     };
+    // Only `add` creates the queue file.
+    assert!(wj(&["add", "first"]).status.success());
     assert!(wj(&["pause", "f"]).status.success());
     assert!(wj(&["add", "--flow", "f", "x"]).status.success());
     // A worker parks the paused flow's item, so that `step` has one to run.

@@ -23,6 +23,7 @@ pub mod faults;
 #[cfg(feature = "embedded")]
 pub mod fuzz;
 pub mod ops;
+pub mod proxy;
 
 /// A queue under test and whatever keeps it alive (a temp dir, a server).
 pub struct Subject {

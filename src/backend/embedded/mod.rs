@@ -22,7 +22,9 @@
 //! operation (`LeaseLost`, `Full`, `InvalidInput`) never fails or changes
 //! another's; an operation that fails after writing (a storage error, an
 //! unreadable record) aborts the transaction and the others run again
-//! without it.
+//! without it. A transaction that wrote nothing (an empty claim, a reclaim
+//! that found nothing) is not committed and wakes no waiting claim, so an
+//! idle queue writes nothing to the disk (SPEC 8, Idle).
 //!
 //! # Durability
 //!
@@ -49,6 +51,27 @@
 //! the file again, without orphaning this process's claims, so the queue
 //! carries on by itself once the fault clears (SPEC section 5).
 //!
+//! # Read-only inspection
+//!
+//! [`EmbeddedOptions::read_only`] opens an existing file without ever
+//! writing it (a viewer account, a read-only mount): the file is opened
+//! read-only under a shared lock (a writer's exclusive lock excludes it, and
+//! it the writer), and redb runs over a storage backend whose writes stay in
+//! memory, so that redb's own work at open (the repair after a crash, the
+//! orphan records) happens there and is dropped at close. Every operation
+//! that would change the queue is refused with `InvalidInput`.
+//!
+//! # Store and forward
+//!
+//! With the `forward` feature, a [`Forwarder`](crate::forward::Forwarder)
+//! reads waiting items (backlog, due, delayed; not pending, parked or dead)
+//! of the forwarded flows in id order after a mark kept in `meta`
+//! (`forward_mark:{ns}:<origin>`), and once Redis has taken a batch removes
+//! its items, from whatever state they reached meanwhile, and raises the
+//! mark in one write transaction. `forward_journal` in `meta` is the file's
+//! random journal id, which lets Redis tell two files under one origin name
+//! apart. Nothing else changes: forwarding adds no table and no state.
+//!
 //! # Damaged files
 //!
 //! By default the open verifies every page checksum (redb's integrity
@@ -56,8 +79,12 @@
 //! Every redb call runs on the writer thread under `catch_unwind`: a panic
 //! inside redb becomes `Error::Corrupt` and the process lives on.
 
+mod read_only;
 mod tables;
 mod writer;
+
+#[cfg(feature = "forward")]
+pub(crate) use tables::Outgoing;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -71,7 +98,7 @@ use crate::clock::{SharedClock, SystemClock};
 use crate::config::{Config, ms};
 use crate::error::{Error, Result};
 use crate::item::{
-    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, RetryOutcome, Stats,
+    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
 };
 use crate::outcome::{Chunk, Outcome};
 use crate::queue::WorkQueue;
@@ -94,6 +121,7 @@ pub struct EmbeddedOptions {
     durability: Durability,
     verify_on_open: bool,
     cache_size_bytes: usize,
+    read_only: bool,
 }
 
 impl Default for EmbeddedOptions {
@@ -102,6 +130,7 @@ impl Default for EmbeddedOptions {
             durability: Durability::Immediate,
             verify_on_open: true,
             cache_size_bytes: 64 * 1024 * 1024,
+            read_only: false,
         }
     }
 }
@@ -126,6 +155,19 @@ impl EmbeddedOptions {
         self.cache_size_bytes = bytes;
         self
     }
+
+    /// Open an existing file for looking only, never writing it: it needs
+    /// only read permission, works on a read-only mount, and is shared with
+    /// other read-only handles but not with a writer (`Locked` either way).
+    /// Reads (`stats`, `peek`, `dead_letters`, `paused_flows`, `parked`,
+    /// `next_due`, `was_done`, `backlog_by_flow`) see the file as it was at
+    /// open; every other operation, `compact` and blocking claims included,
+    /// fails with `InvalidInput` (SPEC section 9). A missing file is `Io`
+    /// (not found), never created. Default: false.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
 }
 
 #[derive(Debug)]
@@ -137,6 +179,8 @@ struct Inner {
     /// Set when no handle can use the file any more, so that an open of the
     /// same file in this process waits for the writer to let go of it.
     closing: Arc<AtomicBool>,
+    /// Opened with [`EmbeddedOptions::read_only`]: only reads are run.
+    read_only: bool,
 }
 
 impl Drop for Inner {
@@ -255,6 +299,41 @@ impl EmbeddedQueue {
         let path = claim_path(path.as_ref())?;
         let claim = PathClaim::take(path.clone()).await?;
         let file = path.clone();
+        if options.read_only {
+            return Self::start(
+                config,
+                path,
+                claim,
+                Box::new(move || {
+                    let f = std::fs::File::open(&file).and_then(|f| {
+                        let backend = read_only::ReadOnlyFile::new(f.try_clone()?)?;
+                        Ok((f, backend))
+                    });
+                    let (f, backend) =
+                        f.map_err(|e| redb::DatabaseError::Storage(redb::StorageError::Io(e)))?;
+                    // Shared with readers; a writer holds it exclusively.
+                    match f.try_lock_shared() {
+                        Ok(()) => {}
+                        Err(std::fs::TryLockError::WouldBlock) => {
+                            return Err(redb::DatabaseError::DatabaseAlreadyOpen);
+                        }
+                        Err(std::fs::TryLockError::Error(e)) => {
+                            return Err(redb::DatabaseError::Storage(redb::StorageError::Io(e)));
+                        }
+                    }
+                    let db = redb::Builder::new()
+                        .set_check_integrity_on_open(options.verify_on_open)
+                        .set_cache_size(options.cache_size_bytes)
+                        .create_with_backend(backend);
+                    // The lock lasts as long as any descriptor of the open
+                    // file: the backend's clone keeps it.
+                    drop(f);
+                    db
+                }),
+                true,
+            )
+            .await;
+        }
         Self::start(
             config,
             path,
@@ -267,6 +346,7 @@ impl EmbeddedQueue {
                     .set_cache_size(options.cache_size_bytes)
                     .create(&file)
             }),
+            false,
         )
         .await
     }
@@ -328,6 +408,7 @@ impl EmbeddedQueue {
                     .set_check_integrity_on_open(verify_on_open)
                     .create_with_backend(backend)
             }),
+            false,
         )
         .await
     }
@@ -337,6 +418,7 @@ impl EmbeddedQueue {
         path: PathBuf,
         claim: PathClaim,
         mut build: writer::Build,
+        read_only: bool,
     ) -> Result<Self> {
         let limits = Limits {
             max_deliveries: config.max_deliveries,
@@ -383,6 +465,7 @@ impl EmbeddedQueue {
                 wake,
                 path,
                 closing,
+                read_only,
             }),
         })
     }
@@ -392,7 +475,21 @@ impl EmbeddedQueue {
         &self.inner.path
     }
 
+    /// Refuse a change to a queue opened read-only.
+    fn writable(&self, what: &str) -> Result<()> {
+        if self.inner.read_only {
+            return Err(Error::invalid(format!(
+                "{what}: the queue file {} was opened read-only",
+                self.inner.path.display()
+            )));
+        }
+        Ok(())
+    }
+
     async fn call(&self, op: Op) -> Result<Reply> {
+        if !op.is_read() {
+            self.writable(op.name())?;
+        }
         let (reply, rx) = oneshot::channel();
         let now = self.inner.clock.now_ms();
         self.inner
@@ -415,6 +512,10 @@ macro_rules! expect_reply {
         }
     };
 }
+
+// After the macro, which it uses.
+#[cfg(feature = "forward")]
+mod forward;
 
 impl EmbeddedQueue {
     /// Where every item is, by a full scan of the file's state indexes on
@@ -568,12 +669,16 @@ impl WorkQueue for EmbeddedQueue {
         expect_reply!(self, Op::Retry(receipt, not_before_ms), Reply::Retry(o) => o)
     }
 
+    async fn release(&self, receipt: Receipt, not_before_ms: u64) -> Result<()> {
+        expect_reply!(self, Op::Release(receipt, not_before_ms), Reply::Unit => ())
+    }
+
     async fn dead_letter(&self, receipt: Receipt, reason: &str) -> Result<()> {
         expect_reply!(self, Op::DeadLetter(receipt, reason.to_string()), Reply::Unit => ())
     }
 
-    async fn reclaim_stale(&self, min_idle: Duration, count: usize) -> Result<Vec<Claimed>> {
-        expect_reply!(self, Op::Reclaim { min_idle_ms: ms(min_idle), count }, Reply::Claimed(v) => v)
+    async fn reclaim(&self, min_idle: Duration, count: usize) -> Result<Reclaimed> {
+        expect_reply!(self, Op::Reclaim { min_idle_ms: ms(min_idle), count }, Reply::Reclaimed(r) => r)
     }
 
     async fn pause(&self, flow: &str) -> Result<()> {
@@ -641,6 +746,7 @@ impl WorkQueue for EmbeddedQueue {
     }
 
     async fn compact(&self) -> Result<bool> {
+        self.writable("compact")?;
         let (reply, rx) = oneshot::channel();
         self.inner
             .tx

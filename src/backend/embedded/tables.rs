@@ -6,6 +6,9 @@
 //! transaction. Lanes that keep an order (backlog, due lane, parked lists,
 //! dead letters) are keyed by one file-wide position counter `seq`.
 
+#[cfg(feature = "forward")]
+mod forward;
+
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
@@ -21,9 +24,11 @@ use crate::codec::{self, DeadRecord, ItemRecord, LeaseRecord, OutcomeRecord};
 use crate::error::{Error, Result};
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, NewItem, Receipt,
-    RetryOutcome, Stats, check_payload_size, require_flow,
+    Reclaimed, RetryOutcome, Stats, check_new_item, require_flow,
 };
 use crate::outcome::{Chunk, Outcome, OutcomeKind, check_size};
+#[cfg(feature = "forward")]
+pub(crate) use forward::{Outgoing, Unforwarded};
 
 /// Counters and the schema version.
 pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -78,6 +83,11 @@ pub(super) const SCHEMA_VERSION: u64 = 1;
 const NEXT_ID: &str = "next_id";
 const NEXT_SEQ: &str = "next_seq";
 const NEXT_LEASE: &str = "next_lease";
+/// Dead letters dropped past `dead_letter_cap`, ever (`Stats::dead_letters_dropped`).
+const DEAD_DROPPED: &str = "dead_dropped";
+/// The latest time (ms, queue clock) a committed transaction saw: how a
+/// clock step back during a restart is noticed (SPEC 8, Clock steps).
+const CLOCK_HIGH: &str = "clock_high";
 
 /// How many expired done markers and dedup keys one transaction purges at
 /// most, so that a backlog of expiries never makes one commit slow.
@@ -149,6 +159,10 @@ pub(super) struct Tables<'t> {
     progress: Lazy<'t, u64, &'static [u8]>,
     chunks: Lazy<'t, (u64, u64), &'static [u8]>,
     limits: Limits,
+    /// Whether anything asked for a table to write in. An operation asks
+    /// only once it knows it will change something, so a transaction that
+    /// stays clean changed nothing and is not committed (SPEC 8, Idle).
+    dirty: bool,
 }
 
 /// One table of a write transaction, opened when first asked for.
@@ -220,7 +234,13 @@ impl<'t> Tables<'t> {
             chunks: Lazy::new(CHUNKS, "open table chunks"),
             dead_by_id: Lazy::new(DEAD_BY_ID, "open table dead_by_id"),
             limits,
+            dirty: false,
         })
+    }
+
+    /// Whether this transaction has written anything (see `dirty`).
+    pub(super) fn is_dirty(&self) -> bool {
+        self.dirty
     }
 
     fn meta(&self) -> Result<&Table<'t, &'static str, u64>> {
@@ -228,6 +248,7 @@ impl<'t> Tables<'t> {
     }
 
     fn meta_mut(&mut self) -> Result<&mut Table<'t, &'static str, u64>> {
+        self.dirty = true;
         self.meta.get_mut(self.txn)
     }
 
@@ -236,6 +257,7 @@ impl<'t> Tables<'t> {
     }
 
     fn items_mut(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        self.dirty = true;
         self.items.get_mut(self.txn)
     }
 
@@ -244,6 +266,7 @@ impl<'t> Tables<'t> {
     }
 
     fn payloads_mut(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        self.dirty = true;
         self.payloads.get_mut(self.txn)
     }
 
@@ -252,6 +275,7 @@ impl<'t> Tables<'t> {
     }
 
     fn backlog_mut(&mut self) -> Result<&mut Table<'t, u64, u64>> {
+        self.dirty = true;
         self.backlog.get_mut(self.txn)
     }
 
@@ -260,6 +284,7 @@ impl<'t> Tables<'t> {
     }
 
     fn due_mut(&mut self) -> Result<&mut Table<'t, u64, u64>> {
+        self.dirty = true;
         self.due.get_mut(self.txn)
     }
 
@@ -268,6 +293,7 @@ impl<'t> Tables<'t> {
     }
 
     fn delayed_mut(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        self.dirty = true;
         self.delayed.get_mut(self.txn)
     }
 
@@ -276,6 +302,7 @@ impl<'t> Tables<'t> {
     }
 
     fn pending_mut(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        self.dirty = true;
         self.pending.get_mut(self.txn)
     }
 
@@ -284,6 +311,7 @@ impl<'t> Tables<'t> {
     }
 
     fn pending_by_time_mut(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        self.dirty = true;
         self.pending_by_time.get_mut(self.txn)
     }
 
@@ -292,6 +320,7 @@ impl<'t> Tables<'t> {
     }
 
     fn orphans_mut(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        self.dirty = true;
         self.orphans.get_mut(self.txn)
     }
 
@@ -300,6 +329,7 @@ impl<'t> Tables<'t> {
     }
 
     fn parked_mut(&mut self) -> Result<&mut Table<'t, (&'static str, u64), u64>> {
+        self.dirty = true;
         self.parked.get_mut(self.txn)
     }
 
@@ -308,6 +338,7 @@ impl<'t> Tables<'t> {
     }
 
     fn paused_mut(&mut self) -> Result<&mut Table<'t, &'static str, ()>> {
+        self.dirty = true;
         self.paused.get_mut(self.txn)
     }
 
@@ -316,6 +347,7 @@ impl<'t> Tables<'t> {
     }
 
     fn done_mut(&mut self) -> Result<&mut Table<'t, (u64, &'static str), u64>> {
+        self.dirty = true;
         self.done.get_mut(self.txn)
     }
 
@@ -324,6 +356,7 @@ impl<'t> Tables<'t> {
     }
 
     fn done_expiry_mut(&mut self) -> Result<&mut Table<'t, (u64, u64, &'static str), ()>> {
+        self.dirty = true;
         self.done_expiry.get_mut(self.txn)
     }
 
@@ -332,6 +365,7 @@ impl<'t> Tables<'t> {
     }
 
     fn dedup_mut(&mut self) -> Result<&mut Table<'t, &'static str, (u64, u64)>> {
+        self.dirty = true;
         self.dedup.get_mut(self.txn)
     }
 
@@ -340,6 +374,7 @@ impl<'t> Tables<'t> {
     }
 
     fn dedup_expiry_mut(&mut self) -> Result<&mut Table<'t, (u64, &'static str), ()>> {
+        self.dirty = true;
         self.dedup_expiry.get_mut(self.txn)
     }
 
@@ -348,6 +383,7 @@ impl<'t> Tables<'t> {
     }
 
     fn dead_mut(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        self.dirty = true;
         self.dead.get_mut(self.txn)
     }
 
@@ -356,6 +392,7 @@ impl<'t> Tables<'t> {
     }
 
     fn outcomes_mut(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        self.dirty = true;
         self.outcomes.get_mut(self.txn)
     }
 
@@ -364,6 +401,7 @@ impl<'t> Tables<'t> {
     }
 
     fn outcome_expiry_mut(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        self.dirty = true;
         self.outcome_expiry.get_mut(self.txn)
     }
 
@@ -372,6 +410,7 @@ impl<'t> Tables<'t> {
     }
 
     fn progress_mut(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        self.dirty = true;
         self.progress.get_mut(self.txn)
     }
 
@@ -380,6 +419,7 @@ impl<'t> Tables<'t> {
     }
 
     fn chunks_mut(&mut self) -> Result<&mut Table<'t, (u64, u64), &'static [u8]>> {
+        self.dirty = true;
         self.chunks.get_mut(self.txn)
     }
 
@@ -388,6 +428,7 @@ impl<'t> Tables<'t> {
     }
 
     fn dead_by_id_mut(&mut self) -> Result<&mut Table<'t, u64, u64>> {
+        self.dirty = true;
         self.dead_by_id.get_mut(self.txn)
     }
 
@@ -565,7 +606,12 @@ impl<'t> Tables<'t> {
                 .remove(old.id)
                 .ctx("drop dead letter index")?;
             self.delete_item(old.id)?;
-            tracing::warn!(id = old.id, "dead letter dropped: dead_letter_cap reached");
+            self.bump(DEAD_DROPPED, 0)?;
+            tracing::warn!(
+                id = old.id,
+                cap = self.limits.dead_letter_cap,
+                "dead letter dropped for good: dead_letter_cap reached"
+            );
         }
         Ok(())
     }
@@ -730,6 +776,160 @@ impl<'t> Tables<'t> {
         Ok((out, self.outcome(id, now)?.is_some()))
     }
 
+    // ---- clock steps (SPEC 8) -------------------------------------------
+
+    /// If the clock reads more than the tolerance below `latest` (the latest
+    /// time this process has seen) or below the latest time a commit of the
+    /// file saw, move every timer, claim time and expiry back by the step.
+    /// Returns whether it moved them.
+    pub(super) fn observe_clock(&mut self, latest: u64, now: u64) -> Result<bool> {
+        let high = self.counter(CLOCK_HIGH, 0)?.max(latest);
+        let step = crate::clock::step_back(high, now);
+        if let Some(back) = step {
+            tracing::warn!(
+                back_ms = back,
+                "the clock stepped back: timers and leases moved with it"
+            );
+            self.rebase(back)?;
+            self.meta_mut()?
+                .insert(CLOCK_HIGH, now)
+                .ctx("write clock")?;
+        }
+        Ok(step.is_some())
+    }
+
+    /// At close: remember `latest`, the latest time this process saw, if
+    /// the file's is older. Returns whether it wrote.
+    pub(super) fn save_clock(&mut self, latest: u64) -> Result<bool> {
+        if self.counter(CLOCK_HIGH, 0)? >= latest {
+            return Ok(false);
+        }
+        self.meta_mut()?
+            .insert(CLOCK_HIGH, latest)
+            .ctx("write clock")?;
+        Ok(true)
+    }
+
+    /// After the operations of a transaction that writes anyway: remember
+    /// the latest time seen.
+    pub(super) fn note_clock(&mut self, now: u64) -> Result<()> {
+        if self.dirty && self.counter(CLOCK_HIGH, 0)? < now {
+            self.meta_mut()?
+                .insert(CLOCK_HIGH, now)
+                .ctx("write clock")?;
+        }
+        Ok(())
+    }
+
+    fn rebase(&mut self, back: u64) -> Result<()> {
+        let mut delayed = Vec::new();
+        for entry in self.delayed()?.iter().ctx("scan delayed")? {
+            delayed.push(entry.ctx("scan delayed")?.0.value());
+        }
+        for (nb, id) in delayed {
+            let moved = nb.saturating_sub(back);
+            self.delayed_mut()?.remove((nb, id)).ctx("move delayed")?;
+            self.delayed_mut()?
+                .insert((moved, id), ())
+                .ctx("move delayed")?;
+            let mut rec = self.record(id)?;
+            rec.not_before_ms = Some(moved);
+            self.put_record(id, &rec)?;
+        }
+        let mut leases = Vec::new();
+        for entry in self.pending_by_time()?.iter().ctx("scan lease index")? {
+            leases.push(entry.ctx("scan lease index")?.0.value());
+        }
+        for (at, id) in leases {
+            let moved = at.saturating_sub(back);
+            self.pending_by_time_mut()?
+                .remove((at, id))
+                .ctx("move lease index")?;
+            self.pending_by_time_mut()?
+                .insert((moved, id), ())
+                .ctx("move lease index")?;
+            if self
+                .orphans_mut()?
+                .remove((at, id))
+                .ctx("move orphan")?
+                .is_some()
+            {
+                self.orphans_mut()?
+                    .insert((moved, id), ())
+                    .ctx("move orphan")?;
+            }
+            if let Some(mut l) = self.lease(id)? {
+                l.claimed_at_ms = moved;
+                self.pending_mut()?
+                    .insert(id, codec::encode(&l)?.as_slice())
+                    .ctx("move lease")?;
+            }
+        }
+        let mut done = Vec::new();
+        for entry in self.done_expiry()?.iter().ctx("scan done expiry")? {
+            let (k, _) = entry.ctx("scan done expiry")?;
+            let (t, id, step) = k.value();
+            done.push((t, id, step.to_string()));
+        }
+        for (t, id, step) in done {
+            let moved = t.saturating_sub(back);
+            self.done_expiry_mut()?
+                .remove((t, id, step.as_str()))
+                .ctx("move done expiry")?;
+            self.done_expiry_mut()?
+                .insert((moved, id, step.as_str()), ())
+                .ctx("move done expiry")?;
+            self.done_mut()?
+                .insert((id, step.as_str()), moved)
+                .ctx("move done marker")?;
+        }
+        let mut keys = Vec::new();
+        for entry in self.dedup_expiry()?.iter().ctx("scan dedup expiry")? {
+            let (k, _) = entry.ctx("scan dedup expiry")?;
+            let (t, key) = k.value();
+            keys.push((t, key.to_string()));
+        }
+        for (t, key) in keys {
+            let moved = t.saturating_sub(back);
+            self.dedup_expiry_mut()?
+                .remove((t, key.as_str()))
+                .ctx("move dedup expiry")?;
+            self.dedup_expiry_mut()?
+                .insert((moved, key.as_str()), ())
+                .ctx("move dedup expiry")?;
+            let first = self
+                .dedup()?
+                .get(key.as_str())
+                .ctx("read dedup key")?
+                .map(|g| g.value().0);
+            if let Some(id) = first {
+                self.dedup_mut()?
+                    .insert(key.as_str(), (id, moved))
+                    .ctx("move dedup key")?;
+            }
+        }
+        let mut outcomes = Vec::new();
+        for entry in self.outcome_expiry()?.iter().ctx("scan outcome expiry")? {
+            outcomes.push(entry.ctx("scan outcome expiry")?.0.value());
+        }
+        for (t, id) in outcomes {
+            let moved = t.saturating_sub(back);
+            self.outcome_expiry_mut()?
+                .remove((t, id))
+                .ctx("move outcome expiry")?;
+            self.outcome_expiry_mut()?
+                .insert((moved, id), ())
+                .ctx("move outcome expiry")?;
+            if let Some(mut rec) = self.outcome_record(id)? {
+                rec.expires_at_ms = moved;
+                self.outcomes_mut()?
+                    .insert(id, codec::encode(&rec)?.as_slice())
+                    .ctx("move outcome")?;
+            }
+        }
+        Ok(())
+    }
+
     // ---- expiry ---------------------------------------------------------
 
     pub(super) fn purge_expired(&mut self, now: u64) -> Result<()> {
@@ -828,7 +1028,7 @@ impl<'t> Tables<'t> {
         let mut fresh = 0u64;
         let mut seen = std::collections::HashSet::new();
         for (item, _) in items {
-            check_payload_size(item, self.limits.max_payload_bytes)?;
+            check_new_item(item, self.limits.max_payload_bytes)?;
             match item.dedup_key.as_deref() {
                 // A key earlier in the batch is live only while its window
                 // is open: never with a window of 0 (deduplication off).
@@ -948,18 +1148,25 @@ impl<'t> Tables<'t> {
         };
         for &lane in lanes {
             while out.len() < count {
-                let table = if lane == Lane::Due {
+                // Look before taking: an empty lane is not written to.
+                let head = if lane == Lane::Due {
+                    self.due()?
+                } else {
+                    self.backlog()?
+                }
+                .first()
+                .ctx("read lane")?
+                .map(|(k, v)| (k.value(), v.value()));
+                let Some((seq, id)) = head else {
+                    break;
+                };
+                if lane == Lane::Due {
                     self.due_mut()?
                 } else {
                     self.backlog_mut()?
-                };
-                let Some(id) = table
-                    .pop_first()
-                    .ctx("take from lane")?
-                    .map(|(_, v)| v.value())
-                else {
-                    break;
-                };
+                }
+                .remove(seq)
+                .ctx("take from lane")?;
                 if any_paused {
                     let flow = self.record(id)?.flow;
                     if self.is_paused(&flow)? {
@@ -1032,6 +1239,28 @@ impl<'t> Tables<'t> {
         Ok(RetryOutcome::Delayed)
     }
 
+    /// SPEC 3, Finishing: release. Back to delayed (or the parked tail of
+    /// a paused flow) with `deliveries - 1`.
+    pub(super) fn release(&mut self, r: &Receipt, not_before: u64) -> Result<()> {
+        let lease = self.current(r)?;
+        let mut rec = self.record(r.id)?;
+        self.remove_pending(r.id, &lease)?;
+        rec.deliveries = rec.deliveries.saturating_sub(1);
+        let paused = self.is_paused(&rec.flow)?;
+        if !paused {
+            rec.not_before_ms = Some(not_before);
+        }
+        self.put_record(r.id, &rec)?;
+        if paused {
+            self.park_id(&rec.flow, r.id)
+        } else {
+            self.delayed_mut()?
+                .insert((not_before, r.id), ())
+                .ctx("write delayed")?;
+            Ok(())
+        }
+    }
+
     pub(super) fn dead_letter(&mut self, r: &Receipt, reason: &str, now: u64) -> Result<()> {
         let lease = self.current(r)?;
         self.remove_pending(r.id, &lease)?;
@@ -1043,11 +1272,12 @@ impl<'t> Tables<'t> {
         min_idle_ms: u64,
         count: usize,
         now: u64,
-    ) -> Result<Vec<Claimed>> {
+    ) -> Result<Reclaimed> {
         if count == 0 {
             return Err(Error::invalid("reclaim count must be at least 1"));
         }
         let mut out = Vec::new();
+        let mut dead_lettered = Vec::new();
         // Claims this call made are re-indexed at (now, id), possibly ahead of
         // the scan: skip them, and resume each scan after the last key seen.
         let mut handed: std::collections::HashSet<u64> = std::collections::HashSet::new();
@@ -1104,6 +1334,11 @@ impl<'t> Tables<'t> {
             let rec = self.record(id)?;
             if rec.deliveries >= self.limits.max_deliveries {
                 self.bury(id, MAX_DELIVERIES_REASON, now)?;
+                dead_lettered.push(Receipt {
+                    id,
+                    delivery: rec.deliveries,
+                    lease: lease.lease,
+                });
                 continue;
             }
             // SPEC 3, Crash recovery: an item of a paused flow is parked
@@ -1116,7 +1351,10 @@ impl<'t> Tables<'t> {
             handed.insert(id);
             out.push(self.hand_out(id, lane, now)?);
         }
-        Ok(out)
+        Ok(Reclaimed {
+            claimed: out,
+            dead_lettered,
+        })
     }
 
     /// At open: every pending item belongs to a process that is gone.
@@ -1134,6 +1372,9 @@ impl<'t> Tables<'t> {
 
     pub(super) fn pause(&mut self, flow: &str) -> Result<()> {
         require_flow(flow)?;
+        if self.is_paused(flow)? {
+            return Ok(());
+        }
         self.paused_mut()?.insert(flow, ()).ctx("write paused")?;
         Ok(())
     }
@@ -1153,7 +1394,9 @@ impl<'t> Tables<'t> {
 
     pub(super) fn resume(&mut self, flow: &str) -> Result<u64> {
         require_flow(flow)?;
-        self.paused_mut()?.remove(flow).ctx("delete paused")?;
+        if self.is_paused(flow)? {
+            self.paused_mut()?.remove(flow).ctx("delete paused")?;
+        }
         let ids = self.parked_ids(flow)?;
         for (seq, id) in &ids {
             self.parked_mut()?
@@ -1194,7 +1437,9 @@ impl<'t> Tables<'t> {
 
     pub(super) fn clear_flow(&mut self, flow: &str) -> Result<u64> {
         require_flow(flow)?;
-        self.paused_mut()?.remove(flow).ctx("delete paused")?;
+        if self.is_paused(flow)? {
+            self.paused_mut()?.remove(flow).ctx("delete paused")?;
+        }
         let ids = self.parked_ids(flow)?;
         for (seq, id) in &ids {
             self.parked_mut()?
@@ -1226,13 +1471,16 @@ impl<'t> Tables<'t> {
 
     pub(super) fn redrive(&mut self, id: u64) -> Result<bool> {
         let Some(seq) = self
-            .dead_by_id_mut()?
-            .remove(id)
-            .ctx("delete dead letter index")?
+            .dead_by_id()?
+            .get(id)
+            .ctx("read dead letter index")?
             .map(|g| g.value())
         else {
             return Ok(false);
         };
+        self.dead_by_id_mut()?
+            .remove(id)
+            .ctx("delete dead letter index")?;
         self.dead_mut()?.remove(seq).ctx("delete dead letter")?;
         self.forget_outcome(id)?;
         let mut rec = self.record(id)?;
@@ -1249,6 +1497,9 @@ impl<'t> Tables<'t> {
         for entry in self.dead_by_id()?.iter().ctx("scan dead letters")? {
             let (k, _) = entry.ctx("scan dead letters")?;
             ids.push(k.value());
+        }
+        if ids.is_empty() && self.dead()?.is_empty().ctx("count dead letters")? {
+            return Ok(0);
         }
         for id in &ids {
             self.delete_item(*id)?;
@@ -1422,6 +1673,7 @@ impl<'t> Tables<'t> {
             delayed: self.delayed()?.len().ctx("count delayed")?,
             parked: self.parked()?.len().ctx("count parked")?,
             dead_letters: self.dead()?.len().ctx("count dead letters")?,
+            dead_letters_dropped: self.counter(DEAD_DROPPED, 0)?,
             oldest_pending_age_ms: oldest,
             durable: true,
         })

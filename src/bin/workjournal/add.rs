@@ -25,7 +25,48 @@ fn input_error(path: &Path, e: std::io::Error) -> CliError {
     )
 }
 
-pub(crate) async fn add(queue: &BoxQueue, args: &AddArgs) -> CliResult {
+/// What `add` reads, opened or read before the queue is opened.
+pub(crate) enum Input {
+    /// One payload, read whole.
+    One(Vec<u8>),
+    /// `--lines`: a reader of lines and its size in bytes when known.
+    Lines(Box<dyn BufRead>, Option<u64>),
+}
+
+/// Read the payload (or open the lines) of `add`, so that a missing or
+/// unreadable input fails before the queue file is touched (SPEC section 9).
+pub(crate) fn read_input(args: &AddArgs) -> CliResult<Input> {
+    if args.lines {
+        return Ok(match &args.file {
+            Some(path) => {
+                let file = std::fs::File::open(path).map_err(|e| input_error(path, e))?;
+                let len = file.metadata().ok().map(|m| m.len());
+                Input::Lines(Box::new(std::io::BufReader::new(file)), len)
+            }
+            None => Input::Lines(Box::new(std::io::stdin().lock()), None),
+        });
+    }
+    Ok(Input::One(match (&args.payload, &args.file) {
+        (Some(p), _) => p.clone().into_bytes(),
+        (None, Some(f)) => std::fs::read(f).map_err(|e| input_error(f, e))?,
+        (None, None) => {
+            let mut buf = Vec::new();
+            std::io::stdin()
+                .lock()
+                .read_to_end(&mut buf)
+                .map_err(|e| CliError::new(code::INPUT, format!("cannot read stdin: {e}")))?;
+            if buf.is_empty() {
+                return Err(CliError::new(
+                    code::USAGE,
+                    "stdin was empty: nothing to add (pass '' as PAYLOAD for an empty item)",
+                ));
+            }
+            buf
+        }
+    }))
+}
+
+pub(crate) async fn add(queue: &BoxQueue, args: &AddArgs, input: Input) -> CliResult {
     let not_before_ms = match (args.delay, args.at) {
         (Some(d), _) => {
             let now = queue.now_ms().await?;
@@ -47,26 +88,11 @@ pub(crate) async fn add(queue: &BoxQueue, args: &AddArgs) -> CliResult {
         }
         (None, at) => at,
     };
-    if args.lines {
-        return add_lines(queue, args, not_before_ms).await;
-    }
-    let payload = match (&args.payload, &args.file) {
-        (Some(p), _) => p.clone().into_bytes(),
-        (None, Some(f)) => std::fs::read(f).map_err(|e| input_error(f, e))?,
-        (None, None) => {
-            let mut buf = Vec::new();
-            std::io::stdin()
-                .lock()
-                .read_to_end(&mut buf)
-                .map_err(|e| CliError::new(code::INPUT, format!("cannot read stdin: {e}")))?;
-            if buf.is_empty() {
-                return Err(CliError::new(
-                    code::USAGE,
-                    "stdin was empty: nothing to add (pass '' as PAYLOAD for an empty item)",
-                ));
-            }
-            buf
+    let payload = match input {
+        Input::Lines(reader, total_bytes) => {
+            return add_lines(queue, args, not_before_ms, reader, total_bytes).await;
         }
+        Input::One(payload) => payload,
     };
     let mut item = NewItem::new(payload).flow(args.flow.clone());
     if let Some(key) = &args.dedup_key {
@@ -91,16 +117,14 @@ pub(crate) async fn add(queue: &BoxQueue, args: &AddArgs) -> CliResult {
     writeln!(std::io::stdout(), "{}", added.id).map_err(CliError::output)
 }
 
-async fn add_lines(queue: &BoxQueue, args: &AddArgs, not_before_ms: Option<u64>) -> CliResult {
+async fn add_lines(
+    queue: &BoxQueue,
+    args: &AddArgs,
+    not_before_ms: Option<u64>,
+    mut reader: Box<dyn BufRead>,
+    total_bytes: Option<u64>,
+) -> CliResult {
     let max_payload = Config::default().get_max_payload_bytes();
-    let (mut reader, total_bytes): (Box<dyn BufRead>, Option<u64>) = match &args.file {
-        Some(path) => {
-            let file = std::fs::File::open(path).map_err(|e| input_error(path, e))?;
-            let len = file.metadata().ok().map(|m| m.len());
-            (Box::new(std::io::BufReader::new(file)), len)
-        }
-        None => (Box::new(std::io::stdin().lock()), None),
-    };
     let bar = progress(total_bytes);
 
     let mut added = 0u64;

@@ -7,19 +7,23 @@ use clap::{Args, Parser, Subcommand};
 
 const EXIT_CODES: &str = "\
 Exit codes:
-  0    success (also: output cut short by a closed pipe; work stopped by Ctrl-C or SIGTERM)
+  0    success (also: output cut short by a closed pipe; work stopped by Ctrl-C,
+       SIGTERM or SIGHUP)
   1    any other failure (disk, permissions, --db names a directory or a path
        in a missing directory)
   2    usage: bad flag, duration, time or --redis URL; a backend this build lacks
-  3    an input file is missing or unreadable; no queue file (stats, peek,
-       dead-letters)
+  3    an input file is missing or unreadable; no queue file (every command
+       but add, which alone creates one)
   4    the queue file is locked by another process
   5    the queue file is corrupt (not a queue, or damaged)
   6    Redis is unreachable or failed
-  7    the queue refused the input (payload too large, empty flow name)
+  7    the queue refused the input (payload too large, empty flow name, a flow
+       name with control characters or over 256 bytes)
   8    the queue is full
-  9    nothing to act on (no such dead letter, nothing parked, no outcome for result)
-  10   add --wait / result: the item was dead-lettered (the reason is on stderr)
+  9    nothing to act on (no such dead letter, nothing parked, resume of a
+       flow that is not paused, no outcome for result)
+  10   work --until-empty finished, but items were dead-lettered in the run;
+       add --wait / result: the item was dead-lettered (the reason is on stderr)
   11   add --wait: --timeout ran out before the item finished
   130  work stopped at once by a second Ctrl-C";
 
@@ -37,7 +41,8 @@ pub(crate) struct Cli {
 /// Where the queue lives.
 #[derive(Debug, Args)]
 pub(crate) struct Global {
-    /// The queue file (embedded backend), created on first use.
+    /// The queue file (embedded backend), created by the first `add`; every
+    /// other command refuses a missing one.
     #[arg(
         long,
         global = true,
@@ -81,7 +86,7 @@ pub(crate) enum Command {
     Add(AddArgs),
     /// Run a shell command for every item until stopped (Ctrl-C) or empty.
     Work(WorkArgs),
-    /// Show how many items are in each state.
+    /// Show how many items are in each state (needs only read access).
     Stats {
         /// Print JSON.
         #[arg(long)]
@@ -90,18 +95,25 @@ pub(crate) enum Command {
         #[arg(long)]
         watch: bool,
     },
-    /// Show the next N items a worker would take, without taking them.
+    /// Show the next N items a worker would take, without taking them
+    /// (needs only read access).
     Peek {
         /// How many.
         #[arg(default_value_t = 10)]
         n: usize,
+        /// Print JSON: `payload` is the text (null when not UTF-8),
+        /// `payload_base64` the bytes.
+        #[arg(long)]
+        json: bool,
     },
-    /// Show the N newest dead letters with their reasons.
+    /// Show the N newest dead letters with their reasons (needs only read
+    /// access).
     DeadLetters {
         /// How many.
         #[arg(default_value_t = 10)]
         n: usize,
-        /// Print JSON.
+        /// Print JSON: `payload` is the text (null when not UTF-8),
+        /// `payload_base64` the bytes, `reason` the whole failure text.
         #[arg(long)]
         json: bool,
     },
@@ -128,6 +140,15 @@ pub(crate) enum Command {
     },
     /// Run the oldest parked item of a paused FLOW with --exec, once.
     Step(StepArgs),
+    /// Internal: the supervisor `work` runs each command under.
+    #[command(name = "__supervise", hide = true)]
+    Supervise {
+        /// The payload's size, read whole from stdin before CMD starts.
+        payload_bytes: u64,
+        /// The command, for `sh -c`.
+        #[arg(allow_hyphen_values = true)]
+        cmd: String,
+    },
     /// Delete FLOW's parked items and its pause.
     ClearFlow {
         /// The flow.
@@ -144,6 +165,9 @@ pub(crate) enum Command {
         #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
         wait: Option<Duration>,
     },
+    /// Hand the file's items over to the Redis queue at --redis, exactly
+    /// once, until stopped (needs the `forward` feature).
+    Forward(crate::forward::ForwardArgs),
 }
 
 #[derive(Debug, Args)]
@@ -184,8 +208,18 @@ pub(crate) struct AddArgs {
 pub(crate) struct ExecArgs {
     /// The command, run with `sh -c`, payload on stdin, and WORKJOURNAL_ID,
     /// WORKJOURNAL_FLOW, WORKJOURNAL_DELIVERY in its environment. Exit 0 acks.
+    /// Its stdout is ours; its stderr is captured: on failure its end becomes
+    /// the reason, and a successful command's stderr is discarded. It dies
+    /// with the worker, however the worker dies.
     #[arg(long, value_name = "CMD")]
     pub(crate) exec: String,
+    /// Kill a command (and all it started) still running after this long;
+    /// that is a failed attempt. Default: no limit.
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
+    pub(crate) timeout: Option<Duration>,
+    /// Dead letters kept; past it the oldest are dropped.
+    #[arg(long, value_name = "N", default_value_t = workjournal::DEFAULT_DEAD_LETTER_CAP)]
+    pub(crate) dead_letter_cap: u64,
     /// How long a claim lasts without a heartbeat; items of a worker silent
     /// this long are taken over. Also how long Ctrl-C waits for running commands.
     /// At least 1ms; below 30ms it is 30ms.
@@ -209,7 +243,8 @@ pub(crate) struct WorkArgs {
     #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_CONCURRENCY)))]
     pub(crate) concurrency: Option<u32>,
-    /// Exit once nothing is left: backlog, delayed (retries too) and pending all empty.
+    /// Exit once nothing is left: backlog, delayed (retries too) and pending
+    /// all empty. Exits 10 if any item was dead-lettered in the run.
     #[arg(long)]
     pub(crate) until_empty: bool,
     /// Work only on the parked items of paused flow F, one `step` at a time.
@@ -246,6 +281,15 @@ pub(crate) fn parse_lease(s: &str) -> Result<Duration, String> {
             "a lease must be at least 1ms, got {}",
             humantime::format_duration(d)
         ));
+    }
+    Ok(d)
+}
+
+/// A `--timeout`: a duration above zero.
+pub(crate) fn parse_timeout(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err("a timeout must be above 0".to_string());
     }
     Ok(d)
 }

@@ -19,8 +19,21 @@ pub(crate) async fn open(global: &Global, config: Config) -> CliResult<BoxQueue>
     }
 }
 
+/// Open the queue for looking only: an embedded file read-only (see
+/// [`workjournal::EmbeddedOptions::read_only`]); Redis as usual.
+pub(crate) async fn open_read_only(global: &Global) -> CliResult<BoxQueue> {
+    if global.redis.is_some() {
+        return open(global, Config::default()).await;
+    }
+    let options = workjournal::EmbeddedOptions::default().read_only(true);
+    let queue =
+        workjournal::EmbeddedQueue::open_with(&global.db, Config::default(), options).await?;
+    Ok(BoxQueue::new(queue))
+}
+
+/// The Redis options the global flags give (TLS CA and client certificate).
 #[cfg(feature = "redis")]
-async fn open_redis(url: &str, global: &Global, config: Config) -> CliResult<BoxQueue> {
+pub(crate) fn redis_options(global: &Global) -> workjournal::RedisOptions {
     let mut options = workjournal::RedisOptions::default();
     if let Some(ca) = &global.redis_ca {
         options = options.tls_ca_file(ca);
@@ -28,6 +41,12 @@ async fn open_redis(url: &str, global: &Global, config: Config) -> CliResult<Box
     if let (Some(cert), Some(key)) = (&global.redis_cert, &global.redis_key) {
         options = options.tls_client_cert_files(cert, key);
     }
+    options
+}
+
+#[cfg(feature = "redis")]
+async fn open_redis(url: &str, global: &Global, config: Config) -> CliResult<BoxQueue> {
+    let options = redis_options(global);
     let queue = workjournal::RedisQueue::connect(url, &global.namespace, config, options)
         .await
         .map_err(|e| match e {
@@ -46,6 +65,19 @@ async fn open_redis(_url: &str, _global: &Global, _config: Config) -> CliResult<
     ))
 }
 
+/// Only `add` creates a queue file: every other command on an embedded
+/// `--db` that does not exist fails with exit 3 and creates nothing, so that
+/// a mistyped path is not a new empty queue (SPEC section 9).
+pub(crate) fn require_queue_file(global: &Global) -> CliResult {
+    if global.redis.is_none() && !global.db.exists() {
+        return Err(CliError::new(
+            code::INPUT,
+            format!("no queue file at {}", global.db.display()),
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) async fn run(cli: Cli) -> CliResult {
     if let Command::Work(args) = &cli.command {
         return crate::work::work(&cli.global, args).await;
@@ -53,7 +85,22 @@ pub(crate) async fn run(cli: Cli) -> CliResult {
     if let Command::Step(args) = &cli.command {
         return crate::work::step(&cli.global, args).await;
     }
-    // Commands that only look must not create an empty queue file.
+    if let Command::Forward(args) = &cli.command {
+        return crate::forward::forward(&cli.global, args).await;
+    }
+    if let Command::Add(args) = &cli.command {
+        // The input is read (or opened) before the queue, so that a missing
+        // `--file` leaves no new queue file behind (SPEC section 9).
+        let input = crate::add::read_input(args)?;
+        let queue = open(&cli.global, Config::default()).await?;
+        let result = crate::add::add(&queue, args, input).await;
+        let closed = queue.close().await;
+        result?;
+        return Ok(closed?);
+    }
+    require_queue_file(&cli.global)?;
+    // Commands that only look open the file read-only: they work on a file
+    // the user may only read and write nothing (SPEC section 9).
     let looks_only = matches!(
         cli.command,
         Command::Stats { .. }
@@ -61,13 +108,11 @@ pub(crate) async fn run(cli: Cli) -> CliResult {
             | Command::DeadLetters { .. }
             | Command::Result { .. }
     );
-    if looks_only && cli.global.redis.is_none() && !cli.global.db.exists() {
-        return Err(CliError::new(
-            code::INPUT,
-            format!("no queue file at {}", cli.global.db.display()),
-        ));
-    }
-    let queue = open(&cli.global, Config::default()).await?;
+    let queue = if looks_only {
+        open_read_only(&cli.global).await?
+    } else {
+        open(&cli.global, Config::default()).await?
+    };
     let result = one(&queue, cli.command).await;
     let closed = queue.close().await;
     result?;
@@ -78,14 +123,24 @@ pub(crate) async fn run(cli: Cli) -> CliResult {
 async fn one(queue: &BoxQueue, command: Command) -> CliResult {
     let mut out = std::io::stdout();
     match command {
-        Command::Add(args) => crate::add::add(queue, &args).await,
-        Command::Work(_) | Command::Step(_) => Ok(()),
+        Command::Add(_)
+        | Command::Work(_)
+        | Command::Step(_)
+        | Command::Supervise { .. }
+        | Command::Forward(_) => Ok(()),
         Command::Stats { json, watch } => stats(queue, json, watch).await,
-        Command::Peek { n } => {
-            if n == 0 {
-                return Ok(());
+        Command::Peek { n, json } => {
+            let items = if n == 0 {
+                Vec::new()
+            } else {
+                queue.peek(n).await?
+            };
+            if json {
+                let list: Vec<serde_json::Value> = items.iter().map(item_json).collect();
+                return writeln!(out, "{}", serde_json::Value::Array(list))
+                    .map_err(CliError::output);
             }
-            for item in queue.peek(n).await? {
+            for item in items {
                 writeln!(
                     out,
                     "{}\t{}\t{}\t{}",
@@ -117,6 +172,8 @@ async fn one(queue: &BoxQueue, command: Command) -> CliResult {
                 writeln!(out, "{}", serde_json::Value::Array(list)).map_err(CliError::output)?;
             } else {
                 for d in dead {
+                    // The reason's first line is its summary (SPEC section 9).
+                    let reason = d.reason.lines().next().unwrap_or_default();
                     writeln!(
                         out,
                         "{}\t{}\t{}\t{}\t{}",
@@ -124,7 +181,7 @@ async fn one(queue: &BoxQueue, command: Command) -> CliResult {
                         show_flow(&d.item.flow),
                         d.item.deliveries,
                         rfc3339(d.failed_at_ms),
-                        d.reason.replace(['\n', '\r', '\t'], " ")
+                        reason.replace(['\r', '\t'], " ")
                     )
                     .map_err(CliError::output)?;
                 }
@@ -155,6 +212,12 @@ async fn one(queue: &BoxQueue, command: Command) -> CliResult {
             writeln!(out, "paused {flow}").map_err(CliError::output)
         }
         Command::Resume { flow } => {
+            if !flow.is_empty() && !queue.paused_flows().await?.contains(&flow) {
+                return Err(CliError::new(
+                    code::NOT_FOUND,
+                    format!("flow {flow:?} is not paused: nothing to resume"),
+                ));
+            }
             let n = queue.resume(&flow).await?;
             writeln!(out, "resumed {flow}: {n} items back in the backlog").map_err(CliError::output)
         }
@@ -212,11 +275,13 @@ async fn stats(queue: &BoxQueue, json: bool, watch: bool) -> CliResult {
     };
     let mut int = listen(SignalKind::interrupt())?;
     let mut term = listen(SignalKind::terminate())?;
+    let mut hup = listen(SignalKind::hangup())?;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
             _ = int.recv() => return Ok(()),
             _ = term.recv() => return Ok(()),
+            _ = hup.recv() => return Ok(()),
             _ = tick.tick() => {
                 if tty {
                     // Clear the screen and home the cursor: a live view.
@@ -239,8 +304,14 @@ async fn print_stats(queue: &BoxQueue, json: bool, one_line: bool) -> CliResult 
         v.to_string()
     } else if one_line {
         format!(
-            "backlog={} due={} delayed={} pending={} parked={} dead_letters={}",
-            s.backlog, s.due, s.delayed, s.pending, s.parked, s.dead_letters
+            "backlog={} due={} delayed={} pending={} parked={} dead_letters={} dead_letters_dropped={}",
+            s.backlog,
+            s.due,
+            s.delayed,
+            s.pending,
+            s.parked,
+            s.dead_letters,
+            s.dead_letters_dropped
         )
     } else {
         let oldest = match s.oldest_pending_age_ms {
@@ -252,8 +323,13 @@ async fn print_stats(queue: &BoxQueue, json: bool, one_line: bool) -> CliResult 
         } else {
             paused.join(", ")
         };
+        // Dead letters dropped past the cap are never silent (SPEC 9).
+        let dropped = match s.dead_letters_dropped {
+            0 => String::new(),
+            n => format!(" ({n} dropped past the cap)"),
+        };
         format!(
-            "backlog       {} (due {})\ndelayed       {}\npending       {}{oldest}\nparked        {}\ndead letters  {}\npaused flows  {paused}\ndurable       {}",
+            "backlog       {} (due {})\ndelayed       {}\npending       {}{oldest}\nparked        {}\ndead letters  {}{dropped}\npaused flows  {paused}\ndurable       {}",
             s.backlog,
             s.due,
             s.delayed,
@@ -299,11 +375,16 @@ pub(crate) fn preview(payload: &[u8]) -> String {
     out
 }
 
+/// An item as JSON: `payload` is its text when the bytes are UTF-8 (else
+/// null) and `payload_base64` always the bytes, so no payload is altered
+/// (SPEC section 9).
 fn item_json(item: &Item) -> serde_json::Value {
+    use base64::Engine;
     serde_json::json!({
         "id": item.id,
         "flow": item.flow,
-        "payload": String::from_utf8_lossy(&item.payload),
+        "payload": std::str::from_utf8(&item.payload).ok(),
+        "payload_base64": base64::engine::general_purpose::STANDARD.encode(&item.payload),
         "payload_bytes": item.payload.len(),
         "deliveries": item.deliveries,
         "enqueued_at_ms": item.enqueued_at_ms,

@@ -11,17 +11,17 @@
 //!
 //! | code | meaning |
 //! |---|---|
-//! | 0 | success (also: output cut short by a closed pipe; `work` stopped by Ctrl-C or SIGTERM after a graceful shutdown) |
+//! | 0 | success (also: output cut short by a closed pipe; `work` stopped by Ctrl-C, SIGTERM or SIGHUP after a graceful shutdown) |
 //! | 1 | any other failure (disk, permissions, `--db` naming a directory or a path in a missing directory, a failed `step` command) |
 //! | 2 | usage: unknown flag, bad duration, time or `--redis` URL, conflicting flags, a backend this build lacks |
-//! | 3 | an input file is missing or unreadable; no queue file for `stats`, `peek`, `dead-letters` |
+//! | 3 | an input file is missing or unreadable; no queue file (every command but `add`, which alone creates one) |
 //! | 4 | the queue file is locked by another process |
 //! | 5 | the queue file is corrupt (not a queue, damaged), or holds records this version cannot read |
 //! | 6 | Redis is unreachable or failed |
-//! | 7 | the queue refused the input (payload too large, empty flow name) |
+//! | 7 | the queue refused the input (payload too large, empty flow name, a flow name with control characters or over 256 bytes) |
 //! | 8 | the queue is full (`max_backlog`) |
-//! | 9 | nothing to act on (`redrive` of an id that is not a dead letter, `step` of a flow with nothing parked, `result` of an item without an outcome) |
-//! | 10 | `add --wait` or `result`: the item was dead-lettered (its reason is the error line) |
+//! | 9 | nothing to act on (`redrive` of an id that is not a dead letter, `step` of a flow with nothing parked, `resume` of a flow that is not paused, `result` of an item without an outcome) |
+//! | 10 | dead-lettered: `work --until-empty` finished, but items were dead-lettered in the run; `add --wait` or `result`: the item was dead-lettered (its reason is the error line) |
 //! | 11 | `add --wait`: `--timeout` ran out before the item finished |
 //! | 130 | `work` stopped at once by a second Ctrl-C (running commands were killed; their items come back after a restart) |
 
@@ -29,6 +29,7 @@ mod add;
 mod args;
 mod commands;
 mod exec;
+mod forward;
 mod result;
 mod work;
 
@@ -102,7 +103,9 @@ impl From<workjournal::Error> for CliError {
     fn from(e: workjournal::Error) -> Self {
         use workjournal::Error as E;
         let code = match &e {
-            E::Locked { .. } => code::LOCKED,
+            E::Locked { path } => {
+                return CliError::new(code::LOCKED, locked_message(&e, path));
+            }
             E::Corrupt { .. } | E::Decode { .. } => code::CORRUPT,
             E::Backend { .. } => code::BACKEND,
             E::InvalidInput(_) => code::INVALID,
@@ -113,8 +116,68 @@ impl From<workjournal::Error> for CliError {
     }
 }
 
+/// The `Locked` line, naming the process that holds the file when the
+/// system tells (Linux: its lock in `/proc/locks`).
+fn locked_message(e: &workjournal::Error, path: &std::path::Path) -> String {
+    let text = one_line(e);
+    match lock_holder(path) {
+        Some(pid) => {
+            let what = std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|b| {
+                    let words: Vec<String> = b
+                        .split(|c| *c == 0)
+                        .filter(|w| !w.is_empty())
+                        .map(|w| String::from_utf8_lossy(w).into_owned())
+                        .collect();
+                    commands::preview(words.join(" ").as_bytes())
+                })
+                .unwrap_or_default();
+            if what.is_empty() {
+                format!("{text} (held by pid {pid})")
+            } else {
+                format!("{text} (held by pid {pid}: {what})")
+            }
+        }
+        None => text,
+    }
+}
+
+/// The pid holding a `flock` on `path`, from `/proc/locks` (`N: FLOCK
+/// ADVISORY WRITE PID MAJ:MIN:INODE START END`, device numbers in hex).
+fn lock_holder(path: &std::path::Path) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    let dev = meta.dev();
+    let (major, minor) = (
+        ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff),
+        (dev & 0xff) | ((dev >> 12) & !0xff),
+    );
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    let me = std::process::id();
+    locks.lines().find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        // Waiters are listed as `N: -> FLOCK ...`; OFD locks have pid -1.
+        let (pid, file) = (f.get(4)?, f.get(5)?);
+        let pid: u32 = pid.parse().ok()?;
+        let mut parts = file.split(':');
+        let maj = u64::from_str_radix(parts.next()?, 16).ok()?;
+        let min = u64::from_str_radix(parts.next()?, 16).ok()?;
+        let ino: u64 = parts.next()?.parse().ok()?;
+        (maj == major && min == minor && ino == meta.ino() && pid != me).then_some(pid)
+    })
+}
+
 fn main() -> ExitCode {
-    match try_main() {
+    let parsed = Cli::try_parse();
+    // The command supervisor of `work` (see `exec`) runs without a runtime.
+    if let Ok(Cli {
+        command: args::Command::Supervise { payload_bytes, cmd },
+        ..
+    }) = &parsed
+    {
+        return exec::supervise(*payload_bytes, cmd);
+    }
+    match try_main(parsed) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.message.is_empty() => ExitCode::from(e.code),
         Err(e) => {
@@ -124,11 +187,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn try_main() -> CliResult {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) => return Err(clap_error(e)),
-    };
+fn try_main(parsed: Result<Cli, clap::Error>) -> CliResult {
+    let cli = parsed.map_err(clap_error)?;
     init_tracing();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::sync::Notify;
-use workjournal::{BoxQueue, Config, RetryPolicy, WorkQueue, Worker, WorkerEvent};
+use workjournal::{BoxQueue, Config, HandlerError, RetryPolicy, WorkQueue, Worker, WorkerEvent};
 
 use crate::args::{ExecArgs, Global, StepArgs, WorkArgs};
 use crate::{CliError, CliResult, code, exec};
@@ -16,7 +16,9 @@ use crate::{CliError, CliResult, code, exec};
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
 fn config(exec: &ExecArgs) -> Config {
-    Config::default().max_deliveries(exec.max_deliveries)
+    Config::default()
+        .max_deliveries(exec.max_deliveries)
+        .dead_letter_cap(exec.dead_letter_cap)
 }
 
 fn log_line(bar: Option<&ProgressBar>, line: &str) {
@@ -40,27 +42,30 @@ struct Counters {
     dead: AtomicU64,
 }
 
-/// Resolves at the first Ctrl-C or SIGTERM; `second` is notified at the next.
-fn signals(first: Arc<Notify>, second: Arc<Notify>) -> CliResult {
+/// Notifies `first` at the first Ctrl-C, SIGTERM or SIGHUP (a closed ssh
+/// session: a graceful stop too), `second` at the next.
+pub(crate) fn signals(first: Arc<Notify>, second: Arc<Notify>) -> CliResult {
     use tokio::signal::unix::{SignalKind, signal};
     let err = |e: std::io::Error| {
         CliError::new(
             code::FAILURE,
-            format!("cannot listen for Ctrl-C/SIGTERM: {e}"),
+            format!("cannot listen for Ctrl-C/SIGTERM/SIGHUP: {e}"),
         )
     };
     let mut int = signal(SignalKind::interrupt()).map_err(err)?;
     let mut term = signal(SignalKind::terminate()).map_err(err)?;
+    let mut hup = signal(SignalKind::hangup()).map_err(err)?;
     tokio::spawn(async move {
-        tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
+        tokio::select! { _ = int.recv() => {}, _ = term.recv() => {}, _ = hup.recv() => {} }
         first.notify_one();
-        tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
+        tokio::select! { _ = int.recv() => {}, _ = term.recv() => {}, _ = hup.recv() => {} }
         second.notify_one();
     });
     Ok(())
 }
 
 pub(crate) async fn work(global: &Global, args: &WorkArgs) -> CliResult {
+    crate::commands::require_queue_file(global)?;
     let queue = crate::commands::open(global, config(&args.exec)).await?;
     let result = run_work(&queue, args).await;
     let closed = queue.close().await;
@@ -200,6 +205,7 @@ async fn run_work(queue: &BoxQueue, args: &WorkArgs) -> CliResult {
     // leaving the unfinished items pending (SPEC section 9).
     let stdout_closed = Arc::new(Notify::new());
     let cmd: Arc<str> = Arc::from(args.exec.exec.as_str());
+    let timeout = args.exec.timeout;
     let worker = Worker::new(queue.clone())
         .concurrency(concurrency)
         .lease(args.exec.lease)
@@ -216,9 +222,10 @@ async fn run_work(queue: &BoxQueue, args: &WorkArgs) -> CliResult {
             let cmd = cmd.clone();
             let closed = closed.clone();
             async move {
-                match exec::run(&cmd, &claimed, keep_stdout).await {
+                match exec::run(&cmd, &claimed, timeout, keep_stdout).await {
                     exec::Outcome::Ok(result) => Ok(result),
-                    exec::Outcome::Failed(f) => Err(f),
+                    exec::Outcome::Failed(f) => Err(HandlerError::from(f)),
+                    exec::Outcome::NotStarted(f) => Err(HandlerError::not_attempted(f)),
                     exec::Outcome::StdoutClosed => {
                         // Not a failure of the item: never report back; the
                         // run is dropped and the item stays pending.
@@ -272,6 +279,20 @@ async fn run_work(queue: &BoxQueue, args: &WorkArgs) -> CliResult {
         "done: {} acked, {} retried, {} dead-lettered in {:.1}s ({:.1} items/s)",
         report.acked, report.retried, report.dead_lettered, secs, rate
     );
+    if report.dead_letters_dropped > 0 {
+        // Past the dead-letter cap a letter is dropped for good: say so
+        // rather than count it as kept (SPEC 9).
+        summary.push_str(&format!(
+            " ({} of them dropped past the dead-letter cap)",
+            report.dead_letters_dropped
+        ));
+    }
+    if report.released > 0 {
+        summary.push_str(&format!(
+            "; {} given back without spending a delivery",
+            report.released
+        ));
+    }
     if report.abandoned > 0 {
         summary.push_str(&format!(
             "; {} still running at shutdown, left for reclaim",
@@ -280,6 +301,16 @@ async fn run_work(queue: &BoxQueue, args: &WorkArgs) -> CliResult {
     }
     // stdout belongs to the commands; the worker's own lines go to stderr.
     let _ = writeln!(std::io::stderr(), "{summary}");
+    if args.until_empty && report.dead_lettered > 0 {
+        // A script must see that work was given up on (SPEC section 9).
+        return Err(CliError::new(
+            code::DEAD_LETTERED,
+            format!(
+                "{} items were dead-lettered in this run (see `workjournal dead-letters`)",
+                report.dead_lettered
+            ),
+        ));
+    }
     Ok(())
 }
 
@@ -297,6 +328,7 @@ fn progress_text(counters: &Counters, started: Instant, done: u64) -> String {
 /// its claim fresh while the command runs. Success acks it; failure parks it
 /// again (or dead-letters it on its last allowed delivery) and exits 1.
 pub(crate) async fn step(global: &Global, args: &StepArgs) -> CliResult {
+    crate::commands::require_queue_file(global)?;
     let queue = crate::commands::open(global, config(&args.exec)).await?;
     let result = run_step(&queue, args).await;
     let closed = queue.close().await;
@@ -314,11 +346,13 @@ async fn run_step(queue: &BoxQueue, args: &StepArgs) -> CliResult {
     };
     let receipt = claimed.receipt;
     let run = async {
-        match exec::run(&args.exec.exec, &claimed, false).await {
+        match exec::run(&args.exec.exec, &claimed, args.exec.timeout, false).await {
             exec::Outcome::Ok(_) => Ok(()),
-            exec::Outcome::Failed(f) => Err(f),
-            exec::Outcome::StdoutClosed => Err(exec::Failure(
-                "command killed by SIGPIPE: stdout was closed".to_string(),
+            exec::Outcome::Failed(f) => Err((f, true)),
+            exec::Outcome::NotStarted(f) => Err((f, false)),
+            exec::Outcome::StdoutClosed => Err((
+                exec::Failure("command killed by SIGPIPE: stdout was closed".to_string()),
+                true,
             )),
         }
     };
@@ -342,7 +376,21 @@ async fn run_step(queue: &BoxQueue, args: &StepArgs) -> CliResult {
             queue.ack(receipt).await?;
             writeln!(out, "item {} done", receipt.id).map_err(CliError::output)
         }
-        Err(failure) => {
+        Err((failure, false)) => {
+            // Not an attempt (SPEC 9, Worker): the item goes back to the
+            // flow's parked tail with its delivery given back.
+            let now = queue.now_ms().await?;
+            queue.release(receipt, now).await?;
+            Err(CliError::new(
+                code::FAILURE,
+                format!(
+                    "item {} not run, given back: {}",
+                    receipt.id,
+                    first_line(&failure.0)
+                ),
+            ))
+        }
+        Err((failure, true)) => {
             let what = if receipt.delivery >= args.exec.max_deliveries {
                 queue.dead_letter(receipt, &failure.0).await?;
                 "dead-lettered"
