@@ -72,10 +72,17 @@ pub(crate) fn lane_from_u8(v: u8, what: &str) -> Result<Lane> {
 }
 
 /// Encode `value` as a version byte plus bincode.
+///
+/// # Errors
+///
+/// `Storage` if bincode refuses the value. Not `InvalidInput`: an operation
+/// encodes records after it may have written others in the same
+/// transaction, and group commit takes `InvalidInput` to mean "wrote
+/// nothing", which would commit the half-done operation.
 pub(crate) fn encode<T: Encode>(value: &T) -> Result<Vec<u8>> {
     let mut out = vec![RECORD_VERSION];
     let body = bincode::encode_to_vec(value, bincode::config::standard())
-        .map_err(|e| Error::invalid(format!("record does not encode: {e}")))?;
+        .map_err(|e| Error::storage("encoding a record", e))?;
     out.extend_from_slice(&body);
     Ok(out)
 }
@@ -90,9 +97,21 @@ macro_rules! decode_with_limit {
                 );
             }
         )+
-        bincode::decode_from_slice($body, bincode::config::standard().with_limit::<{ 1 << 34 }>())
+        bincode::decode_from_slice($body, bincode::config::standard().with_limit::<LARGEST_LIMIT>())
     }};
 }
+
+/// The allocation limit for the largest records: 16 GiB where `usize` holds
+/// it, else the whole address space (a 32-bit target cannot hold a record
+/// near either). Computed in `u64` so that it never overflows `usize`.
+const LARGEST_LIMIT: usize = {
+    const WANT: u64 = 1 << 34;
+    if WANT > usize::MAX as u64 {
+        usize::MAX
+    } else {
+        WANT as usize
+    }
+};
 
 fn decode_body<T: Decode<()>>(
     body: &[u8],

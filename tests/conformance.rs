@@ -16,3 +16,7 @@ mod embedded {
 mod redis {
     workjournal::conformance_tests!(workjournal::testing::RedisFactory);
 }
+
+mod remote {
+    workjournal::conformance_tests!(workjournal::testing::RemoteFactory);
+}

@@ -7,3 +7,6 @@ pub(crate) mod embedded;
 
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
+
+#[cfg(any(feature = "remote", feature = "server"))]
+pub(crate) mod remote;

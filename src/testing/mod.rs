@@ -8,7 +8,10 @@
 use std::any::Any;
 
 use crate::config::Config;
-use crate::queue::{BoxFuture, BoxQueue};
+use crate::queue::BoxQueue;
+
+pub use crate::backend::memory::{Location, Model};
+pub use crate::queue::BoxFuture;
 
 pub mod conformance;
 #[cfg(feature = "redis")]
@@ -24,6 +27,11 @@ pub mod faults;
 pub mod fuzz;
 pub mod ops;
 pub mod proxy;
+#[cfg(all(feature = "server", feature = "remote", feature = "embedded"))]
+pub mod remote;
+
+#[cfg(all(feature = "server", feature = "remote", feature = "embedded"))]
+pub use remote::{RemoteFactory, RemoteTarget, ServedQueue};
 
 /// A queue under test and whatever keeps it alive (a temp dir, a server).
 pub struct Subject {
@@ -143,8 +151,7 @@ impl StateCounts {
     }
 
     /// The counts a recount finds: one location per item.
-    pub fn recount<'a>(places: impl IntoIterator<Item = &'a crate::Location>) -> Self {
-        use crate::Location;
+    pub fn recount<'a>(places: impl IntoIterator<Item = &'a Location>) -> Self {
         let mut c = StateCounts::default();
         for place in places {
             match place {

@@ -22,7 +22,7 @@
 //! | `{ns}:clock` | string | the latest time (ms, queue clock) a script saw: a clock more than 1 s below it has stepped back, and the stored times move back with it (SPEC 8, Clock steps) |
 //! | `{ns}:dead:dropped` | string | how many dead letters were dropped past `dead_letter_cap`, ever |
 //! | `{ns}:dedup`, `{ns}:dedup:exp` | hash + sorted set | dedup key → first id, and when the key expires |
-//! | `{ns}:done`, `{ns}:done:exp` | hash + sorted set | `<id>:<step>` done markers and when they expire |
+//! | `{ns}:done:exp` | sorted set | `<id>:<step>` done markers, scored by when they expire (a 0.1 build also wrote a `{ns}:done` hash that nothing read; delete it when upgrading) |
 //! | `{ns}:wake` | stream | wake-up signals for blocking claims (trimmed to 16 entries; holds no work) |
 //! | `{ns}:consumers` | string | counter that makes consumer names unique |
 //! | `{ns}:out:<id>`, `{ns}:out:exp` | hash + sorted set | an item's outcome (`kind` = `done` or `dead`, `value` = result or reason, `at`), and when each outcome expires (`result_ttl`) |
@@ -107,7 +107,7 @@
 //!   the platform's roots are trusted (`rustls-native-certs`); with one,
 //!   only that CA. `#insecure` URLs are refused: a queue's payloads and
 //!   receipts should not cross a network unauthenticated.
-//! - **Store and forward** (SPEC section 10). `scripts/forward.lua` takes a
+//! - **Store and forward** (SPEC section 11). `scripts/forward.lua` takes a
 //!   batch from an edge journal and records, in the same script, the
 //!   highest local id taken per origin (`{ns}:forward:<origin>`: `journal`,
 //!   `mark`, `taken`; late ids in the set `{ns}:forward:late:<origin>`), so
@@ -127,12 +127,13 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, Script, Value};
 
+use crate::clock::CLOCK_STEP_TOLERANCE_MS;
 use crate::clock::SharedClock;
 use crate::config::{Config, ms};
 use crate::error::{Error, Result};
 use crate::item::{
-    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
-    check_new_item, require_flow,
+    Added, ClaimFrom, Claimed, DeadLetter, Item, MAX_DELIVERIES_REASON, NewItem, Receipt,
+    Reclaimed, RetryOutcome, Stats, check_new_item, require_flow,
 };
 use crate::outcome::{Chunk, Outcome, OutcomeKind, check_size};
 use crate::queue::WorkQueue;
@@ -356,13 +357,46 @@ impl RedisOptions {
     }
 }
 
+/// Reply code of a script: the receipt's claim is not current.
+const LOST: i64 = -1;
+/// Reply code of `park`: the item is in the default flow.
+const DEFAULT_FLOW: i64 = -2;
+/// Reply code of `park`: parked.
+const PARKED: i64 = 1;
+/// Reply code of `retry`: the item waits in delayed.
+const DELAYED: i64 = 1;
+/// Reply code of `retry`: the item was dead-lettered.
+const DEAD_LETTERED: i64 = 2;
+/// Most expired dedup keys or done markers one script deletes.
+const PRUNE_LIMIT: u32 = 500;
+
+/// The constants the scripts share with this file, as Lua locals: written
+/// once here, never copied by hand into the scripts.
+fn lua_constants() -> String {
+    // `{:?}` quotes a plain ASCII string the way Lua reads it.
+    format!(
+        "local GROUP = {GROUP:?}\n\
+         local PRUNE_LIMIT = {PRUNE_LIMIT}\n\
+         local MAX_DELIVERIES_REASON = {MAX_DELIVERIES_REASON:?}\n\
+         local LOST, DEFAULT_FLOW, PARKED = {LOST}, {DEFAULT_FLOW}, {PARKED}\n\
+         local DELAYED, DEAD_LETTERED = {DELAYED}, {DEAD_LETTERED}\n\
+         local CLOCK_TOLERANCE = {CLOCK_STEP_TOLERANCE_MS}\n"
+    )
+}
+
+/// One script: the constants, the shared prelude, then its own body.
+fn script(body: &str) -> Script {
+    Script::new(&format!(
+        "{}{}\n{}",
+        lua_constants(),
+        include_str!("scripts/common.lua"),
+        body
+    ))
+}
+
 macro_rules! script {
     ($name:literal) => {
-        Script::new(concat!(
-            include_str!("scripts/common.lua"),
-            "\n",
-            include_str!(concat!("scripts/", $name, ".lua"))
-        ))
+        script(include_str!(concat!("scripts/", $name, ".lua")))
     };
 }
 
@@ -699,7 +733,7 @@ impl RedisQueue {
         let client = client_for(url, &options)?;
         let mut response = options.response_timeout;
         if options.min_replicas > 0 {
-            response += options.replica_timeout;
+            response = response.saturating_add(options.replica_timeout);
         }
         // SPEC 7: connecting is a call like any other, bounded by
         // `connect_timeout + response_timeout` as a whole. The manager tries
@@ -708,7 +742,7 @@ impl RedisQueue {
         // black hole) each try lasts `connect_timeout`: that is what once
         // made a connect take 3 * connect_timeout, so the deadline covers
         // the tries and the setup together.
-        let limit = options.connect_timeout + response;
+        let limit = options.connect_timeout.saturating_add(response);
         let started = tokio::time::Instant::now();
         let cm = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(options.connect_timeout))
@@ -841,9 +875,9 @@ impl RedisQueue {
 
     fn limit(&self) -> Duration {
         let o = &self.inner.options;
-        let mut l = o.connect_timeout + o.response_timeout;
+        let mut l = o.connect_timeout.saturating_add(o.response_timeout);
         if o.min_replicas > 0 {
-            l += o.replica_timeout;
+            l = l.saturating_add(o.replica_timeout);
         }
         l
     }
@@ -901,7 +935,9 @@ impl RedisQueue {
             self.limit(),
             redis::cmd("WAIT")
                 .arg(o.min_replicas)
-                .arg(ms(o.replica_timeout).max(1))
+                // Redis reads a signed 64-bit count of ms (0 would mean
+                // forever): clamp a huge timeout into its range.
+                .arg(ms(o.replica_timeout).clamp(1, MAX_LUA_MS))
                 .query_async(&mut conn),
         )
         .await?;
@@ -1163,7 +1199,7 @@ impl RedisQueue {
         args.push(data);
         let v = self.run(op, &self.inner.scripts.result, args, true).await?;
         match uint(&v, op)? {
-            0 => Err(Self::receipt_lost(&receipt)),
+            0 => Err(Error::lease_lost(&receipt)),
             n => Ok(n),
         }
     }
@@ -1176,13 +1212,6 @@ impl RedisQueue {
             .wait_for_wake("events", tail, EVENTS_PER_READ, left, None)
             .await?;
         Ok(reply.unwrap_or(Value::Nil))
-    }
-
-    fn receipt_lost(r: &Receipt) -> Error {
-        Error::LeaseLost {
-            id: r.id,
-            delivery: r.delivery,
-        }
     }
 
     async fn look(&self, mode: &str, n: usize) -> Result<Value> {
@@ -1294,7 +1323,7 @@ impl WorkQueue for RedisQueue {
         if uint(&v, "ack")? == 1 {
             Ok(())
         } else {
-            Err(Self::receipt_lost(&receipt))
+            Err(Error::lease_lost(&receipt))
         }
     }
 
@@ -1386,7 +1415,7 @@ impl WorkQueue for RedisQueue {
             .ok()
             .and_then(|i| receipts.get(i))
             .ok_or_else(|| Error::backend(format!("redis touch named receipt {lost}")))?;
-        Err(Self::receipt_lost(r))
+        Err(Error::lease_lost(r))
     }
 
     async fn retry(&self, receipt: Receipt, not_before_ms: u64) -> Result<RetryOutcome> {
@@ -1402,12 +1431,12 @@ impl WorkQueue for RedisQueue {
             .await?;
         let a = array(&v, "retry")?;
         match int(at(a, 0, "retry")?, "retry")? {
-            1 => Ok(RetryOutcome::Delayed),
-            2 => {
+            DELAYED => Ok(RetryOutcome::Delayed),
+            DEAD_LETTERED => {
                 self.log_dropped(uint(at(a, 1, "retry")?, "retry dropped")?);
                 Ok(RetryOutcome::DeadLettered)
             }
-            _ => Err(Self::receipt_lost(&receipt)),
+            _ => Err(Error::lease_lost(&receipt)),
         }
     }
 
@@ -1419,7 +1448,7 @@ impl WorkQueue for RedisQueue {
             .run("release", &self.inner.scripts.release, args, true)
             .await?;
         if int(&v, "release")? < 0 {
-            return Err(Self::receipt_lost(&receipt));
+            return Err(Error::lease_lost(&receipt));
         }
         Ok(())
     }
@@ -1441,8 +1470,8 @@ impl WorkQueue for RedisQueue {
             .run("dead_letter", &self.inner.scripts.dead_letter, args, true)
             .await?;
         let n = int(&v, "dead_letter")?;
-        if n < 0 {
-            return Err(Self::receipt_lost(&receipt));
+        if n == LOST {
+            return Err(Error::lease_lost(&receipt));
         }
         self.log_dropped(n.unsigned_abs());
         Ok(())
@@ -1526,11 +1555,11 @@ impl WorkQueue for RedisQueue {
             .run("park", &self.inner.scripts.park, args, true)
             .await?;
         match int(&v, "park")? {
-            1 => Ok(()),
+            PARKED => Ok(()),
             // The script found the item in the default flow, which cannot be
             // parked: the same refusal the other backends give.
-            -2 => require_flow(""),
-            _ => Err(Self::receipt_lost(&receipt)),
+            DEFAULT_FLOW => require_flow(""),
+            _ => Err(Error::lease_lost(&receipt)),
         }
     }
 
@@ -1697,11 +1726,16 @@ impl WorkQueue for RedisQueue {
     }
 
     async fn now_ms(&self) -> Result<u64> {
+        self.check_open()?;
         if let Some(c) = &self.inner.clock {
             return Ok(c.now_ms());
         }
         let (secs, micros): (u64, u64) = self.simple("TIME", redis::cmd("TIME")).await?;
         Ok(secs.saturating_mul(1000).saturating_add(micros / 1000))
+    }
+
+    fn max_deliveries(&self) -> u32 {
+        self.inner.config.max_deliveries
     }
 
     async fn close(&self) -> Result<()> {
@@ -1781,5 +1815,37 @@ mod tests {
             "id", "8", "kind", "done", "value", "x", "at", "soon",
         ]]);
         assert_eq!(outcome_in_events(&bad_time, 8), None);
+    }
+}
+
+#[cfg(test)]
+mod constant_tests {
+    // Failed: GROUP, PRUNE_LIMIT and the max-deliveries reason were copied
+    // by hand into the Lua prelude and scripts, so a change on one side
+    // silently split them. Every script now gets them from `lua_constants`.
+    #[test]
+    fn the_scripts_copy_no_constant_of_the_rust_side() {
+        let sources = [
+            include_str!("scripts/common.lua"),
+            include_str!("scripts/reclaim.lua"),
+            include_str!("scripts/retry.lua"),
+            include_str!("scripts/park.lua"),
+            include_str!("scripts/dead_letter.lua"),
+            include_str!("scripts/done.lua"),
+        ];
+        for source in sources {
+            for copied in [
+                "'workers'",
+                "PRUNE_LIMIT = ",
+                super::MAX_DELIVERIES_REASON,
+                "return -1",
+                "return { -1 }",
+            ] {
+                assert!(!source.contains(copied), "a script copies {copied:?}");
+            }
+        }
+        let prelude = super::lua_constants();
+        assert!(prelude.contains(&format!("local GROUP = {:?}", super::GROUP)));
+        assert!(prelude.contains(&format!("{:?}", super::MAX_DELIVERIES_REASON)));
     }
 }
