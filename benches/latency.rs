@@ -80,15 +80,11 @@ fn benches() {
     });
     g.finish();
 
-    let all = samples.into_inner();
-    for name in [EMBEDDED, "sqlite-wal", REDIS, "raw-streams"] {
-        let mut v: Vec<f64> = all
-            .iter()
-            .filter(|(n, _)| *n == name)
-            .map(|(_, x)| *x)
-            .collect();
-        common::record_percentiles("lifecycle", name, &mut v);
-    }
+    common::record_percentiles_of(
+        "lifecycle",
+        &[EMBEDDED, "sqlite-wal", REDIS, "raw-streams"],
+        &samples.into_inner(),
+    );
 }
 
 criterion_main!(benches);

@@ -137,6 +137,8 @@ const WORKLOADS: &[(&str, &str)] = &[
         "file MiB after 100 cycles",
         "file size after 100 churn cycles",
     ),
+    ("rpc p50", "request-response round trip p50"),
+    ("rpc p99", "request-response round trip p99"),
     (
         "remote_add_1_producer",
         "through the socket: add, 1 producer",
@@ -378,6 +380,13 @@ fn targets(r: &Results) {
         2.0,
         false,
         "",
+    );
+    verdict(
+        "redis request-response p50 vs raw ZADD + pub/sub (issue 15)",
+        (|| Some(get(r, "rpc p50", REDIS)?.v / get(r, "rpc p50", "raw-zadd-pubsub")?.v))(),
+        1.5,
+        false,
+        "x",
     );
     verdict(
         "redis timer lateness p99, ms",

@@ -134,3 +134,37 @@ pub(crate) fn wait_deadline(wait: Duration) -> tokio::time::Instant {
     now.checked_add(wait)
         .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
 }
+
+/// Wait up to `wait` (real time) until `look` finds something, looking
+/// again each time `notify` fires (no polling). The wake-up is armed before
+/// each look, so a change between the look and the wait is never missed.
+/// `None` when the wait runs out.
+///
+/// # Errors
+///
+/// The first error of `look`.
+pub(crate) async fn wait_notified<T, Fut>(
+    notify: &tokio::sync::Notify,
+    wait: Duration,
+    mut look: impl FnMut() -> Fut,
+) -> crate::Result<Option<T>>
+where
+    Fut: Future<Output = crate::Result<Option<T>>>,
+{
+    let deadline = wait_deadline(wait);
+    loop {
+        let notified = notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if let Some(found) = look().await? {
+            return Ok(Some(found));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(None);
+        }
+        tokio::select! {
+            _ = &mut notified => {}
+            _ = tokio::time::sleep_until(deadline) => {}
+        }
+    }
+}

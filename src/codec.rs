@@ -40,6 +40,17 @@ pub(crate) struct DeadRecord {
     pub(crate) failed_at_ms: u64,
 }
 
+/// An item's outcome (SPEC 3, Outcomes and progress): done with `result`, or
+/// dead-lettered with `reason`; kept until `expires_at_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub(crate) struct OutcomeRecord {
+    pub(crate) dead: bool,
+    pub(crate) result: Vec<u8>,
+    pub(crate) reason: String,
+    pub(crate) at_ms: u64,
+    pub(crate) expires_at_ms: u64,
+}
+
 pub(crate) fn lane_to_u8(lane: Lane) -> u8 {
     match lane {
         Lane::Backlog => 0,

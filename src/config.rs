@@ -20,6 +20,7 @@ use crate::clock::{Clock, SharedClock};
 pub struct Config {
     pub(crate) max_deliveries: u32,
     pub(crate) done_ttl: Duration,
+    pub(crate) result_ttl: Duration,
     pub(crate) dedup_window: Duration,
     pub(crate) dead_letter_cap: u64,
     pub(crate) max_backlog: Option<u64>,
@@ -31,6 +32,8 @@ pub struct Config {
 pub const DEFAULT_MAX_DELIVERIES: u32 = 3;
 /// Default of [`Config::done_ttl`]: 1 hour.
 pub const DEFAULT_DONE_TTL: Duration = Duration::from_secs(3600);
+/// Default of [`Config::result_ttl`]: 1 hour.
+pub const DEFAULT_RESULT_TTL: Duration = Duration::from_secs(3600);
 /// Default of [`Config::dedup_window`]: 5 minutes.
 pub const DEFAULT_DEDUP_WINDOW: Duration = Duration::from_secs(300);
 /// Default of [`Config::dead_letter_cap`], in dead letters.
@@ -46,6 +49,7 @@ impl Default for Config {
         Config {
             max_deliveries: DEFAULT_MAX_DELIVERIES,
             done_ttl: DEFAULT_DONE_TTL,
+            result_ttl: DEFAULT_RESULT_TTL,
             dedup_window: DEFAULT_DEDUP_WINDOW,
             dead_letter_cap: DEFAULT_DEAD_LETTER_CAP,
             max_backlog: None,
@@ -66,6 +70,16 @@ impl Config {
     /// How long a done marker lives, by the queue's clock. Default: 1 hour.
     pub fn done_ttl(mut self, ttl: Duration) -> Self {
         self.done_ttl = ttl;
+        self
+    }
+
+    /// How long an item's outcome (and its progress and chunks) is kept
+    /// after it was acked or dead-lettered, by the queue's clock (SPEC 3,
+    /// Outcomes and progress). Default: 1 hour. Zero keeps no outcomes: waits then run
+    /// out. Keep it at least `dedup_window` so that a retried request (a
+    /// duplicate add) can still read the first item's outcome.
+    pub fn result_ttl(mut self, ttl: Duration) -> Self {
+        self.result_ttl = ttl;
         self
     }
 
@@ -112,6 +126,11 @@ impl Config {
     /// The configured `done_ttl`.
     pub fn get_done_ttl(&self) -> Duration {
         self.done_ttl
+    }
+
+    /// The configured `result_ttl`.
+    pub fn get_result_ttl(&self) -> Duration {
+        self.result_ttl
     }
 
     /// The configured `dedup_window`.

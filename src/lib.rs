@@ -222,6 +222,7 @@ mod config;
 mod connect;
 mod error;
 mod item;
+mod outcome;
 mod queue;
 pub mod worker;
 
@@ -241,13 +242,14 @@ mod readme_doctests {}
 pub use clock::{CLOCK_STEP_TOLERANCE_MS, Clock, ManualClock, SharedClock, Sleep, SystemClock};
 pub use config::{
     Config, DEFAULT_DEAD_LETTER_CAP, DEFAULT_DEDUP_WINDOW, DEFAULT_DONE_TTL,
-    DEFAULT_MAX_DELIVERIES, DEFAULT_MAX_PAYLOAD_BYTES, MEMORY_DONE_MARKER_CAP,
+    DEFAULT_MAX_DELIVERIES, DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_RESULT_TTL, MEMORY_DONE_MARKER_CAP,
 };
 pub use error::{Error, Result};
 pub use item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, MAX_FLOW_NAME_BYTES,
     NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
 };
+pub use outcome::{Chunk, Outcome, OutcomeKind, encode_result};
 pub use queue::{BoxQueue, WorkQueue};
 pub use worker::{
     Event as WorkerEvent, HandlerError, Report as WorkerReport, RetryPolicy, Worker,

@@ -11,6 +11,7 @@ use crate::error::Result;
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
 };
+use crate::outcome::{Chunk, Outcome};
 
 /// A durable work queue: every item is journaled before anything runs it and
 /// removed only when a consumer acknowledges it.
@@ -170,6 +171,111 @@ pub trait WorkQueue: Send + Sync {
     /// Dropped: the ack happened or it did not; acking again is safe (at
     /// worst `LeaseLost`).
     fn ack(&self, receipt: Receipt) -> impl Future<Output = Result<()>> + Send;
+
+    /// As [`WorkQueue::ack`], and the item's outcome carries `result`
+    /// (opaque bytes; [`encode_result`](crate::encode_result) for a typed
+    /// one) for `result_ttl` (SPEC 3, Outcomes and progress). A plain `ack` is this with
+    /// an empty result.
+    ///
+    /// # Errors
+    ///
+    /// `LeaseLost` as `ack`; `InvalidInput` for a result over
+    /// `max_payload_bytes`. Nothing changes on error.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`WorkQueue::ack`].
+    fn ack_with_result(
+        &self,
+        receipt: Receipt,
+        result: Vec<u8>,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// The outcome of item `id` (done with its result, or dead-lettered with
+    /// its reason, and when), or `None` if it has none: not finished yet,
+    /// never existed, or finished more than `result_ttl` ago (SPEC 3,
+    /// Outcomes and progress).
+    ///
+    /// # Errors
+    ///
+    /// Only the common ones; `Decode` for an unreadable outcome record.
+    fn outcome(&self, id: u64) -> impl Future<Output = Result<Option<Outcome>>> + Send;
+
+    /// As [`WorkQueue::outcome`], but while there is none, wait up to `wait`
+    /// (real time) for one. Woken by the ack or dead letter itself (no
+    /// polling); `None` when the wait runs out (SPEC 3, Outcomes and progress).
+    ///
+    /// # Errors
+    ///
+    /// As [`WorkQueue::outcome`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Read only: dropping it changes nothing.
+    fn wait_outcome(
+        &self,
+        id: u64,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Option<Outcome>>> + Send;
+
+    /// Publish the progress of a pending item: `progress` replaces the
+    /// last one (SPEC 3, Outcomes and progress). Fenced like `touch`; it does not extend
+    /// the lease.
+    ///
+    /// # Errors
+    ///
+    /// `LeaseLost` if the receipt is not current; `InvalidInput` for bytes
+    /// over `max_payload_bytes`. Nothing changes on error.
+    fn set_progress(
+        &self,
+        receipt: Receipt,
+        progress: Vec<u8>,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Append one chunk to a pending item's stream; returns its sequence
+    /// number (from 1 per item, increasing across deliveries). Fenced like
+    /// `touch` (SPEC 3, Outcomes and progress).
+    ///
+    /// # Errors
+    ///
+    /// As [`WorkQueue::set_progress`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped: the chunk was appended whole or not at all.
+    fn send_chunk(
+        &self,
+        receipt: Receipt,
+        chunk: Vec<u8>,
+    ) -> impl Future<Output = Result<u64>> + Send;
+
+    /// The last progress published for item `id`, if any (kept until its
+    /// outcome expires).
+    ///
+    /// # Errors
+    ///
+    /// Only the common ones (see the trait's docs).
+    fn progress(&self, id: u64) -> impl Future<Output = Result<Option<Vec<u8>>>> + Send;
+
+    /// The chunks of item `id` after sequence number `after_seq`, in order.
+    /// While there are none and the item has no outcome, wait up to `wait`
+    /// (real time) for one; empty when the wait runs out or the item has
+    /// finished (check [`WorkQueue::outcome`] to tell which). A long poll:
+    /// pass the last `seq` seen to read on (SPEC 3, Outcomes and progress).
+    ///
+    /// # Errors
+    ///
+    /// Only the common ones (see the trait's docs).
+    ///
+    /// # Cancel safety
+    ///
+    /// Read only: dropping it changes nothing.
+    fn wait_chunks(
+        &self,
+        id: u64,
+        after_seq: u64,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Vec<Chunk>>> + Send;
 
     /// Ack each receipt; lost ones are skipped and not counted. Returns how
     /// many were acked. Atomic as a whole.
@@ -460,6 +566,27 @@ pub(crate) trait DynWorkQueue: Send + Sync {
         from: ClaimFrom,
     ) -> BoxFuture<'a, Result<Vec<Claimed>>>;
     fn ack<'a>(&'a self, receipt: Receipt) -> BoxFuture<'a, Result<()>>;
+    fn ack_with_result<'a>(
+        &'a self,
+        receipt: Receipt,
+        result: Vec<u8>,
+    ) -> BoxFuture<'a, Result<()>>;
+    fn outcome<'a>(&'a self, id: u64) -> BoxFuture<'a, Result<Option<Outcome>>>;
+    fn wait_outcome<'a>(
+        &'a self,
+        id: u64,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<Option<Outcome>>>;
+    fn set_progress<'a>(&'a self, receipt: Receipt, progress: Vec<u8>)
+    -> BoxFuture<'a, Result<()>>;
+    fn send_chunk<'a>(&'a self, receipt: Receipt, chunk: Vec<u8>) -> BoxFuture<'a, Result<u64>>;
+    fn progress<'a>(&'a self, id: u64) -> BoxFuture<'a, Result<Option<Vec<u8>>>>;
+    fn wait_chunks<'a>(
+        &'a self,
+        id: u64,
+        after_seq: u64,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<Vec<Chunk>>>;
     fn ack_batch<'a>(&'a self, receipts: Vec<Receipt>) -> BoxFuture<'a, Result<u64>>;
     fn touch<'a>(&'a self, receipts: Vec<Receipt>) -> BoxFuture<'a, Result<()>>;
     fn retry<'a>(
@@ -522,6 +649,44 @@ impl<Q: WorkQueue> DynWorkQueue for Q {
     }
     fn ack<'a>(&'a self, receipt: Receipt) -> BoxFuture<'a, Result<()>> {
         Box::pin(WorkQueue::ack(self, receipt))
+    }
+    fn ack_with_result<'a>(
+        &'a self,
+        receipt: Receipt,
+        result: Vec<u8>,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(WorkQueue::ack_with_result(self, receipt, result))
+    }
+    fn outcome<'a>(&'a self, id: u64) -> BoxFuture<'a, Result<Option<Outcome>>> {
+        Box::pin(WorkQueue::outcome(self, id))
+    }
+    fn wait_outcome<'a>(
+        &'a self,
+        id: u64,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<Option<Outcome>>> {
+        Box::pin(WorkQueue::wait_outcome(self, id, wait))
+    }
+    fn set_progress<'a>(
+        &'a self,
+        receipt: Receipt,
+        progress: Vec<u8>,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(WorkQueue::set_progress(self, receipt, progress))
+    }
+    fn send_chunk<'a>(&'a self, receipt: Receipt, chunk: Vec<u8>) -> BoxFuture<'a, Result<u64>> {
+        Box::pin(WorkQueue::send_chunk(self, receipt, chunk))
+    }
+    fn progress<'a>(&'a self, id: u64) -> BoxFuture<'a, Result<Option<Vec<u8>>>> {
+        Box::pin(WorkQueue::progress(self, id))
+    }
+    fn wait_chunks<'a>(
+        &'a self,
+        id: u64,
+        after_seq: u64,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<Vec<Chunk>>> {
+        Box::pin(WorkQueue::wait_chunks(self, id, after_seq, wait))
     }
     fn ack_batch<'a>(&'a self, receipts: Vec<Receipt>) -> BoxFuture<'a, Result<u64>> {
         Box::pin(WorkQueue::ack_batch(self, receipts))
@@ -662,6 +827,27 @@ impl WorkQueue for BoxQueue {
     }
     async fn ack(&self, receipt: Receipt) -> Result<()> {
         self.inner.ack(receipt).await
+    }
+    async fn ack_with_result(&self, receipt: Receipt, result: Vec<u8>) -> Result<()> {
+        self.inner.ack_with_result(receipt, result).await
+    }
+    async fn outcome(&self, id: u64) -> Result<Option<Outcome>> {
+        self.inner.outcome(id).await
+    }
+    async fn wait_outcome(&self, id: u64, wait: Duration) -> Result<Option<Outcome>> {
+        self.inner.wait_outcome(id, wait).await
+    }
+    async fn set_progress(&self, receipt: Receipt, progress: Vec<u8>) -> Result<()> {
+        self.inner.set_progress(receipt, progress).await
+    }
+    async fn send_chunk(&self, receipt: Receipt, chunk: Vec<u8>) -> Result<u64> {
+        self.inner.send_chunk(receipt, chunk).await
+    }
+    async fn progress(&self, id: u64) -> Result<Option<Vec<u8>>> {
+        self.inner.progress(id).await
+    }
+    async fn wait_chunks(&self, id: u64, after_seq: u64, wait: Duration) -> Result<Vec<Chunk>> {
+        self.inner.wait_chunks(id, after_seq, wait).await
     }
     async fn ack_batch(&self, receipts: Vec<Receipt>) -> Result<u64> {
         self.inner.ack_batch(receipts).await

@@ -548,6 +548,40 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
         Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
         E: Into<HandlerError> + Send + 'static,
     {
+        self.run_with_result(
+            move |c| {
+                let fut = handler(c);
+                async move { fut.await.map(|()| None) }
+            },
+            shutdown,
+        )
+        .await
+    }
+
+    /// As [`Worker::run`], for a handler that answers: `Ok(Some(bytes))`
+    /// acks with `bytes` as the item's result
+    /// ([`WorkQueue::ack_with_result`]; [`encode_result`](crate::encode_result)
+    /// for a typed one), `Ok(None)` acks plainly (an empty result), `Err`
+    /// fails the attempt as in `run` (SPEC 9, Worker).
+    ///
+    /// # Errors
+    ///
+    /// As [`Worker::run`]. A result over `max_payload_bytes` is a failed
+    /// attempt with reason `"result refused: ..."`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Worker::run`].
+    pub async fn run_with_result<H, Fut, E>(
+        self,
+        handler: H,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<Report>
+    where
+        H: Fn(Claimed) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<Option<Vec<u8>>, E>> + Send + 'static,
+        E: Into<HandlerError> + Send + 'static,
+    {
         let handler: Handler = Arc::new(move |c| {
             let fut = handler(c);
             Box::pin(async move { fut.await.map_err(Into::into) })
@@ -690,8 +724,11 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
 }
 
 type Handler = Arc<
-    dyn Fn(Claimed) -> Pin<Box<dyn Future<Output = std::result::Result<(), HandlerError>> + Send>>
-        + Send
+    dyn Fn(
+            Claimed,
+        ) -> Pin<
+            Box<dyn Future<Output = std::result::Result<Option<Vec<u8>>, HandlerError>> + Send>,
+        > + Send
         + Sync,
 >;
 
@@ -957,7 +994,7 @@ async fn supervise<Q: WorkQueue + 'static>(
         let task = tokio::spawn((shared.handler)(claimed).in_current_span());
         guard.handler = Some(task.abort_handle());
         let outcome = match task.await {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(result)) => Ok(result),
             Ok(Err(e)) if !e.is_attempt() => {
                 drop(permit);
                 finish_not_attempted(&shared, receipt, e.text).await;
@@ -982,7 +1019,7 @@ async fn supervise<Q: WorkQueue + 'static>(
         drop(permit);
         shared.worker_faults.store(0, Ordering::Relaxed);
         match outcome {
-            Ok(()) => finish_ok(&shared, receipt, started.elapsed()).await,
+            Ok(result) => finish_ok(&shared, receipt, result, started.elapsed()).await,
             Err((text, panicked)) => {
                 if panicked {
                     shared.report().panicked += 1;
@@ -997,8 +1034,30 @@ async fn supervise<Q: WorkQueue + 'static>(
     .await
 }
 
-async fn finish_ok<Q: WorkQueue>(shared: &Shared<Q>, receipt: Receipt, elapsed: Duration) {
-    match shared.persist("ack", || shared.queue.ack(receipt)).await {
+async fn finish_ok<Q: WorkQueue>(
+    shared: &Shared<Q>,
+    receipt: Receipt,
+    result: Option<Vec<u8>>,
+    elapsed: Duration,
+) {
+    let acked = shared
+        .persist("ack", || {
+            let result = result.clone();
+            async move {
+                match result {
+                    Some(bytes) => shared.queue.ack_with_result(receipt, bytes).await,
+                    None => shared.queue.ack(receipt).await,
+                }
+            }
+        })
+        .await;
+    // A result the queue refuses (over `max_payload_bytes`) is a failed
+    // attempt, not an item left pending to fail the same way again.
+    if let Err(Error::InvalidInput(why)) = &acked {
+        let text = format!("result refused: {why}");
+        return Box::pin(finish_err(shared, receipt, text)).await;
+    }
+    match acked {
         Ok(()) => {
             shared.report().acked += 1;
             shared.emit(Event::Acked {

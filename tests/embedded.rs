@@ -319,6 +319,42 @@ async fn compact_gives_space_back_and_keeps_the_items() {
     assert_eq!(q.stats().await.unwrap().backlog, 10);
 }
 
+/// Outcomes survive a reopen, and expired ones are purged by later writes
+/// with their progress and chunks (SPEC 6): the file does not keep every
+/// acked item's outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outcomes_survive_reopen_and_expired_ones_are_purged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let clock = ManualClock::new(T0);
+    let q = open(&path, &clock).await;
+    let id = q.add(NewItem::new(b"job".to_vec())).await.unwrap().id;
+    let c = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    q.send_chunk(c[0].receipt, b"part".to_vec()).await.unwrap();
+    q.set_progress(c[0].receipt, b"half".to_vec())
+        .await
+        .unwrap();
+    q.ack_with_result(c[0].receipt, b"answer".to_vec())
+        .await
+        .unwrap();
+    q.close().await.unwrap();
+    drop(q);
+    let q = open(&path, &clock).await;
+    let got = q.outcome(id).await.unwrap().unwrap();
+    assert_eq!(got.result(), Some(&b"answer"[..]));
+    assert_eq!(q.progress(id).await.unwrap(), Some(b"half".to_vec()));
+    let tables = q.dump_tables().await.unwrap();
+    for t in ["outcomes", "outcome_expiry", "progress", "chunks"] {
+        assert_eq!(tables[t].len(), 1, "{t}: {tables:?}");
+    }
+    clock.advance(workjournal::DEFAULT_RESULT_TTL);
+    q.add(NewItem::new(b"later".to_vec())).await.unwrap();
+    let tables = q.dump_tables().await.unwrap();
+    for t in ["outcomes", "outcome_expiry", "progress", "chunks"] {
+        assert!(tables[t].is_empty(), "{t}: {tables:?}");
+    }
+}
+
 /// SPEC section 9, read-only inspection: a read-only open sees every state
 /// (pending claims of a process that did not close too), refuses every
 /// change with `InvalidInput`, never writes the file, and never creates one.

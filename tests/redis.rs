@@ -660,6 +660,57 @@ async fn url_with_a_password_authenticates_and_a_wrong_one_is_a_backend_error() 
     assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
 }
 
+/// Expired outcomes are deleted by later writes, with their progress and
+/// chunks (SPEC 6): the namespace does not grow with every acked item.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_outcomes_are_pruned_with_their_progress_and_chunks() {
+    let url = shared_url();
+    let ns = fresh_namespace();
+    let clock = ManualClock::new(T0);
+    let config = Config::default()
+        .clock(clock.clone())
+        .result_ttl(Duration::from_secs(10));
+    let q = connect(&url, &ns, config).await;
+    for i in 0..5u8 {
+        q.add(NewItem::new(vec![i])).await.unwrap();
+    }
+    for c in q.claim(5, Duration::ZERO, ClaimFrom::All).await.unwrap() {
+        q.send_chunk(c.receipt, b"part".to_vec()).await.unwrap();
+        q.set_progress(c.receipt, b"half".to_vec()).await.unwrap();
+        q.ack_with_result(c.receipt, b"done".to_vec())
+            .await
+            .unwrap();
+    }
+    let mut conn = raw(&url).await;
+    let count = |pattern: String| {
+        let mut conn = conn.clone();
+        async move {
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(pattern)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            keys.len()
+        }
+    };
+    let prefix = format!("{{{ns}}}:");
+    assert_eq!(count(format!("{prefix}out:[0-9]*")).await, 5);
+    assert_eq!(count(format!("{prefix}chunks:*")).await, 5);
+    clock.advance(Duration::from_secs(10));
+    q.add(NewItem::new(b"later".to_vec())).await.unwrap();
+    let c = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    q.ack(c[0].receipt).await.unwrap();
+    assert_eq!(count(format!("{prefix}out:[0-9]*")).await, 1);
+    assert_eq!(count(format!("{prefix}chunks:*")).await, 0);
+    assert_eq!(count(format!("{prefix}prog:*")).await, 0);
+    let expiring: u64 = redis::cmd("ZCARD")
+        .arg(format!("{prefix}out:exp"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(expiring, 1);
+}
+
 /// The stream entry id (`sid`) of a pending item, read from its record.
 async fn entry_of(conn: &mut redis::aio::MultiplexedConnection, ns: &str, id: u64) -> String {
     redis::cmd("HGET")

@@ -573,3 +573,66 @@ async fn client_close_is_closed_and_leaves_the_server_serving() {
     b.add(NewItem::new(b"still".to_vec())).await.unwrap();
     assert_eq!(b.stats().await.unwrap().backlog, 1);
 }
+
+/// `wait_outcome` and `wait_chunks` are long polls like a claim (SPEC 10,
+/// docs/API.md): the server answers each request after at most its
+/// `max_wait`, and the client asks again until its own wait runs out, so a
+/// wait longer than the server's cap still sees the ack. A finished item's
+/// `wait_chunks` answers at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outcome_and_chunk_waits_outlast_the_servers_max_wait() {
+    let s = served_with(ServerOptions::default().max_wait(Duration::from_millis(100))).await;
+    let client = s
+        .client(RemoteOptions::default().claim_poll(Duration::from_secs(1)))
+        .await
+        .unwrap();
+    let id = client.add(NewItem::new(b"job".to_vec())).await.unwrap().id;
+    let c = client
+        .claim(1, Duration::ZERO, ClaimFrom::All)
+        .await
+        .unwrap()
+        .remove(0);
+    let worker = client.clone();
+    let acker = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(
+            worker.send_chunk(c.receipt, b"one".to_vec()).await.unwrap(),
+            1
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        worker
+            .ack_with_result(c.receipt, b"answer".to_vec())
+            .await
+            .unwrap();
+    });
+    let chunks = client
+        .wait_chunks(id, 0, Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(chunks.len(), 1);
+    assert_eq!((chunks[0].seq, chunks[0].data.as_slice()), (1, &b"one"[..]));
+    let got = client
+        .wait_outcome(id, Duration::from_secs(20))
+        .await
+        .unwrap()
+        .expect("the outcome arrived within the wait");
+    assert_eq!(got.result(), Some(&b"answer"[..]));
+    acker.await.unwrap();
+    // Finished, nothing after chunk 1: an empty answer, not a 20 s wait
+    // (the bound is a hang check).
+    let after = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.wait_chunks(id, 1, Duration::from_secs(20)),
+    )
+    .await
+    .expect("wait_chunks of a finished item waited");
+    assert!(after.unwrap().is_empty());
+    // An unknown item: the wait runs out empty across several requests.
+    assert_eq!(
+        client
+            .wait_outcome(id + 1, Duration::from_millis(350))
+            .await
+            .unwrap(),
+        None
+    );
+}

@@ -76,6 +76,7 @@ cases!(
     promotes_a_timer_at_its_deadline_while_every_slot_is_busy,
     idempotent_step_runs_the_side_effect_once_across_deliveries,
     flow_worker_steps_through_a_paused_flow,
+    handler_results_become_outcomes,
     endless_lease_and_grace_do_not_overflow,
     dead_letters_at_the_queues_own_max_deliveries,
     heartbeat_keeps_a_redriven_items_new_claim_beside_its_lost_one,
@@ -561,6 +562,44 @@ async fn a_huge_concurrency_runs_without_a_permit_per_slot() {
         .await
         .unwrap();
     assert_eq!(report.acked, 3);
+}
+
+async fn handler_results_become_outcomes<F, Fut>(make: F)
+where
+    F: Fn(Config) -> Fut,
+    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
+{
+    let (q, _keep) = make(Config::default().max_deliveries(1).max_payload_bytes(16)).await;
+    let answered = q.add(NewItem::new("double 21")).await.unwrap().id;
+    let plain = q.add(NewItem::new("no answer")).await.unwrap().id;
+    let huge = q.add(NewItem::new("too big")).await.unwrap().id;
+    let report = Worker::new(q.clone())
+        .until_empty(true)
+        .claim_wait(Duration::from_millis(50))
+        .run_with_result(
+            move |c| async move {
+                match c.item.payload.as_slice() {
+                    b"double 21" => workjournal::encode_result(&42u32).map(Some),
+                    b"too big" => Ok(Some(vec![0; 17])),
+                    _ => Ok(None),
+                }
+            },
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    assert_eq!((report.acked, report.dead_lettered), (2, 1));
+    let got = q.outcome(answered).await.unwrap().unwrap();
+    assert_eq!(got.decode::<u32>().unwrap(), 42);
+    assert_eq!(
+        q.outcome(plain).await.unwrap().unwrap().result(),
+        Some(&[][..])
+    );
+    let refused = q.outcome(huge).await.unwrap().unwrap();
+    assert!(
+        refused.reason().unwrap().starts_with("result refused:"),
+        "{refused:?}"
+    );
 }
 
 // Regression (issue 10, item 6): a transient storage failure of the ack

@@ -219,3 +219,16 @@ pub fn record_percentiles(workload: &str, subject: &str, samples: &mut [f64]) {
     record(&format!("{workload} p50"), subject, p50, "ms");
     record(&format!("{workload} p99"), subject, p99, "ms");
 }
+
+/// [`record_percentiles`] for each of `subjects`, from `samples` of
+/// (subject, ms) pairs kept while criterion ran.
+pub fn record_percentiles_of(workload: &str, subjects: &[&str], samples: &[(&str, f64)]) {
+    for name in subjects {
+        let mut v: Vec<f64> = samples
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, x)| *x)
+            .collect();
+        record_percentiles(workload, name, &mut v);
+    }
+}

@@ -25,6 +25,7 @@ use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, NewItem, Receipt,
     Reclaimed, RetryOutcome, Stats, check_new_item, require_flow,
 };
+use crate::outcome::{Chunk, Outcome, OutcomeKind, check_size};
 use crate::queue::WorkQueue;
 
 /// A pending item's lease.
@@ -73,6 +74,12 @@ pub struct Model {
     done_order: BTreeSet<(u64, u64, String)>,
     dedup: HashMap<String, (u64, u64)>,
     dead: VecDeque<(u64, String, u64)>,
+    /// id -> (outcome, expires_at_ms).
+    outcomes: BTreeMap<u64, (Outcome, u64)>,
+    /// (expires_at_ms, id) of every outcome.
+    outcome_expiry: BTreeSet<(u64, u64)>,
+    progress: BTreeMap<u64, Vec<u8>>,
+    chunks: BTreeMap<u64, Vec<Chunk>>,
     /// Dead letters dropped past `dead_letter_cap`, ever.
     dead_dropped: u64,
     /// The latest time the queue has seen, for noticing a clock step back.
@@ -98,6 +105,10 @@ impl Model {
             done_order: BTreeSet::new(),
             dedup: HashMap::new(),
             dead: VecDeque::new(),
+            outcomes: BTreeMap::new(),
+            outcome_expiry: BTreeSet::new(),
+            progress: BTreeMap::new(),
+            chunks: BTreeMap::new(),
             dead_dropped: 0,
             latest_ms: 0,
         }
@@ -127,6 +138,38 @@ impl Model {
             }
             self.done_order.pop_first();
             self.done.remove(&(id, step));
+        }
+        while let Some(&(expires, id)) = self.outcome_expiry.first() {
+            if expires > now_ms {
+                break;
+            }
+            self.outcome_expiry.pop_first();
+            self.outcomes.remove(&id);
+            self.progress.remove(&id);
+            self.chunks.remove(&id);
+        }
+    }
+
+    /// SPEC 3, Outcomes and progress: keep how item `id` finished for `result_ttl`.
+    fn finish(&mut self, id: u64, kind: OutcomeKind, now_ms: u64) {
+        self.forget_outcome(id);
+        let ttl = ms(self.config.result_ttl);
+        if ttl == 0 {
+            return;
+        }
+        let expires = now_ms.saturating_add(ttl);
+        let outcome = Outcome {
+            id,
+            kind,
+            at_ms: now_ms,
+        };
+        self.outcomes.insert(id, (outcome, expires));
+        self.outcome_expiry.insert((expires, id));
+    }
+
+    fn forget_outcome(&mut self, id: u64) {
+        if let Some((_, expires)) = self.outcomes.remove(&id) {
+            self.outcome_expiry.remove(&(expires, id));
         }
     }
 
@@ -308,16 +351,92 @@ impl Model {
     /// # Errors
     ///
     /// `LeaseLost`.
-    pub fn ack(&mut self, r: Receipt) -> Result<()> {
+    pub fn ack(&mut self, r: Receipt, now_ms: u64) -> Result<()> {
+        self.ack_with_result(r, Vec::new(), now_ms)
+    }
+
+    /// SPEC 3, Outcomes and progress: ack carrying a result.
+    ///
+    /// # Errors
+    ///
+    /// `LeaseLost`; `InvalidInput` for a result over `max_payload_bytes`.
+    pub fn ack_with_result(&mut self, r: Receipt, result: Vec<u8>, now_ms: u64) -> Result<()> {
+        check_size("result", result.len(), self.config.max_payload_bytes)?;
         self.current(&r)?;
+        self.expire(now_ms);
         self.pending.remove(&r.id);
         self.items.remove(&r.id);
+        self.finish(r.id, OutcomeKind::Done { result }, now_ms);
         Ok(())
     }
 
     /// SPEC 3, Finishing: ack_batch.
-    pub fn ack_batch(&mut self, receipts: &[Receipt]) -> u64 {
-        receipts.iter().filter(|r| self.ack(**r).is_ok()).count() as u64
+    pub fn ack_batch(&mut self, receipts: &[Receipt], now_ms: u64) -> u64 {
+        receipts
+            .iter()
+            .filter(|r| self.ack(**r, now_ms).is_ok())
+            .count() as u64
+    }
+
+    /// SPEC 3, Outcomes and progress: the outcome of `id`, unless expired.
+    pub fn outcome(&self, id: u64, now_ms: u64) -> Option<Outcome> {
+        self.outcomes
+            .get(&id)
+            .filter(|(_, expires)| *expires > now_ms)
+            .map(|(o, _)| o.clone())
+    }
+
+    /// SPEC 3, Outcomes and progress: replace the progress of a pending item.
+    ///
+    /// # Errors
+    ///
+    /// `LeaseLost`; `InvalidInput` over `max_payload_bytes`.
+    pub fn set_progress(&mut self, r: Receipt, progress: Vec<u8>) -> Result<()> {
+        check_size("progress", progress.len(), self.config.max_payload_bytes)?;
+        self.current(&r)?;
+        self.progress.insert(r.id, progress);
+        Ok(())
+    }
+
+    /// SPEC 3, Outcomes and progress: append a chunk to a pending item's stream.
+    ///
+    /// # Errors
+    ///
+    /// `LeaseLost`; `InvalidInput` over `max_payload_bytes`.
+    pub fn send_chunk(&mut self, r: Receipt, data: Vec<u8>) -> Result<u64> {
+        check_size("chunk", data.len(), self.config.max_payload_bytes)?;
+        self.current(&r)?;
+        let list = self.chunks.entry(r.id).or_default();
+        let seq = list.last().map_or(1, |c| c.seq + 1);
+        list.push(Chunk { seq, data });
+        Ok(seq)
+    }
+
+    /// Whether `id` has an outcome that expired by `now_ms` (its progress and
+    /// chunks went with it, even before the purge).
+    fn expired(&self, id: u64, now_ms: u64) -> bool {
+        self.outcomes
+            .get(&id)
+            .is_some_and(|(_, expires)| *expires <= now_ms)
+    }
+
+    /// SPEC 3, Outcomes and progress: the last progress of `id`.
+    pub fn progress(&self, id: u64, now_ms: u64) -> Option<Vec<u8>> {
+        if self.expired(id, now_ms) {
+            return None;
+        }
+        self.progress.get(&id).cloned()
+    }
+
+    /// SPEC 3, Outcomes and progress: the chunks of `id` after `after_seq`.
+    pub fn chunks_after(&self, id: u64, after_seq: u64, now_ms: u64) -> Vec<Chunk> {
+        if self.expired(id, now_ms) {
+            return Vec::new();
+        }
+        self.chunks
+            .get(&id)
+            .map(|l| l.iter().filter(|c| c.seq > after_seq).cloned().collect())
+            .unwrap_or_default()
     }
 
     /// SPEC 3, Finishing: touch, all or nothing.
@@ -339,6 +458,14 @@ impl Model {
     }
 
     fn bury(&mut self, id: u64, reason: String, now_ms: u64) {
+        self.expire(now_ms);
+        self.finish(
+            id,
+            OutcomeKind::DeadLettered {
+                reason: reason.clone(),
+            },
+            now_ms,
+        );
         self.dead.push_back((id, reason, now_ms));
         while self.dead.len() as u64 > self.config.dead_letter_cap {
             if let Some((old, _, _)) = self.dead.pop_front() {
@@ -513,6 +640,13 @@ impl Model {
             for (_, t) in self.dedup.values_mut() {
                 *t = t.saturating_sub(back);
             }
+            self.outcome_expiry = std::mem::take(&mut self.outcome_expiry)
+                .into_iter()
+                .map(|(t, id)| (t.saturating_sub(back), id))
+                .collect();
+            for (_, t) in self.outcomes.values_mut() {
+                *t = t.saturating_sub(back);
+            }
             self.latest_ms = now_ms;
         } else {
             self.latest_ms = self.latest_ms.max(now_ms);
@@ -589,6 +723,8 @@ impl Model {
         let ids = self.parked.remove(flow).unwrap_or_default();
         for id in &ids {
             self.items.remove(id);
+            self.progress.remove(id);
+            self.chunks.remove(id);
         }
         Ok(ids.len() as u64)
     }
@@ -647,6 +783,7 @@ impl Model {
             return false;
         };
         self.dead.remove(pos);
+        self.forget_outcome(id);
         if let Some(item) = self.items.get_mut(&id) {
             item.deliveries = 0;
             item.not_before_ms = None;
@@ -745,6 +882,9 @@ impl Model {
 struct Shared {
     model: Mutex<Model>,
     wake: Notify,
+    /// Woken by every outcome and chunk: what `wait_outcome` and
+    /// `wait_chunks` wait on.
+    finished: Notify,
     clock: SharedClock,
     closed: AtomicBool,
     max_deliveries: u32,
@@ -785,6 +925,7 @@ impl MemoryQueue {
                 max_deliveries,
                 model: Mutex::new(Model::new(config)),
                 wake: Notify::new(),
+                finished: Notify::new(),
                 clock,
                 closed: AtomicBool::new(false),
             }),
@@ -819,6 +960,25 @@ impl MemoryQueue {
 
     fn changed(&self) {
         self.shared.wake.notify_waiters();
+    }
+
+    fn finished(&self) {
+        self.shared.finished.notify_waiters();
+    }
+
+    /// Wait up to `wait` until `look` finds something, woken by
+    /// [`MemoryQueue::finished`]; `Error::Closed` once the queue is closed.
+    async fn wait_for<T>(
+        &self,
+        wait: Duration,
+        look: impl Fn(&Model, u64) -> Option<T>,
+    ) -> Result<Option<T>> {
+        let look = &look;
+        crate::clock::wait_notified(&self.shared.finished, wait, move || async move {
+            self.live()?;
+            Ok(self.with(|m, now| look(m, now)))
+        })
+        .await
     }
 
     /// A copy of the model's current state (test support, feature
@@ -891,13 +1051,59 @@ impl WorkQueue for MemoryQueue {
     }
 
     async fn ack(&self, receipt: Receipt) -> Result<()> {
+        self.ack_with_result(receipt, Vec::new()).await
+    }
+
+    async fn ack_with_result(&self, receipt: Receipt, result: Vec<u8>) -> Result<()> {
         self.live()?;
-        self.with(|m, _| m.ack(receipt))
+        self.with(|m, now| m.ack_with_result(receipt, result, now))?;
+        self.finished();
+        Ok(())
+    }
+
+    async fn outcome(&self, id: u64) -> Result<Option<Outcome>> {
+        self.live()?;
+        Ok(self.with(|m, now| m.outcome(id, now)))
+    }
+
+    async fn wait_outcome(&self, id: u64, wait: Duration) -> Result<Option<Outcome>> {
+        self.wait_for(wait, |m, now| m.outcome(id, now)).await
+    }
+
+    async fn set_progress(&self, receipt: Receipt, progress: Vec<u8>) -> Result<()> {
+        self.live()?;
+        self.with(|m, _| m.set_progress(receipt, progress))?;
+        self.finished();
+        Ok(())
+    }
+
+    async fn send_chunk(&self, receipt: Receipt, chunk: Vec<u8>) -> Result<u64> {
+        self.live()?;
+        let seq = self.with(|m, _| m.send_chunk(receipt, chunk))?;
+        self.finished();
+        Ok(seq)
+    }
+
+    async fn progress(&self, id: u64) -> Result<Option<Vec<u8>>> {
+        self.live()?;
+        Ok(self.with(|m, now| m.progress(id, now)))
+    }
+
+    async fn wait_chunks(&self, id: u64, after_seq: u64, wait: Duration) -> Result<Vec<Chunk>> {
+        let got = self
+            .wait_for(wait, |m, now| {
+                let got = m.chunks_after(id, after_seq, now);
+                (!got.is_empty() || m.outcome(id, now).is_some()).then_some(got)
+            })
+            .await?;
+        Ok(got.unwrap_or_default())
     }
 
     async fn ack_batch(&self, receipts: Vec<Receipt>) -> Result<u64> {
         self.live()?;
-        Ok(self.with(|m, _| m.ack_batch(&receipts)))
+        let n = self.with(|m, now| m.ack_batch(&receipts, now));
+        self.finished();
+        Ok(n)
     }
 
     async fn touch(&self, receipts: Vec<Receipt>) -> Result<()> {
@@ -909,6 +1115,7 @@ impl WorkQueue for MemoryQueue {
         self.live()?;
         let out = self.with(|m, now| m.retry(receipt, not_before_ms, now))?;
         self.changed();
+        self.finished();
         Ok(out)
     }
 
@@ -921,12 +1128,16 @@ impl WorkQueue for MemoryQueue {
 
     async fn dead_letter(&self, receipt: Receipt, reason: &str) -> Result<()> {
         self.live()?;
-        self.with(|m, now| m.dead_letter(receipt, reason, now))
+        self.with(|m, now| m.dead_letter(receipt, reason, now))?;
+        self.finished();
+        Ok(())
     }
 
     async fn reclaim(&self, min_idle: Duration, count: usize) -> Result<Reclaimed> {
         self.live()?;
-        self.with(|m, now| m.reclaim_stale(min_idle, count, now))
+        let out = self.with(|m, now| m.reclaim_stale(min_idle, count, now))?;
+        self.finished();
+        Ok(out)
     }
 
     async fn pause(&self, flow: &str) -> Result<()> {
@@ -1024,6 +1235,7 @@ impl WorkQueue for MemoryQueue {
         self.shared.closed.store(true, Ordering::Release);
         // A claim waiting for work wakes up and sees the queue closed.
         self.changed();
+        self.finished();
         Ok(())
     }
 }

@@ -36,6 +36,7 @@ use crate::error::{Error, Result};
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
 };
+use crate::outcome::{Chunk, Outcome};
 use crate::queue::WorkQueue;
 
 /// One logical queue over `n` partition queues (SPEC 6.1). See the module
@@ -213,6 +214,17 @@ impl<Q: WorkQueue> PartitionedQueue<Q> {
         Receipt {
             id: self.local(r.id),
             ..r
+        }
+    }
+
+    /// A partition's outcome with its local id made the queue's.
+    fn lift_outcome(&self, p: usize, o: Option<Outcome>) -> Result<Option<Outcome>> {
+        match o {
+            Some(mut o) => {
+                o.id = self.global(p, o.id)?;
+                Ok(Some(o))
+            }
+            None => Ok(None),
         }
     }
 
@@ -431,6 +443,59 @@ impl<Q: WorkQueue> WorkQueue for PartitionedQueue<Q> {
     async fn ack(&self, receipt: Receipt) -> Result<()> {
         let (p, q) = self.part(receipt.id);
         q.ack(self.local_receipt(receipt))
+            .await
+            .map_err(|e| self.lift_err(p, e))
+    }
+
+    async fn ack_with_result(&self, receipt: Receipt, result: Vec<u8>) -> Result<()> {
+        let (p, q) = self.part(receipt.id);
+        q.ack_with_result(self.local_receipt(receipt), result)
+            .await
+            .map_err(|e| self.lift_err(p, e))
+    }
+
+    async fn outcome(&self, id: u64) -> Result<Option<Outcome>> {
+        let (p, q) = self.part(id);
+        let o = q
+            .outcome(self.local(id))
+            .await
+            .map_err(|e| self.lift_err(p, e))?;
+        self.lift_outcome(p, o)
+    }
+
+    async fn wait_outcome(&self, id: u64, wait: Duration) -> Result<Option<Outcome>> {
+        let (p, q) = self.part(id);
+        let o = q
+            .wait_outcome(self.local(id), wait)
+            .await
+            .map_err(|e| self.lift_err(p, e))?;
+        self.lift_outcome(p, o)
+    }
+
+    async fn set_progress(&self, receipt: Receipt, progress: Vec<u8>) -> Result<()> {
+        let (p, q) = self.part(receipt.id);
+        q.set_progress(self.local_receipt(receipt), progress)
+            .await
+            .map_err(|e| self.lift_err(p, e))
+    }
+
+    async fn send_chunk(&self, receipt: Receipt, chunk: Vec<u8>) -> Result<u64> {
+        let (p, q) = self.part(receipt.id);
+        q.send_chunk(self.local_receipt(receipt), chunk)
+            .await
+            .map_err(|e| self.lift_err(p, e))
+    }
+
+    async fn progress(&self, id: u64) -> Result<Option<Vec<u8>>> {
+        let (p, q) = self.part(id);
+        q.progress(self.local(id))
+            .await
+            .map_err(|e| self.lift_err(p, e))
+    }
+
+    async fn wait_chunks(&self, id: u64, after_seq: u64, wait: Duration) -> Result<Vec<Chunk>> {
+        let (p, q) = self.part(id);
+        q.wait_chunks(self.local(id), after_seq, wait)
             .await
             .map_err(|e| self.lift_err(p, e))
     }

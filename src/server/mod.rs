@@ -787,12 +787,73 @@ async fn execute(state: &AppState, request: Request) -> Response {
         Request::MaxDeliveries => reply(Ok::<_, crate::Error>(wire::Count {
             count: u64::from(q.max_deliveries()),
         })),
+        Request::AckWithResult(r) => reply(
+            q.ack_with_result(r.receipt.into(), r.result.0)
+                .await
+                .map(|()| wire::Done {}),
+        ),
+        Request::Outcome(i) => reply(q.outcome(i.id).await.map(outcome_reply)),
+        Request::WaitOutcome(w) => {
+            // A long poll like a claim: at most max_wait per request (the
+            // client asks again for the rest), and a wait still running at
+            // shutdown answers `null` at once.
+            let wait = Duration::from_millis(w.wait_ms).min(state.options.max_wait);
+            let mut stop = state.shutdown.clone();
+            let result = tokio::select! {
+                r = q.wait_outcome(w.id, wait) => r,
+                () = stopped(&mut stop) => Ok(None),
+            };
+            reply(result.map(outcome_reply))
+        }
+        Request::SetProgress(r) => reply(
+            q.set_progress(r.receipt.into(), r.progress.0)
+                .await
+                .map(|()| wire::Done {}),
+        ),
+        Request::SendChunk(r) => reply(
+            q.send_chunk(r.receipt.into(), r.chunk.0)
+                .await
+                .map(|seq| wire::Seq { seq }),
+        ),
+        Request::Progress(i) => reply(q.progress(i.id).await.map(|p| wire::ProgressReply {
+            progress: p.map(wire::Base64),
+        })),
+        Request::WaitChunks(w) => {
+            let wait = Duration::from_millis(w.wait_ms).min(state.options.max_wait);
+            let mut stop = state.shutdown.clone();
+            let result = tokio::select! {
+                r = q.wait_chunks(w.id, w.after_seq, wait) => r,
+                () = stopped(&mut stop) => Ok(Vec::new()),
+            };
+            reply(chunk_list(q, w.id, result).await)
+        }
     }
 }
 
 /// Resolves once the server is told to stop.
 async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
+}
+
+fn outcome_reply(outcome: Option<crate::Outcome>) -> wire::OutcomeReply {
+    wire::OutcomeReply {
+        outcome: outcome.map(Into::into),
+    }
+}
+
+/// `wait_chunks`'s reply: with no chunk, whether that is because the item
+/// has finished (then the client stops asking) rather than the wait ran out.
+async fn chunk_list(
+    q: &BoxQueue,
+    id: u64,
+    chunks: Result<Vec<crate::Chunk>>,
+) -> Result<wire::ChunkList> {
+    let chunks = chunks?;
+    let finished = chunks.is_empty() && q.outcome(id).await?.is_some();
+    Ok(wire::ChunkList {
+        chunks: chunks.into_iter().map(Into::into).collect(),
+        finished,
+    })
 }
 
 fn count(count: u64) -> wire::Count {

@@ -65,6 +65,8 @@ pub struct Setup {
     pub done_ttl: u8,
     /// `max_payload_bytes`: 8 to 23 bytes (payloads are 0 to 19 bytes).
     pub max_payload_bytes: u8,
+    /// `result_ttl`: 0 to 6.3 s in 100 ms steps.
+    pub result_ttl: u8,
 }
 
 impl Default for Setup {
@@ -76,6 +78,7 @@ impl Default for Setup {
             dedup_window: 10,
             done_ttl: 20,
             max_payload_bytes: 8,
+            result_ttl: 30,
         }
     }
 }
@@ -92,6 +95,7 @@ impl Setup {
             ))
             .done_ttl(Duration::from_millis(u64::from(self.done_ttl % 64) * 100))
             .max_payload_bytes(usize::from(self.max_payload_bytes % 16) + 8)
+            .result_ttl(Duration::from_millis(u64::from(self.result_ttl % 64) * 100))
     }
 }
 
@@ -151,6 +155,18 @@ pub enum Op {
     Ack(u8),
     /// `ack_batch`.
     AckBatch(Vec<u8>),
+    /// `ack_with_result`, the result 0 to 19 bytes of one fill byte.
+    AckWithResult(u8, u8),
+    /// `outcome` of an id.
+    Outcome(u8),
+    /// `set_progress`, bytes as for [`Op::AckWithResult`].
+    SetProgress(u8, u8),
+    /// `send_chunk`, bytes as for [`Op::AckWithResult`].
+    SendChunk(u8, u8),
+    /// `progress` of an id.
+    Progress(u8),
+    /// `wait_chunks` of an id after 0 to 5, with no wait.
+    Chunks(u8, u8),
     /// `touch`.
     Touch(Vec<u8>),
     /// `retry`, `not_before` = now + (delay - 32) x 100 ms.
@@ -212,6 +228,12 @@ fn pick<'a>(list: &[&'a str], v: u8) -> &'a str {
     list[usize::from(v) % list.len()]
 }
 
+/// Result, progress or chunk bytes: 0 to 19 bytes of one fill byte, so
+/// that some are over `max_payload_bytes`.
+fn bytes_of(v: u8) -> Vec<u8> {
+    vec![v; usize::from(v % 20)]
+}
+
 fn count_of(v: u8) -> usize {
     if v == 0 { 0 } else { 1 + usize::from(v % 4) }
 }
@@ -267,6 +289,12 @@ pub fn op_strategy() -> BoxedStrategy<Op> {
         8 => (byte(), any::<bool>()).prop_map(|(count, d)| Op::Claim { count, due_only: d && count % 4 == 0 }),
         5 => byte().prop_map(Op::Ack),
         2 => proptest::collection::vec(byte(), 0..=MAX_BATCH).prop_map(Op::AckBatch),
+        3 => (byte(), byte()).prop_map(|(r, b)| Op::AckWithResult(r, b)),
+        2 => byte().prop_map(Op::Outcome),
+        2 => (byte(), byte()).prop_map(|(r, b)| Op::SetProgress(r, b)),
+        2 => (byte(), byte()).prop_map(|(r, b)| Op::SendChunk(r, b)),
+        1 => byte().prop_map(Op::Progress),
+        2 => (byte(), byte()).prop_map(|(i, a)| Op::Chunks(i, a)),
         2 => proptest::collection::vec(byte(), 0..=MAX_BATCH).prop_map(Op::Touch),
         4 => (byte(), byte()).prop_map(|(r, d)| Op::Retry(r, d)),
         2 => (byte(), byte()).prop_map(|(r, d)| Op::Release(r, d)),
@@ -303,9 +331,18 @@ pub fn setup_strategy() -> BoxedStrategy<Setup> {
         any::<u8>(),
         any::<u8>(),
         any::<u8>(),
+        any::<u8>(),
     )
         .prop_map(
-            |(max_backlog, dead_letter_cap, max_deliveries, dedup_window, done_ttl, payload)| {
+            |(
+                max_backlog,
+                dead_letter_cap,
+                max_deliveries,
+                dedup_window,
+                done_ttl,
+                payload,
+                result_ttl,
+            )| {
                 Setup {
                     max_backlog,
                     dead_letter_cap,
@@ -313,6 +350,7 @@ pub fn setup_strategy() -> BoxedStrategy<Setup> {
                     dedup_window,
                     done_ttl,
                     max_payload_bytes: payload,
+                    result_ttl,
                 }
             },
         )
@@ -348,6 +386,18 @@ pub enum Call {
     Ack(ReceiptRef),
     /// `ack_batch`.
     AckBatch(Vec<ReceiptRef>),
+    /// `ack_with_result` with the result.
+    AckWithResult(ReceiptRef, Vec<u8>),
+    /// `outcome` of the id.
+    Outcome(u64),
+    /// `set_progress` with the bytes.
+    SetProgress(ReceiptRef, Vec<u8>),
+    /// `send_chunk` with the bytes.
+    SendChunk(ReceiptRef, Vec<u8>),
+    /// `progress` of the id.
+    Progress(u64),
+    /// `wait_chunks` of the id after the sequence number, no wait.
+    Chunks(u64, u64),
     /// `touch`.
     Touch(Vec<ReceiptRef>),
     /// `retry` with `not_before` in ms since the epoch.
@@ -425,6 +475,12 @@ pub enum Value {
     ByFlow(BTreeMap<String, u64>),
     /// Items, in claim order.
     Items(Vec<Item>),
+    /// An item's outcome.
+    Outcome(Option<crate::outcome::Outcome>),
+    /// Progress bytes.
+    Bytes(Option<Vec<u8>>),
+    /// Chunks, in order.
+    Chunks(Vec<crate::outcome::Chunk>),
 }
 
 /// An error reduced to what two backends must agree on: its kind and the
@@ -608,6 +664,12 @@ impl Reference {
                     .map(|r| self.receipt_ref(*r))
                     .collect(),
             ),
+            Op::AckWithResult(r, b) => Call::AckWithResult(self.receipt_ref(*r), bytes_of(*b)),
+            Op::Outcome(v) => Call::Outcome(self.id(*v)),
+            Op::SetProgress(r, b) => Call::SetProgress(self.receipt_ref(*r), bytes_of(*b)),
+            Op::SendChunk(r, b) => Call::SendChunk(self.receipt_ref(*r), bytes_of(*b)),
+            Op::Progress(v) => Call::Progress(self.id(*v)),
+            Op::Chunks(v, after) => Call::Chunks(self.id(*v), u64::from(after % 6)),
             Op::Touch(v) => Call::Touch(
                 v.iter()
                     .take(MAX_BATCH)
@@ -677,12 +739,29 @@ impl Reference {
             Call::Claim(n, from) => outcome(m.claim(*n, *from, now), Value::Claimed),
             Call::Ack(r) => {
                 let r = self.receipt(r);
-                outcome(self.model.ack(r), |()| Value::Unit)
+                outcome(self.model.ack(r, now), |()| Value::Unit)
             }
             Call::AckBatch(v) => {
                 let rs: Vec<Receipt> = v.iter().map(|r| self.receipt(r)).collect();
-                Ok(Value::Count(self.model.ack_batch(&rs)))
+                Ok(Value::Count(self.model.ack_batch(&rs, now)))
             }
+            Call::AckWithResult(r, b) => {
+                let r = self.receipt(r);
+                outcome(self.model.ack_with_result(r, b.clone(), now), |()| {
+                    Value::Unit
+                })
+            }
+            Call::Outcome(id) => Ok(Value::Outcome(self.model.outcome(*id, now))),
+            Call::SetProgress(r, b) => {
+                let r = self.receipt(r);
+                outcome(self.model.set_progress(r, b.clone()), |()| Value::Unit)
+            }
+            Call::SendChunk(r, b) => {
+                let r = self.receipt(r);
+                outcome(self.model.send_chunk(r, b.clone()), Value::Count)
+            }
+            Call::Progress(id) => Ok(Value::Bytes(self.model.progress(*id, now))),
+            Call::Chunks(id, after) => Ok(Value::Chunks(self.model.chunks_after(*id, *after, now))),
             Call::Touch(v) => {
                 let rs: Vec<Receipt> = v.iter().map(|r| self.receipt(r)).collect();
                 outcome(self.model.touch(&rs, now), |()| Value::Unit)
@@ -1026,6 +1105,25 @@ impl System {
                 let rs = v.iter().map(|r| self.receipt(r)).collect();
                 outcome(q.ack_batch(rs).await, Value::Count)
             }
+            Call::AckWithResult(r, b) => {
+                outcome(q.ack_with_result(self.receipt(r), b.clone()).await, |()| {
+                    Value::Unit
+                })
+            }
+            Call::Outcome(id) => outcome(q.outcome(*id).await, Value::Outcome),
+            Call::SetProgress(r, b) => {
+                outcome(q.set_progress(self.receipt(r), b.clone()).await, |()| {
+                    Value::Unit
+                })
+            }
+            Call::SendChunk(r, b) => {
+                outcome(q.send_chunk(self.receipt(r), b.clone()).await, Value::Count)
+            }
+            Call::Progress(id) => outcome(q.progress(*id).await, Value::Bytes),
+            Call::Chunks(id, after) => outcome(
+                q.wait_chunks(*id, *after, Duration::ZERO).await,
+                Value::Chunks,
+            ),
             Call::Touch(v) => {
                 let rs = v.iter().map(|r| self.receipt(r)).collect();
                 outcome(q.touch(rs).await, |()| Value::Unit)

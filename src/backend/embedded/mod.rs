@@ -100,6 +100,7 @@ use crate::error::{Error, Result};
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
 };
+use crate::outcome::{Chunk, Outcome};
 use crate::queue::WorkQueue;
 use tables::Limits;
 use writer::{Msg, Op, PathClaim, Reply, Request};
@@ -477,6 +478,7 @@ impl EmbeddedQueue {
         let limits = Limits {
             max_deliveries: config.max_deliveries,
             done_ttl_ms: ms(config.done_ttl),
+            result_ttl_ms: ms(config.result_ttl),
             dedup_window_ms: ms(config.dedup_window),
             dead_letter_cap: config.dead_letter_cap,
             max_backlog: config.max_backlog,
@@ -670,7 +672,45 @@ impl WorkQueue for EmbeddedQueue {
     }
 
     async fn ack(&self, receipt: Receipt) -> Result<()> {
-        expect_reply!(self, Op::Ack(receipt), Reply::Unit => ())
+        self.ack_with_result(receipt, Vec::new()).await
+    }
+
+    async fn ack_with_result(&self, receipt: Receipt, result: Vec<u8>) -> Result<()> {
+        expect_reply!(self, Op::Ack(receipt, result), Reply::Unit => ())
+    }
+
+    async fn outcome(&self, id: u64) -> Result<Option<Outcome>> {
+        expect_reply!(self, Op::Outcome(id), Reply::Outcome(o) => o)
+    }
+
+    async fn wait_outcome(&self, id: u64, wait: Duration) -> Result<Option<Outcome>> {
+        // Every committed write wakes `wake`; an ack is one.
+        crate::clock::wait_notified(&self.inner.wake, wait, || self.outcome(id)).await
+    }
+
+    async fn set_progress(&self, receipt: Receipt, progress: Vec<u8>) -> Result<()> {
+        expect_reply!(self, Op::SetProgress(receipt, progress), Reply::Unit => ())
+    }
+
+    async fn send_chunk(&self, receipt: Receipt, chunk: Vec<u8>) -> Result<u64> {
+        expect_reply!(self, Op::SendChunk(receipt, chunk), Reply::Count(n) => n)
+    }
+
+    async fn progress(&self, id: u64) -> Result<Option<Vec<u8>>> {
+        expect_reply!(self, Op::Progress(id), Reply::Bytes(b) => b)
+    }
+
+    async fn wait_chunks(&self, id: u64, after_seq: u64, wait: Duration) -> Result<Vec<Chunk>> {
+        let got = crate::clock::wait_notified(&self.inner.wake, wait, || async move {
+            let (chunks, finished) = expect_reply!(
+                self,
+                Op::Chunks(id, after_seq),
+                Reply::Chunks(c, f) => (c, f)
+            )?;
+            Ok((!chunks.is_empty() || finished).then_some(chunks))
+        })
+        .await?;
+        Ok(got.unwrap_or_default())
     }
 
     async fn ack_batch(&self, receipts: Vec<Receipt>) -> Result<u64> {
@@ -786,8 +826,9 @@ impl WorkQueue for EmbeddedQueue {
         if self.inner.tx.send(Msg::Close(reply)).is_ok() {
             let _ = rx.await;
         }
-        // Claims blocked on other clones wake up, ask the writer again and
-        // get `Closed`, rather than sleep out their wait (SPEC section 8).
+        // Claims and outcome waits blocked on other clones wake up, ask the
+        // writer again and get `Closed`, rather than sleep out their wait
+        // (SPEC section 8).
         self.inner.wake.notify_waiters();
         Ok(())
     }

@@ -20,12 +20,13 @@ use redb::{
     Key, ReadableTable, ReadableTableMetadata, Table, TableDefinition, Value, WriteTransaction,
 };
 
-use crate::codec::{self, DeadRecord, ItemRecord, LeaseRecord};
+use crate::codec::{self, DeadRecord, ItemRecord, LeaseRecord, OutcomeRecord};
 use crate::error::{Error, Result};
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, NewItem, Receipt,
     Reclaimed, RetryOutcome, Stats, check_new_item, require_flow,
 };
+use crate::outcome::{Chunk, Outcome, OutcomeKind, check_size};
 #[cfg(feature = "forward")]
 pub(crate) use forward::{Outgoing, Unforwarded};
 
@@ -66,6 +67,16 @@ pub(super) const DEDUP_EXPIRY: TableDefinition<(u64, &str), ()> =
 pub(super) const DEAD: TableDefinition<u64, &[u8]> = TableDefinition::new("dead");
 /// id -> seq in `DEAD`.
 pub(super) const DEAD_BY_ID: TableDefinition<u64, u64> = TableDefinition::new("dead_by_id");
+
+/// id -> versioned [`OutcomeRecord`] (SPEC 3, Outcomes and progress).
+pub(super) const OUTCOMES: TableDefinition<u64, &[u8]> = TableDefinition::new("outcomes");
+/// (expires_at_ms, id) -> (): outcomes by expiry.
+pub(super) const OUTCOME_EXPIRY: TableDefinition<(u64, u64), ()> =
+    TableDefinition::new("outcome_expiry");
+/// id -> the last progress bytes.
+pub(super) const PROGRESS: TableDefinition<u64, &[u8]> = TableDefinition::new("progress");
+/// (id, seq) -> chunk bytes.
+pub(super) const CHUNKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("chunks");
 
 pub(super) const SCHEMA_VERSION_KEY: &str = "schema_version";
 pub(super) const SCHEMA_VERSION: u64 = 1;
@@ -112,6 +123,7 @@ impl<T, E: Into<redb::Error>> Ctx<T> for std::result::Result<T, E> {
 pub(super) struct Limits {
     pub(super) max_deliveries: u32,
     pub(super) done_ttl_ms: u64,
+    pub(super) result_ttl_ms: u64,
     pub(super) dedup_window_ms: u64,
     pub(super) dead_letter_cap: u64,
     pub(super) max_backlog: Option<u64>,
@@ -142,6 +154,10 @@ pub(super) struct Tables<'t> {
     dedup_expiry: Lazy<'t, (u64, &'static str), ()>,
     dead: Lazy<'t, u64, &'static [u8]>,
     dead_by_id: Lazy<'t, u64, u64>,
+    outcomes: Lazy<'t, u64, &'static [u8]>,
+    outcome_expiry: Lazy<'t, (u64, u64), ()>,
+    progress: Lazy<'t, u64, &'static [u8]>,
+    chunks: Lazy<'t, (u64, u64), &'static [u8]>,
     limits: Limits,
     /// Whether anything asked for a table to write in. An operation asks
     /// only once it knows it will change something, so a transaction that
@@ -205,6 +221,10 @@ impl<'t> Tables<'t> {
             dedup: Lazy::new(DEDUP, "open table dedup"),
             dedup_expiry: Lazy::new(DEDUP_EXPIRY, "open table dedup_expiry"),
             dead: Lazy::new(DEAD, "open table dead"),
+            outcomes: Lazy::new(OUTCOMES, "open table outcomes"),
+            outcome_expiry: Lazy::new(OUTCOME_EXPIRY, "open table outcome_expiry"),
+            progress: Lazy::new(PROGRESS, "open table progress"),
+            chunks: Lazy::new(CHUNKS, "open table chunks"),
             dead_by_id: Lazy::new(DEAD_BY_ID, "open table dead_by_id"),
             limits,
             dirty: false,
@@ -358,6 +378,42 @@ impl<'t> Tables<'t> {
     fn dead_mut(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
         self.dirty = true;
         self.dead.get_mut(self.txn)
+    }
+
+    fn outcomes(&self) -> Result<&Table<'t, u64, &'static [u8]>> {
+        self.outcomes.get(self.txn)
+    }
+
+    fn outcomes_mut(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        self.dirty = true;
+        self.outcomes.get_mut(self.txn)
+    }
+
+    fn outcome_expiry(&self) -> Result<&Table<'t, (u64, u64), ()>> {
+        self.outcome_expiry.get(self.txn)
+    }
+
+    fn outcome_expiry_mut(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        self.dirty = true;
+        self.outcome_expiry.get_mut(self.txn)
+    }
+
+    fn progress_table(&self) -> Result<&Table<'t, u64, &'static [u8]>> {
+        self.progress.get(self.txn)
+    }
+
+    fn progress_mut(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        self.dirty = true;
+        self.progress.get_mut(self.txn)
+    }
+
+    fn chunks(&self) -> Result<&Table<'t, (u64, u64), &'static [u8]>> {
+        self.chunks.get(self.txn)
+    }
+
+    fn chunks_mut(&mut self) -> Result<&mut Table<'t, (u64, u64), &'static [u8]>> {
+        self.dirty = true;
+        self.chunks.get_mut(self.txn)
     }
 
     fn dead_by_id(&self) -> Result<&Table<'t, u64, u64>> {
@@ -516,6 +572,7 @@ impl<'t> Tables<'t> {
     }
 
     fn bury(&mut self, id: u64, reason: &str, now: u64) -> Result<()> {
+        self.finish(id, true, Vec::new(), reason, now)?;
         let seq = self.next_seq()?;
         let rec = DeadRecord {
             id,
@@ -562,6 +619,154 @@ impl<'t> Tables<'t> {
             .insert((flow, seq), id)
             .ctx("write parked")?;
         Ok(())
+    }
+
+    // ---- outcomes and progress (SPEC 3, Outcomes and progress) -------------
+
+    /// Keep how item `id` finished for `result_ttl`, replacing an earlier
+    /// outcome.
+    fn finish(
+        &mut self,
+        id: u64,
+        dead: bool,
+        result: Vec<u8>,
+        reason: &str,
+        now: u64,
+    ) -> Result<()> {
+        self.forget_outcome(id)?;
+        if self.limits.result_ttl_ms == 0 {
+            return Ok(());
+        }
+        let rec = OutcomeRecord {
+            dead,
+            result,
+            reason: reason.to_string(),
+            at_ms: now,
+            expires_at_ms: now.saturating_add(self.limits.result_ttl_ms),
+        };
+        self.outcomes_mut()?
+            .insert(id, codec::encode(&rec)?.as_slice())
+            .ctx("write outcome")?;
+        self.outcome_expiry_mut()?
+            .insert((rec.expires_at_ms, id), ())
+            .ctx("write outcome expiry")?;
+        Ok(())
+    }
+
+    fn outcome_record(&self, id: u64) -> Result<Option<OutcomeRecord>> {
+        match self.outcomes()?.get(id).ctx("read outcome")? {
+            Some(g) => Ok(Some(codec::decode(&format!("outcomes[{id}]"), g.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    fn forget_outcome(&mut self, id: u64) -> Result<()> {
+        let expires = self
+            .outcomes_mut()?
+            .remove(id)
+            .ctx("delete outcome")?
+            .map(|g| g.value().to_vec());
+        if let Some(bytes) = expires {
+            let rec: OutcomeRecord = codec::decode(&format!("outcomes[{id}]"), &bytes)?;
+            self.outcome_expiry_mut()?
+                .remove((rec.expires_at_ms, id))
+                .ctx("delete outcome expiry")?;
+        }
+        Ok(())
+    }
+
+    /// Delete the progress and chunks of item `id`.
+    fn forget_progress(&mut self, id: u64) -> Result<()> {
+        self.progress_mut()?.remove(id).ctx("delete progress")?;
+        self.chunks_mut()?
+            .retain_in((id, 0)..=(id, u64::MAX), |_, _| false)
+            .ctx("delete chunks")?;
+        Ok(())
+    }
+
+    pub(super) fn outcome(&self, id: u64, now: u64) -> Result<Option<Outcome>> {
+        Ok(self
+            .outcome_record(id)?
+            .filter(|r| r.expires_at_ms > now)
+            .map(|r| Outcome {
+                id,
+                kind: if r.dead {
+                    OutcomeKind::DeadLettered { reason: r.reason }
+                } else {
+                    OutcomeKind::Done { result: r.result }
+                },
+                at_ms: r.at_ms,
+            }))
+    }
+
+    pub(super) fn set_progress(&mut self, r: &Receipt, progress: &[u8]) -> Result<()> {
+        check_size("progress", progress.len(), self.limits.max_payload_bytes)?;
+        self.current(r)?;
+        self.progress_mut()?
+            .insert(r.id, progress)
+            .ctx("write progress")?;
+        Ok(())
+    }
+
+    pub(super) fn send_chunk(&mut self, r: &Receipt, data: &[u8]) -> Result<u64> {
+        check_size("chunk", data.len(), self.limits.max_payload_bytes)?;
+        self.current(r)?;
+        let last = self
+            .chunks()?
+            .range((r.id, 0)..=(r.id, u64::MAX))
+            .ctx("read chunks")?
+            .next_back()
+            .transpose()
+            .ctx("read chunks")?
+            .map(|(k, _)| k.value().1);
+        let seq = last.map_or(1, |s| s.saturating_add(1));
+        self.chunks_mut()?
+            .insert((r.id, seq), data)
+            .ctx("write chunk")?;
+        Ok(seq)
+    }
+
+    /// Whether `id` has an outcome that expired by `now` (its progress and
+    /// chunks went with it, even before the purge).
+    fn expired(&self, id: u64, now: u64) -> Result<bool> {
+        Ok(self
+            .outcome_record(id)?
+            .is_some_and(|r| r.expires_at_ms <= now))
+    }
+
+    pub(super) fn progress(&self, id: u64, now: u64) -> Result<Option<Vec<u8>>> {
+        if self.expired(id, now)? {
+            return Ok(None);
+        }
+        Ok(self
+            .progress_table()?
+            .get(id)
+            .ctx("read progress")?
+            .map(|g| g.value().to_vec()))
+    }
+
+    /// The chunks of `id` after `after_seq`, and whether it has an outcome.
+    pub(super) fn chunks_after(
+        &self,
+        id: u64,
+        after_seq: u64,
+        now: u64,
+    ) -> Result<(Vec<Chunk>, bool)> {
+        let mut out = Vec::new();
+        if after_seq < u64::MAX && !self.expired(id, now)? {
+            for entry in self
+                .chunks()?
+                .range((id, after_seq + 1)..=(id, u64::MAX))
+                .ctx("read chunks")?
+            {
+                let (k, v) = entry.ctx("read chunks")?;
+                out.push(Chunk {
+                    seq: k.value().1,
+                    data: v.value().to_vec(),
+                });
+            }
+        }
+        Ok((out, self.outcome(id, now)?.is_some()))
     }
 
     // ---- clock steps (SPEC 8) -------------------------------------------
@@ -696,6 +901,25 @@ impl<'t> Tables<'t> {
                     .ctx("move dedup key")?;
             }
         }
+        let mut outcomes = Vec::new();
+        for entry in self.outcome_expiry()?.iter().ctx("scan outcome expiry")? {
+            outcomes.push(entry.ctx("scan outcome expiry")?.0.value());
+        }
+        for (t, id) in outcomes {
+            let moved = t.saturating_sub(back);
+            self.outcome_expiry_mut()?
+                .remove((t, id))
+                .ctx("move outcome expiry")?;
+            self.outcome_expiry_mut()?
+                .insert((moved, id), ())
+                .ctx("move outcome expiry")?;
+            if let Some(mut rec) = self.outcome_record(id)? {
+                rec.expires_at_ms = moved;
+                self.outcomes_mut()?
+                    .insert(id, codec::encode(&rec)?.as_slice())
+                    .ctx("move outcome")?;
+            }
+        }
         Ok(())
     }
 
@@ -753,6 +977,23 @@ impl<'t> Tables<'t> {
                     .remove(key.as_str())
                     .ctx("purge dedup key")?;
             }
+        }
+        let mut outcomes = Vec::new();
+        for entry in self
+            .outcome_expiry()?
+            .range(..(now.saturating_add(1), 0u64))
+            .ctx("scan outcome expiry")?
+            .take(PURGE_PER_TXN)
+        {
+            let (k, _) = entry.ctx("scan outcome expiry")?;
+            outcomes.push(k.value());
+        }
+        for (t, id) in outcomes {
+            self.outcome_expiry_mut()?
+                .remove((t, id))
+                .ctx("purge outcome")?;
+            self.outcomes_mut()?.remove(id).ctx("purge outcome")?;
+            self.forget_progress(id)?;
         }
         Ok(())
     }
@@ -932,16 +1173,18 @@ impl<'t> Tables<'t> {
         Ok(out)
     }
 
-    pub(super) fn ack(&mut self, r: &Receipt) -> Result<()> {
+    pub(super) fn ack(&mut self, r: &Receipt, result: &[u8], now: u64) -> Result<()> {
+        check_size("result", result.len(), self.limits.max_payload_bytes)?;
         let lease = self.current(r)?;
         self.remove_pending(r.id, &lease)?;
-        self.delete_item(r.id)
+        self.delete_item(r.id)?;
+        self.finish(r.id, false, result.to_vec(), "", now)
     }
 
-    pub(super) fn ack_batch(&mut self, receipts: &[Receipt]) -> Result<u64> {
+    pub(super) fn ack_batch(&mut self, receipts: &[Receipt], now: u64) -> Result<u64> {
         let mut n = 0;
         for r in receipts {
-            match self.ack(r) {
+            match self.ack(r, &[], now) {
                 Ok(()) => n += 1,
                 Err(Error::LeaseLost { .. }) => {}
                 Err(e) => return Err(e),
@@ -1196,6 +1439,7 @@ impl<'t> Tables<'t> {
                 .remove((flow, *seq))
                 .ctx("delete parked")?;
             self.delete_item(*id)?;
+            self.forget_progress(*id)?;
         }
         Ok(ids.len() as u64)
     }
@@ -1231,6 +1475,7 @@ impl<'t> Tables<'t> {
             .remove(id)
             .ctx("delete dead letter index")?;
         self.dead_mut()?.remove(seq).ctx("delete dead letter")?;
+        self.forget_outcome(id)?;
         let mut rec = self.record(id)?;
         rec.deliveries = 0;
         rec.not_before_ms = None;
@@ -1513,6 +1758,13 @@ impl<'t> Tables<'t> {
         out.insert(DEDUP_EXPIRY.name().to_string(), rows(self.dedup_expiry()?)?);
         out.insert(DEAD.name().to_string(), rows(self.dead()?)?);
         out.insert(DEAD_BY_ID.name().to_string(), rows(self.dead_by_id()?)?);
+        out.insert(OUTCOMES.name().to_string(), rows(self.outcomes()?)?);
+        out.insert(
+            OUTCOME_EXPIRY.name().to_string(),
+            rows(self.outcome_expiry()?)?,
+        );
+        out.insert(PROGRESS.name().to_string(), rows(self.progress_table()?)?);
+        out.insert(CHUNKS.name().to_string(), rows(self.chunks()?)?);
         Ok(out)
     }
 

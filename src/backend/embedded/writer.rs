@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
 };
+use crate::outcome::{Chunk, Outcome};
 
 /// Most operations one transaction takes; more wait for the next one.
 const MAX_BATCH: usize = 512;
@@ -29,7 +30,12 @@ pub(super) enum Op {
         count: usize,
         from: ClaimFrom,
     },
-    Ack(Receipt),
+    Ack(Receipt, Vec<u8>),
+    Outcome(u64),
+    SetProgress(Receipt, Vec<u8>),
+    SendChunk(Receipt, Vec<u8>),
+    Progress(u64),
+    Chunks(u64, u64),
     AckBatch(Vec<Receipt>),
     Touch(Vec<Receipt>),
     Retry(Receipt, u64),
@@ -100,6 +106,9 @@ impl Op {
                 | Op::Stats
                 | Op::BacklogByFlow(_)
                 | Op::Peek(_)
+                | Op::Outcome(_)
+                | Op::Progress(_)
+                | Op::Chunks(..)
         ) || self.is_test_read()
             || self.is_forward_read()
     }
@@ -120,7 +129,10 @@ impl Op {
             Op::Add(_) => "add",
             Op::Promote => "promote_due",
             Op::Claim { .. } => "claim",
-            Op::Ack(_) | Op::AckBatch(_) => "ack",
+            Op::Ack(..) | Op::AckBatch(_) => "ack",
+            Op::SetProgress(..) => "set_progress",
+            Op::SendChunk(..) => "send_chunk",
+            Op::Release(..) => "release",
             Op::Touch(_) => "touch",
             Op::Retry(..) => "retry",
             Op::DeadLetter(..) => "dead_letter",
@@ -175,6 +187,10 @@ pub(super) enum Reply {
     Stats(Stats),
     ByFlow(BTreeMap<String, u64>),
     Items(Vec<Item>),
+    Outcome(Option<Outcome>),
+    Bytes(Option<Vec<u8>>),
+    /// Chunks after a sequence number, and whether the item has finished.
+    Chunks(Vec<Chunk>, bool),
     #[cfg(feature = "forward")]
     Outgoing(Vec<tables::Outgoing>),
     #[cfg(feature = "forward")]
@@ -283,11 +299,22 @@ fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
             };
             Reply::Claim { claimed, next_due }
         }
-        Op::Ack(r) => {
-            t.ack(r)?;
+        Op::Ack(r, result) => {
+            t.ack(r, result, now)?;
             Reply::Unit
         }
-        Op::AckBatch(rs) => Reply::Count(t.ack_batch(rs)?),
+        Op::Outcome(id) => Reply::Outcome(t.outcome(*id, now)?),
+        Op::SetProgress(r, p) => {
+            t.set_progress(r, p)?;
+            Reply::Unit
+        }
+        Op::SendChunk(r, c) => Reply::Count(t.send_chunk(r, c)?),
+        Op::Progress(id) => Reply::Bytes(t.progress(*id, now)?),
+        Op::Chunks(id, after) => {
+            let (chunks, finished) = t.chunks_after(*id, *after, now)?;
+            Reply::Chunks(chunks, finished)
+        }
+        Op::AckBatch(rs) => Reply::Count(t.ack_batch(rs, now)?),
         Op::Touch(rs) => {
             t.touch(rs, now)?;
             Reply::Unit

@@ -25,6 +25,10 @@
 //! | `{ns}:done:exp` | sorted set | `<id>:<step>` done markers, scored by when they expire (a 0.1 build also wrote a `{ns}:done` hash that nothing read; delete it when upgrading) |
 //! | `{ns}:wake` | stream | wake-up signals for blocking claims (trimmed to 16 entries; holds no work) |
 //! | `{ns}:consumers` | string | counter that makes consumer names unique |
+//! | `{ns}:out:<id>`, `{ns}:out:exp` | hash + sorted set | an item's outcome (`kind` = `done` or `dead`, `value` = result or reason, `at`), and when each outcome expires (`result_ttl`) |
+//! | `{ns}:prog:<id>` | string | the item's latest progress |
+//! | `{ns}:chunks:<id>` | list | the item's chunks, oldest first (`seq` = position + 1) |
+//! | `{ns}:events` | stream | wake-up signals for `wait_outcome` and `wait_chunks`, one per outcome, progress or chunk (trimmed to 64 entries; holds no data) |
 //!
 //! # Why this shape
 //!
@@ -75,6 +79,16 @@
 //!   `ConnectionManager` has a 500 ms response timeout by default, which
 //!   would cut a longer `BLOCK`; that is why the wait has its own
 //!   connection and the work is never read by a blocking command.)
+//! - **Outcomes and progress** (SPEC 3). The ack, dead-letter, retry and
+//!   reclaim scripts write the outcome in the same script that finishes the
+//!   item, prune up to 500 expired outcomes (with their progress and
+//!   chunks), and append to `{ns}:events`. A waiter reads the outcome (or
+//!   the chunks) and the events tail in one script, then waits with
+//!   `XREAD BLOCK` after that tail on a dedicated connection, as blocking
+//!   claims do, and reads again on any signal: no signal is missed and
+//!   nothing is polled. Pub/sub would lose a message published between
+//!   the read and the subscribe; a stream entry after the tail cannot be
+//!   missed.
 //! - **Faults.** Every call, [`RedisQueue::connect`] included, is bounded
 //!   by `connect_timeout + response_timeout` (plus `replica_timeout` with
 //!   replicas) and fails with [`Error::Backend`](crate::Error::Backend)
@@ -127,6 +141,7 @@ use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, MAX_DELIVERIES_REASON, NewItem, Receipt,
     Reclaimed, RetryOutcome, Stats, check_new_item, require_flow,
 };
+use crate::outcome::{Chunk, Outcome, OutcomeKind, check_size};
 use crate::queue::WorkQueue;
 
 mod combine;
@@ -145,6 +160,10 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default of [`RedisOptions::replica_timeout`]: 1 s.
 pub const DEFAULT_REPLICA_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Events one `wait_outcome` / `wait_chunks` round reads at most (the
+/// stream keeps 64).
+const EVENTS_PER_READ: usize = 64;
 
 /// The longest single `XREAD BLOCK` of a waiting claim; a longer wait loops.
 const BLOCK_ROUND: Duration = Duration::from_secs(10);
@@ -427,6 +446,7 @@ struct Scripts {
     stats: Script,
     look: Script,
     close: Script,
+    result: Script,
     #[cfg(feature = "forward")]
     forward: Script,
 }
@@ -452,6 +472,7 @@ impl Scripts {
             stats: script!("stats"),
             look: script!("look"),
             close: script!("close"),
+            result: script!("result"),
             #[cfg(feature = "forward")]
             forward: script!("forward"),
         }
@@ -563,6 +584,56 @@ async fn bounded<T>(
 
 /// A count as a script argument, clamped so that Lua's doubles print it as
 /// an integer.
+/// The outcome of item `id` if an entry of the events `XREAD` reply `v`
+/// carries it (`id`, `kind`, `value`, `at`: an outcome whose result or
+/// reason is at most 1 KiB). `None` for anything else, malformed replies
+/// included: the caller then reads the outcome itself.
+fn outcome_in_events(v: &Value, id: u64) -> Option<Outcome> {
+    let want = id.to_string().into_bytes();
+    let streams = array(v, "events").ok()?;
+    let entries = streams
+        .first()
+        .and_then(|s| array(s, "events stream").ok())
+        .and_then(|s| s.get(1))
+        .and_then(|e| array(e, "events entries").ok())?;
+    for entry in entries {
+        let Some(fields) = array(entry, "event")
+            .ok()
+            .and_then(|e| e.get(1))
+            .and_then(|f| array(f, "event fields").ok())
+        else {
+            continue;
+        };
+        let field = |name: &str| {
+            fields
+                .chunks(2)
+                .find(|kv| {
+                    kv.first().and_then(|k| bytes(k, "field").ok()).as_deref()
+                        == Some(name.as_bytes())
+                })
+                .and_then(|kv| kv.get(1))
+                .and_then(|v| bytes(v, "field").ok())
+        };
+        if field("id").as_deref() != Some(want.as_slice()) {
+            continue;
+        }
+        let (Some(kind), Some(value), Some(at)) = (field("kind"), field("value"), field("at"))
+        else {
+            continue;
+        };
+        let at_ms = std::str::from_utf8(&at).ok()?.parse().ok()?;
+        let kind = match kind.as_slice() {
+            b"done" => OutcomeKind::Done { result: value },
+            b"dead" => OutcomeKind::DeadLettered {
+                reason: String::from_utf8_lossy(&value).into_owned(),
+            },
+            _ => return None,
+        };
+        return Some(Outcome { id, kind, at_ms });
+    }
+    None
+}
+
 fn n_arg(n: usize) -> Vec<u8> {
     (n as u64).min(MAX_LUA_MS).to_string().into_bytes()
 }
@@ -1032,14 +1103,18 @@ impl RedisQueue {
         }
     }
 
-    /// Wait up to `block` (real time) for a wake signal after `tail`, or
-    /// until `timer` fires (an injected clock's next due time).
+    /// Wait up to `block` (real time) for a signal on `stream` after `tail`,
+    /// or until `timer` fires (an injected clock's next due time). Returns
+    /// the `XREAD` reply (up to `count` entries; nil when the block ran out),
+    /// or `None` when the timer fired first.
     async fn wait_for_wake(
         &self,
+        stream: &str,
         tail: &str,
+        count: usize,
         block: Duration,
         timer: Option<crate::clock::Sleep>,
-    ) -> Result<()> {
+    ) -> Result<Option<Value>> {
         let mut conn = match self.take_blocker() {
             Some(c) => c,
             None => {
@@ -1058,9 +1133,9 @@ impl RedisQueue {
             .arg("BLOCK")
             .arg(block_ms)
             .arg("COUNT")
-            .arg(1)
+            .arg(count)
             .arg("STREAMS")
-            .arg(format!("{}wake", self.inner.prefix))
+            .arg(format!("{}{stream}", self.inner.prefix))
             .arg(tail)
             .clone();
         let limit = Duration::from_millis(block_ms) + self.limit();
@@ -1083,16 +1158,109 @@ impl RedisQueue {
         };
         tokio::select! {
             r = read => {
-                if r?.is_some() {
-                    self.give_blocker(conn);
+                match r? {
+                    Some(reply) => {
+                        self.give_blocker(conn);
+                        Ok(Some(reply))
+                    }
+                    // Cut by a failover or a slot move: as woken with nothing
+                    // read (the caller looks again); this connection is not
+                    // reused, so the next wait reaches the slot's new owner.
+                    None => Ok(Some(Value::Nil)),
                 }
             }
             _ = timer => {
                 // The XREAD is still blocked on the server: drop this
                 // connection (closing it ends the block) rather than reuse it.
+                Ok(None)
             }
         }
-        Ok(())
+    }
+
+    fn result_ttl_arg(&self) -> Vec<u8> {
+        ms(self.inner.config.result_ttl)
+            .min(MAX_LUA_MS)
+            .to_string()
+            .into_bytes()
+    }
+
+    /// One look at item `id`'s outcome, and the events-stream tail to wait
+    /// after.
+    async fn outcome_once(&self, id: u64) -> Result<(Option<Outcome>, String)> {
+        let args = vec![b"outcome".to_vec(), id.to_string().into_bytes()];
+        let v = self
+            .run("outcome", &self.inner.scripts.result, args, false)
+            .await?;
+        let a = array(&v, "outcome")?;
+        let tail = text(at(a, 4, "outcome")?, "outcome events tail")?;
+        if int(at(a, 0, "outcome")?, "outcome found")? == 0 {
+            return Ok((None, tail));
+        }
+        let value = bytes(at(a, 2, "outcome")?, "outcome value")?;
+        let kind = match text(at(a, 1, "outcome")?, "outcome kind")?.as_str() {
+            "done" => OutcomeKind::Done { result: value },
+            "dead" => OutcomeKind::DeadLettered {
+                reason: String::from_utf8_lossy(&value).into_owned(),
+            },
+            other => {
+                return Err(Error::backend(format!(
+                    "redis outcome of item {id} has kind {other:?}"
+                )));
+            }
+        };
+        let at_ms = uint(at(a, 3, "outcome")?, "outcome at")?;
+        Ok((Some(Outcome { id, kind, at_ms }), tail))
+    }
+
+    /// One read of item `id`'s chunks after `after_seq`: the chunks, whether
+    /// it has an outcome, and the events-stream tail.
+    async fn chunks_once(&self, id: u64, after_seq: u64) -> Result<(Vec<Chunk>, bool, String)> {
+        let after = after_seq.min(MAX_LUA_MS);
+        let args = vec![
+            b"chunks".to_vec(),
+            id.to_string().into_bytes(),
+            after.to_string().into_bytes(),
+        ];
+        let v = self
+            .run("chunks", &self.inner.scripts.result, args, false)
+            .await?;
+        let a = array(&v, "chunks")?;
+        let chunks = array(at(a, 0, "chunks")?, "chunks list")?
+            .iter()
+            .zip(after + 1..)
+            .map(|(c, seq)| {
+                Ok(Chunk {
+                    seq,
+                    data: bytes(c, "chunk")?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let finished = int(at(a, 1, "chunks")?, "chunks finished")? == 1;
+        let tail = text(at(a, 2, "chunks")?, "chunks events tail")?;
+        Ok((chunks, finished, tail))
+    }
+
+    /// Publish progress (`op` "progress") or a chunk ("chunk"); fenced.
+    async fn publish(&self, op: &str, receipt: Receipt, data: Vec<u8>) -> Result<u64> {
+        check_size(op, data.len(), self.inner.config.max_payload_bytes)?;
+        let mut args = vec![op.as_bytes().to_vec()];
+        receipt_args(&mut args, &receipt);
+        args.push(data);
+        let v = self.run(op, &self.inner.scripts.result, args, true).await?;
+        match uint(&v, op)? {
+            0 => Err(Error::lease_lost(&receipt)),
+            n => Ok(n),
+        }
+    }
+
+    /// Block until an event after `tail` or `deadline`, at most one round;
+    /// the events read (nil when none came).
+    async fn wait_for_event(&self, tail: &str, deadline: tokio::time::Instant) -> Result<Value> {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let reply = self
+            .wait_for_wake("events", tail, EVENTS_PER_READ, left, None)
+            .await?;
+        Ok(reply.unwrap_or(Value::Nil))
     }
 
     async fn look(&self, mode: &str, n: usize) -> Result<Value> {
@@ -1183,13 +1351,19 @@ impl WorkQueue for RedisQueue {
                 }
                 (None, _) => None,
             };
-            self.wait_for_wake(&tail, block, timer).await?;
+            self.wait_for_wake("wake", &tail, 1, block, timer).await?;
         }
     }
 
     async fn ack(&self, receipt: Receipt) -> Result<()> {
-        let mut args = Vec::new();
+        self.ack_with_result(receipt, Vec::new()).await
+    }
+
+    async fn ack_with_result(&self, receipt: Receipt, result: Vec<u8>) -> Result<()> {
+        check_size("result", result.len(), self.inner.config.max_payload_bytes)?;
+        let mut args = vec![self.result_ttl_arg()];
         receipt_args(&mut args, &receipt);
+        args.push(result);
         let v = self.run("ack", &self.inner.scripts.ack, args, true).await?;
         if uint(&v, "ack")? == 1 {
             Ok(())
@@ -1198,13 +1372,68 @@ impl WorkQueue for RedisQueue {
         }
     }
 
+    async fn outcome(&self, id: u64) -> Result<Option<Outcome>> {
+        Ok(self.outcome_once(id).await?.0)
+    }
+
+    async fn wait_outcome(&self, id: u64, wait: Duration) -> Result<Option<Outcome>> {
+        let deadline = crate::clock::wait_deadline(wait);
+        loop {
+            let (found, tail) = self.outcome_once(id).await?;
+            if found.is_some() || tokio::time::Instant::now() >= deadline {
+                return Ok(found);
+            }
+            // An ack with a small result signals the outcome itself: no
+            // second read on the way back.
+            let events = self.wait_for_event(&tail, deadline).await?;
+            if let Some(outcome) = outcome_in_events(&events, id) {
+                return Ok(Some(outcome));
+            }
+        }
+    }
+
+    async fn set_progress(&self, receipt: Receipt, progress: Vec<u8>) -> Result<()> {
+        self.publish("progress", receipt, progress)
+            .await
+            .map(|_| ())
+    }
+
+    async fn send_chunk(&self, receipt: Receipt, chunk: Vec<u8>) -> Result<u64> {
+        self.publish("chunk", receipt, chunk).await
+    }
+
+    async fn progress(&self, id: u64) -> Result<Option<Vec<u8>>> {
+        let args = vec![b"get_progress".to_vec(), id.to_string().into_bytes()];
+        let v = self
+            .run("progress", &self.inner.scripts.result, args, false)
+            .await?;
+        let a = array(&v, "progress")?;
+        if int(at(a, 0, "progress")?, "progress found")? == 0 {
+            return Ok(None);
+        }
+        Ok(Some(bytes(at(a, 1, "progress")?, "progress")?))
+    }
+
+    async fn wait_chunks(&self, id: u64, after_seq: u64, wait: Duration) -> Result<Vec<Chunk>> {
+        let deadline = crate::clock::wait_deadline(wait);
+        loop {
+            let (chunks, finished, tail) = self.chunks_once(id, after_seq).await?;
+            if !chunks.is_empty() || finished || tokio::time::Instant::now() >= deadline {
+                return Ok(chunks);
+            }
+            self.wait_for_event(&tail, deadline).await?;
+        }
+    }
+
     async fn ack_batch(&self, receipts: Vec<Receipt>) -> Result<u64> {
         if receipts.is_empty() {
             return Ok(0);
         }
-        let mut args = Vec::with_capacity(receipts.len() * 2);
+        let mut args = Vec::with_capacity(1 + receipts.len() * 3);
+        args.push(self.result_ttl_arg());
         for r in &receipts {
             receipt_args(&mut args, r);
+            args.push(Vec::new());
         }
         let v = self
             .run("ack_batch", &self.inner.scripts.ack, args, true)
@@ -1241,6 +1470,7 @@ impl WorkQueue for RedisQueue {
         args.push(not_before_ms.min(MAX_LUA_MS).to_string().into_bytes());
         args.push(c.max_deliveries.to_string().into_bytes());
         args.push(c.dead_letter_cap.min(MAX_LUA_MS).to_string().into_bytes());
+        args.push(self.result_ttl_arg());
         let v = self
             .run("retry", &self.inner.scripts.retry, args, true)
             .await?;
@@ -1280,6 +1510,7 @@ impl WorkQueue for RedisQueue {
                 .to_string()
                 .into_bytes(),
         );
+        args.push(self.result_ttl_arg());
         let v = self
             .run("dead_letter", &self.inner.scripts.dead_letter, args, true)
             .await?;
@@ -1302,6 +1533,7 @@ impl WorkQueue for RedisQueue {
             n_arg(count),
             c.max_deliveries.to_string().into_bytes(),
             c.dead_letter_cap.min(MAX_LUA_MS).to_string().into_bytes(),
+            self.result_ttl_arg(),
         ];
         let v = self
             .run("reclaim_stale", &self.inner.scripts.reclaim, args, true)
@@ -1585,6 +1817,57 @@ impl WorkQueue for RedisQueue {
             );
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(text: &str) -> Value {
+        Value::BulkString(text.as_bytes().to_vec())
+    }
+
+    /// An `XREAD` reply of the events stream with one entry per field list.
+    fn events(entries: Vec<Vec<&str>>) -> Value {
+        let entries = entries
+            .into_iter()
+            .enumerate()
+            .map(|(i, f)| {
+                Value::Array(vec![
+                    s(&format!("{i}-0")),
+                    Value::Array(f.into_iter().map(s).collect()),
+                ])
+            })
+            .collect();
+        Value::Array(vec![Value::Array(vec![
+            s("{ns}:events"),
+            Value::Array(entries),
+        ])])
+    }
+
+    #[test]
+    fn an_outcome_riding_on_its_signal_is_read_from_the_events() {
+        let v = events(vec![
+            vec!["id", "7"],
+            vec!["id", "8", "kind", "done", "value", "answer", "at", "42"],
+            vec!["id", "9", "kind", "dead", "value", "bad", "at", "43"],
+        ]);
+        let done = outcome_in_events(&v, 8).unwrap();
+        assert_eq!((done.result(), done.at_ms), (Some(&b"answer"[..]), 42));
+        assert_eq!(outcome_in_events(&v, 9).unwrap().reason(), Some("bad"));
+        // A bare signal (progress, a chunk, a large result) carries nothing.
+        assert_eq!(outcome_in_events(&v, 7), None);
+        assert_eq!(outcome_in_events(&v, 10), None);
+        assert_eq!(outcome_in_events(&Value::Nil, 8), None);
+        let odd = events(vec![vec![
+            "id", "8", "kind", "odd", "value", "x", "at", "1",
+        ]]);
+        assert_eq!(outcome_in_events(&odd, 8), None);
+        let bad_time = events(vec![vec![
+            "id", "8", "kind", "done", "value", "x", "at", "soon",
+        ]]);
+        assert_eq!(outcome_in_events(&bad_time, 8), None);
     }
 }
 

@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
 };
+use crate::outcome::{Chunk, Outcome};
 use crate::queue::WorkQueue;
 
 /// Default of [`RemoteOptions::connect_timeout`]: 2 seconds.
@@ -83,8 +84,9 @@ impl RemoteOptions {
         self
     }
 
-    /// The longest one claim request waits on the server; a longer `wait`
-    /// is asked for in pieces. Keep it under the server's `max_wait`.
+    /// The longest one long-poll request (`claim`, `wait_outcome`,
+    /// `wait_chunks`) waits on the server; a longer `wait` is asked for in
+    /// pieces. Keep it under the server's `max_wait`.
     /// Default: 15 s.
     pub fn claim_poll(mut self, poll: Duration) -> Self {
         self.claim_poll = poll;
@@ -135,8 +137,8 @@ struct Inner {
     options: RemoteOptions,
     idle: Mutex<Vec<(Sender, Instant)>>,
     closed: AtomicBool,
-    /// Woken by `close()`: claims blocked on other clones end with `Closed`.
-    close_notify: tokio::sync::Notify,
+    /// Set by `close`: ends the long polls of every clone at once.
+    closing: tokio::sync::watch::Sender<bool>,
     /// The served queue's `max_deliveries`, read when connecting.
     max_deliveries: AtomicU32,
 }
@@ -227,18 +229,6 @@ impl RemoteQueue {
         Ok(())
     }
 
-    /// Resolves once `close()` has been called on any clone.
-    async fn closed_signal(&self) {
-        let notified = self.inner.close_notify.notified();
-        tokio::pin!(notified);
-        // Registered before the flag is read, so a close in between wakes it.
-        notified.as_mut().enable();
-        if self.inner.closed.load(Ordering::Acquire) {
-            return;
-        }
-        notified.await;
-    }
-
     fn new(endpoint: Endpoint, options: RemoteOptions) -> Self {
         RemoteQueue {
             inner: Arc::new(Inner {
@@ -246,7 +236,7 @@ impl RemoteQueue {
                 options,
                 idle: Mutex::new(Vec::new()),
                 closed: AtomicBool::new(false),
-                close_notify: tokio::sync::Notify::new(),
+                closing: tokio::sync::watch::Sender::new(false),
                 max_deliveries: AtomicU32::new(crate::config::DEFAULT_MAX_DELIVERIES),
             }),
         }
@@ -346,6 +336,38 @@ impl RemoteQueue {
         match tokio::time::timeout(limit, self.exchange(op, Bytes::from(body))).await {
             Ok(r) => r,
             Err(_) => Err(self.unknown_outcome(op, format!("no answer within {limit:?}"))),
+        }
+    }
+
+    /// A long wait asked for in pieces (claim, `wait_outcome`,
+    /// `wait_chunks`), so that no request outlives the server's `max_wait`
+    /// or this client's timeouts: `ask(piece)` sends one request waiting at
+    /// most `piece`, until one answers `Some` or `wait` has run out (`None`).
+    /// A `close` of any clone ends the wait at once with `Closed` (SPEC
+    /// section 8): what a claim in flight took comes back through
+    /// `reclaim_stale`, as with any dropped claim.
+    async fn long_poll<T, F, Fut>(&self, wait: Duration, mut ask: F) -> Result<Option<T>>
+    where
+        F: FnMut(Duration) -> Fut,
+        Fut: std::future::Future<Output = Result<Option<T>>>,
+    {
+        let deadline = Instant::now().checked_add(wait);
+        let mut closing = self.inner.closing.subscribe();
+        loop {
+            let remaining = deadline.map_or(Duration::MAX, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
+            let piece = remaining.min(self.inner.options.claim_poll);
+            let answer = tokio::select! {
+                r = ask(piece) => r?,
+                _ = closing.wait_for(|c| *c) => return Err(Error::Closed),
+            };
+            if let Some(got) = answer {
+                return Ok(Some(got));
+            }
+            if piece >= remaining {
+                return Ok(None);
+            }
         }
     }
 
@@ -460,30 +482,90 @@ impl WorkQueue for RemoteQueue {
     }
 
     async fn claim(&self, count: usize, wait: Duration, from: ClaimFrom) -> Result<Vec<Claimed>> {
-        // A long wait is asked for in pieces, so no request outlives the
-        // server's max_wait or this client's timeouts.
-        let deadline = Instant::now().checked_add(wait);
-        loop {
-            let remaining = deadline.map_or(Duration::MAX, |d| {
-                d.saturating_duration_since(Instant::now())
-            });
-            let piece = remaining.min(self.inner.options.claim_poll);
-            let req = wire::ClaimRequest {
-                count,
+        let got = self
+            .long_poll(wait, |piece| async move {
+                let req = wire::ClaimRequest {
+                    count,
+                    wait_ms: wire::duration_ms(piece),
+                    from: from.into(),
+                };
+                let r: wire::ClaimedList = self.call("claim", &req, piece).await?;
+                Ok(
+                    (!r.claimed.is_empty())
+                        .then(|| r.claimed.into_iter().map(Into::into).collect()),
+                )
+            })
+            .await?;
+        Ok(got.unwrap_or_default())
+    }
+
+    async fn ack_with_result(&self, receipt: Receipt, result: Vec<u8>) -> Result<()> {
+        let req = wire::AckWithResultRequest {
+            receipt: receipt.into(),
+            result: wire::Base64(result),
+        };
+        let _: wire::Done = self.call("ack_with_result", &req, NO_WAIT).await?;
+        Ok(())
+    }
+
+    async fn outcome(&self, id: u64) -> Result<Option<Outcome>> {
+        let r: wire::OutcomeReply = self
+            .call("outcome", &wire::IdRequest { id }, NO_WAIT)
+            .await?;
+        Ok(r.outcome.map(Into::into))
+    }
+
+    async fn wait_outcome(&self, id: u64, wait: Duration) -> Result<Option<Outcome>> {
+        self.long_poll(wait, |piece| async move {
+            let req = wire::WaitOutcomeRequest {
+                id,
                 wait_ms: wire::duration_ms(piece),
-                from: from.into(),
             };
-            // A close() of any clone ends the wait (SPEC 8, Closing); what
-            // the server may have handed out meanwhile is pending until
-            // reclaimed, as after a crash of this client.
-            let r: wire::ClaimedList = tokio::select! {
-                r = self.call("claim", &req, piece) => r?,
-                () = self.closed_signal() => return Err(Error::Closed),
-            };
-            if !r.claimed.is_empty() || piece >= remaining {
-                return Ok(r.claimed.into_iter().map(Into::into).collect());
-            }
-        }
+            let r: wire::OutcomeReply = self.call("wait_outcome", &req, piece).await?;
+            Ok(r.outcome.map(Into::into))
+        })
+        .await
+    }
+
+    async fn set_progress(&self, receipt: Receipt, progress: Vec<u8>) -> Result<()> {
+        let req = wire::SetProgressRequest {
+            receipt: receipt.into(),
+            progress: wire::Base64(progress),
+        };
+        let _: wire::Done = self.call("set_progress", &req, NO_WAIT).await?;
+        Ok(())
+    }
+
+    async fn send_chunk(&self, receipt: Receipt, chunk: Vec<u8>) -> Result<u64> {
+        let req = wire::SendChunkRequest {
+            receipt: receipt.into(),
+            chunk: wire::Base64(chunk),
+        };
+        let r: wire::Seq = self.call("send_chunk", &req, NO_WAIT).await?;
+        Ok(r.seq)
+    }
+
+    async fn progress(&self, id: u64) -> Result<Option<Vec<u8>>> {
+        let r: wire::ProgressReply = self
+            .call("progress", &wire::IdRequest { id }, NO_WAIT)
+            .await?;
+        Ok(r.progress.map(|b| b.0))
+    }
+
+    async fn wait_chunks(&self, id: u64, after_seq: u64, wait: Duration) -> Result<Vec<Chunk>> {
+        let got = self
+            .long_poll(wait, |piece| async move {
+                let req = wire::WaitChunksRequest {
+                    id,
+                    after_seq,
+                    wait_ms: wire::duration_ms(piece),
+                };
+                let r: wire::ChunkList = self.call("wait_chunks", &req, piece).await?;
+                Ok((!r.chunks.is_empty() || r.finished)
+                    .then(|| r.chunks.into_iter().map(Into::into).collect()))
+            })
+            .await?;
+        Ok(got.unwrap_or_default())
     }
 
     async fn ack(&self, receipt: Receipt) -> Result<()> {
@@ -660,7 +742,7 @@ impl WorkQueue for RemoteQueue {
     /// are dropped. The served queue stays open for its other clients.
     async fn close(&self) -> Result<()> {
         self.inner.closed.store(true, Ordering::Release);
-        self.inner.close_notify.notify_waiters();
+        self.inner.closing.send_replace(true);
         if let Ok(mut idle) = self.inner.idle.lock() {
             idle.clear();
         }

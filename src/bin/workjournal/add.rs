@@ -110,6 +110,10 @@ pub(crate) async fn add(queue: &BoxQueue, args: &AddArgs, input: Input) -> CliRe
             added.id
         );
     }
+    if args.wait {
+        let wait = args.timeout.unwrap_or(std::time::Duration::MAX);
+        return crate::result::print_outcome(queue, added.id, wait, code::TIMED_OUT).await;
+    }
     writeln!(std::io::stdout(), "{}", added.id).map_err(CliError::output)
 }
 

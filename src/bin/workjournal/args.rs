@@ -22,8 +22,10 @@ Exit codes:
        name with control characters or over 256 bytes)
   8    the queue is full
   9    nothing to act on (no such dead letter, nothing parked, resume of a
-       flow that is not paused)
-  10   work --until-empty finished, but items were dead-lettered in the run
+       flow that is not paused, no outcome for result)
+  10   work --until-empty finished, but items were dead-lettered in the run;
+       add --wait / result: the item was dead-lettered (the reason is on stderr)
+  11   add --wait: --timeout ran out before the item finished
   130  work stopped at once by a second Ctrl-C";
 
 /// A durable work queue: every item is journaled before it runs and removed
@@ -158,6 +160,15 @@ pub(crate) enum Command {
     },
     /// Give free space in the queue file back to the file system.
     Compact,
+    /// Print item ID's result (exit 10 if it was dead-lettered, 9 if it has
+    /// no outcome: not finished, or finished longer ago than the result TTL).
+    Result {
+        /// The item id (as `add` printed it).
+        id: u64,
+        /// Wait up to this long for the outcome (default: do not wait).
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        wait: Option<Duration>,
+    },
     /// Hand the file's items over to the Redis queue at --redis, exactly
     /// once, until stopped (needs the `forward` feature).
     Forward(crate::forward::ForwardArgs),
@@ -190,6 +201,13 @@ pub(crate) struct AddArgs {
     #[arg(long, value_name = "K", conflicts_with = "lines",
           value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub(crate) dedup_key: Option<String>,
+    /// Wait for the item to finish and print its result to stdout (exit 10
+    /// if it was dead-lettered, 11 if --timeout ran out first).
+    #[arg(long, conflicts_with = "lines")]
+    pub(crate) wait: bool,
+    /// With --wait: how long to wait (default: without end).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "wait")]
+    pub(crate) timeout: Option<Duration>,
 }
 
 /// How to run each item (shared by `work` and `step`).
@@ -239,6 +257,10 @@ pub(crate) struct WorkArgs {
     /// Work only on the parked items of paused flow F, one `step` at a time.
     #[arg(long, value_name = "F")]
     pub(crate) flow: Option<String>,
+    /// Keep each command's stdout (at most 1 MiB; more fails the attempt) as
+    /// its item's result, for `add --wait` and `result`, instead of printing it.
+    #[arg(long)]
+    pub(crate) keep_stdout: bool,
 }
 
 #[derive(Debug, Args)]

@@ -116,7 +116,10 @@ pub(crate) async fn run(cli: Cli) -> CliResult {
     // the user may only read and write nothing (SPEC section 9).
     let looks_only = matches!(
         cli.command,
-        Command::Stats { .. } | Command::Peek { .. } | Command::DeadLetters { .. }
+        Command::Stats { .. }
+            | Command::Peek { .. }
+            | Command::DeadLetters { .. }
+            | Command::Result { .. }
     );
     let queue = if looks_only {
         open_read_only(&cli.global).await?
@@ -235,6 +238,9 @@ async fn one(queue: &BoxQueue, command: Command) -> CliResult {
         Command::ClearFlow { flow } => {
             let n = queue.clear_flow(&flow).await?;
             writeln!(out, "cleared {flow}: {n} parked items deleted").map_err(CliError::output)
+        }
+        Command::Result { id, wait } => {
+            crate::result::print_outcome(queue, id, wait.unwrap_or_default(), code::NOT_FOUND).await
         }
         Command::Compact => {
             let gave_back = queue.compact().await?;

@@ -19,17 +19,22 @@ use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
 use rustix::process::{Pid, Signal};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 use workjournal::Claimed;
 
 /// How much of the command's stderr is kept for the failure reason, in bytes.
 pub(crate) const STDERR_TAIL_BYTES: usize = 2048;
 
-/// How long stderr is still read after the command exited, for what it
-/// wrote just before: a background child that keeps stderr open must not
-/// keep the slot (SPEC section 9).
+/// How long stderr (and a kept stdout) is still read after the command
+/// exited, for what it wrote just before: a background child that keeps
+/// either open must not keep the slot (SPEC section 9).
 const STDERR_DRAIN: Duration = Duration::from_millis(100);
+
+/// The most stdout `work --keep-stdout` keeps as an item's result, in
+/// bytes (1 MiB); a command that writes more fails the attempt (SPEC
+/// section 9).
+pub(crate) const KEEP_STDOUT_CAP: usize = 1024 * 1024;
 
 /// The supervisor's exit code when it could not start `sh`.
 pub(crate) const NOT_STARTED: u8 = 125;
@@ -49,8 +54,8 @@ pub(crate) struct Failure(pub(crate) String);
 /// What `run` found.
 #[derive(Debug)]
 pub(crate) enum Outcome {
-    /// The command exited 0.
-    Ok,
+    /// The command exited 0; with `keep_stdout`, what it wrote to stdout.
+    Ok(Option<Vec<u8>>),
     /// The command failed.
     Failed(Failure),
     /// The command could not be started (`sh` missing, too many open
@@ -118,14 +123,20 @@ fn supervisor_program() -> std::path::PathBuf {
 }
 
 /// Run `sh -c CMD` under the supervisor, with the payload on stdin and the
-/// item's id, flow and delivery in the environment. Its stdout is ours; its
-/// stderr is kept (the last 2 KiB) for the failure reason and otherwise
+/// item's id, flow and delivery in the environment. Its stdout is ours, or
+/// with `keep_stdout` captured (up to [`KEEP_STDOUT_CAP`]) as the result;
+/// its stderr is kept (the last 2 KiB) for the failure reason and otherwise
 /// discarded. A command still running after `timeout` is killed with its
 /// group and fails. The command is killed if this future is dropped
 /// (shutdown past the grace period).
-pub(crate) async fn run(cmd: &str, claimed: &Claimed, timeout: Option<Duration>) -> Outcome {
-    match run_inner(cmd, claimed, timeout).await {
-        Ok(()) => Outcome::Ok,
+pub(crate) async fn run(
+    cmd: &str,
+    claimed: &Claimed,
+    timeout: Option<Duration>,
+    keep_stdout: bool,
+) -> Outcome {
+    match run_inner(cmd, claimed, timeout, keep_stdout).await {
+        Ok(out) => Outcome::Ok(out),
         Err((failure, None)) if failure.0.starts_with(CANNOT_START) => Outcome::NotStarted(failure),
         Err((failure, signal)) => {
             if signal == Some(SIGPIPE) && stdout_is_pipe() {
@@ -143,7 +154,8 @@ async fn run_inner(
     cmd: &str,
     claimed: &Claimed,
     timeout: Option<Duration>,
-) -> Result<(), (Failure, Option<i32>)> {
+    keep_stdout: bool,
+) -> Result<Option<Vec<u8>>, (Failure, Option<i32>)> {
     let item = &claimed.item;
     let payload = &item.payload;
     let mut child = Command::new(supervisor_program())
@@ -155,7 +167,11 @@ async fn run_inner(
         .env("WORKJOURNAL_FLOW", &item.flow)
         .env("WORKJOURNAL_DELIVERY", claimed.receipt.delivery.to_string())
         .stdin(Stdio::piped())
-        .stdout(Stdio::inherit())
+        .stdout(if keep_stdout {
+            Stdio::piped()
+        } else {
+            Stdio::inherit()
+        })
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         // Its own process group, led by the supervisor, so that everything
@@ -170,6 +186,7 @@ async fn run_inner(
     // Held until the command has been reaped: the supervisor's lifeline.
     let mut stdin = child.stdin.take();
     let stderr = child.stderr.take();
+    let stdout = child.stdout.take();
     let write = async {
         if let Some(stdin) = stdin.as_mut() {
             // A supervisor that died early closes the pipe; its exit status
@@ -180,8 +197,11 @@ async fn run_inner(
     };
     let wait = async {
         let mut tail: Vec<u8> = Vec::new();
+        let mut kept = Kept::default();
         let mut stderr = stderr;
+        let mut stdout = stdout;
         let mut buf = [0u8; 8192];
+        let mut out_buf = [0u8; 8192];
         let keep = |tail: &mut Vec<u8>, chunk: &[u8]| {
             tail.extend_from_slice(chunk);
             if tail.len() > 2 * STDERR_TAIL_BYTES {
@@ -204,6 +224,12 @@ async fn run_inner(
                         _ => stderr = None,
                     }
                 }
+                r = async { stdout.as_mut()?.read(&mut out_buf).await.ok() }, if stdout.is_some() => {
+                    match r {
+                        Some(n) if n > 0 => kept.push(&out_buf[..n]),
+                        _ => stdout = None,
+                    }
+                }
                 s = child.wait() => break s,
                 () = &mut deadline, if !timed_out => {
                     // The supervisor has not been reaped: its group id is
@@ -217,18 +243,14 @@ async fn run_inner(
         };
         // What the command wrote just before it exited, but not whatever a
         // background child keeps writing (or holding open).
-        if let Some(mut s) = stderr {
-            let until = tokio::time::Instant::now() + STDERR_DRAIN;
-            while let Ok(Ok(n)) = tokio::time::timeout_at(until, s.read(&mut buf)).await {
-                if n == 0 {
-                    break;
-                }
-                keep(&mut tail, &buf[..n]);
-            }
-        }
-        (status, tail, timed_out)
+        let until = tokio::time::Instant::now() + STDERR_DRAIN;
+        tokio::join!(
+            drain(stderr, until, |chunk| keep(&mut tail, chunk)),
+            drain(stdout, until, |chunk| kept.push(chunk)),
+        );
+        (status, tail, kept, timed_out)
     };
-    let ((), (status, tail, timed_out)) = tokio::join!(write, wait);
+    let ((), (status, tail, kept, timed_out)) = tokio::join!(write, wait);
     drop(stdin);
     // The supervisor has been reaped: its group id may be reused from here
     // on, so the guard must not fire. (What the command left running in the
@@ -248,7 +270,15 @@ async fn run_inner(
         ));
     }
     if status.success() {
-        return Ok(());
+        if kept.over {
+            return Err((
+                Failure(format!(
+                    "command wrote more than the {KEEP_STDOUT_CAP} bytes --keep-stdout keeps"
+                )),
+                None,
+            ));
+        }
+        return Ok(keep_stdout.then_some(kept.bytes));
     }
     if status.code() == Some(i32::from(NOT_STARTED)) {
         // The supervisor's own word that `sh` never ran (a command of the
@@ -271,6 +301,43 @@ async fn run_inner(
         }
     };
     Err((Failure(with_stderr(&how, &tail)), signal))
+}
+
+/// A kept stdout: up to [`KEEP_STDOUT_CAP`] bytes. Past the cap it is read
+/// on and discarded, so that the command never blocks on a full pipe.
+#[derive(Default)]
+struct Kept {
+    bytes: Vec<u8>,
+    /// The command wrote more than the cap.
+    over: bool,
+}
+
+impl Kept {
+    fn push(&mut self, chunk: &[u8]) {
+        if self.bytes.len() + chunk.len() <= KEEP_STDOUT_CAP {
+            self.bytes.extend_from_slice(chunk);
+        } else {
+            self.over = true;
+        }
+    }
+}
+
+/// Read `reader` (if any) into `sink` until it ends or `until` passes.
+async fn drain<R: AsyncRead + Unpin>(
+    reader: Option<R>,
+    until: tokio::time::Instant,
+    mut sink: impl FnMut(&[u8]),
+) {
+    let Some(mut reader) = reader else {
+        return;
+    };
+    let mut buf = [0u8; 8192];
+    while let Ok(Ok(n)) = tokio::time::timeout_at(until, reader.read(&mut buf)).await {
+        if n == 0 {
+            break;
+        }
+        sink(&buf[..n]);
+    }
 }
 
 /// The failure text: `how`, then the last non-empty line of stderr on the

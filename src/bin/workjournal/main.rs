@@ -20,8 +20,9 @@
 //! | 6 | Redis or the serving process is unreachable or failed |
 //! | 7 | the queue refused the input (payload too large, empty flow name, a flow name with control characters or over 256 bytes) |
 //! | 8 | the queue is full (`max_backlog`) |
-//! | 9 | nothing to act on (`redrive` of an id that is not a dead letter, `step` of a flow with nothing parked, `resume` of a flow that is not paused) |
-//! | 10 | `work --until-empty` finished, but items were dead-lettered in the run |
+//! | 9 | nothing to act on (`redrive` of an id that is not a dead letter, `step` of a flow with nothing parked, `resume` of a flow that is not paused, `result` of an item without an outcome) |
+//! | 10 | dead-lettered: `work --until-empty` finished, but items were dead-lettered in the run; `add --wait` or `result`: the item was dead-lettered (its reason is the error line) |
+//! | 11 | `add --wait`: `--timeout` ran out before the item finished |
 //! | 130 | `work` stopped at once by a second Ctrl-C (running commands were killed; their items come back after a restart) |
 
 mod add;
@@ -29,6 +30,7 @@ mod args;
 mod commands;
 mod exec;
 mod forward;
+mod result;
 mod serve;
 mod work;
 
@@ -51,6 +53,7 @@ pub(crate) mod code {
     pub(crate) const FULL: u8 = 8;
     pub(crate) const NOT_FOUND: u8 = 9;
     pub(crate) const DEAD_LETTERED: u8 = 10;
+    pub(crate) const TIMED_OUT: u8 = 11;
     pub(crate) const INTERRUPTED: u8 = 130;
 }
 

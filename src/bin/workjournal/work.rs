@@ -219,13 +219,14 @@ async fn run_work(queue: &BoxQueue, args: &WorkArgs) -> CliResult {
         .flow(args.flow.clone())
         .on_event(events);
     let closed = stdout_closed.clone();
-    let run = worker.run(
+    let keep_stdout = args.keep_stdout;
+    let run = worker.run_with_result(
         move |claimed| {
             let cmd = cmd.clone();
             let closed = closed.clone();
             async move {
-                match exec::run(&cmd, &claimed, timeout).await {
-                    exec::Outcome::Ok => Ok(()),
+                match exec::run(&cmd, &claimed, timeout, keep_stdout).await {
+                    exec::Outcome::Ok(result) => Ok(result),
                     exec::Outcome::Failed(f) => Err(HandlerError::from(f)),
                     exec::Outcome::NotStarted(f) => Err(HandlerError::not_attempted(f)),
                     exec::Outcome::StdoutClosed => {
@@ -348,8 +349,8 @@ async fn run_step(queue: &BoxQueue, args: &StepArgs) -> CliResult {
     };
     let receipt = claimed.receipt;
     let run = async {
-        match exec::run(&args.exec.exec, &claimed, args.exec.timeout).await {
-            exec::Outcome::Ok => Ok(()),
+        match exec::run(&args.exec.exec, &claimed, args.exec.timeout, false).await {
+            exec::Outcome::Ok(_) => Ok(()),
             exec::Outcome::Failed(f) => Err((f, true)),
             exec::Outcome::NotStarted(f) => Err((f, false)),
             exec::Outcome::StdoutClosed => Err((

@@ -1,12 +1,13 @@
--- ack / ack_batch. ARGV: now (unused), then id, lease pairs.
--- Returns how many were acked (lost receipts, and repeats of one receipt,
--- are skipped). Per item one HMGET; the rest is written once per call.
+-- ack / ack_batch / ack_with_result. ARGV: now, result_ttl, then id, lease,
+-- result triples. Returns how many were acked (lost receipts, and repeats
+-- of one receipt, are skipped). Per item one HMGET; the rest is written once
+-- per call, apart from each item's outcome (SPEC 3, Outcomes and progress).
 -- Only an acked id is marked seen: a lost receipt of an item (from before a
 -- retry or reclaim) must not hide its current receipt later in the batch.
 local n, seen = 0, {}
 local sids = { backlog = {}, due = {} }
-local zrem, dels = {}, {}
-for i = 2, #ARGV - 1, 2 do
+local zrem, dels, results = {}, {}, {}
+for i = 3, #ARGV - 2, 3 do
   local id, lease = ARGV[i], ARGV[i + 1]
   if not seen[id] then
     local f = redis.call('HMGET', item_key(id), 'st', 'ls', 'lane', 'sid')
@@ -16,6 +17,7 @@ for i = 2, #ARGV - 1, 2 do
       if list and f[4] and f[4] ~= '' then list[#list + 1] = f[4] end
       zrem[#zrem + 1] = pad(id)
       dels[#dels + 1] = item_key(id)
+      results[#results + 1] = { id, ARGV[i + 2] }
       n = n + 1
     end
   end
@@ -34,5 +36,8 @@ if n > 0 then
     redis.call('DEL', unpack(dels, i, last))
     i = last + 1
   end
+  local now = clock_now()
+  prune_outcomes(now)
+  for _, r in ipairs(results) do finish(r[1], 'done', r[2], now, ARGV[2]) end
 end
 return n

@@ -17,6 +17,8 @@ local K_DEDUP = P .. 'dedup'
 local K_DEDUP_EXP = P .. 'dedup:exp'
 local K_DONE_EXP = P .. 'done:exp'
 local K_WAKE = P .. 'wake'
+local K_OUT_EXP = P .. 'out:exp'
+local K_EVENTS = P .. 'events'
 local K_CLOCK = P .. 'clock'
 -- GROUP, PRUNE_LIMIT, MAX_DELIVERIES_REASON and the reply codes (LOST,
 -- DEFAULT_FLOW, DELAYED, DEAD_LETTERED, PARKED) come from Rust, in a prelude
@@ -25,6 +27,9 @@ local K_CLOCK = P .. 'clock'
 
 local function item_key(id) return P .. 'item:' .. id end
 local function parked_key(flow) return P .. 'parked:' .. flow end
+local function out_key(id) return P .. 'out:' .. id end
+local function prog_key(id) return P .. 'prog:' .. id end
+local function chunks_key(id) return P .. 'chunks:' .. id end
 -- Sorted-set members are ids padded to 20 digits, so that ties on the score
 -- order by id (members of equal score sort as strings).
 local function pad(id) return string.format('%020d', tonumber(id)) end
@@ -55,6 +60,7 @@ local function observe_clock(now)
     shift_scores(K_PENDING, back, 'ca')
     shift_scores(K_DONE_EXP, back, nil)
     shift_scores(K_DEDUP_EXP, back, nil)
+    shift_scores(K_OUT_EXP, back, nil)
     redis.log(redis.LOG_WARNING, 'workjournal: the clock stepped back ' .. back .. ' ms in ' .. P .. ': timers and leases moved with it')
     redis.call('SET', K_CLOCK, fmt(now))
   elseif now > high then
@@ -79,10 +85,57 @@ local function wake()
   redis.call('XADD', K_WAKE, 'MAXLEN', '16', '*', 'w', '1')
 end
 
-local function wake_tail()
-  local last = redis.call('XREVRANGE', K_WAKE, '+', '-', 'COUNT', 1)
+-- The id of the last entry of a signal stream, '0-0' when empty: a
+-- blocking waiter reads after it, so no later signal is missed.
+local function stream_tail(key)
+  local last = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)
   if last and last[1] then return last[1][1] end
   return '0-0'
+end
+
+local function wake_tail() return stream_tail(K_WAKE) end
+
+-- Outcomes and progress (SPEC 3). A signal on the events stream wakes every
+-- `wait_outcome` and `wait_chunks` (trimmed to 64 entries; holds no data).
+local function event(id)
+  redis.call('XADD', K_EVENTS, 'MAXLEN', '64', '*', 'id', id)
+end
+
+local function events_tail() return stream_tail(K_EVENTS) end
+
+local function forget_outcome(id)
+  redis.call('DEL', out_key(id))
+  redis.call('ZREM', K_OUT_EXP, pad(id))
+end
+
+-- Delete up to PRUNE_LIMIT outcomes expired at `now`, with their progress
+-- and chunks.
+local function prune_outcomes(now)
+  local ms = redis.call('ZRANGEBYSCORE', K_OUT_EXP, '-inf', now, 'LIMIT', 0, PRUNE_LIMIT)
+  for _, m in ipairs(ms) do
+    local id = unpad(m)
+    redis.call('DEL', out_key(id), prog_key(id), chunks_key(id))
+  end
+  if #ms > 0 then redis.call('ZREM', K_OUT_EXP, unpack(ms)) end
+end
+
+-- Keep how item `id` finished (`kind` done or dead, `value` the result or
+-- reason) for `ttl` ms; 0 keeps nothing. Wakes the waiters. The caller
+-- prunes expired outcomes once per script (`prune_outcomes`).
+local function finish(id, kind, value, now, ttl)
+  forget_outcome(id)
+  ttl = tonumber(ttl) or 0
+  if ttl > 0 then
+    redis.call('HSET', out_key(id), 'kind', kind, 'value', value, 'at', fmt(now))
+    redis.call('ZADD', K_OUT_EXP, now + ttl, pad(id))
+    -- A small outcome rides on its signal, so a waiter needs no second read.
+    if #value <= 1024 then
+      redis.call('XADD', K_EVENTS, 'MAXLEN', '64', '*', 'id', id, 'kind', kind,
+        'value', value, 'at', fmt(now))
+      return
+    end
+  end
+  event(id)
 end
 
 local function stream_of(lane)
@@ -175,7 +228,9 @@ end
 
 -- Move item `id` to the dead letters (newest at the head of the list); drop
 -- the oldest past `cap`. Returns how many were dropped.
-local function bury(id, reason, now, cap)
+local function bury(id, reason, now, cap, ttl)
+  prune_outcomes(now)
+  finish(id, 'dead', reason, now, ttl)
   redis.call('HSET', item_key(id), 'st', 'dead', 'reason', reason, 'failed', fmt(now))
   redis.call('HDEL', item_key(id), 'lane')
   redis.call('LPUSH', K_DEAD, id)

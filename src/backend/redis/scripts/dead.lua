@@ -17,6 +17,7 @@ if op == 'list' then
 elseif op == 'redrive' then
   local id = ARGV[3]
   if redis.call('LREM', K_DEAD, 1, id) == 0 then return 0 end
+  forget_outcome(id)
   redis.call('HSET', item_key(id), 'dlv', 0)
   redis.call('HDEL', item_key(id), 'nb', 'reason', 'failed')
   to_backlog(id)

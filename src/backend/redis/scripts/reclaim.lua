@@ -1,5 +1,5 @@
 -- reclaim_stale. ARGV: now, consumer, min_idle_ms, count, max_deliveries,
--- dead_letter_cap. Oldest claim first by (claimed_at, id): the pending set's
+-- dead_letter_cap, result_ttl. Oldest claim first by (claimed_at, id): the pending set's
 -- score is claimed_at and its members are padded ids, so its order is
 -- exactly that, and every stale item is reached however many fresh ones
 -- there are. An item of a paused flow is parked (deliveries unchanged) and
@@ -11,6 +11,7 @@ local cutoff = now - tonumber(ARGV[3])
 local count = tonumber(ARGV[4])
 local max = tonumber(ARGV[5])
 local cap = tonumber(ARGV[6])
+local ttl = ARGV[7]
 local paused = {}
 for _, f in ipairs(redis.call('SMEMBERS', K_PAUSED)) do paused[f] = true end
 -- Phase 1 (no writes): choose, in order, the items to bury and to take.
@@ -49,7 +50,7 @@ for _, p in ipairs(plan) do
     dead[#dead + 1] = f[1] or '0'
     dead[#dead + 1] = f[2] or '0'
     release(id)
-    dropped = dropped + bury(id, MAX_DELIVERIES_REASON, now, cap)
+    dropped = dropped + bury(id, MAX_DELIVERIES_REASON, now, cap, ttl)
   elseif what == 'park' then
     release(id)
     park_item(id, p[3])
