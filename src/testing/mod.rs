@@ -22,6 +22,10 @@ pub mod faults;
 
 #[cfg(feature = "embedded")]
 pub mod fuzz;
+
+/// Schema-1 queue files for migration tests (SPEC section 6).
+#[cfg(feature = "embedded")]
+pub use crate::backend::embedded::migrate::{V1Item, write_schema1_fixture};
 pub mod ops;
 
 /// A queue under test and whatever keeps it alive (a temp dir, a server).

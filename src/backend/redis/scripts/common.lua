@@ -5,8 +5,16 @@
 local P = KEYS[1]
 local K_SEQ = P .. 'seq'
 local K_LEASE = P .. 'lease'
+-- Schema-1 layout: the ready lanes were streams; only migrate.lua reads them.
 local K_BACKLOG = P .. 'backlog'
 local K_DUE = P .. 'due'
+-- The ready lanes: sorted sets by rank (arrival - tier x aging_step), the
+-- member `<position padded to 20 digits>:<id>`, so that equal ranks go by
+-- position (SPEC 3, Priority).
+local K_READY = P .. 'ready'
+local K_READY_DUE = P .. 'ready:due'
+local K_POS = P .. 'pos'
+local K_CLOCKS = P .. 'clocks'
 local K_DELAYED = P .. 'delayed'
 local K_PENDING = P .. 'pending'
 local K_PAUSED = P .. 'paused'
@@ -17,7 +25,6 @@ local K_DEDUP_EXP = P .. 'dedup:exp'
 local K_DONE = P .. 'done'
 local K_DONE_EXP = P .. 'done:exp'
 local K_WAKE = P .. 'wake'
-local GROUP = 'workers'
 local PRUNE_LIMIT = 500
 
 local function item_key(id) return P .. 'item:' .. id end
@@ -47,12 +54,6 @@ local function wake_tail()
   return '0-0'
 end
 
-local function stream_of(lane)
-  if lane == 'backlog' then return K_BACKLOG end
-  if lane == 'due' then return K_DUE end
-  return nil
-end
-
 local function entry_field(fields, name)
   if type(fields) ~= 'table' then return nil end
   for i = 1, #fields - 1, 2 do
@@ -61,28 +62,46 @@ local function entry_field(fields, name)
   return nil
 end
 
--- Entries read by the group and not yet acked ("pending" in the PEL).
-local function pel_count(stream)
-  local ok, r = pcall(redis.call, 'XPENDING', stream, GROUP)
-  if ok and type(r) == 'table' and type(r[1]) == 'number' then return r[1] end
-  return 0
+-- The id in a ready-lane member `<position>:<id>`.
+local function member_id(m)
+  local i = string.find(m, ':', 1, true)
+  if not i then return nil end
+  return string.sub(m, i + 1)
 end
 
--- Items ready to run in one stream: entries not yet delivered to the group.
-local function unread(stream)
-  return redis.call('XLEN', stream) - pel_count(stream)
+-- The position in a ready-lane member.
+local function member_pos(m)
+  local i = string.find(m, ':', 1, true)
+  if not i then return 0 end
+  return tonumber(string.sub(m, 1, i - 1)) or 0
+end
+
+-- SPEC 3, Priority: put `id` into the ready lane `zset`, arriving at
+-- `arrival` or at the lane's latest arrival so far (`field` of the clocks
+-- hash), so that a clock stepping back keeps FIFO. Its rank is the arrival
+-- minus the item's `boost` (tier x aging_step, fixed at add).
+local function enqueue(zset, field, id, arrival)
+  local last = tonumber(redis.call('HGET', K_CLOCKS, field) or '0')
+  if arrival < last then
+    arrival = last
+  elseif arrival > last then
+    redis.call('HSET', K_CLOCKS, field, fmt(arrival))
+  end
+  local pos = redis.call('INCR', K_POS)
+  local boost = tonumber(redis.call('HGET', item_key(id), 'boost') or '0')
+  redis.call('ZADD', zset, fmt(arrival - boost), pad(pos) .. ':' .. id)
 end
 
 -- Hand item `id` to `consumer`: pending, deliveries + 1, a new lease.
-local function hand_out(id, lane, sid, now, consumer)
+local function hand_out(id, lane, now, consumer)
   local k = item_key(id)
   local lease = redis.call('INCR', K_LEASE)
   local dlv = redis.call('HINCRBY', k, 'dlv', 1)
   redis.call('HSET', k, 'st', 'pending', 'lane', lane, 'ls', fmt(lease),
-    'ca', fmt(now), 'sid', sid, 'owner', consumer)
+    'ca', fmt(now), 'owner', consumer)
   redis.call('ZADD', K_PENDING, now, pad(id))
-  local f = redis.call('HMGET', k, 'flow', 'payload', 'enq', 'nb')
-  return { id, f[1] or '', f[2] or '', f[3] or '0', f[4] or '', dlv, lane, fmt(now), lease }
+  local f = redis.call('HMGET', k, 'flow', 'payload', 'enq', 'nb', 'pri')
+  return { id, f[1] or '', f[2] or '', f[3] or '0', f[4] or '', dlv, lane, fmt(now), lease, f[5] or '0' }
 end
 
 -- Whether item `id` is pending under lease `lease`.
@@ -91,18 +110,10 @@ local function current(id, lease)
   return f[1] == 'pending' and f[2] and tonumber(f[2]) == tonumber(lease)
 end
 
--- Take a pending item out of pending: ack and delete its stream entry (the
--- streams never hold acked entries, and are never trimmed), drop the lease.
+-- Take a pending item out of pending: drop the lease.
 local function release(id)
-  local k = item_key(id)
-  local f = redis.call('HMGET', k, 'lane', 'sid')
-  local stream = stream_of(f[1])
-  if stream and f[2] and f[2] ~= '' then
-    redis.call('XACK', stream, GROUP, f[2])
-    redis.call('XDEL', stream, f[2])
-  end
   redis.call('ZREM', K_PENDING, pad(id))
-  redis.call('HDEL', k, 'ls', 'ca', 'sid', 'owner')
+  redis.call('HDEL', item_key(id), 'ls', 'ca', 'owner')
 end
 
 local function park_item(id, flow)
@@ -128,37 +139,25 @@ local function bury(id, reason, now, cap)
   return dropped
 end
 
-local function to_backlog(id)
-  redis.call('XADD', K_BACKLOG, '*', 'id', id)
+local function to_backlog(id, now)
+  enqueue(K_READY, 'backlog', id, now)
   redis.call('HSET', item_key(id), 'st', 'backlog')
 end
 
 -- Move every delayed item due at `now` to the due-lane tail, in
 -- (not_before, id) order. Returns how many moved.
 local function promote(now)
-  local ids = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now)
-  for _, m in ipairs(ids) do
-    local id = unpad(m)
-    redis.call('XADD', K_DUE, '*', 'id', id)
+  local ids = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'WITHSCORES')
+  for i = 1, #ids, 2 do
+    local id = unpad(ids[i])
+    enqueue(K_READY_DUE, 'due', id, tonumber(ids[i + 1]))
     redis.call('HSET', item_key(id), 'st', 'due')
   end
   if #ids > 0 then
     redis.call('ZREMRANGEBYSCORE', K_DELAYED, '-inf', now)
     wake()
   end
-  return #ids
-end
-
--- XREADGROUP ... > on `stream`; recreates the group if it is gone (a
--- restarted Redis without persistence, or a stream deleted by hand).
-local function read_group(stream, consumer, n)
-  local r = redis.pcall('XREADGROUP', 'GROUP', GROUP, consumer, 'COUNT', n, 'STREAMS', stream, '>')
-  if type(r) == 'table' and r.err then
-    if not string.find(r.err, 'NOGROUP', 1, true) then error(r) end
-    redis.call('XGROUP', 'CREATE', stream, GROUP, '0', 'MKSTREAM')
-    r = redis.call('XREADGROUP', 'GROUP', GROUP, consumer, 'COUNT', n, 'STREAMS', stream, '>')
-  end
-  return r
+  return #ids / 2
 end
 
 -- Call `cmd key` with `list` appended, in chunks (Lua's unpack has a limit).
