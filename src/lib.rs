@@ -17,7 +17,7 @@
 //! |---|---|---|
 //! | [`MemoryQueue`] | always | process memory; the reference model |
 //! | [`EmbeddedQueue`] | `embedded` (default) | one crash-safe redb file |
-//! | `RedisQueue` | `redis` | Redis Streams, shared by many processes |
+//! | `RedisQueue` | `redis` | Redis (sorted sets and hashes), shared by many processes |
 //!
 //! Choose at run time with [`BoxQueue`]. Other features: `cli` (default) builds
 //! the `workjournal` command; `testing` exposes the conformance cases.

@@ -240,22 +240,26 @@ async fn orphaned_claims_are_reclaimed_after_reopen_with_one_more_delivery() {
     q.ack(fresh[0].receipt).await.unwrap();
 }
 
+/// Write `key = value` into the `meta` table of the closed queue file at
+/// `path`, as another build would.
+fn set_meta(path: &std::path::Path, key: &str, value: u64) {
+    let db = redb::Database::create(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let def: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta");
+        let mut t = txn.open_table(def).unwrap();
+        t.insert(key, value).unwrap();
+    }
+    txn.commit().unwrap();
+}
+
 #[tokio::test]
 async fn a_newer_schema_is_refused_with_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("q.redb");
     let clock = ManualClock::new(T0);
     open(&path, &clock).await.close().await.unwrap();
-    {
-        let db = redb::Database::create(&path).unwrap();
-        let txn = db.begin_write().unwrap();
-        {
-            let def: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta");
-            let mut t = txn.open_table(def).unwrap();
-            t.insert("schema_version", 99).unwrap();
-        }
-        txn.commit().unwrap();
-    }
+    set_meta(&path, "schema_version", 99);
     match EmbeddedQueue::open(&path, config(&clock)).await {
         Err(Error::Decode { detail, .. }) => assert!(detail.contains("99"), "{detail}"),
         other => panic!("expected Decode, got {other:?}"),
@@ -272,16 +276,7 @@ async fn a_file_on_a_redo_log_is_refused_with_a_clear_error() {
     let q = open(&path, &clock).await;
     q.add(NewItem::new(b"kept".to_vec())).await.unwrap();
     q.close().await.unwrap();
-    {
-        let db = redb::Database::create(&path).unwrap();
-        let txn = db.begin_write().unwrap();
-        {
-            let def: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta");
-            let mut t = txn.open_table(def).unwrap();
-            t.insert("redo_log", 1).unwrap();
-        }
-        txn.commit().unwrap();
-    }
+    set_meta(&path, "redo_log", 1);
     match EmbeddedQueue::open(&path, config(&clock)).await {
         Err(Error::Decode { detail, .. }) => assert!(detail.contains("redo log"), "{detail}"),
         other => panic!("expected Decode, got {other:?}"),

@@ -119,28 +119,21 @@ impl Model {
         (self.backlog.len() + self.due.len() + self.delayed.len()) as u64
     }
 
-    /// SPEC 3, Priority: put `id` at its place in the backlog, arriving at
-    /// `now_ms` (or the latest arrival so far, if the clock stepped back).
-    fn enter_backlog(&mut self, id: u64, now_ms: u64) {
-        let arrival = now_ms.max(self.backlog_clock);
-        self.backlog_clock = arrival;
+    /// SPEC 3, Priority: put `id` at its place in `lane` (the backlog or
+    /// the due lane), arriving at `arrival_ms` or at the lane's latest
+    /// arrival so far if that is later (the clock stepped back, or a
+    /// promoted timer was older than the last one).
+    fn enter(&mut self, lane: Lane, id: u64, arrival_ms: u64) {
         let tier = self.items.get(&id).map_or(0, |i| i.priority);
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.backlog
-            .insert((rank(arrival, tier, self.config.aging_step), seq), id);
-    }
-
-    /// SPEC 3, Priority: put a promoted `id` in the due lane, arriving at
-    /// its `not_before_ms` (or the latest arrival so far).
-    fn enter_due(&mut self, id: u64, not_before_ms: u64) {
-        let arrival = not_before_ms.max(self.due_clock);
-        self.due_clock = arrival;
-        let tier = self.items.get(&id).map_or(0, |i| i.priority);
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.due
-            .insert((rank(arrival, tier, self.config.aging_step), seq), id);
+        let (clock, map) = match lane {
+            Lane::Due => (&mut self.due_clock, &mut self.due),
+            _ => (&mut self.backlog_clock, &mut self.backlog),
+        };
+        let arrival = arrival_ms.max(*clock);
+        *clock = arrival;
+        map.insert((rank(arrival, tier, self.config.aging_step), seq), id);
     }
 
     fn expire(&mut self, now_ms: u64) {
@@ -227,7 +220,7 @@ impl Model {
                 Some(t) => {
                     self.delayed.insert((t, id));
                 }
-                None => self.enter_backlog(id, now_ms),
+                None => self.enter(Lane::Backlog, id, now_ms),
             }
             out.push(Added {
                 id,
@@ -250,7 +243,7 @@ impl Model {
                 break;
             }
             self.delayed.pop_first();
-            self.enter_due(id, t);
+            self.enter(Lane::Due, id, t);
             n += 1;
         }
         n
@@ -491,7 +484,7 @@ impl Model {
         let ids = self.parked.remove(flow).unwrap_or_default();
         let n = ids.len() as u64;
         for id in ids {
-            self.enter_backlog(id, now_ms);
+            self.enter(Lane::Backlog, id, now_ms);
         }
         Ok(n)
     }
@@ -602,7 +595,7 @@ impl Model {
             item.deliveries = 0;
             item.not_before_ms = None;
         }
-        self.enter_backlog(id, now_ms);
+        self.enter(Lane::Backlog, id, now_ms);
         true
     }
 

@@ -393,30 +393,28 @@ impl<'t> Tables<'t> {
             .is_some())
     }
 
-    /// SPEC 3, Priority: put `id` (of tier `tier`) into the backlog,
-    /// arriving at `now` or at the latest arrival so far if the clock has
-    /// stepped back.
-    fn enter_backlog(&mut self, id: u64, tier: u8, now: u64) -> Result<()> {
-        let arrival = now.max(self.counter(BACKLOG_CLOCK, 0)?);
+    /// SPEC 3, Priority: put `id` (of tier `tier`) into `lane` (the
+    /// backlog or the due lane), arriving at `arrival` or at the lane's
+    /// latest arrival so far if that is later (the clock stepped back, or a
+    /// promoted timer was older than the last one).
+    fn enter(&mut self, lane: Lane, id: u64, tier: u8, arrival: u64) -> Result<()> {
+        let clock_key = if lane == Lane::Due {
+            DUE_CLOCK
+        } else {
+            BACKLOG_CLOCK
+        };
+        let arrival = arrival.max(self.counter(clock_key, 0)?);
         self.meta_mut()?
-            .insert(BACKLOG_CLOCK, arrival)
-            .ctx("write backlog clock")?;
+            .insert(clock_key, arrival)
+            .ctx("write lane clock")?;
         let seq = self.next_seq()?;
         let key = (rank(arrival, tier, self.limits.aging_step), seq);
-        self.backlog_mut()?.insert(key, id).ctx("write backlog")?;
-        Ok(())
-    }
-
-    /// SPEC 3, Priority: put a promoted `id` into the due lane, arriving at
-    /// its `not_before` or at the latest arrival so far.
-    fn enter_due(&mut self, id: u64, tier: u8, not_before: u64) -> Result<()> {
-        let arrival = not_before.max(self.counter(DUE_CLOCK, 0)?);
-        self.meta_mut()?
-            .insert(DUE_CLOCK, arrival)
-            .ctx("write due clock")?;
-        let seq = self.next_seq()?;
-        let key = (rank(arrival, tier, self.limits.aging_step), seq);
-        self.due_mut()?.insert(key, id).ctx("write due")?;
+        let table = if lane == Lane::Due {
+            self.due_mut()?
+        } else {
+            self.backlog_mut()?
+        };
+        table.insert(key, id).ctx("write ready lane")?;
         Ok(())
     }
 
@@ -735,7 +733,7 @@ impl<'t> Tables<'t> {
                         .insert((*t, id), ())
                         .ctx("write delayed")?;
                 }
-                None => self.enter_backlog(id, item.priority, now)?,
+                None => self.enter(Lane::Backlog, id, item.priority, now)?,
             }
             out.push(Added {
                 id,
@@ -761,7 +759,7 @@ impl<'t> Tables<'t> {
             }
             self.delayed_mut()?.remove((nb, id)).ctx("delete delayed")?;
             let tier = self.record(id)?.priority;
-            self.enter_due(id, tier, nb)?;
+            self.enter(Lane::Due, id, tier, nb)?;
             n += 1;
         }
         Ok(n)
@@ -995,7 +993,7 @@ impl<'t> Tables<'t> {
                 .remove((flow, *seq))
                 .ctx("delete parked")?;
             let tier = self.record(*id)?.priority;
-            self.enter_backlog(*id, tier, now)?;
+            self.enter(Lane::Backlog, *id, tier, now)?;
         }
         Ok(ids.len() as u64)
     }
@@ -1072,7 +1070,7 @@ impl<'t> Tables<'t> {
         rec.deliveries = 0;
         rec.not_before_ms = None;
         self.put_record(id, &rec)?;
-        self.enter_backlog(id, rec.priority, now)?;
+        self.enter(Lane::Backlog, id, rec.priority, now)?;
         Ok(true)
     }
 
