@@ -12,6 +12,9 @@ use std::path::{Path, PathBuf};
 
 use common::{EMBEDDED, REDIS};
 
+/// The forwarder's subject name (benches/forward.rs).
+const FORWARD: &str = "workjournal-forward";
+
 /// A measured value and whether more is better.
 #[derive(Debug, Clone, Copy)]
 struct Value {
@@ -221,11 +224,50 @@ fn main() {
             );
         }
     }
+    forwarding_rows(&r);
     println!();
     println!("ratio: how many times better workjournal is (its throughput over the other's,");
     println!("or the other's time, size or lateness over its own); above 1 = workjournal ahead.");
     println!();
     targets(&r);
+}
+
+/// Store and forward (issue 16): throughput next to the Redis backend's
+/// `add_batch` of 100 on the same server in the same run, and the lag rows.
+fn forwarding_rows(r: &Results) {
+    if let Some(f) = get(r, "forwarding", FORWARD) {
+        for (w, label) in [
+            ("forwarding", "redis add_batch of 100, same server"),
+            ("add_batch_100", "redis add_batch of 100"),
+        ] {
+            if let Some(x) = get(r, w, REDIS) {
+                println!(
+                    "| forwarding | forward: {} | {label}: {} | {:.2}x |",
+                    f.show(),
+                    x.show(),
+                    ratio(f, x)
+                );
+            }
+        }
+    }
+    for (w, label) in [
+        (
+            "forward 10k backlog drain",
+            "forward: drain of a 10 000-item backlog",
+        ),
+        (
+            "forward lag after drain p50",
+            "forward: lag (oldest age) after the drain, p50",
+        ),
+        (
+            "forward lag after drain p99",
+            "forward: lag (oldest age) after the drain, p99",
+        ),
+    ] {
+        if let Some(v) = get(r, w, FORWARD) {
+            println!("| {label} | {} | - | - |", v.show());
+        }
+    }
 }
 
 fn get(r: &Results, w: &str, s: &str) -> Option<Value> {
@@ -335,6 +377,13 @@ fn targets(r: &Results) {
         })(),
         1.5,
         false,
+        "x",
+    );
+    verdict(
+        "forwarding vs redis add_batch of 100 on the same server (issue 16)",
+        rat("forwarding", FORWARD, REDIS),
+        0.5,
+        true,
         "x",
     );
     for (key, label) in WORKLOADS.iter().take(5) {

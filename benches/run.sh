@@ -32,12 +32,12 @@ log="$WJ_BENCH_OUT/log.txt"
 } > "$WJ_BENCH_OUT/machine.txt"
 
 echo "building the benches (root and benches/peers) ..." >&2
-cargo bench --features redis --no-run -q 2>>"$log"
+cargo bench --features redis,forward --no-run -q 2>>"$log"
 (cd benches/peers && CARGO_TARGET_DIR="$target/peers" cargo bench --no-run -q 2>>"$log")
 
-for b in add claim_ack priority latency timers reopen churn; do
+for b in add claim_ack priority latency timers reopen churn forward; do
   echo "running $b ..." >&2
-  cargo bench -q --features redis --bench "$b" >>"$log" 2>&1
+  cargo bench -q --features redis,forward --bench "$b" >>"$log" 2>&1
 done
 echo "running peers (effectum, omniqueue) ..." >&2
 (cd benches/peers && CARGO_TARGET_DIR="$target/peers" cargo bench -q >>"$log" 2>&1)

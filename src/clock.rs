@@ -110,6 +110,19 @@ impl Clock for ManualClock {
     }
 }
 
+/// How far back the queue's clock must step (below the latest time the
+/// queue has seen) before the queue treats it as a step back and moves its
+/// stored times (SPEC 8, Clock steps), in ms. Smaller moves are noise.
+pub const CLOCK_STEP_TOLERANCE_MS: u64 = 1_000;
+
+/// The size of a backwards step of the clock: how far `now_ms` is below
+/// `latest_ms`, the latest time seen, if more than
+/// [`CLOCK_STEP_TOLERANCE_MS`].
+pub(crate) fn step_back(latest_ms: u64, now_ms: u64) -> Option<u64> {
+    let back = latest_ms.saturating_sub(now_ms);
+    (back > CLOCK_STEP_TOLERANCE_MS).then_some(back)
+}
+
 /// The clock a queue reads.
 pub type SharedClock = Arc<dyn Clock>;
 

@@ -195,6 +195,19 @@ pub struct Added {
     pub duplicate: bool,
 }
 
+/// What a reclaim did (SPEC 3, Crash recovery): the items it took over,
+/// and the stale claims whose items it dead-lettered instead because they
+/// had had `max_deliveries` deliveries.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Reclaimed {
+    /// The items taken over, each with a new receipt, oldest claim first.
+    pub claimed: Vec<Claimed>,
+    /// The receipts of the stale claims whose items went to the dead
+    /// letters (reason `"max deliveries exceeded"`), in the order met; the
+    /// receipt's `delivery` is the delivery that went stale.
+    pub dead_lettered: Vec<Receipt>,
+}
+
 /// What `retry` did with the item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RetryOutcome {
@@ -220,6 +233,12 @@ pub struct Stats {
     pub parked: u64,
     /// Dead letters kept.
     pub dead_letters: u64,
+    /// Dead letters dropped for good because `dead_letter_cap` was
+    /// reached (the oldest go first), over the queue's whole life: never
+    /// reset, not even by `purge_dead_letters` (SPEC 3, Dead letters). A
+    /// dropped letter is not counted in `dead_letters`.
+    #[serde(default)]
+    pub dead_letters_dropped: u64,
     /// Age of the oldest pending claim in ms, by the queue's clock; `None`
     /// when nothing is pending.
     pub oldest_pending_age_ms: Option<u64>,

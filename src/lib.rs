@@ -20,7 +20,9 @@
 //! | `RedisQueue` | `redis` | Redis (sorted sets and hashes), shared by many processes |
 //!
 //! Choose at run time with [`BoxQueue`]. Other features: `cli` (default) builds
-//! the `workjournal` command; `testing` exposes the conformance cases.
+//! the `workjournal` command; `testing` exposes the conformance cases;
+//! `forward` adds [`forward::Forwarder`], which hands an embedded queue's
+//! items over to a Redis queue exactly once (store and forward).
 //!
 //! ## Workers
 //!
@@ -70,10 +72,13 @@ mod item;
 mod queue;
 pub mod worker;
 
+#[cfg(feature = "forward")]
+pub mod forward;
+
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use clock::{Clock, ManualClock, SharedClock, Sleep, SystemClock};
+pub use clock::{CLOCK_STEP_TOLERANCE_MS, Clock, ManualClock, SharedClock, Sleep, SystemClock};
 pub use config::{
     Config, DEFAULT_AGING_STEP, DEFAULT_DEAD_LETTER_CAP, DEFAULT_DEDUP_WINDOW, DEFAULT_DONE_TTL,
     DEFAULT_MAX_DELIVERIES, DEFAULT_MAX_PAYLOAD_BYTES, MAX_AGING_STEP, MEMORY_DONE_MARKER_CAP,
@@ -81,11 +86,12 @@ pub use config::{
 pub use error::{Error, Result};
 pub use item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, MAX_FLOW_NAME_BYTES,
-    NewItem, Receipt, RetryOutcome, Stats,
+    NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
 };
 pub use queue::{BoxFuture, BoxQueue, DynWorkQueue, WorkQueue};
 pub use worker::{
-    Event as WorkerEvent, Report as WorkerReport, RetryPolicy, Worker, idempotent_step,
+    Event as WorkerEvent, HandlerError, Report as WorkerReport, RetryPolicy, Worker,
+    idempotent_step,
 };
 
 pub use backend::memory::{Location, MemoryQueue, Model};
@@ -95,6 +101,6 @@ pub use backend::embedded::{Durability, EmbeddedOptions, EmbeddedQueue};
 
 #[cfg(feature = "redis")]
 pub use backend::redis::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_REPLICA_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, RedisOptions,
-    RedisQueue,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_REPLICA_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, Origin,
+    RedisOptions, RedisQueue,
 };

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::error::Result;
 use crate::item::{
-    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, RetryOutcome, Stats,
+    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
 };
 
 /// A durable work queue: every item is journaled before anything runs it and
@@ -214,6 +214,27 @@ pub trait WorkQueue: Send + Sync {
         not_before_ms: u64,
     ) -> impl Future<Output = Result<RetryOutcome>> + Send;
 
+    /// Give a claim back without counting it as an attempt (SPEC 3,
+    /// Finishing): atomically move the pending item to delayed, due at
+    /// `not_before_ms`, with `deliveries - 1`, so the delivery of this
+    /// claim is not spent. Never dead-letters. An item of a paused flow goes
+    /// to the flow's parked tail instead. For a consumer that could not
+    /// attempt the item at all (it could not start the work, or is shutting
+    /// down before finishing it).
+    ///
+    /// # Errors
+    ///
+    /// `LeaseLost` if the receipt is not current; nothing changes.
+    ///
+    /// # Cancel safety
+    ///
+    /// The move happened whole or not at all.
+    fn release(
+        &self,
+        receipt: Receipt,
+        not_before_ms: u64,
+    ) -> impl Future<Output = Result<()>> + Send;
+
     /// Atomically move the pending item to the dead letters with `reason` and
     /// `failed_at_ms = now`.
     ///
@@ -249,7 +270,27 @@ pub trait WorkQueue: Send + Sync {
         &self,
         min_idle: Duration,
         count: usize,
-    ) -> impl Future<Output = Result<Vec<Claimed>>> + Send;
+    ) -> impl Future<Output = Result<Vec<Claimed>>> + Send {
+        async move { Ok(self.reclaim(min_idle, count).await?.claimed) }
+    }
+
+    /// [`WorkQueue::reclaim_stale`], saying also which stale claims it
+    /// dead-lettered instead of taking over (so that a worker can count
+    /// them). The one operation each backend implements; `reclaim_stale`
+    /// is this without the dead letters.
+    ///
+    /// # Errors
+    ///
+    /// As [`WorkQueue::reclaim_stale`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`WorkQueue::claim`].
+    fn reclaim(
+        &self,
+        min_idle: Duration,
+        count: usize,
+    ) -> impl Future<Output = Result<Reclaimed>> + Send;
 
     /// Pause `flow`: from now on claims park its items instead of handing
     /// them out. Durable; pausing a paused flow changes nothing.
@@ -418,12 +459,9 @@ pub trait DynWorkQueue: Send + Sync {
         receipt: Receipt,
         not_before_ms: u64,
     ) -> BoxFuture<'a, Result<RetryOutcome>>;
+    fn release<'a>(&'a self, receipt: Receipt, not_before_ms: u64) -> BoxFuture<'a, Result<()>>;
     fn dead_letter<'a>(&'a self, receipt: Receipt, reason: &'a str) -> BoxFuture<'a, Result<()>>;
-    fn reclaim_stale<'a>(
-        &'a self,
-        min_idle: Duration,
-        count: usize,
-    ) -> BoxFuture<'a, Result<Vec<Claimed>>>;
+    fn reclaim<'a>(&'a self, min_idle: Duration, count: usize) -> BoxFuture<'a, Result<Reclaimed>>;
     fn pause<'a>(&'a self, flow: &'a str) -> BoxFuture<'a, Result<()>>;
     fn resume<'a>(&'a self, flow: &'a str) -> BoxFuture<'a, Result<u64>>;
     fn park<'a>(&'a self, receipt: Receipt) -> BoxFuture<'a, Result<()>>;
@@ -489,15 +527,14 @@ impl<Q: WorkQueue> DynWorkQueue for Q {
     ) -> BoxFuture<'a, Result<RetryOutcome>> {
         Box::pin(WorkQueue::retry(self, receipt, not_before_ms))
     }
+    fn release<'a>(&'a self, receipt: Receipt, not_before_ms: u64) -> BoxFuture<'a, Result<()>> {
+        Box::pin(WorkQueue::release(self, receipt, not_before_ms))
+    }
     fn dead_letter<'a>(&'a self, receipt: Receipt, reason: &'a str) -> BoxFuture<'a, Result<()>> {
         Box::pin(WorkQueue::dead_letter(self, receipt, reason))
     }
-    fn reclaim_stale<'a>(
-        &'a self,
-        min_idle: Duration,
-        count: usize,
-    ) -> BoxFuture<'a, Result<Vec<Claimed>>> {
-        Box::pin(WorkQueue::reclaim_stale(self, min_idle, count))
+    fn reclaim<'a>(&'a self, min_idle: Duration, count: usize) -> BoxFuture<'a, Result<Reclaimed>> {
+        Box::pin(WorkQueue::reclaim(self, min_idle, count))
     }
     fn pause<'a>(&'a self, flow: &'a str) -> BoxFuture<'a, Result<()>> {
         Box::pin(WorkQueue::pause(self, flow))
@@ -623,11 +660,14 @@ impl WorkQueue for BoxQueue {
     async fn retry(&self, receipt: Receipt, not_before_ms: u64) -> Result<RetryOutcome> {
         self.inner.retry(receipt, not_before_ms).await
     }
+    async fn release(&self, receipt: Receipt, not_before_ms: u64) -> Result<()> {
+        self.inner.release(receipt, not_before_ms).await
+    }
     async fn dead_letter(&self, receipt: Receipt, reason: &str) -> Result<()> {
         self.inner.dead_letter(receipt, reason).await
     }
-    async fn reclaim_stale(&self, min_idle: Duration, count: usize) -> Result<Vec<Claimed>> {
-        self.inner.reclaim_stale(min_idle, count).await
+    async fn reclaim(&self, min_idle: Duration, count: usize) -> Result<Reclaimed> {
+        self.inner.reclaim(min_idle, count).await
     }
     async fn pause(&self, flow: &str) -> Result<()> {
         self.inner.pause(flow).await

@@ -8,11 +8,17 @@
 //!   ([`RetryPolicy`]), and once the item has had `max_deliveries` deliveries
 //!   it is dead-lettered with the error's text as the reason;
 //! - a handler that panics counts as a failed attempt; the worker lives on;
+//! - a [`HandlerError::not_attempted`] (the worker's own failure) gives the
+//!   item back with [`WorkQueue::release`], its delivery not spent, and
+//!   pauses claiming for a backoff;
+//! - an ack (or retry, touch, ...) that fails with a retryable error is
+//!   tried again with a backoff for up to one lease;
 //! - it touches its in-flight items every lease / 3 (heartbeat), reclaims
 //!   stale items of dead consumers every lease / 2, and promotes timers at
 //!   their deadline;
 //! - on shutdown it stops claiming, waits for in-flight items up to a grace
-//!   period and leaves the rest pending, for `reclaim_stale` to hand out again.
+//!   period and gives the rest back with [`WorkQueue::release`] (no delivery
+//!   spent), or leaves them pending for `reclaim_stale` if that fails.
 //!
 //! Every item runs inside a `tracing` span named `item` with its `id`, `flow`
 //! and `delivery`.
@@ -47,6 +53,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -167,6 +174,67 @@ impl RetryPolicy {
     }
 }
 
+/// A handler's error: a failed attempt (the usual case, made from any
+/// `Display` error with `From`/`?`), or a failure of the worker's own
+/// side that means the item was never attempted
+/// ([`HandlerError::not_attempted`]: the command could not be started, a
+/// local resource ran out). SPEC 9, Worker.
+///
+/// It does not implement `Display` itself, so that every `Display` error
+/// converts into it.
+///
+/// # Examples
+///
+/// ```
+/// use workjournal::HandlerError;
+/// let failed: HandlerError = std::io::Error::other("bad input").into();
+/// assert!(failed.is_attempt());
+/// let not_run = HandlerError::not_attempted("cannot start sh: too many open files");
+/// assert!(!not_run.is_attempt());
+/// assert_eq!(not_run.text(), "cannot start sh: too many open files");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandlerError {
+    text: String,
+    attempt: bool,
+}
+
+impl HandlerError {
+    /// A failed attempt with `reason` (what `From` makes of any error).
+    pub fn failed(reason: impl fmt::Display) -> Self {
+        HandlerError {
+            text: reason.to_string(),
+            attempt: true,
+        }
+    }
+
+    /// The item was not attempted because of the worker's own failure: it
+    /// is given back with [`WorkQueue::release`] (its delivery not spent)
+    /// after a backoff, and the worker pauses its claims for that backoff.
+    pub fn not_attempted(reason: impl fmt::Display) -> Self {
+        HandlerError {
+            text: reason.to_string(),
+            attempt: false,
+        }
+    }
+
+    /// Whether this counts as a failed attempt of the item.
+    pub fn is_attempt(&self) -> bool {
+        self.attempt
+    }
+
+    /// The reason text.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+impl<E: fmt::Display> From<E> for HandlerError {
+    fn from(e: E) -> Self {
+        HandlerError::failed(e)
+    }
+}
+
 /// Something a worker did, reported to the callback set with
 /// [`Worker::on_event`] (the CLI draws its progress from these).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -212,6 +280,21 @@ pub enum Event {
         /// The reason stored with the dead letter.
         reason: String,
     },
+    /// The item was given back without spending its delivery
+    /// ([`WorkQueue::release`]): the handler said it was not attempted
+    /// ([`HandlerError::not_attempted`]), or the worker stopped before the
+    /// handler finished.
+    Released {
+        /// The item's id.
+        id: u64,
+        /// The delivery given back.
+        delivery: u32,
+        /// When it may be claimed again, ms since the Unix epoch (queue
+        /// clock).
+        not_before_ms: u64,
+        /// Why (the handler's text, or `"worker stopped"`).
+        reason: String,
+    },
     /// The item's claim was no longer current when the worker finished it
     /// (it was reclaimed by another consumer); nothing was changed.
     LeaseLost {
@@ -238,14 +321,25 @@ pub struct Report {
     pub acked: u64,
     /// Failed and given back for a later attempt.
     pub retried: u64,
-    /// Failed for the last time and dead-lettered.
+    /// Dead-lettered: failed for the last time, or found stale by the
+    /// worker's reclaim past `max_deliveries` (a crashed holder's item).
     pub dead_lettered: u64,
+    /// Dead letters the queue dropped for good past its
+    /// `dead_letter_cap` during the run (`Stats::dead_letters_dropped` at
+    /// the end minus at the start, so drops by other consumers of the same
+    /// queue count too). These are among `dead_lettered` but not kept.
+    pub dead_letters_dropped: u64,
+    /// Given back without spending a delivery ([`WorkQueue::release`]):
+    /// not attempted ([`HandlerError::not_attempted`]), or unfinished at
+    /// shutdown.
+    pub released: u64,
     /// Of the failures, how many were handler panics.
     pub panicked: u64,
     /// Finished after their claim was taken over; nothing changed.
     pub lease_lost: u64,
-    /// Still running when the grace period ran out; left pending for
-    /// `reclaim_stale`.
+    /// Still running when the grace period ran out: cancelled and given
+    /// back with [`WorkQueue::release`] (counted in `released` too), or, if
+    /// that failed, left pending for `reclaim_stale`.
     pub abandoned: u64,
 }
 
@@ -393,8 +487,9 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
         self
     }
 
-    /// How long shutdown waits for in-flight items before leaving them
-    /// pending (their handlers are cancelled). Default: 10 s.
+    /// How long shutdown waits for in-flight items before cancelling their
+    /// handlers and giving the items back with [`WorkQueue::release`].
+    /// Default: 10 s.
     pub fn grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
         self
@@ -434,11 +529,14 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
 
     /// Run until `shutdown` resolves (or, with `until_empty`, until the queue
     /// is empty), then shut down gracefully: stop claiming, wait up to the
-    /// grace period for in-flight items, cancel the rest and leave them
-    /// pending.
+    /// grace period for in-flight items, cancel the rest and give them back
+    /// with [`WorkQueue::release`] (their deliveries not spent).
     ///
-    /// `handler` gets each claimed item; `Ok` acks it, `Err` fails the
-    /// attempt (retry with backoff, or dead letter with the error's
+    /// `handler` gets each claimed item; `Ok` acks it, `Err` (any `Display`
+    /// error, converted to [`HandlerError`]) fails the attempt, unless it
+    /// is [`HandlerError::not_attempted`] (then the item is released after
+    /// a backoff, SPEC 9). A failed attempt retries with backoff, or dead
+    /// letters with the error's
     /// `Display` text as the reason on the last allowed delivery). A panic is
     /// a failed attempt with reason `"handler panicked: ..."`.
     ///
@@ -461,11 +559,11 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
     where
         H: Fn(Claimed) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
-        E: fmt::Display + Send + 'static,
+        E: Into<HandlerError> + Send + 'static,
     {
         let handler: Handler = Arc::new(move |c| {
             let fut = handler(c);
-            Box::pin(async move { fut.await.map_err(|e| e.to_string()) })
+            Box::pin(async move { fut.await.map_err(Into::into) })
         });
         let shared = Arc::new(Shared {
             queue: self.queue,
@@ -478,7 +576,15 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
             in_flight: Mutex::new(HashMap::new()),
             report: Mutex::new(Report::default()),
             next_reclaim: Mutex::new(Instant::now()),
+            claims_paused_until: Mutex::new(Instant::now()),
+            worker_faults: AtomicU32::new(0),
         });
+        let dropped_at_start = shared
+            .queue
+            .stats()
+            .await
+            .map(|s| s.dead_letters_dropped)
+            .ok();
         let claim_wait = self.claim_wait.min(self.lease / 2);
         let permits = Arc::new(Semaphore::new(self.concurrency));
 
@@ -569,14 +675,20 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
                 () = tokio::time::sleep_until(deadline) => {
                     let left = tasks.len() as u64;
                     shared.report().abandoned += left;
+                    let unfinished: Vec<Receipt> =
+                        lock(&shared.in_flight).values().copied().collect();
                     tasks.abort_all();
                     while tasks.join_next().await.is_some() {}
+                    give_back_unfinished(&shared, unfinished).await;
                     break;
                 }
             }
         }
         background.abort_all();
         while background.join_next().await.is_some() {}
+        if let (Some(start), Ok(end)) = (dropped_at_start, shared.queue.stats().await) {
+            shared.report().dead_letters_dropped = end.dead_letters_dropped.saturating_sub(start);
+        }
 
         match failure {
             Some(e) => Err(e),
@@ -586,7 +698,7 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
 }
 
 type Handler = Arc<
-    dyn Fn(Claimed) -> Pin<Box<dyn Future<Output = std::result::Result<(), String>> + Send>>
+    dyn Fn(Claimed) -> Pin<Box<dyn Future<Output = std::result::Result<(), HandlerError>> + Send>>
         + Send
         + Sync,
 >;
@@ -607,6 +719,12 @@ struct Shared<Q> {
     in_flight: Mutex<HashMap<u64, Receipt>>,
     report: Mutex<Report>,
     next_reclaim: Mutex<Instant>,
+    /// After a worker-side failure ([`HandlerError::not_attempted`]) no
+    /// claim is made before this instant: the backoff.
+    claims_paused_until: Mutex<Instant>,
+    /// Worker-side failures in a row (reset by any handler that ran): the
+    /// backoff grows with it as a retry's does with deliveries.
+    worker_faults: AtomicU32,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -624,6 +742,37 @@ impl<Q: WorkQueue> Shared<Q> {
 
     fn report(&self) -> MutexGuard<'_, Report> {
         lock(&self.report)
+    }
+
+    /// Run a queue operation that finishes an item (ack, retry, release,
+    /// dead letter, park), trying again with a growing pause (50 ms
+    /// doubling, at most lease / 4) while it fails with a retryable error
+    /// (a full disk, a file made read-only, a Redis timeout), for up to one
+    /// lease: the heartbeat keeps the claim fresh meanwhile, so a fault that
+    /// clears within the lease costs the item nothing. Only then is the item
+    /// left to its lease (SPEC 9, Worker). A retried call whose first try
+    /// had an unknown outcome (a Redis timeout) may then be `LeaseLost`.
+    async fn persist<T, F, Fut>(&self, op: &'static str, mut call: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let give_up = Instant::now() + self.lease;
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match call().await {
+                Err(e) if e.is_retryable() && Instant::now() + pause < give_up => {
+                    tracing::debug!(op, error = %e, "queue operation failed; trying again");
+                    self.emit(Event::QueueError {
+                        op,
+                        error: e.to_string(),
+                    });
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(self.lease / 4);
+                }
+                other => return other,
+            }
+        }
     }
 
     async fn is_empty(&self) -> Result<bool> {
@@ -644,6 +793,9 @@ async fn fill_slots<Q: WorkQueue + 'static>(
     permits: Arc<Semaphore>,
     claim_wait: Duration,
 ) -> Result<Vec<(Claimed, OwnedSemaphorePermit)>> {
+    // A worker-side failure pauses claiming for its backoff.
+    let paused_until = *lock(&shared.claims_paused_until);
+    tokio::time::sleep_until(paused_until).await;
     let Ok(mut slots) = permits.clone().acquire_owned().await else {
         return Err(Error::Closed);
     };
@@ -681,7 +833,16 @@ async fn fill_slots<Q: WorkQueue + 'static>(
             }
         };
         if reclaim_now {
-            got = shared.queue.reclaim_stale(shared.lease, want).await?;
+            let reclaimed = shared.queue.reclaim(shared.lease, want).await?;
+            for dead in reclaimed.dead_lettered {
+                shared.report().dead_lettered += 1;
+                shared.emit(Event::DeadLettered {
+                    id: dead.id,
+                    delivery: dead.delivery,
+                    reason: crate::item::MAX_DELIVERIES_REASON.to_string(),
+                });
+            }
+            got = reclaimed.claimed;
         }
         let free = want.saturating_sub(got.len());
         if free > 0 {
@@ -753,7 +914,13 @@ async fn supervise<Q: WorkQueue + 'static>(
         guard.handler = Some(task.abort_handle());
         let outcome = match task.await {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(text)) => Err((text, false)),
+            Ok(Err(e)) if !e.is_attempt() => {
+                drop(permit);
+                finish_not_attempted(&shared, receipt, e.text).await;
+                drop(guard);
+                return;
+            }
+            Ok(Err(e)) => Err((e.text, false)),
             Err(e) if e.is_panic() => {
                 let payload = e.into_panic();
                 let msg = payload
@@ -769,6 +936,7 @@ async fn supervise<Q: WorkQueue + 'static>(
         // to the queue together with this item's ack (the embedded backend
         // commits both in one transaction) instead of after it.
         drop(permit);
+        shared.worker_faults.store(0, Ordering::Relaxed);
         match outcome {
             Ok(()) => finish_ok(&shared, receipt, started.elapsed()).await,
             Err((text, panicked)) => {
@@ -786,7 +954,7 @@ async fn supervise<Q: WorkQueue + 'static>(
 }
 
 async fn finish_ok<Q: WorkQueue>(shared: &Shared<Q>, receipt: Receipt, elapsed: Duration) {
-    match shared.queue.ack(receipt).await {
+    match shared.persist("ack", || shared.queue.ack(receipt)).await {
         Ok(()) => {
             shared.report().acked += 1;
             shared.emit(Event::Acked {
@@ -802,12 +970,11 @@ async fn finish_err<Q: WorkQueue>(shared: &Shared<Q>, receipt: Receipt, text: St
     let last = receipt.delivery >= shared.max_deliveries;
     let result = if last {
         shared
-            .queue
-            .dead_letter(receipt, &text)
+            .persist("dead_letter", || shared.queue.dead_letter(receipt, &text))
             .await
             .map(|()| RetryOutcome::DeadLettered)
     } else if shared.flow.is_some() {
-        match shared.queue.park(receipt).await {
+        match shared.persist("park", || shared.queue.park(receipt)).await {
             Ok(()) => shared.queue.now_ms().await.map(|now| {
                 shared.report().retried += 1;
                 shared.emit(Event::Retried {
@@ -825,7 +992,9 @@ async fn finish_err<Q: WorkQueue>(shared: &Shared<Q>, receipt: Receipt, text: St
         match shared.queue.now_ms().await {
             Ok(now) => {
                 let not_before_ms = now.saturating_add(ms(wait));
-                let r = shared.queue.retry(receipt, not_before_ms).await;
+                let r = shared
+                    .persist("retry", || shared.queue.retry(receipt, not_before_ms))
+                    .await;
                 if let Ok(RetryOutcome::Delayed) = r {
                     shared.report().retried += 1;
                     shared.emit(Event::Retried {
@@ -863,6 +1032,84 @@ async fn finish_err<Q: WorkQueue>(shared: &Shared<Q>, receipt: Receipt, text: St
     }
 }
 
+/// The handler said the item was not attempted (a worker-side failure):
+/// give it back without spending its delivery, due after a backoff that
+/// grows with the worker's failures in a row, and pause claiming for that
+/// long, so that a worker that cannot start anything does not churn through
+/// the backlog.
+async fn finish_not_attempted<Q: WorkQueue>(shared: &Shared<Q>, receipt: Receipt, text: String) {
+    let streak = shared
+        .worker_faults
+        .fetch_add(1, Ordering::Relaxed)
+        .saturating_add(1);
+    let wait = shared.retry.next_delay(streak);
+    {
+        let mut until = lock(&shared.claims_paused_until);
+        *until = (*until).max(Instant::now() + wait);
+    }
+    tracing::warn!(error = %text, "item not attempted: the worker failed");
+    let result = match shared.queue.now_ms().await {
+        Ok(now) => {
+            let not_before_ms = now.saturating_add(ms(wait));
+            shared
+                .persist("release", || shared.queue.release(receipt, not_before_ms))
+                .await
+                .map(|()| not_before_ms)
+        }
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(not_before_ms) => {
+            shared.report().released += 1;
+            shared.emit(Event::Released {
+                id: receipt.id,
+                delivery: receipt.delivery,
+                not_before_ms,
+                reason: text,
+            });
+        }
+        Err(e) => lost_or_error(shared, receipt, "release", e),
+    }
+}
+
+/// At shutdown past the grace period: give the cancelled items back
+/// without spending their deliveries, due at once. Stops at the first
+/// failure that is not a lost lease (the queue is unreachable: the rest
+/// stay pending for `reclaim_stale`).
+async fn give_back_unfinished<Q: WorkQueue>(shared: &Shared<Q>, unfinished: Vec<Receipt>) {
+    if unfinished.is_empty() {
+        return;
+    }
+    let now = match shared.queue.now_ms().await {
+        Ok(now) => now,
+        Err(e) => {
+            shared.emit(Event::QueueError {
+                op: "release",
+                error: e.to_string(),
+            });
+            return;
+        }
+    };
+    for receipt in unfinished {
+        match shared.queue.release(receipt, now).await {
+            Ok(()) => {
+                shared.report().released += 1;
+                shared.emit(Event::Released {
+                    id: receipt.id,
+                    delivery: receipt.delivery,
+                    not_before_ms: now,
+                    reason: "worker stopped".to_string(),
+                });
+            }
+            Err(e) if e.is_lease_lost() => lost_or_error(shared, receipt, "release", e),
+            Err(e) => {
+                lost_or_error(shared, receipt, "release", e);
+                return;
+            }
+        }
+    }
+}
+
 fn lost_or_error<Q: WorkQueue>(shared: &Shared<Q>, receipt: Receipt, op: &'static str, e: Error) {
     if e.is_lease_lost() {
         shared.report().lease_lost += 1;
@@ -889,6 +1136,10 @@ async fn heartbeat<Q: WorkQueue>(shared: Arc<Shared<Q>>) {
     loop {
         tick.tick().await;
         let mut receipts: Vec<Receipt> = lock(&shared.in_flight).values().copied().collect();
+        // A transient failure is tried again, with a growing pause, until
+        // the next beat is due (SPEC 9, Worker).
+        let give_up = Instant::now() + shared.lease / 3;
+        let mut pause = Duration::from_millis(50);
         while !receipts.is_empty() {
             match shared.queue.touch(receipts.clone()).await {
                 Ok(()) => break,
@@ -901,7 +1152,11 @@ async fn heartbeat<Q: WorkQueue>(shared: Arc<Shared<Q>>) {
                         op: "touch",
                         error: e.to_string(),
                     });
-                    break;
+                    if !e.is_retryable() || Instant::now() + pause >= give_up {
+                        break;
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
                 }
             }
         }

@@ -1011,7 +1011,22 @@ fn until_empty_exits_10_after_dead_letters_and_the_cap_is_settable() {
         "{}",
         text(&out.stderr)
     );
+    assert!(
+        text(&out.stderr).contains("(1 of them dropped past the dead-letter cap)"),
+        "{}",
+        text(&out.stderr)
+    );
     assert_eq!(env.stats()["dead_letters"], 2, "the cap of 2 holds");
+    assert_eq!(
+        env.stats()["dead_letters_dropped"],
+        1,
+        "the dropped one is counted"
+    );
+    let plain = env.ok(&["stats"]);
+    assert!(
+        plain.contains("dead letters  2 (1 dropped past the cap)"),
+        "{plain}"
+    );
     env.ok(&["add", "fine"]);
     let out = env.run(&["work", "--until-empty", "--exec", "cat >/dev/null"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -1320,4 +1335,57 @@ fn add_priority_runs_higher_tiers_first() {
     ]);
     assert_eq!(out, "high\nmid1\nmid2\nlow\n");
     assert_error(&env.run(&["add", "x", "--priority", "256"]), 2, "priority");
+}
+
+// Regression (issue 10, item 3): a command that could not be started
+// (`sh` not found here; too many open files in the field) was charged to
+// the item as a failed attempt, and with `--max-deliveries 1` the item was
+// dead-lettered without ever running. It is now given back with its
+// delivery unspent, after a backoff.
+#[test]
+fn a_command_that_cannot_be_started_spends_no_delivery() {
+    let env = Env::new();
+    env.ok(&["add", "x"]);
+    let mut c = env.cmd(&[
+        "work",
+        "--max-deliveries",
+        "1",
+        "--backoff",
+        "20ms",
+        "--exec",
+        "true",
+    ]);
+    // No `sh` on this PATH: every spawn fails.
+    c.env("PATH", env.path("no-such-dir"));
+    let worker = spawn_quiet(c);
+    std::thread::sleep(Duration::from_millis(1500));
+    signal(&worker, "-TERM");
+    let out = worker.wait_with_output().unwrap();
+    assert!(out.status.success(), "{:?}", out.status);
+    let s = env.stats();
+    assert_eq!(s["dead_letters"].as_u64(), Some(0), "{s}");
+    assert_eq!(
+        s["backlog"].as_u64().unwrap() + s["delayed"].as_u64().unwrap(),
+        1,
+        "{s}"
+    );
+    // The item runs once `sh` can be found, as its first delivery.
+    env.ok(&[
+        "work",
+        "--until-empty",
+        "--max-deliveries",
+        "1",
+        "--exec",
+        "test \"$WORKJOURNAL_DELIVERY\" = 1",
+    ]);
+    let s = env.stats();
+    assert_eq!(
+        (
+            s["dead_letters"].as_u64(),
+            s["backlog"].as_u64(),
+            s["delayed"].as_u64()
+        ),
+        (Some(0), Some(0), Some(0)),
+        "{s}"
+    );
 }

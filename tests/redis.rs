@@ -743,3 +743,112 @@ async fn a_namespace_of_the_stream_layout_moves_to_ranked_lanes_at_connect() {
     let back = q.reclaim_stale(Duration::from_secs(30), 10).await.unwrap();
     assert!(back.iter().any(|c| c.item.id == 2));
 }
+
+/// The member of the ready lane `lane` naming item `id`.
+async fn lane_member(
+    conn: &mut redis::aio::MultiplexedConnection,
+    ns: &str,
+    lane: &str,
+    id: u64,
+) -> String {
+    let members: Vec<String> = redis::cmd("ZRANGE")
+        .arg(format!("{{{ns}}}:{lane}"))
+        .arg(0)
+        .arg(-1)
+        .query_async(conn)
+        .await
+        .unwrap();
+    members
+        .into_iter()
+        .find(|m| m.ends_with(&format!(":{id}")))
+        .unwrap()
+}
+
+// Regression (issue 10, item 12, for the ranked lanes): a ready item's
+// lane member removed behind the backend's back (an operator's ZREM) must
+// leave counts that are true and never fail, now and once everything
+// else has been drained.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_stay_true_when_a_ready_lane_member_is_removed() {
+    let url = shared_url();
+    let ns = fresh_namespace();
+    let q = connect(&url, &ns, Config::default()).await;
+    let mut ids = Vec::new();
+    for i in 0..10u8 {
+        ids.push(q.add(NewItem::new(vec![i])).await.unwrap().id);
+    }
+    let held = q.claim(4, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    let mut conn = raw(&url).await;
+    let m = lane_member(&mut conn, &ns, "ready", ids[7]).await;
+    let n: u64 = redis::cmd("ZREM")
+        .arg(format!("{{{ns}}}:ready"))
+        .arg(&m)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.backlog, s.pending), (5, 4), "{s:?}");
+    for c in held {
+        q.ack(c.receipt).await.unwrap();
+    }
+    loop {
+        let got = q.claim(3, Duration::ZERO, ClaimFrom::All).await.unwrap();
+        if got.is_empty() {
+            break;
+        }
+        for c in got {
+            assert_ne!(c.item.id, ids[7], "the removed member came back");
+            q.ack(c.receipt).await.unwrap();
+        }
+    }
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.backlog, s.pending), (0, 0), "{s:?}");
+    q.add(NewItem::new(b"new".to_vec())).await.unwrap();
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.backlog, s.pending), (1, 0), "{s:?}");
+}
+
+// The item hash deleted behind the backend's back: of a ready item, it is
+// counted until a claim meets its lane member and drops it; of a pending
+// item, the ack finds no lease and a reclaim drops the pending entry. No
+// count ever fails or stays wrong.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_stay_true_when_an_item_hash_is_deleted() {
+    let url = shared_url();
+    let ns = fresh_namespace();
+    let q = connect(&url, &ns, Config::default()).await;
+    q.add(NewItem::new(b"one".to_vec())).await.unwrap();
+    let ready = q.add(NewItem::new(b"two".to_vec())).await.unwrap().id;
+    let held = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    let mut conn = raw(&url).await;
+    for id in [ready, held[0].item.id] {
+        let n: u64 = redis::cmd("DEL")
+            .arg(format!("{{{ns}}}:item:{id}"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(n, 1);
+    }
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.backlog, s.pending), (1, 1), "{s:?}");
+    assert!(
+        q.claim(1, Duration::ZERO, ClaimFrom::All)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let err = q.ack(held[0].receipt).await.unwrap_err();
+    assert!(matches!(err, Error::LeaseLost { .. }), "{err:?}");
+    assert!(
+        q.reclaim_stale(Duration::ZERO, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.backlog, s.pending), (0, 0), "{s:?}");
+    q.add(NewItem::new(b"three".to_vec())).await.unwrap();
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.backlog, s.pending), (1, 0), "{s:?}");
+}

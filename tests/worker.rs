@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tempfile::TempDir;
 use workjournal::{
-    BoxQueue, ClaimFrom, Config, EmbeddedQueue, MemoryQueue, NewItem, RetryPolicy, WorkQueue,
-    Worker, idempotent_step,
+    BoxQueue, ClaimFrom, Config, EmbeddedQueue, HandlerError, MemoryQueue, NewItem, RetryPolicy,
+    WorkQueue, Worker, WorkerEvent, idempotent_step,
 };
 
 type Kept = Option<TempDir>;
@@ -53,7 +53,10 @@ cases!(
     panicking_handler_is_a_failed_attempt_and_the_worker_lives_on,
     heartbeat_keeps_a_long_handler_from_being_reclaimed,
     reclaims_items_of_a_dead_consumer,
-    shutdown_waits_for_short_items_and_leaves_long_ones_pending,
+    shutdown_waits_for_short_items_and_gives_long_ones_back,
+    not_attempted_gives_the_item_back_without_spending_a_delivery,
+    items_dead_lettered_by_reclaim_count_in_the_report_and_events,
+    dropped_dead_letters_are_reported,
     promotes_a_timer_at_its_deadline_while_every_slot_is_busy,
     idempotent_step_runs_the_side_effect_once_across_deliveries,
     flow_worker_steps_through_a_paused_flow,
@@ -237,12 +240,13 @@ where
     assert_eq!(q.stats().await.unwrap().pending, 0);
 }
 
-async fn shutdown_waits_for_short_items_and_leaves_long_ones_pending<F, Fut>(make: F)
+async fn shutdown_waits_for_short_items_and_gives_long_ones_back<F, Fut>(make: F)
 where
     F: Fn(Config) -> Fut,
     Fut: std::future::Future<Output = (BoxQueue, Kept)>,
 {
-    let (q, _keep) = make(Config::default()).await;
+    // One delivery allowed: a stop must not spend it.
+    let (q, _keep) = make(Config::default().max_deliveries(1)).await;
     add_n(&q, 6).await;
     let started = Arc::new(AtomicUsize::new(0));
     let s2 = started.clone();
@@ -267,9 +271,141 @@ where
     // Items 1 and 2 were running at the signal: 1 finished within the
     // grace period, 2 did not; nothing new was claimed after the signal.
     assert_eq!(started.load(Ordering::SeqCst), 2);
-    assert_eq!((report.acked, report.abandoned), (1, 1), "{report:?}");
+    assert_eq!(
+        (report.acked, report.abandoned, report.released),
+        (1, 1, 1),
+        "{report:?}"
+    );
+    // Item 2 was given back, due at once, with its delivery not spent.
     let s = q.stats().await.unwrap();
-    assert_eq!((s.pending, s.backlog), (1, 4));
+    assert_eq!((s.pending, s.backlog, s.delayed), (0, 4, 1));
+    let report = Worker::new(q.clone())
+        .max_deliveries(1)
+        .until_empty(true)
+        .run(
+            |c| async move {
+                assert_eq!(c.receipt.delivery, 1, "item {}", c.item.id);
+                Ok::<(), String>(())
+            },
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    assert_eq!((report.acked, report.dead_lettered), (5, 0), "{report:?}");
+}
+
+async fn not_attempted_gives_the_item_back_without_spending_a_delivery<F, Fut>(make: F)
+where
+    F: Fn(Config) -> Fut,
+    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
+{
+    let (q, _keep) = make(Config::default().max_deliveries(1)).await;
+    add_n(&q, 1).await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let (s2, e2) = (seen.clone(), events.clone());
+    let report = Worker::new(q.clone())
+        .max_deliveries(1)
+        .retry_policy(fast_retry())
+        .until_empty(true)
+        .on_event(move |e| e2.lock().unwrap().push(e.clone()))
+        .run(
+            move |c| {
+                let s2 = s2.clone();
+                async move {
+                    let mut seen = s2.lock().unwrap();
+                    seen.push(c.receipt.delivery);
+                    if seen.len() < 3 {
+                        Err(HandlerError::not_attempted("cannot start sh: EMFILE"))
+                    } else {
+                        Ok(())
+                    }
+                }
+            },
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    // Twice not attempted, then run: every time as delivery 1.
+    assert_eq!(*seen.lock().unwrap(), vec![1, 1, 1]);
+    assert_eq!(
+        (
+            report.acked,
+            report.released,
+            report.retried,
+            report.dead_lettered
+        ),
+        (1, 2, 0, 0),
+        "{report:?}"
+    );
+    let released: Vec<_> = events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            WorkerEvent::Released { reason, .. } => Some(reason.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(released, vec!["cannot start sh: EMFILE"; 2]);
+}
+
+async fn items_dead_lettered_by_reclaim_count_in_the_report_and_events<F, Fut>(make: F)
+where
+    F: Fn(Config) -> Fut,
+    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
+{
+    let (q, _keep) = make(Config::default().max_deliveries(1)).await;
+    add_n(&q, 2).await;
+    // A consumer claims one item (its only delivery) and vanishes.
+    let taken = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let e2 = events.clone();
+    let report = Worker::new(q.clone())
+        .max_deliveries(1)
+        .lease(Duration::from_millis(100))
+        .until_empty(true)
+        .on_event(move |e| e2.lock().unwrap().push(e.clone()))
+        .run(|_c| async { Ok::<(), String>(()) }, std::future::pending())
+        .await
+        .unwrap();
+    assert_eq!((report.acked, report.dead_lettered), (1, 1), "{report:?}");
+    let dead: Vec<_> = events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            WorkerEvent::DeadLettered { id, delivery, .. } => Some((*id, *delivery)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(dead, vec![(taken[0].item.id, 1)]);
+    assert_eq!(q.stats().await.unwrap().dead_letters, 1);
+}
+
+async fn dropped_dead_letters_are_reported<F, Fut>(make: F)
+where
+    F: Fn(Config) -> Fut,
+    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
+{
+    let (q, _keep) = make(Config::default().max_deliveries(1).dead_letter_cap(1)).await;
+    add_n(&q, 3).await;
+    let report = Worker::new(q.clone())
+        .max_deliveries(1)
+        .until_empty(true)
+        .run(
+            |_c| async { Err::<(), String>("no".into()) },
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.dead_lettered, report.dead_letters_dropped),
+        (3, 2),
+        "{report:?}"
+    );
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.dead_letters, s.dead_letters_dropped), (1, 2));
 }
 
 async fn promotes_a_timer_at_its_deadline_while_every_slot_is_busy<F, Fut>(make: F)
@@ -411,4 +547,52 @@ async fn a_huge_concurrency_runs_without_a_permit_per_slot() {
         .await
         .unwrap();
     assert_eq!(report.acked, 3);
+}
+
+// Regression (issue 10, item 6): a transient storage failure of the ack
+// (the file made immutable for a few seconds) left the item pending for a
+// whole lease, and it ran again after the reclaim. The worker now tries the
+// ack again with a backoff while the heartbeat keeps the claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_ack_is_retried_until_the_disk_comes_back() {
+    use workjournal::testing::faults::{EIO, SimDisk};
+    let disk = SimDisk::new();
+    let d = disk.clone();
+    let q = EmbeddedQueue::open_on_backend_with(
+        "ack-fault",
+        move || Ok(d.backend()),
+        Config::default(),
+        true,
+    )
+    .await
+    .unwrap();
+    q.add(NewItem::new(b"x".to_vec())).await.unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (r2, d2) = (runs.clone(), disk.clone());
+    let report = Worker::new(q.clone())
+        .lease(Duration::from_secs(3))
+        .until_empty(true)
+        .run(
+            move |_c| {
+                let (r2, d2) = (r2.clone(), d2.clone());
+                async move {
+                    r2.fetch_add(1, Ordering::SeqCst);
+                    // Every write fails for 600 ms from now: the ack meets it.
+                    d2.fail_writes(Some(EIO));
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_millis(600)).await;
+                        d2.fail_writes(None);
+                    });
+                    Ok::<(), String>(())
+                }
+            },
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the item ran again");
+    assert_eq!((report.acked, report.lease_lost), (1, 0), "{report:?}");
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.pending, s.backlog), (0, 0));
+    q.close().await.unwrap();
 }

@@ -18,7 +18,7 @@ use crate::config::{Config, MEMORY_DONE_MARKER_CAP, ms, rank};
 use crate::error::{Error, Result};
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, NewItem, Receipt,
-    RetryOutcome, Stats, check_new_item, require_flow,
+    Reclaimed, RetryOutcome, Stats, check_new_item, require_flow,
 };
 use crate::queue::WorkQueue;
 
@@ -76,6 +76,10 @@ pub struct Model {
     done_order: BTreeSet<(u64, u64, String)>,
     dedup: HashMap<String, (u64, u64)>,
     dead: VecDeque<(u64, String, u64)>,
+    /// Dead letters dropped past `dead_letter_cap`, ever.
+    dead_dropped: u64,
+    /// The latest time the queue has seen, for noticing a clock step back.
+    latest_ms: u64,
 }
 
 impl Model {
@@ -100,6 +104,8 @@ impl Model {
             done_order: BTreeSet::new(),
             dedup: HashMap::new(),
             dead: VecDeque::new(),
+            dead_dropped: 0,
+            latest_ms: 0,
         }
     }
 
@@ -363,8 +369,13 @@ impl Model {
         self.dead.push_back((id, reason, now_ms));
         while self.dead.len() as u64 > self.config.dead_letter_cap {
             if let Some((old, _, _)) = self.dead.pop_front() {
-                tracing::warn!(id = old, "dead letter dropped: dead_letter_cap reached");
+                tracing::warn!(
+                    id = old,
+                    cap = self.config.dead_letter_cap,
+                    "dead letter dropped for good: dead_letter_cap reached"
+                );
                 self.items.remove(&old);
+                self.dead_dropped = self.dead_dropped.saturating_add(1);
             }
         }
     }
@@ -389,6 +400,30 @@ impl Model {
         Ok(RetryOutcome::Delayed)
     }
 
+    /// SPEC 3, Finishing: release (give the claim back, `deliveries - 1`).
+    ///
+    /// # Errors
+    ///
+    /// `LeaseLost`.
+    pub fn release(&mut self, r: Receipt, not_before_ms: u64) -> Result<()> {
+        self.current(&r)?;
+        self.pending.remove(&r.id);
+        let flow = self.flow_of(r.id).to_string();
+        let paused = self.paused.contains(&flow);
+        if let Some(item) = self.items.get_mut(&r.id) {
+            item.deliveries = item.deliveries.saturating_sub(1);
+            if !paused {
+                item.not_before_ms = Some(not_before_ms);
+            }
+        }
+        if paused {
+            self.parked.entry(flow).or_default().push_back(r.id);
+        } else {
+            self.delayed.insert((not_before_ms, r.id));
+        }
+        Ok(())
+    }
+
     /// SPEC 3, Finishing: dead_letter.
     ///
     /// # Errors
@@ -411,7 +446,7 @@ impl Model {
         min_idle: Duration,
         count: usize,
         now_ms: u64,
-    ) -> Result<Vec<Claimed>> {
+    ) -> Result<Reclaimed> {
         if count == 0 {
             return Err(Error::invalid("reclaim count must be at least 1"));
         }
@@ -424,6 +459,7 @@ impl Model {
             .collect();
         stale.sort_unstable();
         let mut out = Vec::new();
+        let mut dead_lettered = Vec::new();
         for (_, id) in stale {
             if out.len() >= count {
                 break;
@@ -434,6 +470,11 @@ impl Model {
             let deliveries = self.items.get(&id).map(|i| i.deliveries).unwrap_or(0);
             if deliveries >= self.config.max_deliveries {
                 self.bury(id, MAX_DELIVERIES_REASON.to_string(), now_ms);
+                dead_lettered.push(Receipt {
+                    id,
+                    delivery: deliveries,
+                    lease: lease.lease,
+                });
                 continue;
             }
             // SPEC 3, Crash recovery: an item of a paused flow is parked
@@ -447,7 +488,10 @@ impl Model {
                 out.push(c);
             }
         }
-        Ok(out)
+        Ok(Reclaimed {
+            claimed: out,
+            dead_lettered,
+        })
     }
 
     /// SPEC 3, Crash recovery, embedded only: the file was closed and opened
@@ -460,6 +504,47 @@ impl Model {
         for l in self.pending.values_mut() {
             l.orphan = true;
         }
+    }
+
+    /// SPEC 8, Clock steps: note `now_ms`; if the clock has stepped back
+    /// (more than [`CLOCK_STEP_TOLERANCE_MS`](crate::CLOCK_STEP_TOLERANCE_MS)
+    /// below the latest time seen), move every timer, claim time and expiry
+    /// back by the step, so that waits are measured in elapsed time.
+    /// Returns the step, if there was one.
+    pub fn observe_clock(&mut self, now_ms: u64) -> Option<u64> {
+        let step = crate::clock::step_back(self.latest_ms, now_ms);
+        if let Some(back) = step {
+            tracing::warn!(
+                back_ms = back,
+                "the clock stepped back: timers and leases moved with it"
+            );
+            self.delayed = std::mem::take(&mut self.delayed)
+                .into_iter()
+                .map(|(nb, id)| (nb.saturating_sub(back), id))
+                .collect();
+            for (nb, id) in &self.delayed {
+                if let Some(item) = self.items.get_mut(id) {
+                    item.not_before_ms = Some(*nb);
+                }
+            }
+            for l in self.pending.values_mut() {
+                l.claimed_at_ms = l.claimed_at_ms.saturating_sub(back);
+            }
+            self.done_order = std::mem::take(&mut self.done_order)
+                .into_iter()
+                .map(|(t, id, s)| (t.saturating_sub(back), id, s))
+                .collect();
+            for t in self.done.values_mut() {
+                *t = t.saturating_sub(back);
+            }
+            for (_, t) in self.dedup.values_mut() {
+                *t = t.saturating_sub(back);
+            }
+            self.latest_ms = now_ms;
+        } else {
+            self.latest_ms = self.latest_ms.max(now_ms);
+        }
+        step
     }
 
     /// SPEC 3, Flows: pause.
@@ -617,6 +702,7 @@ impl Model {
             delayed: self.delayed.len() as u64,
             parked: self.parked.values().map(|l| l.len() as u64).sum(),
             dead_letters: self.dead.len() as u64,
+            dead_letters_dropped: self.dead_dropped,
             oldest_pending_age_ms: self
                 .pending
                 .values()
@@ -752,6 +838,7 @@ impl MemoryQueue {
     fn with<T>(&self, f: impl FnOnce(&mut Model, u64) -> T) -> T {
         let now = self.now();
         let mut m = self.lock();
+        m.observe_clock(now);
         f(&mut m, now)
     }
 
@@ -798,7 +885,7 @@ impl WorkQueue for MemoryQueue {
 
     async fn next_due(&self) -> Result<Option<u64>> {
         self.live()?;
-        Ok(self.lock().next_due())
+        Ok(self.with(|m, _| m.next_due()))
     }
 
     async fn promote_due(&self) -> Result<u64> {
@@ -856,12 +943,19 @@ impl WorkQueue for MemoryQueue {
         Ok(out)
     }
 
+    async fn release(&self, receipt: Receipt, not_before_ms: u64) -> Result<()> {
+        self.live()?;
+        self.with(|m, _| m.release(receipt, not_before_ms))?;
+        self.changed();
+        Ok(())
+    }
+
     async fn dead_letter(&self, receipt: Receipt, reason: &str) -> Result<()> {
         self.live()?;
         self.with(|m, now| m.dead_letter(receipt, reason, now))
     }
 
-    async fn reclaim_stale(&self, min_idle: Duration, count: usize) -> Result<Vec<Claimed>> {
+    async fn reclaim(&self, min_idle: Duration, count: usize) -> Result<Reclaimed> {
         self.live()?;
         self.with(|m, now| m.reclaim_stale(min_idle, count, now))
     }
@@ -895,12 +989,12 @@ impl WorkQueue for MemoryQueue {
 
     async fn parked(&self, flow: &str) -> Result<u64> {
         self.live()?;
-        Ok(self.lock().parked(flow))
+        Ok(self.with(|m, _| m.parked(flow)))
     }
 
     async fn paused_flows(&self) -> Result<Vec<String>> {
         self.live()?;
-        Ok(self.lock().paused_flows())
+        Ok(self.with(|m, _| m.paused_flows()))
     }
 
     async fn mark_done(&self, id: u64, step: &str) -> Result<()> {
@@ -916,7 +1010,7 @@ impl WorkQueue for MemoryQueue {
 
     async fn dead_letters(&self, count: usize) -> Result<Vec<DeadLetter>> {
         self.live()?;
-        Ok(self.lock().dead_letters(count))
+        Ok(self.with(|m, _| m.dead_letters(count)))
     }
 
     async fn redrive(&self, id: u64) -> Result<bool> {

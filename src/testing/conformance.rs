@@ -15,7 +15,9 @@ use super::{Factory, Subject};
 use crate::clock::ManualClock;
 use crate::config::Config;
 use crate::error::Error;
-use crate::item::{ClaimFrom, Claimed, Lane, MAX_DELIVERIES_REASON, NewItem, RetryOutcome};
+use crate::item::{
+    ClaimFrom, Claimed, DeadLetter, Lane, MAX_DELIVERIES_REASON, NewItem, RetryOutcome,
+};
 use crate::queue::{BoxQueue, WorkQueue};
 
 /// The manual clock's starting time, ms since the Unix epoch.
@@ -669,14 +671,14 @@ pub async fn reclaim_past_max_deliveries_dead_letters(f: &dyn Factory) {
     e.clock.advance(Duration::from_secs(1));
     let r = e.q.reclaim_stale(Duration::ZERO, 10).await.unwrap();
     assert_eq!(ids(&r), vec![d.item.id]);
+    let doomed = r[0].receipt;
     let f2 = claim_one(&e.q).await;
     e.clock.advance(Duration::from_secs(1));
-    let r =
-        e.q.reclaim_stale(Duration::from_millis(500), 1)
-            .await
-            .unwrap();
-    // "doomed" is at 2 deliveries: dead-lettered, not returned, not counted.
-    assert_eq!(ids(&r), vec![f2.item.id]);
+    let r = e.q.reclaim(Duration::from_millis(500), 1).await.unwrap();
+    // "doomed" is at 2 deliveries: dead-lettered, not returned, not counted,
+    // and named by the receipt of its stale claim.
+    assert_eq!(ids(&r.claimed), vec![f2.item.id]);
+    assert_eq!(r.dead_lettered, vec![doomed]);
     let dl = e.q.dead_letters(10).await.unwrap();
     assert_eq!(dl.len(), 1);
     assert_eq!(dl[0].reason, MAX_DELIVERIES_REASON);
@@ -954,6 +956,158 @@ pub async fn dead_letter_cap_drops_the_oldest(f: &dyn Factory) {
     assert_eq!(dl[1].item.payload, b"b");
     assert!(!e.q.redrive(1).await.unwrap());
     assert_eq!(e.q.stats().await.unwrap().dead_letters, 2);
+}
+
+// ---- Clock steps (SPEC 8) -------------------------------------------------
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn step_back(clock: &ManualClock, by: Duration) {
+    let now = crate::clock::Clock::now_ms(clock);
+    clock.set(now.saturating_sub(crate::config::ms(by)));
+}
+
+/// A retry's delay is measured in elapsed time across a step back of the
+/// clock: the first operation after the step moves the timer back with it.
+pub async fn clock_step_back_keeps_a_retry_delay(f: &dyn Factory) {
+    let e = env(f).await;
+    add(&e.q, "x").await;
+    let c = claim_one(&e.q).await;
+    e.q.retry(c.receipt, T0 + 2_000).await.unwrap();
+    step_back(&e.clock, HOUR);
+    let now = T0 - 3_600_000;
+    assert_eq!(e.q.stats().await.unwrap().delayed, 1);
+    assert_eq!(e.q.next_due().await.unwrap(), Some(now + 2_000));
+    e.clock.advance(Duration::from_millis(1_999));
+    assert!(claim(&e.q, 1).await.is_empty(), "not before its 2 s");
+    e.clock.advance(Duration::from_millis(1));
+    let got = claim(&e.q, 1).await;
+    assert_eq!(got.len(), 1, "the 2 s retry was stretched by the step");
+    // A second step back is noticed as well.
+    e.q.retry(got[0].receipt, now + 4_000).await.unwrap();
+    step_back(&e.clock, HOUR);
+    assert_eq!(e.q.stats().await.unwrap().delayed, 1);
+    e.clock.advance(Duration::from_secs(2));
+    assert_eq!(e.q.promote_due().await.unwrap(), 1);
+}
+
+/// A claim's idle time is measured in elapsed time across a step back:
+/// 10 s before the step and 20 s after it make a 30 s `min_idle`. The step
+/// is measured from the latest time an operation saw.
+pub async fn clock_step_back_keeps_a_claims_idle_time(f: &dyn Factory) {
+    let e = env(f).await;
+    add(&e.q, "x").await;
+    let held = claim_one(&e.q).await;
+    e.clock.advance(Duration::from_secs(10));
+    assert_eq!(
+        e.q.stats().await.unwrap().oldest_pending_age_ms,
+        Some(10_000)
+    );
+    step_back(&e.clock, HOUR);
+    assert!(
+        e.q.reclaim_stale(Duration::from_secs(30), 1)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    e.clock.advance(Duration::from_secs(20));
+    let again = e.q.reclaim_stale(Duration::from_secs(30), 1).await.unwrap();
+    assert_eq!(
+        ids(&again),
+        vec![held.item.id],
+        "the idle time lost the step"
+    );
+}
+
+/// A step forward moves nothing: timers simply come due early.
+pub async fn clock_step_forward_makes_timers_due_early(f: &dyn Factory) {
+    let e = env(f).await;
+    e.q.add_delayed(item("x"), T0 + 2 * 3_600_000)
+        .await
+        .unwrap();
+    e.clock.advance(3 * HOUR);
+    assert_eq!(e.q.stats().await.unwrap().delayed, 1);
+    assert_eq!(e.q.next_due().await.unwrap(), Some(T0 + 2 * 3_600_000));
+    assert_eq!(claim(&e.q, 1).await.len(), 1);
+}
+
+/// release gives a claim back without spending its delivery: the item
+/// waits in delayed until `not_before`, then comes back with the same
+/// delivery number, however often it is released; it never dead-letters.
+/// The old receipt is lost. An item of a paused flow is parked instead.
+pub async fn release_gives_the_delivery_back(f: &dyn Factory) {
+    let e = env_with(f, Config::default().max_deliveries(1)).await;
+    let id = add(&e.q, "a").await;
+    for round in 0..3u64 {
+        let c = claim_one(&e.q).await;
+        assert_eq!((c.item.id, c.item.deliveries), (id, 1), "round {round}");
+        let at = e.q.now_ms().await.unwrap() + 1_000;
+        e.q.release(c.receipt, at).await.unwrap();
+        lease_lost(e.q.release(c.receipt, at).await);
+        lease_lost(e.q.ack(c.receipt).await);
+        let s = e.q.stats().await.unwrap();
+        assert_eq!((s.pending, s.delayed, s.dead_letters), (0, 1, 0));
+        assert_eq!(e.q.next_due().await.unwrap(), Some(at));
+        assert!(claim(&e.q, 1).await.is_empty(), "not before its time");
+        e.clock.advance(Duration::from_secs(1));
+    }
+    // Paused flow: parked with the delivery given back.
+    let c = claim_one(&e.q).await;
+    e.q.ack(c.receipt).await.unwrap();
+    let id = e.q.add(in_flow("b", "f")).await.unwrap().id;
+    let c = claim_one(&e.q).await;
+    e.q.pause("f").await.unwrap();
+    e.q.release(c.receipt, T0).await.unwrap();
+    assert_eq!(e.q.parked("f").await.unwrap(), 1);
+    assert_eq!(e.q.stats().await.unwrap().delayed, 0);
+    let stepped = e.q.step("f").await.unwrap().unwrap();
+    assert_eq!((stepped.item.id, stepped.item.deliveries), (id, 1));
+}
+
+/// Dead letters dropped past dead_letter_cap are counted in
+/// `Stats::dead_letters_dropped`, by every way an item is dead-lettered
+/// (dead_letter, retry and reclaim past max_deliveries), and the count
+/// survives a purge: a drop is never silent.
+pub async fn dead_letter_cap_counts_what_it_drops(f: &dyn Factory) {
+    let e = env_with(f, Config::default().dead_letter_cap(1).max_deliveries(1)).await;
+    assert_eq!(e.q.stats().await.unwrap().dead_letters_dropped, 0);
+    for p in ["a", "b", "c", "d"] {
+        add(&e.q, p).await;
+    }
+    let mut held = claim(&e.q, 4).await;
+    let last = held.pop().unwrap();
+    for c in &held[..2] {
+        e.q.dead_letter(c.receipt, "no").await.unwrap();
+    }
+    let s = e.q.stats().await.unwrap();
+    assert_eq!((s.dead_letters, s.dead_letters_dropped), (1, 1));
+    // retry past max_deliveries dead-letters, and drops the older one.
+    assert_eq!(
+        e.q.retry(held[2].receipt, T0).await.unwrap(),
+        RetryOutcome::DeadLettered
+    );
+    let s = e.q.stats().await.unwrap();
+    assert_eq!((s.dead_letters, s.dead_letters_dropped), (1, 2));
+    // reclaim past max_deliveries too.
+    e.clock.advance(Duration::from_secs(60));
+    assert!(
+        e.q.reclaim_stale(Duration::from_secs(1), 4)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let s = e.q.stats().await.unwrap();
+    assert_eq!((s.dead_letters, s.dead_letters_dropped), (1, 3));
+    let kept = e.q.dead_letters(10).await.unwrap();
+    assert_eq!(ids_of_dead(&kept), vec![last.item.id]);
+    // A purge deletes what was kept; the drops stay counted.
+    assert_eq!(e.q.purge_dead_letters().await.unwrap(), 1);
+    let s = e.q.stats().await.unwrap();
+    assert_eq!((s.dead_letters, s.dead_letters_dropped), (0, 3));
+}
+
+fn ids_of_dead(dead: &[DeadLetter]) -> Vec<u64> {
+    dead.iter().map(|d| d.item.id).collect()
 }
 
 /// purge_dead_letters deletes them all and says how many.
@@ -1281,6 +1435,11 @@ macro_rules! conformance_case_list {
             dead_letters_are_newest_first,
             redrive_resets_deliveries,
             dead_letter_cap_drops_the_oldest,
+            dead_letter_cap_counts_what_it_drops,
+            release_gives_the_delivery_back,
+            clock_step_back_keeps_a_retry_delay,
+            clock_step_back_keeps_a_claims_idle_time,
+            clock_step_forward_makes_timers_due_early,
             purge_dead_letters_deletes_all,
             stats_count_every_state,
             peek_does_not_claim,

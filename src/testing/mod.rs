@@ -27,6 +27,7 @@ pub mod fuzz;
 #[cfg(feature = "embedded")]
 pub use crate::backend::embedded::migrate::{V1Item, write_schema1_fixture};
 pub mod ops;
+pub mod proxy;
 
 /// A queue under test and whatever keeps it alive (a temp dir, a server).
 pub struct Subject {

@@ -162,6 +162,8 @@ pub enum Op {
     Touch(Vec<u8>),
     /// `retry`, `not_before` = now + (delay - 32) x 100 ms.
     Retry(u8, u8),
+    /// `release`, `not_before` = now + (delay - 32) x 100 ms.
+    Release(u8, u8),
     /// `dead_letter` with a reason from [`REASONS`].
     DeadLetter(u8, u8),
     /// `reclaim_stale`.
@@ -204,6 +206,10 @@ pub enum Op {
     /// Move the clock: below 128, x 25 ms; 128 to 247, (v - 127) x 500 ms;
     /// above, one hour.
     Advance(u8),
+    /// Step the clock back by 2 s to 1 h (a wall clock corrected by NTP),
+    /// then `stats`, which notices the step on every backend (SPEC 8,
+    /// Clock steps).
+    StepBack(u8),
     /// Close the queue and open it again (backends that support it; a
     /// `stats` elsewhere).
     Reopen,
@@ -219,6 +225,14 @@ fn count_of(v: u8) -> usize {
 
 fn offset_ms(now: u64, v: u8) -> u64 {
     now.saturating_add_signed((i64::from(v) - 32) * 100)
+}
+
+/// 2 s to about 1 h, in ms: always more than the step tolerance.
+fn step_back_ms(v: u8) -> u64 {
+    match v {
+        0..=199 => 2_000 + u64::from(v) * 100,
+        _ => u64::from(v - 199) * 60_000,
+    }
 }
 
 fn advance_ms(v: u8) -> u64 {
@@ -268,6 +282,7 @@ pub fn op_strategy() -> BoxedStrategy<Op> {
         2 => proptest::collection::vec(byte(), 0..=MAX_BATCH).prop_map(Op::AckBatch),
         2 => proptest::collection::vec(byte(), 0..=MAX_BATCH).prop_map(Op::Touch),
         4 => (byte(), byte()).prop_map(|(r, d)| Op::Retry(r, d)),
+        2 => (byte(), byte()).prop_map(|(r, d)| Op::Release(r, d)),
         2 => (byte(), byte()).prop_map(|(r, w)| Op::DeadLetter(r, w)),
         3 => (byte(), byte()).prop_map(|(idle, count)| Op::Reclaim { idle, count }),
         2 => byte().prop_map(Op::Pause),
@@ -286,6 +301,7 @@ pub fn op_strategy() -> BoxedStrategy<Op> {
         1 => byte().prop_map(Op::BacklogByFlow),
         1 => byte().prop_map(Op::Peek),
         5 => byte().prop_map(Op::Advance),
+        1 => byte().prop_map(Op::StepBack),
         1 => Just(Op::Reopen),
     ]
     .boxed()
@@ -359,6 +375,8 @@ pub enum Call {
     Touch(Vec<ReceiptRef>),
     /// `retry` with `not_before` in ms since the epoch.
     Retry(ReceiptRef, u64),
+    /// `release` with `not_before` in ms since the epoch.
+    Release(ReceiptRef, u64),
     /// `dead_letter` with the reason.
     DeadLetter(ReceiptRef, String),
     /// `reclaim_stale` of `min_idle` (ms) and `count`.
@@ -395,6 +413,8 @@ pub enum Call {
     Peek(usize),
     /// Move the clock forward by this many ms.
     Advance(u64),
+    /// Step the clock back by this many ms, then `stats`.
+    StepBack(u64),
     /// Close and reopen.
     Reopen,
 }
@@ -618,6 +638,7 @@ impl Reference {
                     .collect(),
             ),
             Op::Retry(r, d) => Call::Retry(self.receipt_ref(*r), offset_ms(now, *d)),
+            Op::Release(r, d) => Call::Release(self.receipt_ref(*r), offset_ms(now, *d)),
             Op::DeadLetter(r, w) => {
                 Call::DeadLetter(self.receipt_ref(*r), pick(&REASONS, *w).to_string())
             }
@@ -651,6 +672,7 @@ impl Reference {
             Op::BacklogByFlow(n) => Call::BacklogByFlow(usize::from(n % 8)),
             Op::Peek(n) => Call::Peek(usize::from(n % 8)),
             Op::Advance(v) => Call::Advance(advance_ms(*v)),
+            Op::StepBack(v) => Call::StepBack(step_back_ms(*v)),
             Op::Reopen if self.reopen => Call::Reopen,
             Op::Reopen => Call::Stats,
         }
@@ -658,6 +680,11 @@ impl Reference {
 
     fn run(&mut self, call: &Call) -> Outcome {
         let now = self.now_ms;
+        // Every backend notes the clock at every operation (SPEC 8, Clock
+        // steps); only `StepBack` moves it back.
+        if !matches!(call, Call::Advance(_) | Call::StepBack(_)) {
+            self.model.observe_clock(now);
+        }
         let m = &mut self.model;
         match call {
             Call::Add(i) => outcome(m.add_many(vec![(i.clone(), None)], now), Value::Added),
@@ -687,12 +714,17 @@ impl Reference {
                 let r = self.receipt(r);
                 outcome(self.model.retry(r, *t, now), Value::Retry)
             }
+            Call::Release(r, t) => {
+                let r = self.receipt(r);
+                outcome(self.model.release(r, *t), |()| Value::Unit)
+            }
             Call::DeadLetter(r, why) => {
                 let r = self.receipt(r);
                 outcome(self.model.dead_letter(r, why, now), |()| Value::Unit)
             }
             Call::Reclaim(idle, n) => outcome(
-                m.reclaim_stale(Duration::from_millis(*idle), *n, now),
+                m.reclaim_stale(Duration::from_millis(*idle), *n, now)
+                    .map(|r| r.claimed),
                 Value::Claimed,
             ),
             Call::Pause(f) => outcome(m.pause(f), |()| Value::Unit),
@@ -720,6 +752,12 @@ impl Reference {
                 self.now_ms = self.now_ms.saturating_add(*by);
                 Ok(Value::Unit)
             }
+            Call::StepBack(by) => {
+                self.now_ms = self.now_ms.saturating_sub(*by);
+                let now = self.now_ms;
+                self.model.observe_clock(now);
+                Ok(Value::Stats(self.model.stats(now)))
+            }
             Call::Reopen => {
                 m.reopen();
                 Ok(Value::Unit)
@@ -733,6 +771,9 @@ impl Reference {
     pub fn apply(&mut self, op: &Op) -> (Call, Outcome) {
         let call = self.resolve(op);
         let out = self.run(&call);
+        // The check after every step reads `stats`, which notes the clock
+        // on every backend: so does the model.
+        self.model.observe_clock(self.now_ms);
         if let Ok(v) = &out {
             for a in added(v) {
                 self.max_id = self.max_id.max(a.id);
@@ -966,6 +1007,7 @@ impl System {
                 outcome(q.touch(rs).await, |()| Value::Unit)
             }
             Call::Retry(r, t) => outcome(q.retry(self.receipt(r), *t).await, Value::Retry),
+            Call::Release(r, t) => outcome(q.release(self.receipt(r), *t).await, |()| Value::Unit),
             Call::DeadLetter(r, why) => {
                 outcome(q.dead_letter(self.receipt(r), why).await, |()| Value::Unit)
             }
@@ -991,6 +1033,11 @@ impl System {
             Call::Advance(by) => {
                 self.clock.advance(Duration::from_millis(*by));
                 Ok(Value::Unit)
+            }
+            Call::StepBack(by) => {
+                let now = crate::clock::Clock::now_ms(&self.clock);
+                self.clock.set(now.saturating_sub(*by));
+                outcome(q.stats().await, Value::Stats)
             }
             Call::Reopen => {
                 drop(q);

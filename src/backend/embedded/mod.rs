@@ -22,7 +22,9 @@
 //! operation (`LeaseLost`, `Full`, `InvalidInput`) never fails or changes
 //! another's; an operation that fails after writing (a storage error, an
 //! unreadable record) aborts the transaction and the others run again
-//! without it.
+//! without it. A transaction that wrote nothing (an empty claim, a reclaim
+//! that found nothing) is not committed and wakes no waiting claim, so an
+//! idle queue writes nothing to the disk (SPEC 8, Idle).
 //!
 //! # Durability
 //!
@@ -59,6 +61,17 @@
 //! orphan records) happens there and is dropped at close. Every operation
 //! that would change the queue is refused with `InvalidInput`.
 //!
+//! # Store and forward
+//!
+//! With the `forward` feature, a [`Forwarder`](crate::forward::Forwarder)
+//! reads waiting items (backlog, due, delayed; not pending, parked or dead)
+//! of the forwarded flows in id order after a mark kept in `meta`
+//! (`forward_mark:{ns}:<origin>`), and once Redis has taken a batch removes
+//! its items, from whatever state they reached meanwhile, and raises the
+//! mark in one write transaction. `forward_journal` in `meta` is the file's
+//! random journal id, which lets Redis tell two files under one origin name
+//! apart. Nothing else changes: forwarding adds no table and no state.
+//!
 //! # Damaged files
 //!
 //! By default the open verifies every page checksum (redb's integrity
@@ -70,6 +83,9 @@ pub(crate) mod migrate;
 mod read_only;
 mod tables;
 mod writer;
+
+#[cfg(feature = "forward")]
+pub(crate) use tables::Outgoing;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -83,7 +99,7 @@ use crate::clock::{SharedClock, SystemClock};
 use crate::config::{Config, ms};
 use crate::error::{Error, Result};
 use crate::item::{
-    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, RetryOutcome, Stats,
+    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
 };
 use crate::queue::WorkQueue;
 use tables::Limits;
@@ -497,6 +513,10 @@ macro_rules! expect_reply {
     };
 }
 
+// After the macro, which it uses.
+#[cfg(feature = "forward")]
+mod forward;
+
 impl EmbeddedQueue {
     /// Where every item is, by a full scan of the file's state indexes on
     /// the writer thread (test support, feature `testing`): for invariant
@@ -611,12 +631,16 @@ impl WorkQueue for EmbeddedQueue {
         expect_reply!(self, Op::Retry(receipt, not_before_ms), Reply::Retry(o) => o)
     }
 
+    async fn release(&self, receipt: Receipt, not_before_ms: u64) -> Result<()> {
+        expect_reply!(self, Op::Release(receipt, not_before_ms), Reply::Unit => ())
+    }
+
     async fn dead_letter(&self, receipt: Receipt, reason: &str) -> Result<()> {
         expect_reply!(self, Op::DeadLetter(receipt, reason.to_string()), Reply::Unit => ())
     }
 
-    async fn reclaim_stale(&self, min_idle: Duration, count: usize) -> Result<Vec<Claimed>> {
-        expect_reply!(self, Op::Reclaim { min_idle_ms: ms(min_idle), count }, Reply::Claimed(v) => v)
+    async fn reclaim(&self, min_idle: Duration, count: usize) -> Result<Reclaimed> {
+        expect_reply!(self, Op::Reclaim { min_idle_ms: ms(min_idle), count }, Reply::Reclaimed(r) => r)
     }
 
     async fn pause(&self, flow: &str) -> Result<()> {

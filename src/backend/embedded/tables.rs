@@ -8,6 +8,9 @@
 //! file-wide position counter `seq`; the backlog and the due lane by
 //! (rank, seq), the rank being SPEC 3's priority rank.
 
+#[cfg(feature = "forward")]
+mod forward;
+
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
@@ -24,8 +27,10 @@ use crate::config::rank;
 use crate::error::{Error, Result};
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, NewItem, Receipt,
-    RetryOutcome, Stats, check_new_item, require_flow,
+    Reclaimed, RetryOutcome, Stats, check_new_item, require_flow,
 };
+#[cfg(feature = "forward")]
+pub(crate) use forward::{Outgoing, Unforwarded};
 
 /// Counters and the schema version.
 pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -80,6 +85,11 @@ const NEXT_LEASE: &str = "next_lease";
 /// that steps back).
 pub(super) const BACKLOG_CLOCK: &str = "backlog_clock";
 pub(super) const DUE_CLOCK: &str = "due_clock";
+/// Dead letters dropped past `dead_letter_cap`, ever (`Stats::dead_letters_dropped`).
+const DEAD_DROPPED: &str = "dead_dropped";
+/// The latest time (ms, queue clock) a committed transaction saw: how a
+/// clock step back during a restart is noticed (SPEC 8, Clock steps).
+const CLOCK_HIGH: &str = "clock_high";
 
 /// How many expired done markers and dedup keys one transaction purges at
 /// most, so that a backlog of expiries never makes one commit slow.
@@ -147,6 +157,10 @@ pub(super) struct Tables<'t> {
     dead: Lazy<'t, u64, &'static [u8]>,
     dead_by_id: Lazy<'t, u64, u64>,
     limits: Limits,
+    /// Whether anything asked for a table to write in. An operation asks
+    /// only once it knows it will change something, so a transaction that
+    /// stays clean changed nothing and is not committed (SPEC 8, Idle).
+    dirty: bool,
 }
 
 /// One table of a write transaction, opened when first asked for.
@@ -214,7 +228,13 @@ impl<'t> Tables<'t> {
             dead: Lazy::new(DEAD, "open table dead"),
             dead_by_id: Lazy::new(DEAD_BY_ID, "open table dead_by_id"),
             limits,
+            dirty: false,
         })
+    }
+
+    /// Whether this transaction has written anything (see `dirty`).
+    pub(super) fn is_dirty(&self) -> bool {
+        self.dirty
     }
 
     fn meta(&self) -> Result<&Table<'t, &'static str, u64>> {
@@ -222,6 +242,7 @@ impl<'t> Tables<'t> {
     }
 
     fn meta_mut(&mut self) -> Result<&mut Table<'t, &'static str, u64>> {
+        self.dirty = true;
         self.meta.get_mut(self.txn)
     }
 
@@ -230,6 +251,7 @@ impl<'t> Tables<'t> {
     }
 
     fn items_mut(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        self.dirty = true;
         self.items.get_mut(self.txn)
     }
 
@@ -238,6 +260,7 @@ impl<'t> Tables<'t> {
     }
 
     fn payloads_mut(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        self.dirty = true;
         self.payloads.get_mut(self.txn)
     }
 
@@ -246,6 +269,7 @@ impl<'t> Tables<'t> {
     }
 
     fn backlog_mut(&mut self) -> Result<&mut Table<'t, (i64, u64), u64>> {
+        self.dirty = true;
         self.backlog.get_mut(self.txn)
     }
 
@@ -254,6 +278,7 @@ impl<'t> Tables<'t> {
     }
 
     fn due_mut(&mut self) -> Result<&mut Table<'t, (i64, u64), u64>> {
+        self.dirty = true;
         self.due.get_mut(self.txn)
     }
 
@@ -262,6 +287,7 @@ impl<'t> Tables<'t> {
     }
 
     fn delayed_mut(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        self.dirty = true;
         self.delayed.get_mut(self.txn)
     }
 
@@ -270,6 +296,7 @@ impl<'t> Tables<'t> {
     }
 
     fn pending_mut(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        self.dirty = true;
         self.pending.get_mut(self.txn)
     }
 
@@ -278,6 +305,7 @@ impl<'t> Tables<'t> {
     }
 
     fn pending_by_time_mut(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        self.dirty = true;
         self.pending_by_time.get_mut(self.txn)
     }
 
@@ -286,6 +314,7 @@ impl<'t> Tables<'t> {
     }
 
     fn orphans_mut(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        self.dirty = true;
         self.orphans.get_mut(self.txn)
     }
 
@@ -294,6 +323,7 @@ impl<'t> Tables<'t> {
     }
 
     fn parked_mut(&mut self) -> Result<&mut Table<'t, (&'static str, u64), u64>> {
+        self.dirty = true;
         self.parked.get_mut(self.txn)
     }
 
@@ -302,6 +332,7 @@ impl<'t> Tables<'t> {
     }
 
     fn paused_mut(&mut self) -> Result<&mut Table<'t, &'static str, ()>> {
+        self.dirty = true;
         self.paused.get_mut(self.txn)
     }
 
@@ -310,6 +341,7 @@ impl<'t> Tables<'t> {
     }
 
     fn done_mut(&mut self) -> Result<&mut Table<'t, (u64, &'static str), u64>> {
+        self.dirty = true;
         self.done.get_mut(self.txn)
     }
 
@@ -318,6 +350,7 @@ impl<'t> Tables<'t> {
     }
 
     fn done_expiry_mut(&mut self) -> Result<&mut Table<'t, (u64, u64, &'static str), ()>> {
+        self.dirty = true;
         self.done_expiry.get_mut(self.txn)
     }
 
@@ -326,6 +359,7 @@ impl<'t> Tables<'t> {
     }
 
     fn dedup_mut(&mut self) -> Result<&mut Table<'t, &'static str, (u64, u64)>> {
+        self.dirty = true;
         self.dedup.get_mut(self.txn)
     }
 
@@ -334,6 +368,7 @@ impl<'t> Tables<'t> {
     }
 
     fn dedup_expiry_mut(&mut self) -> Result<&mut Table<'t, (u64, &'static str), ()>> {
+        self.dirty = true;
         self.dedup_expiry.get_mut(self.txn)
     }
 
@@ -342,6 +377,7 @@ impl<'t> Tables<'t> {
     }
 
     fn dead_mut(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        self.dirty = true;
         self.dead.get_mut(self.txn)
     }
 
@@ -350,6 +386,7 @@ impl<'t> Tables<'t> {
     }
 
     fn dead_by_id_mut(&mut self) -> Result<&mut Table<'t, u64, u64>> {
+        self.dirty = true;
         self.dead_by_id.get_mut(self.txn)
     }
 
@@ -563,7 +600,12 @@ impl<'t> Tables<'t> {
                 .remove(old.id)
                 .ctx("drop dead letter index")?;
             self.delete_item(old.id)?;
-            tracing::warn!(id = old.id, "dead letter dropped: dead_letter_cap reached");
+            self.bump(DEAD_DROPPED, 0)?;
+            tracing::warn!(
+                id = old.id,
+                cap = self.limits.dead_letter_cap,
+                "dead letter dropped for good: dead_letter_cap reached"
+            );
         }
         Ok(())
     }
@@ -577,6 +619,141 @@ impl<'t> Tables<'t> {
         self.parked_mut()?
             .insert((flow, seq), id)
             .ctx("write parked")?;
+        Ok(())
+    }
+
+    // ---- clock steps (SPEC 8) -------------------------------------------
+
+    /// If the clock reads more than the tolerance below `latest` (the latest
+    /// time this process has seen) or below the latest time a commit of the
+    /// file saw, move every timer, claim time and expiry back by the step.
+    /// Returns whether it moved them.
+    pub(super) fn observe_clock(&mut self, latest: u64, now: u64) -> Result<bool> {
+        let high = self.counter(CLOCK_HIGH, 0)?.max(latest);
+        let step = crate::clock::step_back(high, now);
+        if let Some(back) = step {
+            tracing::warn!(
+                back_ms = back,
+                "the clock stepped back: timers and leases moved with it"
+            );
+            self.rebase(back)?;
+            self.meta_mut()?
+                .insert(CLOCK_HIGH, now)
+                .ctx("write clock")?;
+        }
+        Ok(step.is_some())
+    }
+
+    /// At close: remember `latest`, the latest time this process saw, if
+    /// the file's is older. Returns whether it wrote.
+    pub(super) fn save_clock(&mut self, latest: u64) -> Result<bool> {
+        if self.counter(CLOCK_HIGH, 0)? >= latest {
+            return Ok(false);
+        }
+        self.meta_mut()?
+            .insert(CLOCK_HIGH, latest)
+            .ctx("write clock")?;
+        Ok(true)
+    }
+
+    /// After the operations of a transaction that writes anyway: remember
+    /// the latest time seen.
+    pub(super) fn note_clock(&mut self, now: u64) -> Result<()> {
+        if self.dirty && self.counter(CLOCK_HIGH, 0)? < now {
+            self.meta_mut()?
+                .insert(CLOCK_HIGH, now)
+                .ctx("write clock")?;
+        }
+        Ok(())
+    }
+
+    fn rebase(&mut self, back: u64) -> Result<()> {
+        let mut delayed = Vec::new();
+        for entry in self.delayed()?.iter().ctx("scan delayed")? {
+            delayed.push(entry.ctx("scan delayed")?.0.value());
+        }
+        for (nb, id) in delayed {
+            let moved = nb.saturating_sub(back);
+            self.delayed_mut()?.remove((nb, id)).ctx("move delayed")?;
+            self.delayed_mut()?
+                .insert((moved, id), ())
+                .ctx("move delayed")?;
+            let mut rec = self.record(id)?;
+            rec.not_before_ms = Some(moved);
+            self.put_record(id, &rec)?;
+        }
+        let mut leases = Vec::new();
+        for entry in self.pending_by_time()?.iter().ctx("scan lease index")? {
+            leases.push(entry.ctx("scan lease index")?.0.value());
+        }
+        for (at, id) in leases {
+            let moved = at.saturating_sub(back);
+            self.pending_by_time_mut()?
+                .remove((at, id))
+                .ctx("move lease index")?;
+            self.pending_by_time_mut()?
+                .insert((moved, id), ())
+                .ctx("move lease index")?;
+            if self
+                .orphans_mut()?
+                .remove((at, id))
+                .ctx("move orphan")?
+                .is_some()
+            {
+                self.orphans_mut()?
+                    .insert((moved, id), ())
+                    .ctx("move orphan")?;
+            }
+            if let Some(mut l) = self.lease(id)? {
+                l.claimed_at_ms = moved;
+                self.pending_mut()?
+                    .insert(id, codec::encode(&l)?.as_slice())
+                    .ctx("move lease")?;
+            }
+        }
+        let mut done = Vec::new();
+        for entry in self.done_expiry()?.iter().ctx("scan done expiry")? {
+            let (k, _) = entry.ctx("scan done expiry")?;
+            let (t, id, step) = k.value();
+            done.push((t, id, step.to_string()));
+        }
+        for (t, id, step) in done {
+            let moved = t.saturating_sub(back);
+            self.done_expiry_mut()?
+                .remove((t, id, step.as_str()))
+                .ctx("move done expiry")?;
+            self.done_expiry_mut()?
+                .insert((moved, id, step.as_str()), ())
+                .ctx("move done expiry")?;
+            self.done_mut()?
+                .insert((id, step.as_str()), moved)
+                .ctx("move done marker")?;
+        }
+        let mut keys = Vec::new();
+        for entry in self.dedup_expiry()?.iter().ctx("scan dedup expiry")? {
+            let (k, _) = entry.ctx("scan dedup expiry")?;
+            let (t, key) = k.value();
+            keys.push((t, key.to_string()));
+        }
+        for (t, key) in keys {
+            let moved = t.saturating_sub(back);
+            self.dedup_expiry_mut()?
+                .remove((t, key.as_str()))
+                .ctx("move dedup expiry")?;
+            self.dedup_expiry_mut()?
+                .insert((moved, key.as_str()), ())
+                .ctx("move dedup expiry")?;
+            let first = self
+                .dedup()?
+                .get(key.as_str())
+                .ctx("read dedup key")?
+                .map(|g| g.value().0);
+            if let Some(id) = first {
+                self.dedup_mut()?
+                    .insert(key.as_str(), (id, moved))
+                    .ctx("move dedup key")?;
+            }
+        }
         Ok(())
     }
 
@@ -783,18 +960,25 @@ impl<'t> Tables<'t> {
         };
         for &lane in lanes {
             while out.len() < count {
-                let table = if lane == Lane::Due {
+                // Look before taking: an empty lane is not written to.
+                let head = if lane == Lane::Due {
+                    self.due()?
+                } else {
+                    self.backlog()?
+                }
+                .first()
+                .ctx("read lane")?
+                .map(|(k, v)| (k.value(), v.value()));
+                let Some((seq, id)) = head else {
+                    break;
+                };
+                if lane == Lane::Due {
                     self.due_mut()?
                 } else {
                     self.backlog_mut()?
-                };
-                let Some(id) = table
-                    .pop_first()
-                    .ctx("take from lane")?
-                    .map(|(_, v)| v.value())
-                else {
-                    break;
-                };
+                }
+                .remove(seq)
+                .ctx("take from lane")?;
                 if any_paused {
                     let flow = self.record(id)?.flow;
                     if self.is_paused(&flow)? {
@@ -865,6 +1049,28 @@ impl<'t> Tables<'t> {
         Ok(RetryOutcome::Delayed)
     }
 
+    /// SPEC 3, Finishing: release. Back to delayed (or the parked tail of
+    /// a paused flow) with `deliveries - 1`.
+    pub(super) fn release(&mut self, r: &Receipt, not_before: u64) -> Result<()> {
+        let lease = self.current(r)?;
+        let mut rec = self.record(r.id)?;
+        self.remove_pending(r.id, &lease)?;
+        rec.deliveries = rec.deliveries.saturating_sub(1);
+        let paused = self.is_paused(&rec.flow)?;
+        if !paused {
+            rec.not_before_ms = Some(not_before);
+        }
+        self.put_record(r.id, &rec)?;
+        if paused {
+            self.park_id(&rec.flow, r.id)
+        } else {
+            self.delayed_mut()?
+                .insert((not_before, r.id), ())
+                .ctx("write delayed")?;
+            Ok(())
+        }
+    }
+
     pub(super) fn dead_letter(&mut self, r: &Receipt, reason: &str, now: u64) -> Result<()> {
         let lease = self.current(r)?;
         self.remove_pending(r.id, &lease)?;
@@ -876,11 +1082,12 @@ impl<'t> Tables<'t> {
         min_idle_ms: u64,
         count: usize,
         now: u64,
-    ) -> Result<Vec<Claimed>> {
+    ) -> Result<Reclaimed> {
         if count == 0 {
             return Err(Error::invalid("reclaim count must be at least 1"));
         }
         let mut out = Vec::new();
+        let mut dead_lettered = Vec::new();
         // Claims this call made are re-indexed at (now, id), possibly ahead of
         // the scan: skip them, and resume each scan after the last key seen.
         let mut handed: std::collections::HashSet<u64> = std::collections::HashSet::new();
@@ -937,6 +1144,11 @@ impl<'t> Tables<'t> {
             let rec = self.record(id)?;
             if rec.deliveries >= self.limits.max_deliveries {
                 self.bury(id, MAX_DELIVERIES_REASON, now)?;
+                dead_lettered.push(Receipt {
+                    id,
+                    delivery: rec.deliveries,
+                    lease: lease.lease,
+                });
                 continue;
             }
             // SPEC 3, Crash recovery: an item of a paused flow is parked
@@ -949,7 +1161,10 @@ impl<'t> Tables<'t> {
             handed.insert(id);
             out.push(self.hand_out(id, lane, now)?);
         }
-        Ok(out)
+        Ok(Reclaimed {
+            claimed: out,
+            dead_lettered,
+        })
     }
 
     /// At open: every pending item belongs to a process that is gone.
@@ -967,6 +1182,9 @@ impl<'t> Tables<'t> {
 
     pub(super) fn pause(&mut self, flow: &str) -> Result<()> {
         require_flow(flow)?;
+        if self.is_paused(flow)? {
+            return Ok(());
+        }
         self.paused_mut()?.insert(flow, ()).ctx("write paused")?;
         Ok(())
     }
@@ -986,7 +1204,9 @@ impl<'t> Tables<'t> {
 
     pub(super) fn resume(&mut self, flow: &str, now: u64) -> Result<u64> {
         require_flow(flow)?;
-        self.paused_mut()?.remove(flow).ctx("delete paused")?;
+        if self.is_paused(flow)? {
+            self.paused_mut()?.remove(flow).ctx("delete paused")?;
+        }
         let ids = self.parked_ids(flow)?;
         for (seq, id) in &ids {
             self.parked_mut()?
@@ -1027,7 +1247,9 @@ impl<'t> Tables<'t> {
 
     pub(super) fn clear_flow(&mut self, flow: &str) -> Result<u64> {
         require_flow(flow)?;
-        self.paused_mut()?.remove(flow).ctx("delete paused")?;
+        if self.is_paused(flow)? {
+            self.paused_mut()?.remove(flow).ctx("delete paused")?;
+        }
         let ids = self.parked_ids(flow)?;
         for (seq, id) in &ids {
             self.parked_mut()?
@@ -1058,13 +1280,16 @@ impl<'t> Tables<'t> {
 
     pub(super) fn redrive(&mut self, id: u64, now: u64) -> Result<bool> {
         let Some(seq) = self
-            .dead_by_id_mut()?
-            .remove(id)
-            .ctx("delete dead letter index")?
+            .dead_by_id()?
+            .get(id)
+            .ctx("read dead letter index")?
             .map(|g| g.value())
         else {
             return Ok(false);
         };
+        self.dead_by_id_mut()?
+            .remove(id)
+            .ctx("delete dead letter index")?;
         self.dead_mut()?.remove(seq).ctx("delete dead letter")?;
         let mut rec = self.record(id)?;
         rec.deliveries = 0;
@@ -1079,6 +1304,9 @@ impl<'t> Tables<'t> {
         for entry in self.dead_by_id()?.iter().ctx("scan dead letters")? {
             let (k, _) = entry.ctx("scan dead letters")?;
             ids.push(k.value());
+        }
+        if ids.is_empty() && self.dead()?.is_empty().ctx("count dead letters")? {
+            return Ok(0);
         }
         for id in &ids {
             self.delete_item(*id)?;
@@ -1252,6 +1480,7 @@ impl<'t> Tables<'t> {
             delayed: self.delayed()?.len().ctx("count delayed")?,
             parked: self.parked()?.len().ctx("count parked")?,
             dead_letters: self.dead()?.len().ctx("count dead letters")?,
+            dead_letters_dropped: self.counter(DEAD_DROPPED, 0)?,
             oldest_pending_age_ms: oldest,
             durable: true,
         })

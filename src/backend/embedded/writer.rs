@@ -15,7 +15,7 @@ use super::migrate;
 use super::tables::{self, Ctx, Limits, Tables};
 use crate::error::{Error, Result};
 use crate::item::{
-    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, RetryOutcome, Stats,
+    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
 };
 
 /// Most operations one transaction takes; more wait for the next one.
@@ -34,6 +34,7 @@ pub(super) enum Op {
     AckBatch(Vec<Receipt>),
     Touch(Vec<Receipt>),
     Retry(Receipt, u64),
+    Release(Receipt, u64),
     DeadLetter(Receipt, String),
     Reclaim {
         min_idle_ms: u64,
@@ -55,6 +56,28 @@ pub(super) enum Op {
     Stats,
     BacklogByFlow(usize),
     Peek(usize),
+    /// Store and forward (SPEC section 10): the file's journal id.
+    #[cfg(feature = "forward")]
+    ForwardJournal,
+    /// The next items to hand over under a mark key.
+    #[cfg(feature = "forward")]
+    ForwardRead {
+        key: String,
+        flows: Option<Vec<String>>,
+        max_items: usize,
+        max_bytes: usize,
+        late: bool,
+    },
+    /// Remove items Redis has taken and raise the mark.
+    #[cfg(feature = "forward")]
+    ForwardDone {
+        key: String,
+        ids: Vec<u64>,
+        mark: u64,
+    },
+    /// What waits to be handed over.
+    #[cfg(feature = "forward")]
+    ForwardLag(Option<Vec<String>>),
     #[cfg(feature = "testing")]
     Locations,
     #[cfg(feature = "testing")]
@@ -64,6 +87,9 @@ pub(super) enum Op {
 }
 
 impl Op {
+    /// Operations that only read: a batch of nothing else never commits,
+    /// even when the housekeeping of its transaction (purging expired
+    /// markers) wrote something.
     pub(super) fn is_read(&self) -> bool {
         matches!(
             self,
@@ -76,6 +102,17 @@ impl Op {
                 | Op::BacklogByFlow(_)
                 | Op::Peek(_)
         ) || self.is_test_read()
+            || self.is_forward_read()
+    }
+
+    #[cfg(feature = "forward")]
+    fn is_forward_read(&self) -> bool {
+        matches!(self, Op::ForwardRead { .. } | Op::ForwardLag(_))
+    }
+
+    #[cfg(not(feature = "forward"))]
+    fn is_forward_read(&self) -> bool {
+        false
     }
 
     /// The operation's name, for errors.
@@ -128,7 +165,7 @@ pub(super) enum Reply {
     },
     Added(Vec<Added>),
     Count(u64),
-    Claimed(Vec<Claimed>),
+    Reclaimed(Reclaimed),
     Unit,
     Retry(RetryOutcome),
     Step(Option<Claimed>),
@@ -139,6 +176,10 @@ pub(super) enum Reply {
     Stats(Stats),
     ByFlow(BTreeMap<String, u64>),
     Items(Vec<Item>),
+    #[cfg(feature = "forward")]
+    Outgoing(Vec<tables::Outgoing>),
+    #[cfg(feature = "forward")]
+    Lag(tables::Unforwarded),
     #[cfg(feature = "testing")]
     Locations(BTreeMap<u64, Vec<crate::Location>>),
     #[cfg(feature = "testing")]
@@ -253,12 +294,16 @@ fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
             Reply::Unit
         }
         Op::Retry(r, nb) => Reply::Retry(t.retry(r, *nb, now)?),
+        Op::Release(r, nb) => {
+            t.release(r, *nb)?;
+            Reply::Unit
+        }
         Op::DeadLetter(r, reason) => {
             t.dead_letter(r, reason, now)?;
             Reply::Unit
         }
         Op::Reclaim { min_idle_ms, count } => {
-            Reply::Claimed(t.reclaim_stale(*min_idle_ms, *count, now)?)
+            Reply::Reclaimed(t.reclaim_stale(*min_idle_ms, *count, now)?)
         }
         Op::Pause(f) => {
             t.pause(f)?;
@@ -285,6 +330,27 @@ fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
         Op::Stats => Reply::Stats(t.stats(now)?),
         Op::BacklogByFlow(n) => Reply::ByFlow(t.backlog_by_flow(*n, now)?),
         Op::Peek(n) => Reply::Items(t.peek(*n, now)?),
+        #[cfg(feature = "forward")]
+        Op::ForwardJournal => Reply::Count(t.forward_journal()?),
+        #[cfg(feature = "forward")]
+        Op::ForwardRead {
+            key,
+            flows,
+            max_items,
+            max_bytes,
+            late,
+        } => Reply::Outgoing(t.forward_read(
+            key,
+            flows.as_deref(),
+            *max_items,
+            *max_bytes,
+            *late,
+            now,
+        )?),
+        #[cfg(feature = "forward")]
+        Op::ForwardDone { key, ids, mark } => Reply::Count(t.forward_done(key, ids, *mark)?),
+        #[cfg(feature = "forward")]
+        Op::ForwardLag(flows) => Reply::Lag(t.forward_lag(flows.as_deref())?),
         #[cfg(feature = "testing")]
         Op::Locations => Reply::Locations(t.locations()?),
         #[cfg(feature = "testing")]
@@ -305,10 +371,25 @@ fn changed_nothing(e: &Error) -> bool {
 
 /// Run `reqs` in as few write transactions as possible: normally one. An
 /// operation that fails after it may have written aborts the transaction; it
-/// gets its error and the others run again without it.
-fn execute(db: &Database, limits: Limits, reqs: &[(Op, u64)]) -> Vec<Result<Reply>> {
+/// gets its error and the others run again without it. A transaction in
+/// which nothing was written (an empty claim, a reclaim or promotion that
+/// found nothing, reads) is aborted rather than committed: it costs no
+/// write and no fsync (SPEC 8, Idle). Returns the results and whether a
+/// commit changed the file.
+///
+/// `latest` is the latest time (ms) this process has seen: a clock more than
+/// the tolerance below it, or below the file's own latest commit time, has
+/// stepped back, and the transaction first moves the stored times back by
+/// the step (SPEC 8, Clock steps).
+fn execute(
+    db: &Database,
+    limits: Limits,
+    reqs: &[(Op, u64)],
+    latest: u64,
+) -> (Vec<Result<Reply>>, bool) {
     let mut results: Vec<Option<Result<Reply>>> = reqs.iter().map(|_| None).collect();
     let mut active: Vec<usize> = (0..reqs.len()).collect();
+    let mut changed = false;
     while !active.is_empty() {
         let fail_all = |results: &mut Vec<Option<Result<Reply>>>, active: &[usize], e: Error| {
             for &i in active {
@@ -331,8 +412,11 @@ fn execute(db: &Database, limits: Limits, reqs: &[(Op, u64)]) -> Vec<Result<Repl
         }
         let mut done: Vec<(usize, Result<Reply>)> = Vec::with_capacity(active.len());
         let mut poisoned: Option<(usize, Error)> = None;
+        let mut dirty = false;
+        let mut rebased = false;
         let opened = Tables::open(&txn, limits).and_then(|mut t| {
             let now = active.iter().map(|&i| reqs[i].1).max().unwrap_or(0);
+            rebased = t.observe_clock(latest, now)?;
             t.purge_expired(now)?;
             for &i in &active {
                 let (op, now) = &reqs[i];
@@ -345,6 +429,10 @@ fn execute(db: &Database, limits: Limits, reqs: &[(Op, u64)]) -> Vec<Result<Repl
                     }
                 }
             }
+            if poisoned.is_none() {
+                t.note_clock(now)?;
+            }
+            dirty = t.is_dirty();
             Ok(())
         });
         if let Err(e) = opened {
@@ -358,12 +446,18 @@ fn execute(db: &Database, limits: Limits, reqs: &[(Op, u64)]) -> Vec<Result<Repl
             active.retain(|&j| j != i);
             continue;
         }
+        // Commit only what changed something, and never a batch of reads
+        // alone (unless it found the clock stepped back and moved the
+        // stored times, which must not be lost).
         let writes = active.iter().any(|&i| !reqs[i].0.is_read());
-        let finished = if writes {
+        let dirty = rebased || (dirty && writes);
+        let finished = if dirty {
             txn.commit().ctx("commit")
         } else {
             txn.abort().ctx("end read")
         };
+        // A failed commit may have happened all the same: wake waiters.
+        changed = dirty;
         match finished {
             Ok(()) => {
                 for (i, r) in done {
@@ -374,10 +468,11 @@ fn execute(db: &Database, limits: Limits, reqs: &[(Op, u64)]) -> Vec<Result<Repl
         }
         break;
     }
-    results
+    let results = results
         .into_iter()
         .map(|r| r.unwrap_or_else(|| Err(Error::corrupt("operation was not run"))))
-        .collect()
+        .collect();
+    (results, changed)
 }
 
 fn panic_error(what: &str) -> Error {
@@ -526,6 +621,9 @@ struct Store {
     /// An operation failed with an I/O or storage error: before the next
     /// one, check whether redb has poisoned itself.
     suspect: bool,
+    /// The latest time (ms, queue clock) an operation brought, for noticing
+    /// a clock step back (SPEC 8, Clock steps).
+    latest: u64,
 }
 
 /// Whether `db` refuses all work after an earlier I/O error (redb then
@@ -593,6 +691,7 @@ pub(super) fn run(
         path,
         limits,
         suspect: false,
+        latest: 0,
     };
     let mut close_reply = None;
     'outer: while let Some(first) = rx.blocking_recv() {
@@ -625,10 +724,42 @@ pub(super) fn run(
         run_batch(&mut store, &wake, reqs);
     }
     rx.close();
+    save_clock(&mut store);
     drop(store);
     drop(claim);
     if let Some(reply) = close_reply {
         let _ = reply.send(());
+    }
+}
+
+/// At close: one commit (if the file's is older) of the latest time this
+/// process saw, so that a clock step back while the process is down is
+/// measured from it at the next open (SPEC 8, Clock steps). Best effort: a
+/// failure leaves the file's own latest commit time, a little older.
+fn save_clock(store: &mut Store) {
+    let (latest, limits) = (store.latest, store.limits);
+    if latest == 0 {
+        return;
+    }
+    let Ok(db) = store.ready() else {
+        return;
+    };
+    let saved = catch_unwind(AssertUnwindSafe(|| -> Result<()> {
+        let mut txn = db.begin_write().ctx("begin write transaction")?;
+        txn.set_durability(Durability::Immediate)
+            .ctx("set durability")?;
+        let wrote = Tables::open(&txn, limits).and_then(|mut t| t.save_clock(latest));
+        match wrote {
+            Ok(true) => txn.commit().ctx("commit clock"),
+            Ok(false) => txn.abort().ctx("end read"),
+            Err(e) => {
+                let _ = txn.abort();
+                Err(e)
+            }
+        }
+    }));
+    if !matches!(saved, Ok(Ok(()))) {
+        tracing::debug!("the latest clock reading was not saved at close");
     }
 }
 
@@ -644,25 +775,39 @@ fn run_batch(store: &mut Store, wake: &Notify, reqs: Vec<Request>) {
     }
     let (ops, replies): (Vec<(Op, u64)>, Vec<_>) =
         reqs.into_iter().map(|r| ((r.op, r.now), r.reply)).unzip();
-    let writes = ops.iter().any(|(op, _)| !op.is_read());
     let limits = store.limits;
-    let results = match store.ready() {
-        Ok(db) => match catch_unwind(AssertUnwindSafe(|| execute(&*db, limits, &ops))) {
-            Ok(results) => results,
-            Err(_) => ops
-                .iter()
-                .map(|_| Err(panic_error("a transaction")))
-                .collect(),
+    let latest = store.latest;
+    let now = ops.iter().map(|(_, now)| *now).max().unwrap_or(0);
+    // After a step back the clock's new reading is the latest from now on.
+    store.latest = if crate::clock::step_back(latest, now).is_some() {
+        now
+    } else {
+        latest.max(now)
+    };
+    let (results, changed) = match store.ready() {
+        Ok(db) => match catch_unwind(AssertUnwindSafe(|| execute(&*db, limits, &ops, latest))) {
+            Ok(out) => out,
+            // The commit may or may not have happened: wake the waiters.
+            Err(_) => (
+                ops.iter()
+                    .map(|_| Err(panic_error("a transaction")))
+                    .collect(),
+                true,
+            ),
         },
         Err(e) => {
             store.suspect = true;
-            ops.iter().map(|_| Err(e.duplicate())).collect()
+            (ops.iter().map(|_| Err(e.duplicate())).collect(), false)
         }
     };
     for r in &results {
         store.note(r);
     }
-    if writes {
+    // Only a commit that changed the file can give a waiting claim
+    // something to take (or a new timer to wait for). Waking waiters after
+    // a transaction that changed nothing made a waiting claim wake itself
+    // with its own empty claim, and claim again, without end.
+    if changed {
         wake.notify_waiters();
     }
     for (reply, result) in replies.into_iter().zip(results) {

@@ -12,7 +12,7 @@
 //! |---|---|---|
 //! | `{ns}:seq` | string | the id counter (`INCR`, first id 1) |
 //! | `{ns}:lease` | string | the lease counter: every claim gets a fresh one, the fencing token of its receipt |
-//! | `{ns}:item:<id>` | hash | the item, stored once: `flow`, `payload`, `enq`, `nb`, `dlv`, its state `st`, for a tier above 0 `pri` (tier) and `boost` (tier x `aging_step` in ms, fixed at add), and while pending `lane`, `ls` (lease), `ca` (claimed_at), `owner`; as a dead letter `reason`, `failed` |
+//! | `{ns}:item:<id>` | hash | the item, stored once: `flow`, `payload`, `enq`, `nb`, `dlv`, its state `st`, for a tier above 0 `pri` (tier) and `boost` (tier x `aging_step` in ms, fixed at add or at forwarding), and while pending `lane`, `ls` (lease), `ca` (claimed_at), `owner`; as a dead letter `reason`, `failed`; if forwarded (SPEC 10) `origin`, `oid` |
 //! | `{ns}:ready`, `{ns}:ready:due` | sorted set | the backlog and the due lane: one member `<position, 20 digits>:<id>` per ready item, scored by its rank (arrival - boost) |
 //! | `{ns}:pos` | string | the position counter of both ready lanes |
 //! | `{ns}:clocks` | hash | `backlog`, `due`: the latest arrival given in each lane |
@@ -21,6 +21,8 @@
 //! | `{ns}:parked:<flow>` | list | a paused flow's parked ids, oldest first; `{ns}:flows` is the set of flows with any |
 //! | `{ns}:paused` | set | paused flows |
 //! | `{ns}:dead` | list | dead-letter ids, newest first, at most `dead_letter_cap` |
+//! | `{ns}:clock` | string | the latest time (ms, queue clock) a script saw: a clock more than 1 s below it has stepped back, and the stored times move back with it (SPEC 8, Clock steps) |
+//! | `{ns}:dead:dropped` | string | how many dead letters were dropped past `dead_letter_cap`, ever |
 //! | `{ns}:dedup`, `{ns}:dedup:exp` | hash + sorted set | dedup key → first id, and when the key expires |
 //! | `{ns}:done`, `{ns}:done:exp` | hash + sorted set | `<id>:<step>` done markers and when they expire |
 //! | `{ns}:wake` | stream | wake-up signals for blocking claims (trimmed to 16 entries; holds no work) |
@@ -93,6 +95,13 @@
 //!   the platform's roots are trusted (`rustls-native-certs`); with one,
 //!   only that CA. `#insecure` URLs are refused: a queue's payloads and
 //!   receipts should not cross a network unauthenticated.
+//! - **Store and forward** (SPEC section 10). `scripts/forward.lua` takes a
+//!   batch from an edge journal and records, in the same script, the
+//!   highest local id taken per origin (`{ns}:forward:<origin>`: `journal`,
+//!   `mark`, `taken`; late ids in the set `{ns}:forward:late:<origin>`), so
+//!   a batch resent after a lost reply or a crash journals nothing twice.
+//!   Forwarded items are ordinary items with two more hash fields, `origin`
+//!   and `oid` (the local id), read by [`RedisQueue::origin`].
 //! - **Replication.** With `min_replicas > 0`, every write is followed by
 //!   `WAIT`; fewer acknowledgements than asked is an error saying how many
 //!   replicas acknowledged. The write has then happened on the primary.
@@ -110,14 +119,17 @@ use crate::clock::SharedClock;
 use crate::config::{Config, ms};
 use crate::error::{Error, Result};
 use crate::item::{
-    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, RetryOutcome, Stats,
+    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
     check_new_item, require_flow,
 };
 use crate::queue::WorkQueue;
 
+pub(crate) mod forward;
 pub(crate) mod reply;
 
-use reply::{array, at, bytes, claims, int, opt_uint, text, uint};
+pub use forward::Origin;
+
+use reply::{array, at, bytes, claims, int, opt_uint, text, u32_of, uint};
 
 /// Default of [`RedisOptions::connect_timeout`]: 5 s.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -344,6 +356,7 @@ struct Scripts {
     ack: Script,
     touch: Script,
     retry: Script,
+    release: Script,
     dead_letter: Script,
     park: Script,
     step: Script,
@@ -355,6 +368,8 @@ struct Scripts {
     stats: Script,
     look: Script,
     migrate: Script,
+    #[cfg(feature = "forward")]
+    forward: Script,
 }
 
 impl Scripts {
@@ -366,6 +381,7 @@ impl Scripts {
             ack: script!("ack"),
             touch: script!("touch"),
             retry: script!("retry"),
+            release: script!("release"),
             dead_letter: script!("dead_letter"),
             park: script!("park"),
             step: script!("step"),
@@ -377,6 +393,8 @@ impl Scripts {
             stats: script!("stats"),
             look: script!("look"),
             migrate: script!("migrate"),
+            #[cfg(feature = "forward")]
+            forward: script!("forward"),
         }
     }
 }
@@ -1166,6 +1184,19 @@ impl WorkQueue for RedisQueue {
         }
     }
 
+    async fn release(&self, receipt: Receipt, not_before_ms: u64) -> Result<()> {
+        let mut args = Vec::new();
+        receipt_args(&mut args, &receipt);
+        args.push(not_before_ms.min(MAX_LUA_MS).to_string().into_bytes());
+        let v = self
+            .run("release", &self.inner.scripts.release, args, true)
+            .await?;
+        if int(&v, "release")? < 0 {
+            return Err(Self::receipt_lost(&receipt));
+        }
+        Ok(())
+    }
+
     async fn dead_letter(&self, receipt: Receipt, reason: &str) -> Result<()> {
         let mut args = Vec::new();
         receipt_args(&mut args, &receipt);
@@ -1189,7 +1220,7 @@ impl WorkQueue for RedisQueue {
         Ok(())
     }
 
-    async fn reclaim_stale(&self, min_idle: Duration, count: usize) -> Result<Vec<Claimed>> {
+    async fn reclaim(&self, min_idle: Duration, count: usize) -> Result<Reclaimed> {
         if count == 0 {
             return Err(Error::invalid("reclaim count must be at least 1"));
         }
@@ -1211,7 +1242,25 @@ impl WorkQueue for RedisQueue {
             "reclaim_stale",
         );
         self.log_dropped(uint(at(a, 2, "reclaim")?, "reclaim dropped")?);
-        Ok(got)
+        let dead = array(at(a, 3, "reclaim")?, "reclaim dead")?;
+        let mut dead_lettered = Vec::with_capacity(dead.len() / 3);
+        for d in dead.chunks(3) {
+            let [id, delivery, lease] = d else {
+                return Err(Error::Decode {
+                    what: "redis reply (reclaim dead)".into(),
+                    detail: format!("{} values, not a multiple of 3", dead.len()),
+                });
+            };
+            dead_lettered.push(Receipt {
+                id: uint(id, "reclaim dead id")?,
+                delivery: u32_of(delivery, "reclaim dead delivery")?,
+                lease: uint(lease, "reclaim dead lease")?,
+            });
+        }
+        Ok(Reclaimed {
+            claimed: got,
+            dead_lettered,
+        })
     }
 
     async fn pause(&self, flow: &str) -> Result<()> {
@@ -1377,7 +1426,12 @@ impl WorkQueue for RedisQueue {
             .run("stats", &self.inner.scripts.stats, Vec::new(), false)
             .await?;
         let a = array(&v, "stats")?;
-        let n = |i: usize, what: &str| -> Result<u64> { uint(at(a, i, "stats")?, what) };
+        // A count is never a reason for stats to fail: one made wrong by
+        // keys changed behind the queue's back reads as 0 (SPEC 8, Redis
+        // keys changed by hand).
+        let n = |i: usize, what: &str| -> Result<u64> {
+            Ok(u64::try_from(int(at(a, i, "stats")?, what)?).unwrap_or(0))
+        };
         let now = n(7, "stats now")?;
         Ok(Stats {
             backlog: n(0, "stats backlog")?,
@@ -1386,6 +1440,7 @@ impl WorkQueue for RedisQueue {
             delayed: n(3, "stats delayed")?,
             parked: n(4, "stats parked")?,
             dead_letters: n(5, "stats dead letters")?,
+            dead_letters_dropped: n(8, "stats dead letters dropped")?,
             oldest_pending_age_ms: opt_uint(at(a, 6, "stats")?, "stats oldest")?
                 .map(|t| now.saturating_sub(t)),
             durable: true,

@@ -154,6 +154,9 @@ pub(crate) enum Command {
     },
     /// Give free space in the queue file back to the file system.
     Compact,
+    /// Hand the file's items over to the Redis queue at --redis, exactly
+    /// once, until stopped (needs the `forward` feature).
+    Forward(crate::forward::ForwardArgs),
 }
 
 #[derive(Debug, Args)]

@@ -31,8 +31,9 @@ pub(crate) async fn open_read_only(global: &Global) -> CliResult<BoxQueue> {
     Ok(BoxQueue::new(queue))
 }
 
+/// The Redis options the global flags give (TLS CA and client certificate).
 #[cfg(feature = "redis")]
-async fn open_redis(url: &str, global: &Global, config: Config) -> CliResult<BoxQueue> {
+pub(crate) fn redis_options(global: &Global) -> workjournal::RedisOptions {
     let mut options = workjournal::RedisOptions::default();
     if let Some(ca) = &global.redis_ca {
         options = options.tls_ca_file(ca);
@@ -40,6 +41,12 @@ async fn open_redis(url: &str, global: &Global, config: Config) -> CliResult<Box
     if let (Some(cert), Some(key)) = (&global.redis_cert, &global.redis_key) {
         options = options.tls_client_cert_files(cert, key);
     }
+    options
+}
+
+#[cfg(feature = "redis")]
+async fn open_redis(url: &str, global: &Global, config: Config) -> CliResult<BoxQueue> {
+    let options = redis_options(global);
     let queue = workjournal::RedisQueue::connect(url, &global.namespace, config, options)
         .await
         .map_err(|e| match e {
@@ -78,6 +85,9 @@ pub(crate) async fn run(cli: Cli) -> CliResult {
     if let Command::Step(args) = &cli.command {
         return crate::work::step(&cli.global, args).await;
     }
+    if let Command::Forward(args) = &cli.command {
+        return crate::forward::forward(&cli.global, args).await;
+    }
     if let Command::Add(args) = &cli.command {
         // The input is read (or opened) before the queue, so that a missing
         // `--file` leaves no new queue file behind (SPEC section 9).
@@ -110,7 +120,11 @@ pub(crate) async fn run(cli: Cli) -> CliResult {
 async fn one(queue: &BoxQueue, command: Command) -> CliResult {
     let mut out = std::io::stdout();
     match command {
-        Command::Add(_) | Command::Work(_) | Command::Step(_) | Command::Supervise { .. } => Ok(()),
+        Command::Add(_)
+        | Command::Work(_)
+        | Command::Step(_)
+        | Command::Supervise { .. }
+        | Command::Forward(_) => Ok(()),
         Command::Stats { json, watch } => stats(queue, json, watch).await,
         Command::Peek { n, json } => {
             let items = if n == 0 {
@@ -284,8 +298,14 @@ async fn print_stats(queue: &BoxQueue, json: bool, one_line: bool) -> CliResult 
         v.to_string()
     } else if one_line {
         format!(
-            "backlog={} due={} delayed={} pending={} parked={} dead_letters={}",
-            s.backlog, s.due, s.delayed, s.pending, s.parked, s.dead_letters
+            "backlog={} due={} delayed={} pending={} parked={} dead_letters={} dead_letters_dropped={}",
+            s.backlog,
+            s.due,
+            s.delayed,
+            s.pending,
+            s.parked,
+            s.dead_letters,
+            s.dead_letters_dropped
         )
     } else {
         let oldest = match s.oldest_pending_age_ms {
@@ -297,8 +317,13 @@ async fn print_stats(queue: &BoxQueue, json: bool, one_line: bool) -> CliResult 
         } else {
             paused.join(", ")
         };
+        // Dead letters dropped past the cap are never silent (SPEC 9).
+        let dropped = match s.dead_letters_dropped {
+            0 => String::new(),
+            n => format!(" ({n} dropped past the cap)"),
+        };
         format!(
-            "backlog       {} (due {})\ndelayed       {}\npending       {}{oldest}\nparked        {}\ndead letters  {}\npaused flows  {paused}\ndurable       {}",
+            "backlog       {} (due {})\ndelayed       {}\npending       {}{oldest}\nparked        {}\ndead letters  {}{dropped}\npaused flows  {paused}\ndurable       {}",
             s.backlog,
             s.due,
             s.delayed,

@@ -34,6 +34,9 @@ const STDERR_DRAIN: Duration = Duration::from_millis(100);
 /// The supervisor's exit code when it could not start `sh`.
 pub(crate) const NOT_STARTED: u8 = 125;
 
+/// How the reason of a command that could not be started begins.
+const CANNOT_START: &str = "cannot start sh";
+
 /// The hidden subcommand that runs the supervisor.
 pub(crate) const SUPERVISE: &str = "__supervise";
 
@@ -50,6 +53,10 @@ pub(crate) enum Outcome {
     Ok,
     /// The command failed.
     Failed(Failure),
+    /// The command could not be started (`sh` missing, too many open
+    /// files, no memory): the worker's failure, not the item's, so it is
+    /// not a delivery (SPEC 9, Worker).
+    NotStarted(Failure),
     /// The command died of SIGPIPE while our stdout is a pipe or socket: the
     /// reader of our output is gone (`work ... | head`). Not the item's fault.
     StdoutClosed,
@@ -119,6 +126,7 @@ fn supervisor_program() -> std::path::PathBuf {
 pub(crate) async fn run(cmd: &str, claimed: &Claimed, timeout: Option<Duration>) -> Outcome {
     match run_inner(cmd, claimed, timeout).await {
         Ok(()) => Outcome::Ok,
+        Err((failure, None)) if failure.0.starts_with(CANNOT_START) => Outcome::NotStarted(failure),
         Err((failure, signal)) => {
             if signal == Some(SIGPIPE) && stdout_is_pipe() {
                 Outcome::StdoutClosed
@@ -156,7 +164,7 @@ async fn run_inner(
         // finish).
         .process_group(0)
         .spawn()
-        .map_err(|e| (Failure(format!("cannot start sh: {e}")), None))?;
+        .map_err(|e| (Failure(format!("{CANNOT_START}: {e}")), None))?;
     let mut group = GroupKill(child.id());
 
     // Held until the command has been reaped: the supervisor's lifeline.
@@ -241,6 +249,16 @@ async fn run_inner(
     }
     if status.success() {
         return Ok(());
+    }
+    if status.code() == Some(i32::from(NOT_STARTED)) {
+        // The supervisor's own word that `sh` never ran (a command of the
+        // user's that exits 125 does not also print this as its last line).
+        let text = String::from_utf8_lossy(&tail);
+        if let Some(line) = text.lines().rev().find(|l| !l.trim().is_empty()) {
+            if line.starts_with(CANNOT_START) {
+                return Err((Failure(line.to_string()), None));
+            }
+        }
     }
     let (how, signal) = match status.code() {
         Some(c) => (format!("command exited with code {c}"), c.checked_sub(128)),
@@ -364,7 +382,7 @@ pub(crate) fn supervise(payload_bytes: u64, cmd: &str) -> ExitCode {
 }
 
 fn not_started(e: &std::io::Error) -> ExitCode {
-    let _ = writeln!(std::io::stderr(), "cannot start sh: {e}");
+    let _ = writeln!(std::io::stderr(), "{CANNOT_START}: {e}");
     ExitCode::from(NOT_STARTED)
 }
 

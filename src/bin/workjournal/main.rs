@@ -28,6 +28,7 @@ mod add;
 mod args;
 mod commands;
 mod exec;
+mod forward;
 mod work;
 
 use std::io::Write;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::sync::Notify;
-use workjournal::{BoxQueue, Config, RetryPolicy, WorkQueue, Worker, WorkerEvent};
+use workjournal::{BoxQueue, Config, HandlerError, RetryPolicy, WorkQueue, Worker, WorkerEvent};
 
 use crate::args::{ExecArgs, Global, StepArgs, WorkArgs};
 use crate::{CliError, CliResult, code, exec};
@@ -44,7 +44,7 @@ struct Counters {
 
 /// Notifies `first` at the first Ctrl-C, SIGTERM or SIGHUP (a closed ssh
 /// session: a graceful stop too), `second` at the next.
-fn signals(first: Arc<Notify>, second: Arc<Notify>) -> CliResult {
+pub(crate) fn signals(first: Arc<Notify>, second: Arc<Notify>) -> CliResult {
     use tokio::signal::unix::{SignalKind, signal};
     let err = |e: std::io::Error| {
         CliError::new(
@@ -223,7 +223,8 @@ async fn run_work(queue: &BoxQueue, args: &WorkArgs) -> CliResult {
             async move {
                 match exec::run(&cmd, &claimed, timeout).await {
                     exec::Outcome::Ok => Ok(()),
-                    exec::Outcome::Failed(f) => Err(f),
+                    exec::Outcome::Failed(f) => Err(HandlerError::from(f)),
+                    exec::Outcome::NotStarted(f) => Err(HandlerError::not_attempted(f)),
                     exec::Outcome::StdoutClosed => {
                         // Not a failure of the item: never report back; the
                         // run is dropped and the item stays pending.
@@ -277,6 +278,20 @@ async fn run_work(queue: &BoxQueue, args: &WorkArgs) -> CliResult {
         "done: {} acked, {} retried, {} dead-lettered in {:.1}s ({:.1} items/s)",
         report.acked, report.retried, report.dead_lettered, secs, rate
     );
+    if report.dead_letters_dropped > 0 {
+        // Past the dead-letter cap a letter is dropped for good: say so
+        // rather than count it as kept (SPEC 9).
+        summary.push_str(&format!(
+            " ({} of them dropped past the dead-letter cap)",
+            report.dead_letters_dropped
+        ));
+    }
+    if report.released > 0 {
+        summary.push_str(&format!(
+            "; {} given back without spending a delivery",
+            report.released
+        ));
+    }
     if report.abandoned > 0 {
         summary.push_str(&format!(
             "; {} still running at shutdown, left for reclaim",
@@ -332,9 +347,11 @@ async fn run_step(queue: &BoxQueue, args: &StepArgs) -> CliResult {
     let run = async {
         match exec::run(&args.exec.exec, &claimed, args.exec.timeout).await {
             exec::Outcome::Ok => Ok(()),
-            exec::Outcome::Failed(f) => Err(f),
-            exec::Outcome::StdoutClosed => Err(exec::Failure(
-                "command killed by SIGPIPE: stdout was closed".to_string(),
+            exec::Outcome::Failed(f) => Err((f, true)),
+            exec::Outcome::NotStarted(f) => Err((f, false)),
+            exec::Outcome::StdoutClosed => Err((
+                exec::Failure("command killed by SIGPIPE: stdout was closed".to_string()),
+                true,
             )),
         }
     };
@@ -358,7 +375,21 @@ async fn run_step(queue: &BoxQueue, args: &StepArgs) -> CliResult {
             queue.ack(receipt).await?;
             writeln!(out, "item {} done", receipt.id).map_err(CliError::output)
         }
-        Err(failure) => {
+        Err((failure, false)) => {
+            // Not an attempt (SPEC 9, Worker): the item goes back to the
+            // flow's parked tail with its delivery given back.
+            let now = queue.now_ms().await?;
+            queue.release(receipt, now).await?;
+            Err(CliError::new(
+                code::FAILURE,
+                format!(
+                    "item {} not run, given back: {}",
+                    receipt.id,
+                    first_line(&failure.0)
+                ),
+            ))
+        }
+        Err((failure, true)) => {
             let what = if receipt.delivery >= args.exec.max_deliveries {
                 queue.dead_letter(receipt, &failure.0).await?;
                 "dead-lettered"

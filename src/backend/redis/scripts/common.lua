@@ -20,11 +20,15 @@ local K_PENDING = P .. 'pending'
 local K_PAUSED = P .. 'paused'
 local K_FLOWS = P .. 'flows'
 local K_DEAD = P .. 'dead'
+local K_DEAD_DROPPED = P .. 'dead:dropped'
 local K_DEDUP = P .. 'dedup'
 local K_DEDUP_EXP = P .. 'dedup:exp'
 local K_DONE = P .. 'done'
 local K_DONE_EXP = P .. 'done:exp'
 local K_WAKE = P .. 'wake'
+local K_CLOCK = P .. 'clock'
+-- CLOCK_STEP_TOLERANCE_MS of the crate: a smaller move back is noise.
+local CLOCK_TOLERANCE = 1000
 local PRUNE_LIMIT = 500
 
 local function item_key(id) return P .. 'item:' .. id end
@@ -35,13 +39,48 @@ local function pad(id) return string.format('%020d', tonumber(id)) end
 local function unpad(m) return string.format('%d', tonumber(m)) end
 local function fmt(n) return string.format('%d', n) end
 
+-- Move every member's score of sorted set `key` back by `back` (not below
+-- 0); `field`, if given, is the item-hash field that mirrors the score.
+local function shift_scores(key, back, field)
+  local all = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  for i = 1, #all - 1, 2 do
+    local m = all[i]
+    local t = tonumber(all[i + 1]) - back
+    if t < 0 then t = 0 end
+    redis.call('ZADD', key, t, m)
+    if field then redis.call('HSET', item_key(unpad(m)), field, fmt(t)) end
+  end
+end
+
+-- SPEC 8, Clock steps: a clock more than the tolerance below the latest
+-- time the queue has seen has stepped back; move every timer, claim time
+-- and expiry back by the step, so that waits are measured in elapsed time.
+local function observe_clock(now)
+  local high = tonumber(redis.call('GET', K_CLOCK) or '0') or 0
+  if high - now > CLOCK_TOLERANCE then
+    local back = high - now
+    shift_scores(K_DELAYED, back, 'nb')
+    shift_scores(K_PENDING, back, 'ca')
+    shift_scores(K_DONE_EXP, back, nil)
+    shift_scores(K_DEDUP_EXP, back, nil)
+    redis.log(redis.LOG_WARNING, 'workjournal: the clock stepped back ' .. back .. ' ms in ' .. P .. ': timers and leases moved with it')
+    redis.call('SET', K_CLOCK, fmt(now))
+  elseif now > high then
+    redis.call('SET', K_CLOCK, fmt(now))
+  end
+end
+
 local function clock_now()
   local a = ARGV[1]
+  local now
   if a == nil or a == '' then
     local t = redis.call('TIME')
-    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  else
+    now = tonumber(a)
   end
-  return tonumber(a)
+  observe_clock(now)
+  return now
 end
 
 local function wake()
@@ -136,6 +175,7 @@ local function bury(id, reason, now, cap)
     redis.call('DEL', item_key(old))
     dropped = dropped + 1
   end
+  if dropped > 0 then redis.call('INCRBY', K_DEAD_DROPPED, dropped) end
   return dropped
 end
 
@@ -178,4 +218,70 @@ local function next_due()
   local r = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
   if r[2] then return r[2] end
   return ''
+end
+
+-- Forget dedup keys whose window ended (a bounded number per call).
+local function prune_dedup(now)
+  local old = redis.call('ZRANGEBYSCORE', K_DEDUP_EXP, '-inf', now, 'LIMIT', 0, PRUNE_LIMIT)
+  for _, key in ipairs(old) do
+    redis.call('HDEL', K_DEDUP, key)
+    redis.call('ZREM', K_DEDUP_EXP, key)
+  end
+end
+
+-- The first id added under dedup `key`, while its window is open.
+local function dedup_known(key, now)
+  local exp = redis.call('ZSCORE', K_DEDUP_EXP, key)
+  if exp and tonumber(exp) > now then return redis.call('HGET', K_DEDUP, key) end
+  return nil
+end
+
+-- How many of `items` would journal a new item: each {has_key, key}; a key
+-- earlier in the batch is live only while its window is open (never with a
+-- window of 0, deduplication off).
+local function count_fresh(items, now, window)
+  local fresh = 0
+  local seen = {}
+  for _, it in ipairs(items) do
+    if it[1] == '1' then
+      local key = it[2]
+      if not (seen[key] and window > 0) and not dedup_known(key, now) then
+        seen[key] = true
+        fresh = fresh + 1
+      end
+    else
+      fresh = fresh + 1
+    end
+  end
+  return fresh
+end
+
+-- Whether `fresh` new items would push backlog + due + delayed past `limit`
+-- ("" = no limit). The ready lanes hold ready items only (a claim takes
+-- the member out), so their sizes are the counts.
+local function over_capacity(limit, fresh)
+  if limit == '' or fresh == 0 then return false end
+  local waiting = redis.call('ZCARD', K_READY) + redis.call('ZCARD', K_READY_DUE)
+    + redis.call('ZCARD', K_DELAYED)
+  return waiting + fresh > tonumber(limit)
+end
+
+-- Journal one new item of tier `pri` (`boost` = tier x aging_step in ms,
+-- SPEC 3, Priority); nb = '' for the backlog. Returns its id.
+local function new_item(flow, payload, enq, nb, pri, boost, has_key, key, now, window)
+  local id = fmt(redis.call('INCR', K_SEQ))
+  local k = item_key(id)
+  redis.call('HSET', k, 'flow', flow, 'payload', payload, 'enq', enq, 'dlv', 0)
+  if pri ~= '0' and pri ~= '' then redis.call('HSET', k, 'pri', pri, 'boost', boost) end
+  if nb ~= '' then
+    redis.call('HSET', k, 'nb', nb, 'st', 'delayed')
+    redis.call('ZADD', K_DELAYED, nb, pad(id))
+  else
+    to_backlog(id, now)
+  end
+  if has_key == '1' then
+    redis.call('HSET', K_DEDUP, key, id)
+    redis.call('ZADD', K_DEDUP_EXP, now + window, key)
+  end
+  return id
 end

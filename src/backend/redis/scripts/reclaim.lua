@@ -3,7 +3,8 @@
 -- score is claimed_at and its members are padded ids, so its order is
 -- exactly that, and every stale item is reached however many fresh ones
 -- there are. An item of a paused flow is parked (deliveries unchanged) and
--- not counted. Returns {items, missing, dropped}.
+-- not counted. Returns {items, missing, dropped, dead}, where dead lists
+-- id, deliveries, lease of each stale claim dead-lettered instead.
 local now = clock_now()
 local consumer = ARGV[2]
 local cutoff = now - tonumber(ARGV[3])
@@ -36,13 +37,17 @@ while taking < count do
   end
 end
 -- Phase 2: apply.
-local out, dropped = {}, 0
+local out, dropped, dead = {}, 0, {}
 for _, p in ipairs(plan) do
   local id, what = p[1], p[2]
   if what == 'missing' then
     redis.call('ZREM', K_PENDING, p[3])
     missing = missing + 1
   elseif what == 'bury' then
+    local f = redis.call('HMGET', item_key(id), 'dlv', 'ls')
+    dead[#dead + 1] = id
+    dead[#dead + 1] = f[1] or '0'
+    dead[#dead + 1] = f[2] or '0'
     release(id)
     dropped = dropped + bury(id, 'max deliveries exceeded', now, cap)
   elseif what == 'park' then
@@ -56,4 +61,4 @@ end
 if missing > 0 then
   redis.log(redis.LOG_WARNING, 'workjournal: ' .. missing .. ' pending ids without an item record in ' .. P)
 end
-return { out, missing, dropped }
+return { out, missing, dropped, dead }
