@@ -178,3 +178,10 @@ pub(crate) fn rank(arrival_ms: u64, tier: u8, aging_step: Duration) -> i64 {
     let step = i64::try_from(ms(aging_step.min(MAX_AGING_STEP))).unwrap_or(1 << 30);
     arrival - i64::from(tier) * step
 }
+
+/// A lane rank moved back by a clock step of `back_ms` (SPEC 8, Clock
+/// steps): the rank `rank` gives an arrival `back_ms` earlier, the tier's
+/// share unchanged.
+pub(crate) fn rank_back(rank: i64, back_ms: u64) -> i64 {
+    rank.saturating_sub(i64::try_from(back_ms.min(1 << 52)).unwrap_or(1 << 52))
+}

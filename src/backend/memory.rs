@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::clock::{SharedClock, SystemClock};
-use crate::config::{Config, MEMORY_DONE_MARKER_CAP, ms, rank};
+use crate::config::{Config, MEMORY_DONE_MARKER_CAP, ms, rank, rank_back};
 use crate::error::{Error, Result};
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, NewItem, Receipt,
@@ -540,6 +540,17 @@ impl Model {
             for (_, t) in self.dedup.values_mut() {
                 *t = t.saturating_sub(back);
             }
+            // SPEC 3, Priority: the lanes' arrivals move back too, so that
+            // items arriving after the step rank behind those waiting and
+            // aging counts elapsed time.
+            for lane in [&mut self.backlog, &mut self.due] {
+                *lane = std::mem::take(lane)
+                    .into_iter()
+                    .map(|((r, seq), id)| ((rank_back(r, back), seq), id))
+                    .collect();
+            }
+            self.backlog_clock = self.backlog_clock.saturating_sub(back);
+            self.due_clock = self.due_clock.saturating_sub(back);
             self.latest_ms = now_ms;
         } else {
             self.latest_ms = self.latest_ms.max(now_ms);

@@ -23,7 +23,7 @@ use redb::{
 };
 
 use crate::codec::{self, DeadRecord, INLINE_PAYLOAD_BYTES, ItemRecord, LeaseRecord};
-use crate::config::rank;
+use crate::config::{rank, rank_back};
 use crate::error::{Error, Result};
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, NewItem, Receipt,
@@ -668,6 +668,41 @@ impl<'t> Tables<'t> {
     }
 
     fn rebase(&mut self, back: u64) -> Result<()> {
+        // SPEC 3, Priority: the lanes' arrivals move back too, so that
+        // items arriving after the step rank behind those waiting and aging
+        // counts elapsed time. All entries go before any comes back, so a
+        // moved key never meets one not moved yet.
+        for lane in [Lane::Backlog, Lane::Due] {
+            let table = if lane == Lane::Due {
+                self.due_mut()?
+            } else {
+                self.backlog_mut()?
+            };
+            let mut entries = Vec::new();
+            while let Some((k, v)) = table
+                .pop_first()
+                .ctx("move ready lane")?
+                .map(|(k, v)| (k.value(), v.value()))
+            {
+                entries.push((k, v));
+            }
+            for ((r, seq), id) in entries {
+                table
+                    .insert((rank_back(r, back), seq), id)
+                    .ctx("move ready lane")?;
+            }
+            let key = if lane == Lane::Due {
+                DUE_CLOCK
+            } else {
+                BACKLOG_CLOCK
+            };
+            let t = self.counter(key, 0)?;
+            if t > 0 {
+                self.meta_mut()?
+                    .insert(key, t.saturating_sub(back))
+                    .ctx("move lane clock")?;
+            }
+        }
         let mut delayed = Vec::new();
         for entry in self.delayed()?.iter().ctx("scan delayed")? {
             delayed.push(entry.ctx("scan delayed")?.0.value());

@@ -38,8 +38,10 @@
 //!   backlog and the due lane are sorted sets scored by the rank `arrival -
 //!   tier x aging_step`: the arrival is the time the item entered the lane
 //!   (add, resume and redrive: now; promotion: its `not_before`), raised to
-//!   the lane's latest arrival (`{ns}:clocks`) so that a clock stepping
-//!   back keeps FIFO; the tier's share (`boost`) is fixed when the item is
+//!   the lane's latest arrival (`{ns}:clocks`) so that a promoted timer
+//!   older than the last one keeps FIFO; a clock step back (SPEC 8) moves
+//!   every rank and both lane clocks back by the step in the script that
+//!   notices it (`observe_clock` in `scripts/common.lua`); the tier's share (`boost`) is fixed when the item is
 //!   added, with the adding handle's `aging_step`. Members start with a
 //!   position counter padded to 20 digits, so equal ranks go by position,
 //!   and at tier 0 the order is plain FIFO. A claim takes the lowest ranks

@@ -52,9 +52,28 @@ local function shift_scores(key, back, field)
   end
 end
 
+-- Move a ready lane back by `back`: every rank (which may go below 0, a
+-- rank being arrival - boost) and the lane's latest arrival (`field` of
+-- the clocks hash), so that arrivals after the step still rank behind the
+-- items already waiting and aging keeps counting elapsed time (SPEC 3,
+-- Priority; SPEC 8, Clock steps).
+local function shift_lane(zset, field, back)
+  local all = redis.call('ZRANGE', zset, 0, -1, 'WITHSCORES')
+  for i = 1, #all - 1, 2 do
+    redis.call('ZADD', zset, fmt(tonumber(all[i + 1]) - back), all[i])
+  end
+  local last = redis.call('HGET', K_CLOCKS, field)
+  if last then
+    local t = tonumber(last) - back
+    if t < 0 then t = 0 end
+    redis.call('HSET', K_CLOCKS, field, fmt(t))
+  end
+end
+
 -- SPEC 8, Clock steps: a clock more than the tolerance below the latest
--- time the queue has seen has stepped back; move every timer, claim time
--- and expiry back by the step, so that waits are measured in elapsed time.
+-- time the queue has seen has stepped back; move every timer, claim time,
+-- expiry and ready-lane rank back by the step, so that waits are measured
+-- in elapsed time.
 local function observe_clock(now)
   local high = tonumber(redis.call('GET', K_CLOCK) or '0') or 0
   if high - now > CLOCK_TOLERANCE then
@@ -63,6 +82,8 @@ local function observe_clock(now)
     shift_scores(K_PENDING, back, 'ca')
     shift_scores(K_DONE_EXP, back, nil)
     shift_scores(K_DEDUP_EXP, back, nil)
+    shift_lane(K_READY, 'backlog', back)
+    shift_lane(K_READY_DUE, 'due', back)
     redis.log(redis.LOG_WARNING, 'workjournal: the clock stepped back ' .. back .. ' ms in ' .. P .. ': timers and leases moved with it')
     redis.call('SET', K_CLOCK, fmt(now))
   elseif now > high then
