@@ -1390,6 +1390,30 @@ pub async fn aging_counts_elapsed_time_across_a_clock_step(f: &dyn Factory) {
     assert_eq!(payloads(&claim(&e.q, 10).await), want);
 }
 
+/// A claim given back by `release` re-enters through delayed and the due
+/// lane with its tier: of two items released to the same time, the higher
+/// tier comes back first though its id is larger.
+pub async fn release_keeps_the_tier(f: &dyn Factory) {
+    let e = env(f).await;
+    e.q.add(tiered("lo", 0)).await.unwrap();
+    e.q.add(tiered("hi", 2)).await.unwrap();
+    let got = claim(&e.q, 2).await;
+    assert_eq!(payloads(&got), vec!["hi", "lo"]);
+    let at = T0 + 1_000;
+    e.q.release(got[1].receipt, at).await.unwrap();
+    e.q.release(got[0].receipt, at).await.unwrap();
+    e.clock.advance(Duration::from_secs(1));
+    let again = claim(&e.q, 2).await;
+    assert_eq!(payloads(&again), vec!["hi", "lo"]);
+    assert_eq!(
+        again
+            .iter()
+            .map(|c| (c.item.priority, c.item.deliveries, c.lane))
+            .collect::<Vec<_>>(),
+        vec![(2, 1, Lane::Due), (0, 1, Lane::Due)]
+    );
+}
+
 /// `backlog_by_flow` samples the same order as a claim.
 pub async fn backlog_by_flow_samples_in_priority_order(f: &dyn Factory) {
     let e = env(f).await;
@@ -1487,6 +1511,7 @@ macro_rules! conformance_case_list {
             priority_orders_the_due_lane_and_survives_retry,
             backlog_by_flow_samples_in_priority_order,
             aging_counts_elapsed_time_across_a_clock_step,
+            release_keeps_the_tier,
         }
     };
 }
