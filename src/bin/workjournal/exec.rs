@@ -254,10 +254,10 @@ async fn run_inner(
         // The supervisor's own word that `sh` never ran (a command of the
         // user's that exits 125 does not also print this as its last line).
         let text = String::from_utf8_lossy(&tail);
-        if let Some(line) = text.lines().rev().find(|l| !l.trim().is_empty()) {
-            if line.starts_with(CANNOT_START) {
-                return Err((Failure(line.to_string()), None));
-            }
+        if let Some(line) = text.lines().rev().find(|l| !l.trim().is_empty())
+            && line.starts_with(CANNOT_START)
+        {
+            return Err((Failure(line.to_string()), None));
         }
     }
     let (how, signal) = match status.code() {
