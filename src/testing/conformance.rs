@@ -78,6 +78,16 @@ fn payloads(claimed: &[Claimed]) -> Vec<String> {
         .collect()
 }
 
+/// The payloads `peek(n)` shows, in its order.
+async fn peek_payloads(q: &BoxQueue, n: usize) -> Vec<String> {
+    q.peek(n)
+        .await
+        .unwrap()
+        .iter()
+        .map(|i| String::from_utf8_lossy(&i.payload).into_owned())
+        .collect()
+}
+
 fn lease_lost<T: std::fmt::Debug>(r: Result<T, Error>) {
     match r {
         Err(Error::LeaseLost { .. }) => {}
@@ -1163,12 +1173,7 @@ pub async fn peek_does_not_claim(f: &dyn Factory) {
     e.q.add(in_flow("held", "p")).await.unwrap();
     add(&e.q, "b2").await;
     e.q.add_delayed(item("timer"), T0).await.unwrap();
-    let p = e.q.peek(10).await.unwrap();
-    let names: Vec<_> = p
-        .iter()
-        .map(|i| String::from_utf8_lossy(&i.payload).into_owned())
-        .collect();
-    assert_eq!(names, vec!["timer", "b1", "b2"]);
+    assert_eq!(peek_payloads(&e.q, 10).await, vec!["timer", "b1", "b2"]);
     assert_eq!(e.q.peek(1).await.unwrap().len(), 1);
     let s = e.q.stats().await.unwrap();
     assert_eq!((s.pending, s.delayed, s.parked), (0, 1, 0));
@@ -1298,13 +1303,7 @@ pub async fn aging_lets_a_waiting_low_tier_overtake(f: &dyn Factory) {
     e.q.add(tiered("new2", 2)).await.unwrap();
     e.q.add(tiered("new1", 1)).await.unwrap();
     e.q.add(tiered("new0", 0)).await.unwrap();
-    let peeked: Vec<String> =
-        e.q.peek(10)
-            .await
-            .unwrap()
-            .iter()
-            .map(|i| String::from_utf8_lossy(&i.payload).into_owned())
-            .collect();
+    let peeked = peek_payloads(&e.q, 10).await;
     let want = vec!["old0", "new2", "new1", "new0"];
     assert_eq!(peeked, want);
     assert_eq!(payloads(&claim(&e.q, 10).await), want);
@@ -1379,13 +1378,7 @@ pub async fn aging_counts_elapsed_time_across_a_clock_step(f: &dyn Factory) {
     let now = e.q.now_ms().await.unwrap();
     e.q.add_delayed(tiered("due1", 1), now).await.unwrap();
     let want = vec!["due0", "due1", "old0", "new1"];
-    let peeked: Vec<String> =
-        e.q.peek(10)
-            .await
-            .unwrap()
-            .iter()
-            .map(|i| String::from_utf8_lossy(&i.payload).into_owned())
-            .collect();
+    let peeked = peek_payloads(&e.q, 10).await;
     assert_eq!(peeked, want);
     assert_eq!(payloads(&claim(&e.q, 10).await), want);
 }
