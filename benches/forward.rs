@@ -1,4 +1,4 @@
-//! Store and forward (SPEC section 10): forwarding throughput from an
+//! Store and forward (SPEC section 11): forwarding throughput from an
 //! embedded queue into a Redis queue (criterion group `forwarding`, next to
 //! the Redis backend's `add_batch_100` in the report), and the lag while a
 //! 10 000-item backlog drains under a steady producer: how long the drain

@@ -145,6 +145,18 @@ const WORKLOADS: &[(&str, &str)] = &[
         "claim_ack_100_tiers_10",
         "claim+ack, batch 100, ten tiers mixed",
     ),
+    (
+        "remote_add_1_producer",
+        "through the socket: add, 1 producer",
+    ),
+    (
+        "remote_add_64_producers",
+        "through the socket: add, 64 producers",
+    ),
+    (
+        "remote_claim_ack_100",
+        "through the socket: claim+ack, batch 100",
+    ),
 ];
 
 const EMBEDDED_OTHERS: &[&str] = &[
@@ -155,6 +167,10 @@ const EMBEDDED_OTHERS: &[&str] = &[
     "tokio-sleep",
 ];
 const REDIS_OTHERS: &[&str] = &["raw-streams", "omniqueue", "tokio-sleep"];
+/// The remote backend's rows compare it with the same queue in-process and
+/// with a SQLite table shared by two writer processes.
+const REMOTE: &str = "workjournal-remote";
+const REMOTE_OTHERS: &[&str] = &[EMBEDDED, "sqlite-wal-2-processes"];
 
 /// How much better workjournal is than the other: > 1 means better.
 fn ratio(ours: Value, other: Value) -> f64 {
@@ -194,7 +210,16 @@ fn main() {
     println!("| workload | workjournal | baseline or peer | ratio |");
     println!("|---|---|---|---|");
     for (key, label) in WORKLOADS {
-        for (ours, others) in [(EMBEDDED, EMBEDDED_OTHERS), (REDIS, REDIS_OTHERS)] {
+        for (ours, others) in [
+            (EMBEDDED, EMBEDDED_OTHERS),
+            (REDIS, REDIS_OTHERS),
+            (REMOTE, REMOTE_OTHERS),
+        ] {
+            // In the remote groups the in-process embedded queue is the
+            // baseline, not a subject of its own.
+            if key.starts_with("remote_") != (ours == REMOTE) {
+                continue;
+            }
             let Some(&o) = r.get(&(key.to_string(), ours.to_string())) else {
                 continue;
             };
@@ -313,6 +338,19 @@ fn targets(r: &Results) {
             100_000.0,
             true,
             "",
+        );
+    }
+    for (key, goal) in [
+        ("remote_add_1_producer", 0.8),
+        ("remote_add_64_producers", 0.5),
+        ("remote_claim_ack_100", 0.5),
+    ] {
+        verdict(
+            &format!("{key}: through the socket vs in-process embedded"),
+            rat(key, REMOTE, EMBEDDED),
+            goal,
+            true,
+            "x",
         );
     }
     for (key, label) in WORKLOADS.iter().take(9) {

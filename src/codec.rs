@@ -83,6 +83,13 @@ pub(crate) fn lane_from_u8(v: u8, what: &str) -> Result<Lane> {
 }
 
 /// Encode `value` as a version byte plus bincode.
+///
+/// # Errors
+///
+/// `Storage` if bincode refuses the value. Not `InvalidInput`: an operation
+/// encodes records after it may have written others in the same
+/// transaction, and group commit takes `InvalidInput` to mean "wrote
+/// nothing", which would commit the half-done operation.
 pub(crate) fn encode<T: Encode>(value: &T) -> Result<Vec<u8>> {
     encode_as(RECORD_VERSION, value)
 }
@@ -105,7 +112,7 @@ pub(crate) fn decode_item(what: &str, bytes: &[u8]) -> Result<ItemRecord> {
 pub(crate) fn encode_as<T: Encode>(version: u8, value: &T) -> Result<Vec<u8>> {
     let mut out = vec![version];
     let body = bincode::encode_to_vec(value, bincode::config::standard())
-        .map_err(|e| Error::invalid(format!("record does not encode: {e}")))?;
+        .map_err(|e| Error::storage("encoding a record", e))?;
     out.extend_from_slice(&body);
     Ok(out)
 }
@@ -120,9 +127,21 @@ macro_rules! decode_with_limit {
                 );
             }
         )+
-        bincode::decode_from_slice($body, bincode::config::standard().with_limit::<{ 1 << 34 }>())
+        bincode::decode_from_slice($body, bincode::config::standard().with_limit::<LARGEST_LIMIT>())
     }};
 }
+
+/// The allocation limit for the largest records: 16 GiB where `usize` holds
+/// it, else the whole address space (a 32-bit target cannot hold a record
+/// near either). Computed in `u64` so that it never overflows `usize`.
+const LARGEST_LIMIT: usize = {
+    const WANT: u64 = 1 << 34;
+    if WANT > usize::MAX as u64 {
+        usize::MAX
+    } else {
+        WANT as usize
+    }
+};
 
 fn decode_body<T: Decode<()>>(
     body: &[u8],

@@ -27,12 +27,18 @@ pub enum Error {
     /// The receipt's claim is no longer current: the item was acked, reclaimed
     /// by another consumer, retried, parked or dead-lettered. Nothing changed;
     /// drop the work for this item (another consumer owns it now).
-    #[error("lease lost for item {id} (delivery {delivery}): the claim is no longer current")]
+    #[error(
+        "lease lost for item {id} (delivery {delivery}, lease {lease}): the claim is no longer current"
+    )]
     LeaseLost {
         /// The item's id.
         id: u64,
         /// The delivery number the receipt named.
         delivery: u32,
+        /// The lease number the receipt named: the one field that tells two
+        /// receipts of one item apart when a redrive repeats a delivery
+        /// number (SPEC section 2, receipt).
+        lease: u64,
     },
     /// Another process (or another handle in this process) holds the queue
     /// file. Close the other one, or point this one at another file.
@@ -124,6 +130,15 @@ impl Error {
         matches!(self, Error::LeaseLost { .. })
     }
 
+    /// [`Error::LeaseLost`] naming every field of `receipt`.
+    pub(crate) fn lease_lost(receipt: &crate::item::Receipt) -> Self {
+        Error::LeaseLost {
+            id: receipt.id,
+            delivery: receipt.delivery,
+            lease: receipt.lease,
+        }
+    }
+
     pub(crate) fn invalid(msg: impl Into<String>) -> Self {
         Error::InvalidInput(msg.into())
     }
@@ -153,13 +168,18 @@ impl Error {
 
     /// A copy for handing one failure to several waiting callers. Sources that
     /// cannot be cloned are folded into the text.
-    #[cfg_attr(not(feature = "embedded"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "embedded", feature = "redis")), allow(dead_code))]
     pub(crate) fn duplicate(&self) -> Self {
         match self {
             Error::Full { limit } => Error::Full { limit: *limit },
-            Error::LeaseLost { id, delivery } => Error::LeaseLost {
+            Error::LeaseLost {
+                id,
+                delivery,
+                lease,
+            } => Error::LeaseLost {
                 id: *id,
                 delivery: *delivery,
+                lease: *lease,
             },
             Error::Locked { path } => Error::Locked { path: path.clone() },
             Error::Corrupt { detail, source } => Error::Corrupt {

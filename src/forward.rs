@@ -1,4 +1,4 @@
-//! Store and forward (SPEC section 10, feature `forward`): an edge device
+//! Store and forward (SPEC section 11, feature `forward`): an edge device
 //! journals into its own [`EmbeddedQueue`] and a [`Forwarder`] hands the
 //! items over to a fleet's [`RedisQueue`] whenever Redis can be reached,
 //! exactly once.
@@ -53,7 +53,7 @@ pub const DEFAULT_MAX_BATCH_ITEMS: usize = 256;
 /// Default of [`ForwardOptions::max_batch_bytes`]: 1 MiB.
 pub const DEFAULT_MAX_BATCH_BYTES: usize = 1024 * 1024;
 
-/// Settings of a [`Forwarder`] (SPEC section 10).
+/// Settings of a [`Forwarder`] (SPEC section 11).
 #[derive(Debug, Clone)]
 pub struct ForwardOptions {
     max_batch_items: usize,
@@ -129,7 +129,7 @@ impl ForwardOptions {
     }
 }
 
-/// What the local queue has not handed over yet (SPEC section 10, lag).
+/// What the local queue has not handed over yet (SPEC section 11, lag).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Lag {
     /// Items of the forwarded flows waiting locally (backlog, due, delayed).
@@ -190,7 +190,7 @@ pub enum RunUntil {
 }
 
 /// Hands the items of an [`EmbeddedQueue`] over to a [`RedisQueue`],
-/// exactly once (SPEC section 10); see the module docs.
+/// exactly once (SPEC section 11); see the module docs.
 ///
 /// # Examples
 ///

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 /// ```
 /// use workjournal::NewItem;
 /// let item = NewItem::new(b"resize photo 7".to_vec()).flow("images").dedup_key("photo-7");
-/// assert_eq!(item.flow_name(), "images");
+/// assert_eq!(item.get_flow(), "images");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NewItem {
@@ -77,7 +77,7 @@ impl NewItem {
     }
 
     /// The flow this item will join.
-    pub fn flow_name(&self) -> &str {
+    pub fn get_flow(&self) -> &str {
         &self.flow
     }
 
@@ -87,13 +87,15 @@ impl NewItem {
     }
 
     /// The deduplication key, if any.
-    pub fn dedup_key_name(&self) -> Option<&str> {
+    pub fn get_dedup_key(&self) -> Option<&str> {
         self.dedup_key.as_deref()
     }
 }
 
-/// One unit of work as the queue holds it (SPEC section 2).
+/// One unit of work as the queue holds it (SPEC section 2). Made by the
+/// queue only; `#[non_exhaustive]` so that a field can be added.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Item {
     /// Assigned by the queue, unique and increasing within one queue, never
     /// reused; the idempotency key for side effects.
@@ -172,8 +174,9 @@ pub struct Receipt {
     pub lease: u64,
 }
 
-/// What a claim, a reclaim or a step hands back.
+/// What a claim, a reclaim or a step hands back. Made by the queue only.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Claimed {
     /// The item, with `deliveries` already counting this claim.
     pub item: Item,
@@ -218,8 +221,10 @@ pub enum RetryOutcome {
     DeadLettered,
 }
 
-/// Exact counts of every state (SPEC section 3, Looking).
+/// Exact counts of every state (SPEC section 3, Looking). Made by the queue
+/// only; `#[non_exhaustive]` so that a count can be added.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Stats {
     /// Items ready to run: backlog plus due lane.
     pub backlog: u64,
@@ -246,8 +251,10 @@ pub struct Stats {
     pub durable: bool,
 }
 
-/// An item given up on (SPEC section 3, Dead letters).
+/// An item given up on (SPEC section 3, Dead letters). Made by the queue
+/// only.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct DeadLetter {
     /// The item as it was when it failed.
     pub item: Item,

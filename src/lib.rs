@@ -11,28 +11,31 @@
 //! contract is `docs/SPEC.md`; every backend follows it and one conformance
 //! suite checks that they do.
 //!
-//! ## Backends
+//! ## Choosing a backend
 //!
-//! | backend | feature | storage |
-//! |---|---|---|
-//! | [`MemoryQueue`] | always | process memory; the reference model |
-//! | [`EmbeddedQueue`] | `embedded` (default) | one crash-safe redb file |
-//! | `RedisQueue` | `redis` | Redis (sorted sets and hashes), shared by many processes |
+//! | backend | feature | storage | pick it for |
+//! |---|---|---|---|
+//! | [`MemoryQueue`] | always | process memory, not durable | tests; the reference model |
+//! | [`EmbeddedQueue`] | `embedded` (default) | one crash-safe redb file | one process on one machine: edge devices, single servers |
+//! | `RedisQueue` | `redis` | Redis sorted sets and hashes; one server or a Redis Cluster (`redis+cluster://`) | many processes on many machines sharing one Redis |
+//! | `RemoteQueue` | `remote` | the queue another process serves (`workjournal serve`) | many processes on one node sharing one file |
 //!
-//! Choose at run time with [`BoxQueue`]. Other features: `cli` (default) builds
-//! the `workjournal` command; `testing` exposes the conformance cases;
-//! `forward` adds [`forward::Forwarder`], which hands an embedded queue's
-//! items over to a Redis queue exactly once (store and forward).
+//! [`PartitionedQueue`] spreads one queue over several queues of any
+//! backend (e.g. Redis namespaces on different cluster primaries): a flow
+//! stays on one partition, claims go round-robin, and FIFO and caps hold
+//! per partition (SPEC 6.1).
 //!
-//! ## Workers
+//! Every backend implements [`WorkQueue`]; code written against the trait
+//! runs on any of them. Choose at run time with [`BoxQueue`], or let
+//! `connect` pick the backend from a path or URL (feature `remote`). Other
+//! features: `cli` (default) builds the `workjournal` command (with `server`
+//! and `remote`); `server` serves any queue over HTTP + JSON on a Unix
+//! socket or TCP (docs/API.md); `forward` adds `forward::Forwarder`, which
+//! hands an embedded queue's items over to a Redis queue exactly once
+//! (store and forward); `testing` exposes the conformance cases, the
+//! reference model and the simulated disk ([`testing`], feature `testing`).
 //!
-//! [`Worker`] runs an async handler over a queue's items: claims into free
-//! slots, acks on `Ok`, retries with [`RetryPolicy`] backoff on `Err`,
-//! dead-letters on the last delivery, keeps leases fresh, reclaims stale
-//! items, promotes timers and shuts down gracefully. The `workjournal work
-//! --exec CMD` command is a `Worker` running a shell command per item.
-//!
-//! ## Example
+//! ## Adding, claiming, acknowledging
 //!
 //! ```
 //! use std::time::Duration;
@@ -43,23 +46,171 @@
 //! # let path = dir.path().join("jobs.redb");
 //! # tokio::runtime::Runtime::new()?.block_on(async {
 //! let queue = EmbeddedQueue::open(&path, Config::default()).await?;
-//! let added = queue.add(NewItem::new(b"send invoice 42".to_vec())).await?;
+//! queue.add(NewItem::new(b"send invoice 42".to_vec())).await?;
 //!
 //! for claimed in queue.claim(10, Duration::from_secs(1), ClaimFrom::All).await? {
-//!     // ... do the work, idempotently keyed by claimed.item.id ...
+//!     // ... do the work ...
 //!     queue.ack(claimed.receipt).await?;
 //! }
 //! assert_eq!(queue.stats().await?.pending, 0);
 //! queue.close().await?;
-//! # let _ = added;
 //! # Ok::<(), workjournal::Error>(())
 //! # })?;
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! A claim hands out a [`Receipt`]; every later operation on the item names
+//! it, and fails with [`Error::LeaseLost`] once someone else has taken the
+//! item over (after the claim went stale and was reclaimed).
+//!
+//! ## A worker with retries
+//!
+//! [`Worker`] runs an async handler over a queue's items: it claims into
+//! free slots, acks on `Ok`, retries with [`RetryPolicy`] backoff on `Err`,
+//! dead-letters on the queue's last delivery ([`Config::max_deliveries`],
+//! read through [`WorkQueue::max_deliveries`]), keeps leases fresh, reclaims
+//! stale items, promotes timers and shuts down gracefully.
+//!
+//! ```
+//! use std::time::Duration;
+//! use workjournal::{Config, MemoryQueue, NewItem, RetryPolicy, WorkQueue, Worker};
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let queue = MemoryQueue::new(Config::default().max_deliveries(2));
+//! queue.add(NewItem::new(b"flaky".to_vec())).await?;
+//!
+//! let report = Worker::new(queue.clone())
+//!     .concurrency(4)
+//!     .retry_policy(RetryPolicy::default().base(Duration::from_millis(10)))
+//!     .until_empty(true)
+//!     .run(
+//!         |claimed| async move {
+//!             if claimed.receipt.delivery < 2 {
+//!                 return Err("the far side was busy");
+//!             }
+//!             Ok(())
+//!         },
+//!         std::future::pending(),
+//!     )
+//!     .await?;
+//! assert_eq!((report.retried, report.acked), (1, 1));
+//! # Ok::<(), workjournal::Error>(())
+//! # }).unwrap();
+//! ```
+//!
+//! ## Idempotent side effects
+//!
+//! Delivery is at least once: a crash after the side effect and before the
+//! ack runs the item again. The item's `id` is stable through every move, so
+//! key side effects by it; [`worker::idempotent_step`] skips a step already
+//! marked done (within [`Config::done_ttl`]).
+//!
+//! ```
+//! use workjournal::{Config, Error, MemoryQueue, worker::idempotent_step};
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let queue = MemoryQueue::new(Config::default());
+//! let id = 42;
+//! let sent = idempotent_step(&queue, id, "email", || async { Ok::<_, Error>("sent") }).await?;
+//! let again = idempotent_step(&queue, id, "email", || async { Ok::<_, Error>("sent") }).await?;
+//! assert_eq!((sent, again), (Some("sent"), None));
+//! # Ok::<(), Error>(())
+//! # }).unwrap();
+//! ```
+//!
+//! ## Flows
+//!
+//! Items carry a flow name ([`NewItem::flow`]). Pausing a flow parks its
+//! items as claims meet them; [`WorkQueue::step`] runs one parked item (to
+//! try a fix on one before releasing the rest), [`WorkQueue::resume`] puts
+//! them all back in the backlog, oldest first.
+//!
+//! ```
+//! use std::time::Duration;
+//! use workjournal::{ClaimFrom, Config, MemoryQueue, NewItem, WorkQueue};
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let queue = MemoryQueue::new(Config::default());
+//! queue.pause("billing").await?;
+//! queue.add(NewItem::new(b"invoice 1".to_vec()).flow("billing")).await?;
+//! queue.add(NewItem::new(b"invoice 2".to_vec()).flow("billing")).await?;
+//! assert!(queue.claim(10, Duration::ZERO, ClaimFrom::All).await?.is_empty());
+//! assert_eq!(queue.parked("billing").await?, 2);
+//!
+//! let one = queue.step("billing").await?.expect("a parked item");
+//! queue.ack(one.receipt).await?;
+//! assert_eq!(queue.resume("billing").await?, 1);
+//! # Ok::<(), workjournal::Error>(())
+//! # }).unwrap();
+//! ```
+//!
+//! ## Choosing the backend at run time
+//!
+//! [`BoxQueue`] erases the backend's type, so a configuration flag can pick
+//! it (the `workjournal` command does):
+//!
+//! ```
+//! use workjournal::{BoxQueue, Config, EmbeddedQueue, MemoryQueue, WorkQueue};
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! # let dir = tempfile::tempdir().unwrap();
+//! let durable = true;
+//! let queue = if durable {
+//!     BoxQueue::new(EmbeddedQueue::open(dir.path().join("q.redb"), Config::default()).await?)
+//! } else {
+//!     BoxQueue::new(MemoryQueue::new(Config::default()))
+//! };
+//! assert!(queue.stats().await?.durable);
+//! # Ok::<(), workjournal::Error>(())
+//! # }).unwrap();
+//! ```
+//!
+//! ## Cancel safety
+//!
+//! Dropping any future of this crate never leaves a queue half-changed, and
+//! nothing is ever lost by cancelling; but not every method is cancel safe
+//! in tokio's sense (that dropping the future has no effect):
+//!
+//! - `claim`, `reclaim_stale` and `step` are not cancel safe: if the future
+//!   is dropped after the request reached the backend, the items it took may
+//!   be pending with nobody holding them. They come back through
+//!   `reclaim_stale` once idle (embedded: at the next open). Dropped while a
+//!   claim is still waiting, nothing was taken.
+//! - The other writes (`add`, `ack`, `retry`, ...) are not cancel safe
+//!   either: dropped, the write may or may not have happened, whole.
+//! - The reads (`stats`, `peek`, `next_due`, ...) are cancel safe.
+//!
+//! Each method's own `# Cancel safety` section says which case it is.
+//!
+//! ## Implementing `WorkQueue`
+//!
+//! A new backend implements [`WorkQueue`] and proves it with the
+//! conformance suite (feature `testing`): implement
+//! [`testing::Factory`] to make fresh queues, then expand one test per case
+//! of `docs/SPEC.md`:
+//!
+//! ```text
+//! mod my_backend {
+//!     workjournal::conformance_tests!(crate::MyFactory);
+//! }
+//! ```
+//!
+//! The [`testing::ops`] module drives a backend with random operation
+//! sequences against the reference [`testing::Model`].
+//!
+//! ## Naming
+//!
+//! Builder types ([`Config`], [`NewItem`], `RedisOptions`) set with the
+//! plain name and get with `get_` (as `std::process::Command` does).
 
 #![deny(missing_docs)]
+// No unwrap, expect or panic on any path that input, stored bytes or a
+// server reply can reach (SPEC section 5); the test support of `testing`
+// allows them module by module.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(unreachable_pub, missing_debug_implementations)]
 
 mod backend;
@@ -67,6 +218,8 @@ mod clock;
 #[cfg(feature = "embedded")]
 mod codec;
 mod config;
+#[cfg(feature = "remote")]
+mod connect;
 mod error;
 mod item;
 mod queue;
@@ -75,8 +228,15 @@ pub mod worker;
 #[cfg(feature = "forward")]
 pub mod forward;
 
+#[cfg(feature = "server")]
+pub mod server;
 #[cfg(feature = "testing")]
 pub mod testing;
+
+/// The README's Rust examples, compiled and run as doctests.
+#[cfg(all(doctest, feature = "embedded", feature = "redis"))]
+#[doc = include_str!("../README.md")]
+mod readme_doctests {}
 
 pub use clock::{CLOCK_STEP_TOLERANCE_MS, Clock, ManualClock, SharedClock, Sleep, SystemClock};
 pub use config::{
@@ -88,19 +248,33 @@ pub use item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, MAX_FLOW_NAME_BYTES,
     NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
 };
-pub use queue::{BoxFuture, BoxQueue, DynWorkQueue, WorkQueue};
+pub use queue::{BoxQueue, WorkQueue};
 pub use worker::{
     Event as WorkerEvent, HandlerError, Report as WorkerReport, RetryPolicy, Worker,
     idempotent_step,
 };
 
-pub use backend::memory::{Location, MemoryQueue, Model};
+pub use backend::memory::MemoryQueue;
+pub use backend::partitioned::{MAX_PARTITIONS, PartitionedQueue};
 
 #[cfg(feature = "embedded")]
-pub use backend::embedded::{Durability, EmbeddedOptions, EmbeddedQueue};
+pub use backend::embedded::{EmbeddedOptions, EmbeddedQueue};
 
 #[cfg(feature = "redis")]
 pub use backend::redis::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_REPLICA_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, Origin,
     RedisOptions, RedisQueue,
 };
+
+/// The wire types of `workjournal serve` (docs/API.md), shared by the server
+/// and [`RemoteQueue`]. Features `server` or `remote`.
+#[cfg(any(feature = "remote", feature = "server"))]
+pub use backend::remote::wire;
+#[cfg(feature = "remote")]
+pub use backend::remote::{
+    DEFAULT_CLAIM_POLL, DEFAULT_POOL_IDLE_TIMEOUT, DEFAULT_REMOTE_CONNECT_TIMEOUT,
+    DEFAULT_REQUEST_TIMEOUT, RemoteOptions, RemoteQueue,
+};
+
+#[cfg(feature = "remote")]
+pub use connect::{ConnectOptions, DEFAULT_LOCKED_WAIT, Opened, Target, connect, socket_path_for};

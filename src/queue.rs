@@ -64,8 +64,9 @@ use crate::item::{
 ///
 /// # Cancel safety
 ///
-/// Every method is safe to cancel in the sense that dropping its future never
-/// leaves the queue half-changed. A write whose future is dropped after it
+/// `claim`, `reclaim_stale` and `step` are not cancel safe (see `claim`);
+/// the reads are. Every method is safe to cancel in the weaker sense that
+/// dropping its future never leaves the queue half-changed. A write whose future is dropped after it
 /// was submitted may still commit; for `claim`, `reclaim_stale` and `step`
 /// the items it took then stay pending without an owner and come back
 /// through `reclaim_stale` once idle (or at the next open of an embedded
@@ -148,9 +149,11 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// # Cancel safety
     ///
-    /// Dropped while waiting: nothing was taken. Dropped after the claim was
-    /// submitted: the items may be pending with nobody holding them; they
-    /// come back through [`WorkQueue::reclaim_stale`]. Nothing is lost.
+    /// This method is not cancel safe: if the future is dropped after the
+    /// claim reached the backend, the items it took may be pending with
+    /// nobody holding them; they come back through
+    /// [`WorkQueue::reclaim_stale`] once idle. Dropped while it waits for
+    /// work, it took nothing. Nothing is lost either way.
     fn claim(
         &self,
         count: usize,
@@ -420,6 +423,12 @@ pub trait WorkQueue: Send + Sync {
     /// Only the common ones (see the trait's docs).
     fn now_ms(&self) -> impl Future<Output = Result<u64>> + Send;
 
+    /// The handle's [`Config::max_deliveries`](crate::Config::max_deliveries):
+    /// the delivery past which `retry` and `reclaim_stale` dead-letter an
+    /// item (SPEC section 3). Fixed when the handle is opened; a
+    /// [`Worker`](crate::Worker) reads it here, so the two cannot disagree.
+    fn max_deliveries(&self) -> u32;
+
     /// Rewrite the storage to give back free space. Returns whether anything
     /// was given back. Only the embedded backend has anything to do; the
     /// others return `Ok(false)`.
@@ -432,13 +441,15 @@ pub trait WorkQueue: Send + Sync {
     fn close(&self) -> impl Future<Output = Result<()>> + Send;
 }
 
-/// A boxed future, as returned by [`DynWorkQueue`].
+/// A boxed future, as the object-safe mirror of [`WorkQueue`] returns and the
+/// test factories of `testing` take.
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The object-safe mirror of [`WorkQueue`], implemented for every
-/// `WorkQueue`. Use [`BoxQueue`] rather than this trait directly.
-#[allow(missing_docs)]
-pub trait DynWorkQueue: Send + Sync {
+/// `WorkQueue`: what [`BoxQueue`] holds. Crate-private: `BoxQueue` is the
+/// public face of a run-time choice of backend.
+pub(crate) trait DynWorkQueue: Send + Sync {
     fn add<'a>(&'a self, item: NewItem) -> BoxFuture<'a, Result<Added>>;
     fn add_batch<'a>(&'a self, items: Vec<NewItem>) -> BoxFuture<'a, Result<Vec<Added>>>;
     fn add_delayed<'a>(&'a self, item: NewItem, not_before_ms: u64)
@@ -479,6 +490,7 @@ pub trait DynWorkQueue: Send + Sync {
     -> BoxFuture<'a, Result<BTreeMap<String, u64>>>;
     fn peek<'a>(&'a self, count: usize) -> BoxFuture<'a, Result<Vec<Item>>>;
     fn now_ms<'a>(&'a self) -> BoxFuture<'a, Result<u64>>;
+    fn max_deliveries(&self) -> u32;
     fn compact<'a>(&'a self) -> BoxFuture<'a, Result<bool>>;
     fn close<'a>(&'a self) -> BoxFuture<'a, Result<()>>;
 }
@@ -586,6 +598,9 @@ impl<Q: WorkQueue> DynWorkQueue for Q {
     }
     fn now_ms<'a>(&'a self) -> BoxFuture<'a, Result<u64>> {
         Box::pin(WorkQueue::now_ms(self))
+    }
+    fn max_deliveries(&self) -> u32 {
+        WorkQueue::max_deliveries(self)
     }
     fn compact<'a>(&'a self) -> BoxFuture<'a, Result<bool>> {
         Box::pin(WorkQueue::compact(self))
@@ -716,6 +731,9 @@ impl WorkQueue for BoxQueue {
     }
     async fn now_ms(&self) -> Result<u64> {
         self.inner.now_ms().await
+    }
+    fn max_deliveries(&self) -> u32 {
+        self.inner.max_deliveries()
     }
     async fn compact(&self) -> Result<bool> {
         self.inner.compact().await

@@ -62,7 +62,7 @@ use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::config::{DEFAULT_MAX_DELIVERIES, ms};
+use crate::config::ms;
 use crate::error::{Error, Result};
 use crate::item::{ClaimFrom, Claimed, Receipt, RetryOutcome};
 use crate::queue::WorkQueue;
@@ -399,7 +399,6 @@ pub struct Worker<Q> {
     queue: Q,
     concurrency: usize,
     lease: Duration,
-    max_deliveries: u32,
     retry: RetryPolicy,
     grace: Duration,
     claim_wait: Duration,
@@ -413,7 +412,6 @@ impl<Q> fmt::Debug for Worker<Q> {
         f.debug_struct("Worker")
             .field("concurrency", &self.concurrency)
             .field("lease", &self.lease)
-            .field("max_deliveries", &self.max_deliveries)
             .field("retry", &self.retry)
             .field("grace", &self.grace)
             .field("claim_wait", &self.claim_wait)
@@ -441,7 +439,6 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
             queue,
             concurrency: 1,
             lease: DEFAULT_LEASE,
-            max_deliveries: DEFAULT_MAX_DELIVERIES,
             retry: RetryPolicy::default(),
             grace: DEFAULT_GRACE,
             claim_wait: DEFAULT_CLAIM_WAIT,
@@ -468,16 +465,6 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
     /// Default: 30 s.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease.max(Duration::from_millis(30));
-        self
-    }
-
-    /// The queue's `max_deliveries` ([`Config::max_deliveries`](crate::Config::max_deliveries)):
-    /// a failure on this delivery or later is dead-lettered with the handler's
-    /// error as the reason. Set it to the queue's value; if the queue's is
-    /// lower, its own retry dead-letters with reason
-    /// `"max deliveries exceeded"`. Default: 3.
-    pub fn max_deliveries(mut self, n: u32) -> Self {
-        self.max_deliveries = n.max(1);
         self
     }
 
@@ -565,17 +552,20 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
             let fut = handler(c);
             Box::pin(async move { fut.await.map_err(Into::into) })
         });
+        let queue_max_deliveries = self.queue.max_deliveries().max(1);
         let shared = Arc::new(Shared {
             queue: self.queue,
             lease: self.lease,
-            max_deliveries: self.max_deliveries,
+            // The queue's own limit (SPEC section 9): a failure on this
+            // delivery is dead-lettered with the handler's error text.
+            max_deliveries: queue_max_deliveries,
             retry: self.retry,
             flow: self.flow,
             on_event: self.on_event,
             handler,
             in_flight: Mutex::new(HashMap::new()),
             report: Mutex::new(Report::default()),
-            next_reclaim: Mutex::new(Instant::now()),
+            next_reclaim: Mutex::new(Some(Instant::now())),
             claims_paused_until: Mutex::new(Instant::now()),
             worker_faults: AtomicU32::new(0),
         });
@@ -668,11 +658,13 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
         // reclaim (the trait's cancel-safety contract).
         drop(fill);
 
-        let deadline = Instant::now() + self.grace;
+        // A grace too long to represent (`Duration::MAX`) waits for every
+        // item, however long it runs.
+        let deadline = Instant::now().checked_add(self.grace);
         loop {
             tokio::select! {
                 joined = tasks.join_next() => if joined.is_none() { break },
-                () = tokio::time::sleep_until(deadline) => {
+                () = sleep_until_or_forever(deadline) => {
                     let left = tasks.len() as u64;
                     shared.report().abandoned += left;
                     let unfinished: Vec<Receipt> =
@@ -718,13 +710,23 @@ struct Shared<Q> {
     /// heartbeat touches.
     in_flight: Mutex<HashMap<u64, Receipt>>,
     report: Mutex<Report>,
-    next_reclaim: Mutex<Instant>,
+    /// When the next reclaim is due; `None`: never (an endless lease).
+    next_reclaim: Mutex<Option<Instant>>,
     /// After a worker-side failure ([`HandlerError::not_attempted`]) no
     /// claim is made before this instant: the backoff.
     claims_paused_until: Mutex<Instant>,
     /// Worker-side failures in a row (reset by any handler that ran): the
     /// backoff grows with it as a retry's does with deliveries.
     worker_faults: AtomicU32,
+}
+
+/// Sleep until `deadline`, or forever for `None` (a time past what
+/// `Instant` can hold).
+async fn sleep_until_or_forever(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -757,11 +759,14 @@ impl<Q: WorkQueue> Shared<Q> {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        let give_up = Instant::now() + self.lease;
+        // `None`: a lease too long to represent, so no end to the tries.
+        let give_up = Instant::now().checked_add(self.lease);
         let mut pause = Duration::from_millis(50);
         loop {
             match call().await {
-                Err(e) if e.is_retryable() && Instant::now() + pause < give_up => {
+                Err(e)
+                    if e.is_retryable() && give_up.is_none_or(|g| Instant::now() + pause < g) =>
+                {
                     tracing::debug!(op, error = %e, "queue operation failed; trying again");
                     self.emit(Event::QueueError {
                         op,
@@ -812,9 +817,12 @@ async fn fill_slots<Q: WorkQueue + 'static>(
 
     if let Some(flow) = &shared.flow {
         while got.len() < want {
-            match shared.queue.step(flow).await? {
-                Some(c) => got.push(c),
-                None => break,
+            match shared.queue.step(flow).await {
+                Ok(Some(c)) => got.push(c),
+                Ok(None) => break,
+                Err(e) => {
+                    return keep_taken(&shared, "step", got, e).map(|got| slot_each(got, slots));
+                }
             }
         }
         if got.is_empty() {
@@ -825,11 +833,14 @@ async fn fill_slots<Q: WorkQueue + 'static>(
         let reclaim_now = {
             let mut next = lock(&shared.next_reclaim);
             let now = Instant::now();
-            if now >= *next {
-                *next = now + shared.lease / 2;
-                true
-            } else {
-                false
+            match *next {
+                Some(at) if now < at => false,
+                // Never again, for a lease too long to represent.
+                None => false,
+                Some(_) => {
+                    *next = now.checked_add(shared.lease / 2);
+                    true
+                }
             }
         };
         if reclaim_now {
@@ -851,9 +862,42 @@ async fn fill_slots<Q: WorkQueue + 'static>(
             } else {
                 Duration::ZERO
             };
-            got.extend(shared.queue.claim(free, wait, ClaimFrom::All).await?);
+            match shared.queue.claim(free, wait, ClaimFrom::All).await {
+                Ok(more) => got.extend(more),
+                Err(e) => got = keep_taken(&shared, "claim", got, e)?,
+            }
         }
     }
+    Ok(slot_each(got, slots))
+}
+
+/// A claim (or step) failed after this fill had already taken `got`: those
+/// items are pending under this worker's receipts, so run them (reported
+/// as [`Event::QueueError`]) rather than drop them, which would leave them
+/// pending until a reclaim and cost each a delivery (an item on its last
+/// delivery would be dead-lettered without running). With nothing taken,
+/// the error is the fill's.
+fn keep_taken<Q: WorkQueue>(
+    shared: &Shared<Q>,
+    op: &'static str,
+    got: Vec<Claimed>,
+    e: Error,
+) -> Result<Vec<Claimed>> {
+    if got.is_empty() {
+        return Err(e);
+    }
+    shared.emit(Event::QueueError {
+        op,
+        error: e.to_string(),
+    });
+    Ok(got)
+}
+
+/// One permit of `slots` per item.
+fn slot_each(
+    got: Vec<Claimed>,
+    mut slots: OwnedSemaphorePermit,
+) -> Vec<(Claimed, OwnedSemaphorePermit)> {
     // One permit per item (never more items than slots: the queue promises
     // it); the surplus slots go back when `slots` drops here.
     let mut out = Vec::with_capacity(got.len());
@@ -865,7 +909,7 @@ async fn fill_slots<Q: WorkQueue + 'static>(
             None => break,
         }
     }
-    Ok(out)
+    out
 }
 
 /// Removes an item from the heartbeat set and cancels its handler when the
@@ -1138,21 +1182,30 @@ async fn heartbeat<Q: WorkQueue>(shared: Arc<Shared<Q>>) {
         let mut receipts: Vec<Receipt> = lock(&shared.in_flight).values().copied().collect();
         // A transient failure is tried again, with a growing pause, until
         // the next beat is due (SPEC 9, Worker).
-        let give_up = Instant::now() + shared.lease / 3;
+        let give_up = Instant::now().checked_add(shared.lease / 3);
         let mut pause = Duration::from_millis(50);
         while !receipts.is_empty() {
             match shared.queue.touch(receipts.clone()).await {
                 Ok(()) => break,
-                Err(Error::LeaseLost { id, delivery }) => {
-                    receipts.retain(|r| !(r.id == id && r.delivery == delivery));
-                    lock(&shared.in_flight).retain(|_, r| !(r.id == id && r.delivery == delivery));
+                Err(Error::LeaseLost { lease, .. }) => {
+                    // By lease, the one field no two claims share: a redrive
+                    // repeats (id, delivery), and this worker may hold both
+                    // the lost claim and a current one of the same item.
+                    let before = receipts.len();
+                    receipts.retain(|r| r.lease != lease);
+                    lock(&shared.in_flight).remove(&lease);
+                    if receipts.len() == before {
+                        // A backend naming a receipt it was not given: touch
+                        // the rest next tick rather than loop.
+                        break;
+                    }
                 }
                 Err(e) => {
                     shared.emit(Event::QueueError {
                         op: "touch",
                         error: e.to_string(),
                     });
-                    if !e.is_retryable() || Instant::now() + pause >= give_up {
+                    if !e.is_retryable() || give_up.is_some_and(|g| Instant::now() + pause >= g) {
                         break;
                     }
                     tokio::time::sleep(pause).await;

@@ -320,23 +320,31 @@ fn bad_inputs_give_one_line_and_their_exit_code() {
 }
 
 #[test]
-fn a_queue_file_held_by_another_process_is_locked() {
+fn a_queue_file_held_by_another_process_that_serves_no_socket_is_locked() {
+    // `work` and `serve` serve the file they hold (tests/cli_serve.rs);
+    // `stats --watch` holds it (read-only, shared) without serving, so a
+    // writer finds it locked.
     let env = Env::new();
     env.ok(&["add", "x"]);
-    let mut holder = spawn_quiet(env.cmd(&["work", "--exec", "touch started; sleep 10"]));
-    // Wait until the holder has the file (it runs the item), so that the
-    // probe cannot be the one that holds it first.
-    wait_for("the holder to start", Duration::from_secs(20), || {
-        env.path("started").exists()
-    });
-    let out = env.run(&["stats"]);
+    let mut holder = env
+        .cmd(&["stats", "--watch"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the holder has the file (it printed), so that the probe
+    // cannot be the one that holds it first.
+    let mut first = [0u8; 1];
+    std::io::Read::read_exact(holder.stdout.as_mut().unwrap(), &mut first).unwrap();
+    let out = env.run(&["add", "y"]);
     let pid = holder.id();
     holder.kill().unwrap();
     holder.wait().unwrap();
     assert_error(&out, 4, "locked by another process");
     // Failed: `Locked` named no holder.
     assert_error(&out, 4, &format!("held by pid {pid}: "));
-    assert_error(&out, 4, "work --exec");
+    assert_error(&out, 4, "stats --watch");
 }
 
 /// Send `sig` to `work` while its command runs: the command finishes, its

@@ -20,9 +20,8 @@ use workjournal::testing::StateCounts;
 
 mod workload;
 
-use workjournal::{
-    ClaimFrom, Config, EmbeddedQueue, Location, NewItem, Receipt, RetryOutcome, WorkQueue,
-};
+use workjournal::testing::Location;
+use workjournal::{ClaimFrom, Config, EmbeddedQueue, NewItem, Receipt, RetryOutcome, WorkQueue};
 use workload::{Rng, seed_from_env};
 
 /// Set in the child: the queue file to work on.
@@ -600,11 +599,11 @@ mod redis_faults {
     use redis::AsyncCommands;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
-    use workjournal::testing::StateCounts;
+    use workjournal::testing::{Location, StateCounts};
     use workjournal::testing::{RedisServer, RedisServerOptions};
     use workjournal::{
-        ClaimFrom, Clock, Config, Error, Location, ManualClock, NewItem, Receipt, RedisOptions,
-        RedisQueue, WorkQueue,
+        ClaimFrom, Clock, Config, Error, ManualClock, NewItem, Receipt, RedisOptions, RedisQueue,
+        WorkQueue,
     };
 
     use super::workload::{Op, agree_with_twin, apply, draw};
@@ -1141,6 +1140,19 @@ mod redis_faults {
             .dedup_window(Duration::from_millis(150))
     }
 
+    /// Seeds that once failed [`cut_connections`], replayed by
+    /// `connection_cut_pinned_seeds_apply_the_change_whole_or_not_at_all`.
+    /// The cut points follow from the seed alone (byte counts of requests
+    /// and replies), so a seed replays the same cuts.
+    const PINNED_CUT_SEEDS: [u64; 2] = [
+        // The first call (an add, then an add_delayed) was cut before its
+        // script ran; the recovery probe (stats, a script) then wrote
+        // `{cut}:clock` while the twin, which never got the probe, had no
+        // clock yet.
+        1796127637973099684,
+        1796128601790296660,
+    ];
+
     // A queue talks to Redis through a proxy that cuts its connection after
     // a random number of bytes, in the request or in the reply; a twin
     // namespace on a direct connection gets the same calls. After each cut
@@ -1153,6 +1165,19 @@ mod redis_faults {
             .map(|s| s.parse().unwrap())
             .unwrap_or(60);
         let seed = seed_from_env("WORKJOURNAL_CRASH_SEED");
+        cut_connections(seed, cuts_wanted).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn connection_cut_pinned_seeds_apply_the_change_whole_or_not_at_all() {
+        for seed in PINNED_CUT_SEEDS {
+            cut_connections(seed, 60).await;
+        }
+    }
+
+    /// One run of the connection-cut check: `cuts_wanted` cuts of the
+    /// workload drawn from `seed`, each checked against the twin.
+    async fn cut_connections(seed: u64, cuts_wanted: u64) {
         eprintln!("redis connection cuts: {cuts_wanted}, WORKJOURNAL_CRASH_SEED={seed}");
         let mut rng = Rng(seed);
         let server =
@@ -1202,6 +1227,12 @@ mod redis_faults {
                 );
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
+            // The probe is a call too: stats is a script, and every script
+            // raises `{ns}:clock` to now (SPEC 8, Clock steps). The twin
+            // gets it as well, so that the two namespaces differ by the cut
+            // call alone. Repeating it changes nothing (the clock only
+            // rises to now), so one twin call stands for the queue's tries.
+            twin.stats().await.unwrap();
             let found = state(&server.url(), "cut").await;
             let before = state(&server.url(), "twin").await;
             if found == before {

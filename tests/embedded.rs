@@ -493,3 +493,41 @@ async fn a_read_only_open_reads_everything_and_writes_nothing() {
     assert_eq!(q.stats().await.unwrap().pending, 1);
     q.close().await.unwrap();
 }
+
+// Failed: a new file was placed with a hard link only, so on FAT/exFAT SD
+// cards and FUSE mounts that refuse links the first open failed with `Io`.
+#[tokio::test]
+async fn a_new_file_is_created_where_hard_links_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let options = workjournal::EmbeddedOptions::default().refuse_hard_links(true);
+    let q = EmbeddedQueue::open_with(&path, Config::default(), options.clone())
+        .await
+        .unwrap();
+    let id = q.add(NewItem::new(b"kept".to_vec())).await.unwrap().id;
+    q.close().await.unwrap();
+    drop(q);
+    // Only the queue file is left: the temporary one was renamed into place.
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, vec!["q.redb".to_string()]);
+    let q = EmbeddedQueue::open_with(&path, Config::default(), options)
+        .await
+        .unwrap();
+    let c = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!(c[0].item.id, id);
+    // A crash between claiming the name and the rename leaves an empty
+    // file: the next open (links refused again) makes a queue of it.
+    let empty = dir.path().join("empty.redb");
+    std::fs::File::create(&empty).unwrap();
+    let e = EmbeddedQueue::open_with(
+        &empty,
+        Config::default(),
+        workjournal::EmbeddedOptions::default().refuse_hard_links(true),
+    )
+    .await
+    .unwrap();
+    assert_eq!(e.stats().await.unwrap().backlog, 0);
+}

@@ -17,10 +17,10 @@ use workjournal::testing::StateCounts;
 
 mod workload;
 
+use workjournal::testing::Location;
 use workjournal::testing::faults::{EIO, ENOSPC, Hit, SimDisk};
 use workjournal::{
-    ClaimFrom, Clock, Config, EmbeddedQueue, Error, Location, ManualClock, NewItem, Receipt,
-    WorkQueue,
+    ClaimFrom, Clock, Config, EmbeddedQueue, Error, ManualClock, NewItem, Receipt, WorkQueue,
 };
 use workload::{Op, Rng, agree_with_twin, apply, draw, seed_from_env};
 

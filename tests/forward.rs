@@ -1,4 +1,4 @@
-//! Store and forward (SPEC section 10) on real `redis-server` processes and
+//! Store and forward (SPEC section 11) on real `redis-server` processes and
 //! real queue files: what a forwarded item keeps, that a batch sent again
 //! journals nothing twice, and the failure runs of issue 16, each checking
 //! that every item whose local add returned `Ok` arrives in Redis exactly

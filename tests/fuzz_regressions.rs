@@ -61,6 +61,12 @@ fn redis_reply_inputs_replay_cleanly() {
     replay("redis_reply", fuzz::redis_reply);
 }
 
+#[cfg(any(feature = "server", feature = "remote"))]
+#[test]
+fn decode_request_inputs_replay_cleanly() {
+    replay("decode_request", fuzz::decode_request);
+}
+
 #[test]
 fn power_cut_at_every_point_of_a_short_run_recovers_a_committed_state() {
     // Walks the crash_recovery body over every fault point of one fixed

@@ -1,6 +1,6 @@
 //! Model-based property tests (SPEC section 3): random sequences of every
 //! operation, clock moves and (embedded) close-and-reopen, run on the memory
-//! [`Model`](workjournal::Model) as the reference and on a real backend as
+//! [`Model`](workjournal::testing::Model) as the reference and on a real backend as
 //! the system under test. After every step every return value, `stats()`
 //! and the backend's recount must equal the model's.
 //!
@@ -101,6 +101,26 @@ impl Backend for Redis {
     }
 }
 
+/// The remote backend: a server in this process on an embedded file in a
+/// temp dir, reached over a real Unix socket. Its leases are the embedded
+/// file's, so they must equal the model's. Reopen restarts the server on
+/// the same file (the same client finds the new one); the recount reads
+/// the served file.
+struct Remote;
+
+impl Backend for Remote {
+    const DURABLE: bool = true;
+    const REOPEN: bool = true;
+    const EXACT_LEASES: bool = true;
+    fn target(config: workjournal::Config) -> Box<dyn Target> {
+        Box::new(
+            runtime()
+                .block_on(workjournal::testing::RemoteTarget::new(config))
+                .unwrap(),
+        )
+    }
+}
+
 struct Machine<B>(PhantomData<B>);
 
 impl<B: Backend> ReferenceStateMachine for Machine<B> {
@@ -166,6 +186,9 @@ prop_state_machine! {
 
     #[test]
     fn memory_queue_matches_model(sequential 1..50 => Sut<Memory>);
+
+    #[test]
+    fn remote_matches_model(sequential 1..50 => Sut<Remote>);
 }
 
 #[cfg(feature = "redis")]
@@ -224,6 +247,7 @@ async fn add_that_journals_nothing_is_never_full() {
     let factories: Vec<Box<dyn Factory>> = vec![
         Box::new(MemoryFactory),
         Box::new(EmbeddedFactory),
+        Box::new(workjournal::testing::RemoteFactory),
         #[cfg(feature = "redis")]
         Box::new(workjournal::testing::RedisFactory),
     ];
@@ -272,6 +296,7 @@ async fn zero_dedup_window_never_deduplicates_even_within_a_batch() {
     let factories: Vec<Box<dyn Factory>> = vec![
         Box::new(MemoryFactory),
         Box::new(EmbeddedFactory),
+        Box::new(workjournal::testing::RemoteFactory),
         #[cfg(feature = "redis")]
         Box::new(workjournal::testing::RedisFactory),
     ];

@@ -99,7 +99,7 @@ async fn late_ack_from_a_reclaimed_handle_is_lease_lost() {
     // The first holder's late operations all fail and change nothing.
     assert!(matches!(
         a.touch(vec![first]).await,
-        Err(Error::LeaseLost { id: 1, delivery: 1 })
+        Err(Error::LeaseLost { id: 1, delivery: 1, lease }) if lease == first.lease
     ));
     assert!(matches!(a.ack(first).await, Err(Error::LeaseLost { .. })));
     assert!(matches!(
@@ -386,10 +386,10 @@ async fn stopped_redis_fails_every_call_within_the_bound_and_works_after_sigcont
     again.ack(got[0].receipt).await.unwrap();
 }
 
-#[tokio::test]
-async fn min_replicas_succeeds_with_a_replica_and_reports_the_shortfall_without() {
+/// A primary and a replica of it, once the replica has linked up.
+async fn primary_with_linked_replica() -> (RedisServer, RedisServer) {
     let primary = RedisServer::start().unwrap();
-    let mut replica = RedisServer::start_with(RedisServerOptions {
+    let replica = RedisServer::start_with(RedisServerOptions {
         replica_of: Some(primary.port()),
         ..Default::default()
     })
@@ -399,6 +399,12 @@ async fn min_replicas_succeeds_with_a_replica_and_reports_the_shortfall_without(
         assert!(Instant::now() < deadline, "replica never linked up");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    (primary, replica)
+}
+
+#[tokio::test]
+async fn min_replicas_succeeds_with_a_replica_and_reports_the_shortfall_without() {
+    let (primary, mut replica) = primary_with_linked_replica().await;
     let options = RedisOptions::default()
         .min_replicas(1)
         .replica_timeout(Duration::from_millis(500));
@@ -851,4 +857,44 @@ async fn stats_stay_true_when_an_item_hash_is_deleted() {
     q.add(NewItem::new(b"three".to_vec())).await.unwrap();
     let s = q.stats().await.unwrap();
     assert_eq!((s.backlog, s.pending), (1, 0), "{s:?}");
+}
+
+// Failed: `connect_timeout + response_timeout` (+ `replica_timeout`)
+// panicked on `Duration::MAX` ("overflow when adding durations"), and a huge
+// replica timeout was sent to WAIT out of Redis's range.
+#[tokio::test]
+async fn endless_timeouts_do_not_overflow() {
+    let (primary, _replica) = primary_with_linked_replica().await;
+    let options = RedisOptions::default()
+        .connect_timeout(Duration::MAX)
+        .response_timeout(Duration::MAX)
+        .min_replicas(1)
+        .replica_timeout(Duration::MAX);
+    let q = RedisQueue::connect(&primary.url(), "endless", Config::default(), options)
+        .await
+        .unwrap();
+    let added = q.add(NewItem::new(b"x".to_vec())).await.unwrap();
+    let claimed = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!(claimed[0].item.id, added.id);
+    q.ack(claimed[0].receipt).await.unwrap();
+    q.close().await.unwrap();
+}
+
+// Failed: mark_done also wrote a `{ns}:done` hash that nothing ever read
+// (the sorted set of expiries answers was_done alone).
+#[tokio::test]
+async fn done_markers_live_in_the_expiry_set_alone() {
+    let url = shared_url();
+    let ns = fresh_namespace();
+    let q = connect(&url, &ns, Config::default()).await;
+    q.mark_done(7, "email").await.unwrap();
+    assert!(q.was_done(7, "email").await.unwrap());
+    assert!(!q.was_done(7, "sms").await.unwrap());
+    let mut conn = raw(&url).await;
+    let exists: u64 = redis::cmd("EXISTS")
+        .arg(format!("{{{ns}}}:done"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(exists, 0);
 }

@@ -1,20 +1,28 @@
-//! The worker runtime on the memory and embedded backends.
+//! The worker runtime on the memory, embedded and remote backends (the
+//! remote one: a server in this process on an embedded file, over a Unix
+//! socket).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tempfile::TempDir;
 use workjournal::{
     BoxQueue, ClaimFrom, Config, EmbeddedQueue, HandlerError, MemoryQueue, NewItem, RetryPolicy,
     WorkQueue, Worker, WorkerEvent, idempotent_step,
 };
 
-type Kept = Option<TempDir>;
+/// What keeps a queue under test alive: a temp dir, a server.
+type Kept = Option<Box<dyn std::any::Any + Send>>;
 
 async fn memory(config: Config) -> (BoxQueue, Kept) {
     (BoxQueue::new(MemoryQueue::new(config)), None)
+}
+
+async fn remote(config: Config) -> (BoxQueue, Kept) {
+    use workjournal::testing::{Factory, RemoteFactory};
+    let subject = RemoteFactory.make(config).await;
+    (subject.queue.clone(), Some(Box::new(subject)))
 }
 
 async fn embedded(config: Config) -> (BoxQueue, Kept) {
@@ -22,7 +30,7 @@ async fn embedded(config: Config) -> (BoxQueue, Kept) {
     let q = EmbeddedQueue::open(dir.path().join("q.redb"), config)
         .await
         .unwrap();
-    (BoxQueue::new(q), Some(dir))
+    (BoxQueue::new(q), Some(Box::new(dir)))
 }
 
 /// One `#[tokio::test]` per backend for each case.
@@ -44,6 +52,14 @@ macro_rules! cases {
                 }
             )*
         }
+        mod on_remote {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(super::remote).await;
+                }
+            )*
+        }
     };
 }
 
@@ -60,6 +76,9 @@ cases!(
     promotes_a_timer_at_its_deadline_while_every_slot_is_busy,
     idempotent_step_runs_the_side_effect_once_across_deliveries,
     flow_worker_steps_through_a_paused_flow,
+    endless_lease_and_grace_do_not_overflow,
+    dead_letters_at_the_queues_own_max_deliveries,
+    heartbeat_keeps_a_redriven_items_new_claim_beside_its_lost_one,
 );
 
 fn fast_retry() -> RetryPolicy {
@@ -119,7 +138,6 @@ where
     let seen = Arc::new(Mutex::new(Vec::new()));
     let s2 = seen.clone();
     let report = Worker::new(q.clone())
-        .max_deliveries(3)
         .retry_policy(fast_retry())
         .until_empty(true)
         .claim_wait(Duration::from_millis(50))
@@ -280,7 +298,6 @@ where
     let s = q.stats().await.unwrap();
     assert_eq!((s.pending, s.backlog, s.delayed), (0, 4, 1));
     let report = Worker::new(q.clone())
-        .max_deliveries(1)
         .until_empty(true)
         .run(
             |c| async move {
@@ -305,7 +322,6 @@ where
     let events = Arc::new(Mutex::new(Vec::new()));
     let (s2, e2) = (seen.clone(), events.clone());
     let report = Worker::new(q.clone())
-        .max_deliveries(1)
         .retry_policy(fast_retry())
         .until_empty(true)
         .on_event(move |e| e2.lock().unwrap().push(e.clone()))
@@ -362,7 +378,6 @@ where
     let events = Arc::new(Mutex::new(Vec::new()));
     let e2 = events.clone();
     let report = Worker::new(q.clone())
-        .max_deliveries(1)
         .lease(Duration::from_millis(100))
         .until_empty(true)
         .on_event(move |e| e2.lock().unwrap().push(e.clone()))
@@ -391,7 +406,6 @@ where
     let (q, _keep) = make(Config::default().max_deliveries(1).dead_letter_cap(1)).await;
     add_n(&q, 3).await;
     let report = Worker::new(q.clone())
-        .max_deliveries(1)
         .until_empty(true)
         .run(
             |_c| async { Err::<(), String>("no".into()) },
@@ -595,4 +609,179 @@ async fn a_failed_ack_is_retried_until_the_disk_comes_back() {
     let s = q.stats().await.unwrap();
     assert_eq!((s.pending, s.backlog), (0, 0));
     q.close().await.unwrap();
+}
+
+// Failed: `Instant::now() + grace` and `now + lease / 2` panicked on
+// `Duration::MAX` ("overflow when adding duration to instant").
+async fn endless_lease_and_grace_do_not_overflow<F, Fut>(make: F)
+where
+    F: Fn(Config) -> Fut,
+    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
+{
+    let (q, _keep) = make(Config::default()).await;
+    add_n(&q, 2).await;
+    let report = Worker::new(q.clone())
+        .lease(Duration::MAX)
+        .grace(Duration::MAX)
+        .claim_wait(Duration::from_millis(50))
+        .until_empty(true)
+        .run(|_c| async { Ok::<(), String>(()) }, std::future::pending())
+        .await
+        .unwrap();
+    assert_eq!(report.acked, 2);
+    // Shutdown with an endless grace waits for the item in flight.
+    add_n(&q, 1).await;
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+    let started_tx = Arc::new(Mutex::new(Some(started_tx)));
+    let report = Worker::new(q.clone())
+        .lease(Duration::MAX)
+        .grace(Duration::MAX)
+        .claim_wait(Duration::from_millis(50))
+        .run(
+            move |_c| {
+                let tx = started_tx.lock().unwrap().take();
+                async move {
+                    if let Some(tx) = tx {
+                        let _ = tx.send(());
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    Ok::<(), String>(())
+                }
+            },
+            async move {
+                let _ = started_rx.await;
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!((report.acked, report.abandoned), (1, 0), "{report:?}");
+}
+
+// Failed: the worker's own default (3) decided the last delivery, so on a
+// queue of 2 the second failure went to `retry`, which dead-lettered with
+// "max deliveries exceeded" instead of the handler's error.
+async fn dead_letters_at_the_queues_own_max_deliveries<F, Fut>(make: F)
+where
+    F: Fn(Config) -> Fut,
+    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
+{
+    let (q, _keep) = make(Config::default().max_deliveries(2)).await;
+    assert_eq!(q.max_deliveries(), 2);
+    q.add(NewItem::new("x")).await.unwrap();
+    let report = Worker::new(q.clone())
+        .retry_policy(fast_retry())
+        .until_empty(true)
+        .claim_wait(Duration::from_millis(50))
+        .run(
+            |c| async move { Err::<(), String>(format!("boom on delivery {}", c.receipt.delivery)) },
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    assert_eq!((report.retried, report.dead_lettered), (1, 1));
+    let dead = q.dead_letters(10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].reason, "boom on delivery 2");
+}
+
+// Failed: the heartbeat dropped lost receipts by (id, delivery). After a
+// redrive the worker held the item twice under delivery 1 (the lost first
+// claim and the new one), dropped both, stopped touching the new claim, and
+// its own reclaim then took the item a third time (delivery 2).
+async fn heartbeat_keeps_a_redriven_items_new_claim_beside_its_lost_one<F, Fut>(make: F)
+where
+    F: Fn(Config) -> Fut,
+    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
+{
+    let (q, _keep) = make(Config::default()).await;
+    let id = q.add(NewItem::new("x")).await.unwrap().id;
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let s2 = starts.clone();
+    let worker = Worker::new(q.clone())
+        .concurrency(2)
+        .lease(Duration::from_millis(300))
+        .claim_wait(Duration::from_millis(50))
+        .until_empty(true)
+        .run(
+            move |c| {
+                s2.lock().unwrap().push((c.item.id, c.receipt.delivery));
+                // Each claim outlives the lease several times over: only the
+                // heartbeat keeps it from the worker's own reclaim.
+                async {
+                    tokio::time::sleep(Duration::from_millis(1500)).await;
+                    Ok::<(), String>(())
+                }
+            },
+            std::future::pending(),
+        );
+    let outside = async {
+        while starts.lock().unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Another consumer takes the item over, gives up on it and redrives
+        // it: the worker claims it again under delivery 1.
+        let taken = q.reclaim_stale(Duration::ZERO, 1).await.unwrap();
+        assert_eq!(taken.len(), 1);
+        q.dead_letter(taken[0].receipt, "taken over").await.unwrap();
+        assert!(q.redrive(id).await.unwrap());
+    };
+    let (report, ()) = tokio::join!(worker, outside);
+    let report = report.unwrap();
+    assert_eq!(*starts.lock().unwrap(), vec![(id, 1), (id, 1)]);
+    assert_eq!((report.acked, report.lease_lost), (1, 1), "{report:?}");
+}
+
+// Failed: `fill_slots` reclaimed an item, then `claim` failed and the `?`
+// dropped the reclaimed item: it sat pending under a receipt nobody held
+// and lost a delivery. Here the claim fails on an unreadable backlog
+// record, which ends the run; the reclaimed item must still have run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn items_reclaimed_before_a_failing_claim_still_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let q = EmbeddedQueue::open(&path, Config::default()).await.unwrap();
+    let stale = q.add(NewItem::new("stale")).await.unwrap().id;
+    // A consumer claims and dies; the file closes with the claim pending.
+    assert_eq!(
+        q.claim(1, Duration::ZERO, ClaimFrom::All)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let damaged = q.add(NewItem::new("damaged")).await.unwrap().id;
+    q.close().await.unwrap();
+    drop(q);
+    {
+        // An item record of an unknown version at the backlog head.
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let def: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("items");
+            let mut t = txn.open_table(def).unwrap();
+            t.insert(damaged, &[99u8][..]).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let q = EmbeddedQueue::open(&path, Config::default()).await.unwrap();
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let r2 = ran.clone();
+    let result = Worker::new(q.clone())
+        .concurrency(2)
+        .claim_wait(Duration::from_millis(50))
+        .run(
+            move |c| {
+                r2.lock().unwrap().push((c.item.id, c.receipt.delivery));
+                async { Ok::<(), String>(()) }
+            },
+            std::future::pending(),
+        )
+        .await;
+    assert!(
+        matches!(result, Err(workjournal::Error::Decode { .. })),
+        "{result:?}"
+    );
+    // Reclaimed at the open (an orphan of the last one), then run and acked.
+    assert_eq!(*ran.lock().unwrap(), vec![(stale, 2)]);
+    assert_eq!(q.stats().await.unwrap().pending, 0);
 }

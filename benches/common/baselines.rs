@@ -168,6 +168,18 @@ impl Sqlite {
         Sqlite::open(&dir.join("queue.sqlite"))
     }
 
+    /// As [`Sqlite::open`], for a file other processes write at the same
+    /// time: a writer waits up to 10 s for the lock instead of failing.
+    pub fn open_shared(path: &Path) -> Sqlite {
+        let s = Sqlite::open(path);
+        s.conn
+            .lock()
+            .expect("sqlite lock")
+            .busy_timeout(Duration::from_secs(10))
+            .expect("busy timeout");
+        s
+    }
+
     fn insert(conn: &mut Connection, items: usize, body: &[u8]) {
         let tx = conn.transaction().expect("begin");
         {

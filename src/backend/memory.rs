@@ -4,7 +4,12 @@
 //! false). [`Model`] is the synchronous state machine; [`MemoryQueue`] wraps
 //! it with a clock, a lock and wake-ups for blocking claims. Property tests use
 //! [`Model`] directly as the reference every other backend is compared with,
-//! so it is written to be obviously right rather than fast.
+//! so it is written to be obviously right rather than fast. [`Model`] and
+//! [`Location`] are public only under the `testing` feature
+//! (`workjournal::testing::{Model, Location}`).
+
+// Without `testing`, `Model` and `Location` are crate-private in all but name.
+#![cfg_attr(not(feature = "testing"), allow(unreachable_pub, dead_code))]
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -323,10 +328,7 @@ impl Model {
     fn current(&self, r: &Receipt) -> Result<Lease> {
         match self.pending.get(&r.id) {
             Some(l) if l.lease == r.lease => Ok(*l),
-            _ => Err(Error::LeaseLost {
-                id: r.id,
-                delivery: r.delivery,
-            }),
+            _ => Err(Error::lease_lost(r)),
         }
     }
 
@@ -794,6 +796,7 @@ struct Shared {
     wake: Notify,
     clock: SharedClock,
     closed: AtomicBool,
+    max_deliveries: u32,
 }
 
 /// The memory backend: [`Model`] behind a mutex, with the queue's clock and
@@ -825,8 +828,10 @@ impl MemoryQueue {
             .clock
             .clone()
             .unwrap_or_else(|| Arc::new(SystemClock));
+        let max_deliveries = config.max_deliveries;
         MemoryQueue {
             shared: Arc::new(Shared {
+                max_deliveries,
                 model: Mutex::new(Model::new(config)),
                 wake: Notify::new(),
                 clock,
@@ -865,7 +870,9 @@ impl MemoryQueue {
         self.shared.wake.notify_waiters();
     }
 
-    /// A copy of the model's current state (for tests comparing backends).
+    /// A copy of the model's current state (test support, feature
+    /// `testing`: for tests comparing backends).
+    #[cfg(feature = "testing")]
     pub fn snapshot(&self) -> Model {
         self.lock().clone()
     }
@@ -1056,6 +1063,10 @@ impl WorkQueue for MemoryQueue {
     async fn now_ms(&self) -> Result<u64> {
         self.live()?;
         Ok(self.now())
+    }
+
+    fn max_deliveries(&self) -> u32 {
+        self.shared.max_deliveries
     }
 
     async fn close(&self) -> Result<()> {

@@ -16,7 +16,7 @@ use crate::clock::ManualClock;
 use crate::config::Config;
 use crate::error::Error;
 use crate::item::{
-    ClaimFrom, Claimed, DeadLetter, Lane, MAX_DELIVERIES_REASON, NewItem, RetryOutcome,
+    ClaimFrom, Claimed, DeadLetter, Lane, MAX_DELIVERIES_REASON, NewItem, Receipt, RetryOutcome,
 };
 use crate::queue::{BoxQueue, WorkQueue};
 
@@ -88,10 +88,16 @@ async fn peek_payloads(q: &BoxQueue, n: usize) -> Vec<String> {
         .collect()
 }
 
-fn lease_lost<T: std::fmt::Debug>(r: Result<T, Error>) {
+/// `r` is `LeaseLost` naming every field of `lost` (SPEC section 5): the
+/// lease too, since a redrive repeats (id, delivery).
+fn lease_lost<T: std::fmt::Debug>(r: Result<T, Error>, lost: Receipt) {
     match r {
-        Err(Error::LeaseLost { .. }) => {}
-        other => panic!("expected LeaseLost, got {other:?}"),
+        Err(Error::LeaseLost {
+            id,
+            delivery,
+            lease,
+        }) if (id, delivery, lease) == (lost.id, lost.delivery, lost.lease) => {}
+        other => panic!("expected LeaseLost naming {lost:?}, got {other:?}"),
     }
 }
 
@@ -479,7 +485,7 @@ pub async fn ack_removes_for_good_and_second_ack_is_lease_lost(f: &dyn Factory) 
     add(&e.q, "x").await;
     let c = claim_one(&e.q).await;
     e.q.ack(c.receipt).await.unwrap();
-    lease_lost(e.q.ack(c.receipt).await);
+    lease_lost(e.q.ack(c.receipt).await, c.receipt);
     let s = e.q.stats().await.unwrap();
     assert_eq!((s.pending, s.backlog, s.dead_letters), (0, 0, 0));
     assert!(
@@ -549,7 +555,10 @@ pub async fn touch_with_a_lost_receipt_changes_nothing(f: &dyn Factory) {
     let c = claim(&e.q, 2).await;
     e.q.ack(c[1].receipt).await.unwrap();
     e.clock.advance(Duration::from_secs(10));
-    lease_lost(e.q.touch(vec![c[0].receipt, c[1].receipt]).await);
+    lease_lost(
+        e.q.touch(vec![c[0].receipt, c[1].receipt]).await,
+        c[1].receipt,
+    );
     assert_eq!(
         e.q.stats().await.unwrap().oldest_pending_age_ms,
         Some(10_000)
@@ -571,7 +580,7 @@ pub async fn retry_moves_to_delayed_keeping_id(f: &dyn Factory) {
     assert_eq!(again.item.id, id);
     assert_eq!(again.item.deliveries, 2);
     assert_eq!(again.lane, Lane::Due);
-    lease_lost(e.q.ack(c.receipt).await);
+    lease_lost(e.q.ack(c.receipt).await, c.receipt);
 }
 
 /// retry after max_deliveries dead-letters and says so.
@@ -609,7 +618,7 @@ pub async fn dead_letter_records_reason_and_time(f: &dyn Factory) {
     assert_eq!(dl[0].reason, "bad input");
     assert_eq!(dl[0].failed_at_ms, T0 + 7);
     assert_eq!(dl[0].item.payload, b"x");
-    lease_lost(e.q.dead_letter(c.receipt, "again").await);
+    lease_lost(e.q.dead_letter(c.receipt, "again").await, c.receipt);
 }
 
 /// After a reclaim by someone else, every operation with the old receipt is
@@ -625,11 +634,11 @@ pub async fn stale_receipt_after_reclaim_is_lease_lost_everywhere(f: &dyn Factor
             .unwrap();
     assert_eq!(new.len(), 1);
     let before = e.q.stats().await.unwrap();
-    lease_lost(e.q.ack(old.receipt).await);
-    lease_lost(e.q.touch(vec![old.receipt]).await);
-    lease_lost(e.q.retry(old.receipt, T0).await);
-    lease_lost(e.q.dead_letter(old.receipt, "x").await);
-    lease_lost(e.q.park(old.receipt).await);
+    lease_lost(e.q.ack(old.receipt).await, old.receipt);
+    lease_lost(e.q.touch(vec![old.receipt]).await, old.receipt);
+    lease_lost(e.q.retry(old.receipt, T0).await, old.receipt);
+    lease_lost(e.q.dead_letter(old.receipt, "x").await, old.receipt);
+    lease_lost(e.q.park(old.receipt).await, old.receipt);
     assert_eq!(e.q.ack_batch(vec![old.receipt]).await.unwrap(), 0);
     assert_eq!(e.q.stats().await.unwrap(), before);
     e.q.ack(new[0].receipt).await.unwrap();
@@ -721,8 +730,8 @@ pub async fn reclaim_parks_items_of_paused_flows(f: &dyn Factory) {
     let s = e.q.stats().await.unwrap();
     assert_eq!((s.parked, s.pending, s.dead_letters), (3, 1, 0));
     // The old holders lost their leases.
-    lease_lost(e.q.ack(held[0].receipt).await);
-    lease_lost(e.q.ack(held[2].receipt).await);
+    lease_lost(e.q.ack(held[0].receipt).await, held[0].receipt);
+    lease_lost(e.q.ack(held[2].receipt).await, held[2].receipt);
     // Parked in the order reclaimed, behind "d"; deliveries unchanged.
     let s1 = e.q.step("f").await.unwrap().expect("d parked");
     assert_eq!((s1.item.id, s1.item.deliveries), (d, 1));
@@ -734,7 +743,7 @@ pub async fn reclaim_parks_items_of_paused_flows(f: &dyn Factory) {
     e.clock.advance(Duration::from_secs(10));
     let r = e.q.reclaim_stale(Duration::from_secs(5), 10).await.unwrap();
     assert_eq!(ids(&r), vec![b]);
-    lease_lost(e.q.ack(s1.receipt).await);
+    lease_lost(e.q.ack(s1.receipt).await, s1.receipt);
     assert_eq!(e.q.parked("f").await.unwrap(), 2);
     // After resume both run, "c" first, with deliveries unchanged by the
     // reclaims that parked them.
@@ -799,7 +808,7 @@ pub async fn park_moves_a_pending_item_to_parked(f: &dyn Factory) {
     e.q.park(c.receipt).await.unwrap();
     let s = e.q.stats().await.unwrap();
     assert_eq!((s.pending, s.parked), (0, 1));
-    lease_lost(e.q.ack(c.receipt).await);
+    lease_lost(e.q.ack(c.receipt).await, c.receipt);
     assert_eq!(e.q.resume("f").await.unwrap(), 1);
     let again = claim_one(&e.q).await;
     assert_eq!(again.item.deliveries, 2);
@@ -948,7 +957,7 @@ pub async fn redrive_resets_deliveries(f: &dyn Factory) {
     assert_eq!(again[1].item.deliveries, 1);
     // The receipt from before the dead-lettering names delivery 1 as well,
     // but it is not this claim.
-    lease_lost(e.q.ack(c.receipt).await);
+    lease_lost(e.q.ack(c.receipt).await, c.receipt);
     e.q.ack(again[1].receipt).await.unwrap();
 }
 
@@ -1053,8 +1062,8 @@ pub async fn release_gives_the_delivery_back(f: &dyn Factory) {
         assert_eq!((c.item.id, c.item.deliveries), (id, 1), "round {round}");
         let at = e.q.now_ms().await.unwrap() + 1_000;
         e.q.release(c.receipt, at).await.unwrap();
-        lease_lost(e.q.release(c.receipt, at).await);
-        lease_lost(e.q.ack(c.receipt).await);
+        lease_lost(e.q.release(c.receipt, at).await, c.receipt);
+        lease_lost(e.q.ack(c.receipt).await, c.receipt);
         let s = e.q.stats().await.unwrap();
         assert_eq!((s.pending, s.delayed, s.dead_letters), (0, 1, 0));
         assert_eq!(e.q.next_due().await.unwrap(), Some(at));
@@ -1268,6 +1277,7 @@ pub async fn calls_after_close_are_closed(f: &dyn Factory) {
         e.q.add(item("late")).await.map(|_| ()),
         e.q.stats().await.map(|_| ()),
         e.q.claim(1, NOW, ClaimFrom::All).await.map(|_| ()),
+        e.q.now_ms().await.map(|_| ()),
     ] {
         assert!(matches!(r, Err(Error::Closed)), "after close: {r:?}");
     }
@@ -1419,6 +1429,27 @@ pub async fn backlog_by_flow_samples_in_priority_order(f: &dyn Factory) {
     assert_eq!(sample.get("low"), Some(&1));
 }
 
+/// close() on one clone ends a claim blocked on another clone with `Closed`
+/// at once, not when its wait runs out (SPEC section 8).
+pub async fn close_wakes_claims_blocked_on_other_clones(f: &dyn Factory) {
+    let e = env(f).await;
+    let blocked = tokio::spawn({
+        let q = e.q.clone();
+        async move { q.claim(1, Duration::from_secs(60), ClaimFrom::All).await }
+    });
+    // Let the claim find nothing and start waiting.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    e.q.close().await.unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(10), blocked)
+        .await
+        .expect("a claim blocked across close() still waits after 10 s")
+        .unwrap();
+    assert!(
+        matches!(ended, Err(Error::Closed)),
+        "blocked claim: {ended:?}"
+    );
+}
+
 /// Run every case against `factory`, in order: the same list
 /// [`conformance_tests!`](crate::conformance_tests) expands.
 pub async fn run_all(factory: &dyn Factory) {
@@ -1505,6 +1536,7 @@ macro_rules! conformance_case_list {
             backlog_by_flow_samples_in_priority_order,
             aging_counts_elapsed_time_across_a_clock_step,
             release_keeps_the_tier,
+            close_wakes_claims_blocked_on_other_clones,
         }
     };
 }

@@ -9,6 +9,9 @@
 //!
 //! Not part of the stable API.
 
+// A broken contract panics: that panic is what the fuzzer reports.
+#![allow(clippy::panic)]
+
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,6 +19,7 @@ use std::time::Duration;
 
 use arbitrary::{Arbitrary, Unstructured};
 
+use crate::EmbeddedQueue;
 use crate::backend::memory::Location;
 use crate::clock::ManualClock;
 use crate::codec::{self, DeadRecord, ItemRecord, ItemRecordV1, LeaseRecord};
@@ -24,7 +28,6 @@ use crate::item::{ClaimFrom, NewItem, Receipt, Stats};
 use crate::queue::{BoxFuture, BoxQueue, WorkQueue};
 use crate::testing::faults::SimDisk;
 use crate::testing::ops::{self, Op, Reference, START_MS, Setup, System, Target};
-use crate::{EmbeddedOptions, EmbeddedQueue};
 
 /// Most ops one fuzz input runs, so one execution stays short.
 pub const MAX_OPS: usize = 64;
@@ -98,8 +101,10 @@ pub struct OpsInput {
 }
 
 /// Target `ops_vs_model`: a sequence of ops on the embedded backend (a file
-/// in a temp dir, with close-and-reopen) and on the model; every result,
-/// `stats()` and the file's recount must equal the model's after every step.
+/// on a [`SimDisk`], in memory, with close-and-reopen) and on the model;
+/// every result, `stats()` and the file's recount must equal the model's
+/// after every step. (`tests/model.rs` runs the same comparison on a real
+/// file.)
 ///
 /// # Panics
 ///
@@ -109,7 +114,8 @@ pub fn ops_vs_model(data: &[u8]) {
         return;
     };
     let ops = &input.ops[..input.ops.len().min(MAX_OPS)];
-    if let Err(e) = runtime().block_on(ops::run_embedded(&input.setup, ops)) {
+    if let Err(e) = runtime().block_on(ops::run_embedded_in_memory(disk_name(), &input.setup, ops))
+    {
         panic!("embedded backend differs from the model: {e}");
     }
 }
@@ -228,14 +234,14 @@ pub fn open_damaged_file(data: &[u8]) {
     if let Some(t) = damage.truncate {
         bytes.truncate(t as usize % (len + 1));
     }
-    let dir = temp_dir();
-    let path = dir.path().join("damaged.redb");
-    #[allow(clippy::expect_used)]
-    std::fs::write(&path, &bytes).expect("write the damaged file");
     runtime().block_on(async {
         let config = crate::Config::default().clock(ManualClock::new(START_MS + 10_000));
-        let options = EmbeddedOptions::default().verify_on_open(damage.verify);
-        let Ok(q) = timed("open", EmbeddedQueue::open_with(&path, config, options)).await else {
+        // The damaged bytes on a simulated disk: redb reads them as it would
+        // a file, without the file system's calls and fsyncs.
+        let disk = SimDisk::from_image(bytes);
+        let name = disk_name();
+        let open = EmbeddedQueue::open_on_backend(&name, disk.backend(), config, damage.verify);
+        let Ok(q) = timed("open", open).await else {
             return;
         };
         let _ = timed("stats", q.stats()).await;
@@ -606,6 +612,48 @@ pub fn redis_reply(bytes: &[u8]) {
     if let redis::Value::Array(a) | redis::Value::Set(a) = &root {
         for v in a {
             every_reply_parser(v, index);
+        }
+    }
+}
+
+/// Target `decode_request`: the first byte picks an operation of
+/// [`wire::OPS`](crate::wire::OPS) (or, past the list, takes the next bytes
+/// as an operation name), the rest is the request body. Decoding never
+/// panics (SPEC section 10: a malformed request is a 400, never a crash);
+/// an error is one line; a decoded request encodes back to the same
+/// request.
+///
+/// # Panics
+///
+/// When decoding panics, an error spans lines, or the round trip differs.
+#[cfg(any(feature = "server", feature = "remote"))]
+pub fn decode_request(data: &[u8]) {
+    use crate::wire::{OPS, Request};
+    let Some((&pick, rest)) = data.split_first() else {
+        return;
+    };
+    let (op, body): (String, &[u8]) = match OPS.get(usize::from(pick)) {
+        Some(op) => ((*op).to_string(), rest),
+        None => {
+            let cut = rest.iter().position(|&b| b == b' ').unwrap_or(rest.len());
+            let (name, body) = rest.split_at(cut);
+            (String::from_utf8_lossy(name).into_owned(), body)
+        }
+    };
+    match Request::decode(&op, body) {
+        Ok(request) => {
+            let (again_op, again_body) = request.encode();
+            assert_eq!(again_op, op, "operation changed in the round trip");
+            let again = Request::decode(again_op, &again_body)
+                .unwrap_or_else(|e| panic!("re-encoded request does not decode: {e}"));
+            assert_eq!(again, request, "request changed in the round trip");
+        }
+        Err(e) => {
+            let text = e.to_string();
+            assert!(
+                !text.contains('\n') && !text.is_empty(),
+                "error is not one line: {text:?}"
+            );
         }
     }
 }

@@ -8,12 +8,20 @@
 use std::any::Any;
 
 use crate::config::Config;
-use crate::queue::{BoxFuture, BoxQueue};
+use crate::queue::BoxQueue;
+
+pub use crate::backend::memory::{Location, Model};
+pub use crate::queue::BoxFuture;
 
 pub mod conformance;
 #[cfg(feature = "redis")]
 pub mod redis_server;
 
+#[cfg(feature = "redis")]
+pub mod redis_cluster;
+
+#[cfg(feature = "redis")]
+pub use redis_cluster::{RedisCluster, RedisClusterFactory, RedisClusterOptions};
 #[cfg(feature = "redis")]
 pub use redis_server::{RedisFactory, RedisServer, RedisServerOptions, TestCertificates};
 
@@ -28,6 +36,11 @@ pub mod fuzz;
 pub use crate::backend::embedded::migrate::{V1Item, write_schema1_fixture};
 pub mod ops;
 pub mod proxy;
+#[cfg(all(feature = "server", feature = "remote", feature = "embedded"))]
+pub mod remote;
+
+#[cfg(all(feature = "server", feature = "remote", feature = "embedded"))]
+pub use remote::{RemoteFactory, RemoteTarget, ServedQueue};
 
 /// A queue under test and whatever keeps it alive (a temp dir, a server).
 pub struct Subject {
@@ -84,6 +97,116 @@ impl Factory for MemoryFactory {
 
     fn durable(&self) -> bool {
         false
+    }
+}
+
+/// Factory of [`PartitionedQueue`](crate::PartitionedQueue)s over fresh
+/// queues of another factory: `partitions` of them, each made with the
+/// test's config (so its clock).
+#[derive(Debug, Clone, Copy)]
+pub struct PartitionedFactory<F> {
+    /// Makes each partition.
+    pub inner: F,
+    /// How many partitions.
+    pub partitions: usize,
+    /// Place every flow, the default one included, on partition 0
+    /// ([`PartitionedQueue::route_flows_with`](crate::PartitionedQueue::route_flows_with)),
+    /// for the cases in [`PER_PARTITION_CASES`]; the other partitions
+    /// stay empty, so claims, reclaims and reads still sweep them.
+    pub one_partition: bool,
+}
+
+/// The conformance cases whose promise holds per partition only (SPEC
+/// 6.1): each asserts ids, an order or a cap across items that a
+/// partitioned queue may place on different partitions (default-flow items
+/// round-robin, named flows by hash). The partitioned suites
+/// ([`partitioned_conformance_tests!`](crate::partitioned_conformance_tests))
+/// run these with every flow on partition 0, the rest spread.
+pub const PER_PARTITION_CASES: &[&str] = &[
+    // Ids increase per partition (partition p's ids start at p << 48 | 1).
+    "add_assigns_increasing_ids",
+    "add_batch_returns_ids_in_order",
+    // FIFO, due before backlog and the promote order hold per partition.
+    "backlog_is_fifo",
+    "due_lane_before_backlog",
+    "promote_orders_by_not_before_then_id",
+    "peek_does_not_claim",
+    // dead_letter_cap and max_backlog bound each partition.
+    "dead_letter_cap_drops_the_oldest",
+    "dead_letter_cap_counts_what_it_drops",
+    "full_refuses_and_drops_nothing",
+    // touch is all or none per partition.
+    "touch_with_a_lost_receipt_changes_nothing",
+    // Orders across named flows: the flows live on different partitions.
+    "backlog_by_flow_counts_the_sample",
+    "reclaim_parks_items_of_paused_flows",
+    "resume_requeues_parked_oldest_first",
+    "stats_count_every_state",
+    // The priority rank order (tier and aging) holds per partition.
+    "higher_priority_runs_first_fifo_within_a_tier",
+    "aging_lets_a_waiting_low_tier_overtake",
+    "tier_zero_stays_fifo_when_the_clock_steps_back",
+    "priority_orders_the_due_lane_and_survives_retry",
+    "backlog_by_flow_samples_in_priority_order",
+    "aging_counts_elapsed_time_across_a_clock_step",
+    "release_keeps_the_tier",
+];
+
+/// The conformance suite against a [`PartitionedQueue`](crate::PartitionedQueue)
+/// of `partitions` queues made by `inner`: one test per case, the cases of
+/// [`PER_PARTITION_CASES`] with the default flow pinned to one partition.
+#[macro_export]
+macro_rules! partitioned_conformance_tests {
+    ($inner:expr, $partitions:expr) => {
+        $crate::conformance_case_list!(__workjournal_partitioned_tests, ($inner, $partitions));
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __workjournal_partitioned_tests {
+    ($factory:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let (inner, partitions) = $factory;
+                let f = $crate::testing::PartitionedFactory {
+                    inner,
+                    partitions,
+                    one_partition: $crate::testing::PER_PARTITION_CASES
+                        .contains(&stringify!($case)),
+                };
+                $crate::testing::conformance::$case(&f).await;
+            }
+        )*
+    };
+}
+
+impl<F: Factory> Factory for PartitionedFactory<F> {
+    fn name(&self) -> &'static str {
+        "partitioned"
+    }
+
+    #[allow(clippy::expect_used)]
+    fn make(&self, config: Config) -> BoxFuture<'_, Subject> {
+        Box::pin(async move {
+            let mut parts = Vec::new();
+            let mut keep: Vec<Box<dyn Any + Send + Sync>> = Vec::new();
+            for _ in 0..self.partitions {
+                let s = self.inner.make(config.clone()).await;
+                parts.push(s.queue);
+                keep.extend(s.keep);
+            }
+            let mut queue = crate::PartitionedQueue::new(parts).expect("at least one partition");
+            if self.one_partition {
+                queue = queue.route_flows_with(|_| Some(0));
+            }
+            Subject::new(BoxQueue::new(queue), keep)
+        })
+    }
+
+    fn durable(&self) -> bool {
+        self.inner.durable()
     }
 }
 
@@ -147,8 +270,7 @@ impl StateCounts {
     }
 
     /// The counts a recount finds: one location per item.
-    pub fn recount<'a>(places: impl IntoIterator<Item = &'a crate::Location>) -> Self {
-        use crate::Location;
+    pub fn recount<'a>(places: impl IntoIterator<Item = &'a Location>) -> Self {
         let mut c = StateCounts::default();
         for place in places {
             match place {

@@ -488,7 +488,7 @@ impl From<&Error> for ErrorKind {
     fn from(e: &Error) -> Self {
         match e {
             Error::Full { limit } => ErrorKind::Full { limit: *limit },
-            Error::LeaseLost { id, delivery } => ErrorKind::LeaseLost {
+            Error::LeaseLost { id, delivery, .. } => ErrorKind::LeaseLost {
                 id: *id,
                 delivery: *delivery,
             },
@@ -851,12 +851,42 @@ impl Target for FactoryTarget {
     }
 }
 
-/// The embedded backend on a file in its own temp dir, with reopen and the
-/// file's recount ([`EmbeddedQueue::locations`](crate::EmbeddedQueue::locations)).
+/// Where an [`EmbeddedTarget`] keeps its file.
+#[cfg(feature = "embedded")]
+#[derive(Debug)]
+enum Storage {
+    /// A real file in its own temp dir.
+    File(tempfile::TempDir),
+    /// A [`SimDisk`](crate::testing::faults::SimDisk) (a file in memory) and
+    /// the name that stands for its path in the in-process lock.
+    Sim(crate::testing::faults::SimDisk, String),
+}
+
+#[cfg(feature = "embedded")]
+impl Storage {
+    async fn open(&self, config: Config) -> crate::Result<crate::EmbeddedQueue> {
+        match self {
+            Storage::File(dir) => {
+                crate::EmbeddedQueue::open(dir.path().join("queue.redb"), config).await
+            }
+            // No whole-file integrity check at open: this file is never
+            // damaged (`open_damaged_file` fuzzes that check).
+            Storage::Sim(disk, name) => {
+                crate::EmbeddedQueue::open_on_backend(name, disk.backend(), config, false).await
+            }
+        }
+    }
+}
+
+/// The embedded backend with reopen on the same storage and the file's
+/// recount ([`EmbeddedQueue::audit`](crate::EmbeddedQueue::audit)): on a
+/// real file in its own temp dir ([`EmbeddedTarget::new`]), or on a
+/// simulated disk ([`EmbeddedTarget::in_memory`]), free of file-system
+/// calls and fsyncs, so that a fuzz execution costs what the queue costs.
 #[cfg(feature = "embedded")]
 #[derive(Debug)]
 pub struct EmbeddedTarget {
-    dir: tempfile::TempDir,
+    storage: Storage,
     config: Config,
     queue: crate::EmbeddedQueue,
     boxed: BoxQueue,
@@ -875,19 +905,36 @@ impl EmbeddedTarget {
             context: "make a temp dir".into(),
             source,
         })?;
-        let queue =
-            crate::EmbeddedQueue::open(dir.path().join("queue.redb"), config.clone()).await?;
+        Self::on(Storage::File(dir), config).await
+    }
+
+    /// A fresh queue on an empty simulated disk; `name` must be unique in
+    /// the process (it stands for the path in the in-process lock).
+    ///
+    /// # Errors
+    ///
+    /// As [`EmbeddedQueue::open`](crate::EmbeddedQueue::open).
+    pub async fn in_memory(name: String, config: Config) -> crate::Result<Self> {
+        let disk = crate::testing::faults::SimDisk::new();
+        Self::on(Storage::Sim(disk, name), config).await
+    }
+
+    async fn on(storage: Storage, config: Config) -> crate::Result<Self> {
+        let queue = storage.open(config.clone()).await?;
         Ok(EmbeddedTarget {
-            dir,
+            storage,
             config,
             boxed: BoxQueue::new(queue.clone()),
             queue,
         })
     }
 
-    /// The queue file.
-    pub fn path(&self) -> std::path::PathBuf {
-        self.dir.path().join("queue.redb")
+    /// The queue file, for a target on a real file.
+    pub fn path(&self) -> Option<std::path::PathBuf> {
+        match &self.storage {
+            Storage::File(dir) => Some(dir.path().join("queue.redb")),
+            Storage::Sim(..) => None,
+        }
     }
 }
 
@@ -904,7 +951,7 @@ impl Target for EmbeddedTarget {
     fn reopen(&mut self) -> BoxFuture<'_, crate::Result<()>> {
         Box::pin(async move {
             self.queue.close().await?;
-            let queue = crate::EmbeddedQueue::open(self.path(), self.config.clone()).await?;
+            let queue = self.storage.open(self.config.clone()).await?;
             self.boxed = BoxQueue::new(queue.clone());
             self.queue = queue;
             Ok(())
@@ -1142,8 +1189,33 @@ pub async fn run_embedded(setup: &Setup, ops: &[Op]) -> Result<(), String> {
     let target = EmbeddedTarget::new(setup.config().clock(clock.clone()))
         .await
         .map_err(|e| format!("open: {e}"))?;
+    run_on(Box::new(target), clock, setup, ops).await
+}
+
+/// As [`run_embedded`], on [`EmbeddedTarget::in_memory`] named `name`
+/// (unique in the process): the same comparison without the file system.
+///
+/// # Errors
+///
+/// As [`run_embedded`].
+#[cfg(feature = "embedded")]
+pub async fn run_embedded_in_memory(name: String, setup: &Setup, ops: &[Op]) -> Result<(), String> {
+    let clock = ManualClock::new(START_MS);
+    let target = EmbeddedTarget::in_memory(name, setup.config().clock(clock.clone()))
+        .await
+        .map_err(|e| format!("open: {e}"))?;
+    run_on(Box::new(target), clock, setup, ops).await
+}
+
+#[cfg(feature = "embedded")]
+async fn run_on(
+    target: Box<dyn Target>,
+    clock: ManualClock,
+    setup: &Setup,
+    ops: &[Op],
+) -> Result<(), String> {
     let mut reference = Reference::new(setup, true, true);
-    let mut system = System::new(Box::new(target), clock, true);
+    let mut system = System::new(target, clock, true);
     system.check(&reference).await?;
     for (n, op) in ops.iter().enumerate() {
         let _ = reference.apply(op);

@@ -40,6 +40,10 @@ pub struct RedisServerOptions {
     /// test CA (`tls-auth-clients yes`); otherwise one is optional.
     /// Default: false.
     pub tls_require_client_cert: bool,
+    /// Start as a node of a Redis Cluster (`cluster-enabled yes`, its
+    /// `nodes.conf` in the server's dir, a node timeout of 1 s so that a
+    /// failover takes about that long). Default: false.
+    pub cluster: bool,
 }
 
 /// A throwaway CA, and a server and a client certificate it signed, as PEM
@@ -348,6 +352,19 @@ impl RedisServer {
                 auth.into(),
             ]);
         }
+        if self.options.cluster {
+            args.extend(
+                [
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "1000",
+                ]
+                .map(String::from),
+            );
+        }
         if let Some(p) = self.options.replica_of {
             args.extend(["--replicaof".to_string(), "127.0.0.1".into(), p.to_string()]);
         }
@@ -413,6 +430,12 @@ if [ "$cmd" != keep ]; then rm -rf "$d"; fi"#;
     /// `redis://127.0.0.1:<port>/`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// True between a start or [`restart`](Self::restart) and a
+    /// [`kill`](Self::kill).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
     }
 
     /// The loopback port the server listens on.
@@ -493,28 +516,36 @@ pub fn fresh_namespace() -> String {
     format!("t{}-{n}", std::process::id())
 }
 
+/// A queue in a fresh namespace of the server (or cluster) at the URL that
+/// `url` gives (starting it on first use), for a factory's `make`.
+///
+/// # Panics
+///
+/// Test support: if the server does not start or the queue cannot connect.
+#[allow(clippy::expect_used)]
+pub(crate) async fn fresh_queue(url: fn() -> io::Result<String>, config: Config) -> Subject {
+    let url = tokio::task::spawn_blocking(url)
+        .await
+        .expect("redis test server start task")
+        .expect("start redis-server for the tests");
+    let queue = crate::RedisQueue::connect(
+        &url,
+        &fresh_namespace(),
+        config,
+        crate::RedisOptions::default(),
+    )
+    .await
+    .expect("connect to the test redis-server");
+    Subject::new(BoxQueue::new(queue), Vec::new())
+}
+
 impl Factory for RedisFactory {
     fn name(&self) -> &'static str {
         "redis"
     }
 
-    #[allow(clippy::expect_used)]
     fn make(&self, config: Config) -> BoxFuture<'_, Subject> {
-        Box::pin(async move {
-            let url = tokio::task::spawn_blocking(shared_server_url)
-                .await
-                .expect("redis test server start task")
-                .expect("start redis-server for the tests");
-            let queue = crate::RedisQueue::connect(
-                &url,
-                &fresh_namespace(),
-                config,
-                crate::RedisOptions::default(),
-            )
-            .await
-            .expect("connect to the test redis-server");
-            Subject::new(BoxQueue::new(queue), Vec::new())
-        })
+        Box::pin(fresh_queue(shared_server_url, config))
     }
 
     fn durable(&self) -> bool {

@@ -1,4 +1,4 @@
-//! The embedded side of store and forward (SPEC section 10): the reads and
+//! The embedded side of store and forward (SPEC section 11): the reads and
 //! the removal a [`Forwarder`](crate::forward::Forwarder) needs, which the
 //! `WorkQueue` trait does not offer. `claim` hands out only ready items, due
 //! lane first, and makes them pending; a forwarder must take every waiting

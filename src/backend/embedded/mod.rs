@@ -105,41 +105,48 @@ use crate::queue::WorkQueue;
 use tables::Limits;
 use writer::{Msg, Op, PathClaim, Reply, Request};
 
-/// When a returned write is on disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Durability {
-    /// Every write that returns `Ok` has been fsynced (redb
-    /// `Durability::Immediate`). The default, and the only mode.
-    #[default]
-    Immediate,
-}
-
-/// Settings of the embedded backend only.
+/// Settings of the embedded backend only (SPEC section 7). Every write that
+/// returns `Ok` has been fsynced; there is no weaker mode.
 #[derive(Debug, Clone)]
 pub struct EmbeddedOptions {
-    durability: Durability,
     verify_on_open: bool,
     cache_size_bytes: usize,
     read_only: bool,
+    #[cfg(feature = "testing")]
+    refuse_hard_links: bool,
 }
 
 impl Default for EmbeddedOptions {
     fn default() -> Self {
         EmbeddedOptions {
-            durability: Durability::Immediate,
             verify_on_open: true,
             cache_size_bytes: 64 * 1024 * 1024,
             read_only: false,
+            #[cfg(feature = "testing")]
+            refuse_hard_links: false,
         }
     }
 }
 
 impl EmbeddedOptions {
-    /// When a returned write is on disk. Default: [`Durability::Immediate`].
-    pub fn durability(mut self, durability: Durability) -> Self {
-        self.durability = durability;
+    /// Fault hook (test support, feature `testing`): creating a new file
+    /// acts as on a file system that refuses hard links (FAT/exFAT, some
+    /// FUSE mounts), so that tests reach the fallback on any disk.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn refuse_hard_links(mut self, refuse: bool) -> Self {
+        self.refuse_hard_links = refuse;
         self
+    }
+
+    #[cfg(feature = "testing")]
+    fn refuses_hard_links(&self) -> bool {
+        self.refuse_hard_links
+    }
+
+    #[cfg(not(feature = "testing"))]
+    fn refuses_hard_links(&self) -> bool {
+        false
     }
 
     /// Verify every page checksum at open, so a damaged file fails with
@@ -176,6 +183,8 @@ struct Inner {
     clock: SharedClock,
     wake: Arc<Notify>,
     path: PathBuf,
+    /// `Config::max_deliveries`, for [`WorkQueue::max_deliveries`].
+    max_deliveries: u32,
     /// Set when no handle can use the file any more, so that an open of the
     /// same file in this process waits for the writer to let go of it.
     closing: Arc<AtomicBool>,
@@ -233,7 +242,10 @@ fn claim_path(path: &Path) -> Result<PathBuf> {
 /// process killed in between left a file that no open accepts. The file is
 /// built under a temporary name (`.NAME.creating.PID`, which a crash may
 /// leave behind and which is safe to delete) and then linked into place.
-fn create_fresh(path: &Path) -> std::io::Result<()> {
+///
+/// `refuse_links` (test support) makes the hard link fail as on a file
+/// system without links.
+fn create_fresh(path: &Path, refuse_links: bool) -> std::io::Result<()> {
     let exists = match std::fs::metadata(path) {
         Ok(m) if m.len() > 0 => return Ok(()),
         Ok(_) => true,
@@ -262,19 +274,56 @@ fn create_fresh(path: &Path) -> std::io::Result<()> {
     let placed = if exists {
         std::fs::rename(&tmp, path)
     } else {
-        // A link, unlike a rename, never replaces a file that another
-        // process created in the meantime.
-        let linked = std::fs::hard_link(&tmp, path);
-        let _ = std::fs::remove_file(&tmp);
-        match linked {
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-            other => other,
-        }
+        place_new(&tmp, path, refuse_links)
     };
     placed?;
     #[cfg(unix)]
     std::fs::File::open(dir)?.sync_all()?;
     Ok(())
+}
+
+/// Put the finished new file `tmp` at `path`, unless a file appeared there
+/// in the meantime (another process created the queue first: keep theirs).
+///
+/// A hard link, unlike a rename, never replaces a file. FAT/exFAT SD cards
+/// and some FUSE mounts refuse hard links; there the name is claimed with
+/// an empty file first (`create_new` fails if another process got there
+/// first) and the finished file renamed over it. A crash in between leaves
+/// an empty file, which the next open treats as no file, so the promise
+/// holds: no crash leaves a half-made queue file at `path`.
+fn place_new(tmp: &Path, path: &Path, refuse_links: bool) -> std::io::Result<()> {
+    use std::io::ErrorKind;
+    let linked = if refuse_links {
+        Err(std::io::Error::new(
+            ErrorKind::Unsupported,
+            "hard links refused (test hook)",
+        ))
+    } else {
+        std::fs::hard_link(tmp, path)
+    };
+    let placed = match linked {
+        Err(e)
+            if matches!(
+                e.kind(),
+                ErrorKind::PermissionDenied | ErrorKind::Unsupported
+            ) =>
+        {
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)
+            {
+                Ok(_) => return std::fs::rename(tmp, path),
+                Err(e) => Err(e),
+            }
+        }
+        other => other,
+    };
+    let _ = std::fs::remove_file(tmp);
+    match placed {
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(()),
+        other => other,
+    }
 }
 
 impl EmbeddedQueue {
@@ -339,7 +388,7 @@ impl EmbeddedQueue {
             path,
             claim,
             Box::new(move || {
-                create_fresh(&file)
+                create_fresh(&file, options.refuses_hard_links())
                     .map_err(|e| redb::DatabaseError::Storage(redb::StorageError::Io(e)))?;
                 redb::Builder::new()
                     .set_check_integrity_on_open(options.verify_on_open)
@@ -404,9 +453,15 @@ impl EmbeddedQueue {
             Box::new(move || {
                 let backend =
                     make().map_err(|e| redb::DatabaseError::Storage(redb::StorageError::Io(e)))?;
-                redb::Builder::new()
-                    .set_check_integrity_on_open(verify_on_open)
-                    .create_with_backend(backend)
+                let mut builder = redb::Builder::new();
+                builder.set_check_integrity_on_open(verify_on_open);
+                // Under cargo-fuzz (`--cfg fuzzing`, which also unlocks this
+                // redb setting): 1 MiB regions instead of one of 4 GiB, whose
+                // allocator bitmaps redb writes at every close and rebuilds
+                // at every open; most of a short fuzz execution went there.
+                #[cfg(fuzzing)]
+                builder.set_region_size(1 << 20);
+                builder.create_with_backend(backend)
             }),
             false,
         )
@@ -466,6 +521,7 @@ impl EmbeddedQueue {
                 path,
                 closing,
                 read_only,
+                max_deliveries: limits.max_deliveries,
             }),
         })
     }
@@ -529,7 +585,7 @@ impl EmbeddedQueue {
     /// `Corrupt` if an index names an id without an item record; `Decode`
     /// for an unreadable dead-letter record; storage failures.
     #[cfg(feature = "testing")]
-    pub async fn locations(&self) -> Result<BTreeMap<u64, Vec<crate::Location>>> {
+    pub async fn locations(&self) -> Result<BTreeMap<u64, Vec<crate::testing::Location>>> {
         expect_reply!(self, Op::Locations, Reply::Locations(m) => m)
     }
 
@@ -556,7 +612,7 @@ impl EmbeddedQueue {
     ///
     /// `Corrupt` naming the first broken invariant; storage failures.
     #[cfg(feature = "testing")]
-    pub async fn audit(&self) -> Result<BTreeMap<u64, crate::Location>> {
+    pub async fn audit(&self) -> Result<BTreeMap<u64, crate::testing::Location>> {
         expect_reply!(self, Op::Audit, Reply::Audit(m) => m)
     }
 }
@@ -704,7 +760,16 @@ impl WorkQueue for EmbeddedQueue {
     }
 
     async fn now_ms(&self) -> Result<u64> {
+        // The clock needs no writer, but a closed handle answers nothing
+        // (SPEC section 8): `closing` is set by `close` on any clone.
+        if self.inner.closing.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
         Ok(self.inner.clock.now_ms())
+    }
+
+    fn max_deliveries(&self) -> u32 {
+        self.inner.max_deliveries
     }
 
     async fn compact(&self) -> Result<bool> {
@@ -720,10 +785,12 @@ impl WorkQueue for EmbeddedQueue {
     async fn close(&self) -> Result<()> {
         self.inner.closing.store(true, Ordering::Release);
         let (reply, rx) = oneshot::channel();
-        if self.inner.tx.send(Msg::Close(reply)).is_err() {
-            return Ok(());
+        if self.inner.tx.send(Msg::Close(reply)).is_ok() {
+            let _ = rx.await;
         }
-        let _ = rx.await;
+        // Claims blocked on other clones wake up, ask the writer again and
+        // get `Closed`, rather than sleep out their wait (SPEC section 8).
+        self.inner.wake.notify_waiters();
         Ok(())
     }
 }

@@ -199,13 +199,6 @@ impl<'t, K: Key + 'static, V: Value + 'static> Lazy<'t, K, V> {
     }
 }
 
-fn lease_lost(r: &Receipt) -> Error {
-    Error::LeaseLost {
-        id: r.id,
-        delivery: r.delivery,
-    }
-}
-
 impl<'t> Tables<'t> {
     pub(super) fn open(txn: &'t WriteTransaction, limits: Limits) -> Result<Self> {
         Ok(Tables {
@@ -529,7 +522,7 @@ impl<'t> Tables<'t> {
     fn current(&self, r: &Receipt) -> Result<LeaseRecord> {
         match self.lease(r.id)? {
             Some(l) if l.lease == r.lease => Ok(l),
-            _ => Err(lease_lost(r)),
+            _ => Err(Error::lease_lost(r)),
         }
     }
 
@@ -1526,8 +1519,8 @@ impl<'t> Tables<'t> {
     /// names is listed with no location; an index entry naming an id
     /// without an item record is `Corrupt`.
     #[cfg(feature = "testing")]
-    pub(super) fn locations(&self) -> Result<BTreeMap<u64, Vec<crate::Location>>> {
-        use crate::Location;
+    pub(super) fn locations(&self) -> Result<BTreeMap<u64, Vec<crate::testing::Location>>> {
+        use crate::testing::Location;
         let mut out: BTreeMap<u64, Vec<Location>> = BTreeMap::new();
         for entry in self.backlog()?.iter().ctx("scan backlog")? {
             let id = entry.ctx("scan backlog")?.1.value();

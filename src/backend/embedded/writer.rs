@@ -56,7 +56,7 @@ pub(super) enum Op {
     Stats,
     BacklogByFlow(usize),
     Peek(usize),
-    /// Store and forward (SPEC section 10): the file's journal id.
+    /// Store and forward (SPEC section 11): the file's journal id.
     #[cfg(feature = "forward")]
     ForwardJournal,
     /// The next items to hand over under a mark key.
@@ -181,11 +181,11 @@ pub(super) enum Reply {
     #[cfg(feature = "forward")]
     Lag(tables::Unforwarded),
     #[cfg(feature = "testing")]
-    Locations(BTreeMap<u64, Vec<crate::Location>>),
+    Locations(BTreeMap<u64, Vec<crate::testing::Location>>),
     #[cfg(feature = "testing")]
     Dump(BTreeMap<String, Vec<String>>),
     #[cfg(feature = "testing")]
-    Audit(BTreeMap<u64, crate::Location>),
+    Audit(BTreeMap<u64, crate::testing::Location>),
 }
 
 pub(super) struct Request {
@@ -812,5 +812,33 @@ fn run_batch(store: &mut Store, wake: &Notify, reqs: Vec<Request>) {
     }
     for (reply, result) in replies.into_iter().zip(results) {
         let _ = reply.send(result);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::changed_nothing;
+
+    /// A record whose encoding fails, as a bincode `Encode` impl may.
+    struct Unencodable;
+
+    impl bincode::Encode for Unencodable {
+        fn encode<E: bincode::enc::Encoder>(
+            &self,
+            _encoder: &mut E,
+        ) -> Result<(), bincode::error::EncodeError> {
+            Err(bincode::error::EncodeError::Other("refused"))
+        }
+    }
+
+    // Failed: an encoding failure was `InvalidInput`, which group commit
+    // reads as "wrote nothing" and so committed whatever the operation had
+    // written before it.
+    #[test]
+    fn an_encoding_failure_aborts_the_transaction() {
+        let Err(e) = crate::codec::encode(&Unencodable) else {
+            panic!("an unencodable record encoded");
+        };
+        assert!(!changed_nothing(&e), "{e:?} would be committed around");
     }
 }

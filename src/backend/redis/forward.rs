@@ -1,4 +1,4 @@
-//! The Redis side of store and forward (SPEC section 10): the script that
+//! The Redis side of store and forward (SPEC section 11): the script that
 //! takes a batch from an edge journal exactly once, and the accessor that
 //! tells a consumer where a forwarded item came from.
 
@@ -12,7 +12,7 @@ use super::reply::{array, at, int, text, uint};
 use crate::error::Error;
 use crate::error::Result;
 
-/// Where a forwarded item came from (SPEC section 10): the origin name its
+/// Where a forwarded item came from (SPEC section 11): the origin name its
 /// forwarder was given and the item's id in that origin's local journal.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Origin {
@@ -40,7 +40,7 @@ pub(crate) struct Taken {
 #[cfg(feature = "forward")]
 pub(crate) const MAX_ORIGIN_LEN: usize = 128;
 
-/// Check an origin name (SPEC section 10): 1 to 128 ASCII letters, digits,
+/// Check an origin name (SPEC section 11): 1 to 128 ASCII letters, digits,
 /// `.`, `_` or `-` (it is part of Redis key names). [`Forwarder::new`]
 /// checks it too; this is for checking early, e.g. before connecting.
 ///
@@ -72,7 +72,7 @@ impl RedisQueue {
     }
 
     /// Where item `id` came from, if a forwarder brought it here from an
-    /// edge journal (SPEC section 10); `None` for an item added here, or
+    /// edge journal (SPEC section 11); `None` for an item added here, or
     /// one no longer in the queue (acked).
     ///
     /// # Errors

@@ -24,7 +24,7 @@
 //! | `{ns}:clock` | string | the latest time (ms, queue clock) a script saw: a clock more than 1 s below it has stepped back, and the stored times move back with it (SPEC 8, Clock steps) |
 //! | `{ns}:dead:dropped` | string | how many dead letters were dropped past `dead_letter_cap`, ever |
 //! | `{ns}:dedup`, `{ns}:dedup:exp` | hash + sorted set | dedup key → first id, and when the key expires |
-//! | `{ns}:done`, `{ns}:done:exp` | hash + sorted set | `<id>:<step>` done markers and when they expire |
+//! | `{ns}:done:exp` | sorted set | `<id>:<step>` done markers, scored by when they expire (a 0.1 build also wrote a `{ns}:done` hash that nothing read; delete it when upgrading) |
 //! | `{ns}:wake` | stream | wake-up signals for blocking claims (trimmed to 16 entries; holds no work) |
 //! | `{ns}:consumers` | string | counter that makes consumer names unique |
 //!
@@ -97,7 +97,14 @@
 //!   the platform's roots are trusted (`rustls-native-certs`); with one,
 //!   only that CA. `#insecure` URLs are refused: a queue's payloads and
 //!   receipts should not cross a network unauthenticated.
-//! - **Store and forward** (SPEC section 10). `scripts/forward.lua` takes a
+//! - **Redis Cluster.** `redis+cluster://` URLs (or
+//!   [`RedisOptions::cluster`]) use redis-rs' cluster connection instead
+//!   of the connection manager (`connection.rs`): scripts are routed by
+//!   their one declared key, the `{ns}:` prefix, whose slot holds every key
+//!   of the queue; `WAIT` and `TIME` go to that slot's primary; blocking
+//!   waits have cluster connections of their own, and a wait that the
+//!   slot's move or failover cuts (`UNBLOCKED`, `MOVED`) counts as a wake.
+//! - **Store and forward** (SPEC section 11). `scripts/forward.lua` takes a
 //!   batch from an edge journal and records, in the same script, the
 //!   highest local id taken per origin (`{ns}:forward:<origin>`: `journal`,
 //!   `mark`, `taken`; late ids in the set `{ns}:forward:late:<origin>`), so
@@ -114,21 +121,24 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::{AsyncConnectionConfig, Script, Value};
+use redis::{Script, Value};
 
+use crate::clock::CLOCK_STEP_TOLERANCE_MS;
 use crate::clock::SharedClock;
 use crate::config::{Config, ms};
 use crate::error::{Error, Result};
 use crate::item::{
-    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
-    check_new_item, require_flow,
+    Added, ClaimFrom, Claimed, DeadLetter, Item, MAX_DELIVERIES_REASON, NewItem, Receipt,
+    Reclaimed, RetryOutcome, Stats, check_new_item, require_flow,
 };
 use crate::queue::WorkQueue;
 
+mod combine;
+mod connection;
 pub(crate) mod forward;
 pub(crate) mod reply;
 
+use connection::{Conn, Source};
 pub use forward::Origin;
 
 use reply::{array, at, bytes, claims, int, opt_uint, text, u32_of, uint};
@@ -168,6 +178,7 @@ pub struct RedisOptions {
     consumer_name: Option<String>,
     tls_ca: Option<Pem>,
     tls_client: Option<(Pem, Pem)>,
+    cluster: bool,
 }
 
 /// PEM text given inline or as a file that `connect` reads.
@@ -208,6 +219,7 @@ impl Default for RedisOptions {
             consumer_name: None,
             tls_ca: None,
             tls_client: None,
+            cluster: false,
         }
     }
 }
@@ -301,6 +313,21 @@ impl RedisOptions {
         self
     }
 
+    /// Talk to a Redis Cluster (SPEC 7, "Redis Cluster"): the URL names one
+    /// node of it, the others are found from there; commands go to the
+    /// primary owning the namespace's slot and follow it when it moves
+    /// (`MOVED`, failover). A `redis+cluster://` or `rediss+cluster://` URL
+    /// asks for the same. Default: false (one server).
+    pub fn cluster(mut self, on: bool) -> Self {
+        self.cluster = on;
+        self
+    }
+
+    /// Whether [`cluster`](Self::cluster) was asked for.
+    pub fn get_cluster(&self) -> bool {
+        self.cluster
+    }
+
     /// True if a CA was given with [`tls_ca_pem`](Self::tls_ca_pem) or
     /// [`tls_ca_file`](Self::tls_ca_file).
     pub fn has_tls_ca(&self) -> bool {
@@ -340,13 +367,45 @@ impl RedisOptions {
     }
 }
 
+/// Reply code of a script: the receipt's claim is not current.
+const LOST: i64 = -1;
+/// Reply code of `park`: the item is in the default flow.
+const DEFAULT_FLOW: i64 = -2;
+/// Reply code of `park`: parked.
+const PARKED: i64 = 1;
+/// Reply code of `retry`: the item waits in delayed.
+const DELAYED: i64 = 1;
+/// Reply code of `retry`: the item was dead-lettered.
+const DEAD_LETTERED: i64 = 2;
+/// Most expired dedup keys or done markers one script deletes.
+const PRUNE_LIMIT: u32 = 500;
+
+/// The constants the scripts share with this file, as Lua locals: written
+/// once here, never copied by hand into the scripts.
+fn lua_constants() -> String {
+    // `{:?}` quotes a plain ASCII string the way Lua reads it.
+    format!(
+        "local PRUNE_LIMIT = {PRUNE_LIMIT}\n\
+         local MAX_DELIVERIES_REASON = {MAX_DELIVERIES_REASON:?}\n\
+         local LOST, DEFAULT_FLOW, PARKED = {LOST}, {DEFAULT_FLOW}, {PARKED}\n\
+         local DELAYED, DEAD_LETTERED = {DELAYED}, {DEAD_LETTERED}\n\
+         local CLOCK_TOLERANCE = {CLOCK_STEP_TOLERANCE_MS}\n"
+    )
+}
+
+/// One script: the constants, the shared prelude, then its own body.
+fn script(body: &str) -> Script {
+    Script::new(&format!(
+        "{}{}\n{}",
+        lua_constants(),
+        include_str!("scripts/common.lua"),
+        body
+    ))
+}
+
 macro_rules! script {
     ($name:literal) => {
-        Script::new(concat!(
-            include_str!("scripts/common.lua"),
-            "\n",
-            include_str!(concat!("scripts/", $name, ".lua"))
-        ))
+        script(include_str!(concat!("scripts/", $name, ".lua")))
     };
 }
 
@@ -402,10 +461,10 @@ impl Scripts {
 }
 
 struct Inner {
-    client: redis::Client,
-    conn: ConnectionManager,
+    client: Source,
+    conn: Conn,
     /// Idle connections for blocking waits (no response timeout).
-    blockers: std::sync::Mutex<Vec<MultiplexedConnection>>,
+    blockers: std::sync::Mutex<Vec<Conn>>,
     prefix: String,
     consumer: String,
     config: Config,
@@ -413,6 +472,8 @@ struct Inner {
     options: RedisOptions,
     scripts: Scripts,
     closed: AtomicBool,
+    /// Concurrent adds waiting to share one script call.
+    combiner: combine::Combiner,
 }
 
 /// The Redis Streams backend (feature `redis`): a queue in one namespace of
@@ -515,10 +576,11 @@ fn receipt_args(args: &mut Vec<Vec<u8>>, r: &Receipt) {
 
 /// What a failed connect was, for the error: naming TLS points at
 /// certificates when the source says the handshake failed.
-fn connect_what(client: &redis::Client) -> &'static str {
-    match client.get_connection_info().addr() {
-        redis::ConnectionAddr::TcpTls { .. } => "connect over TLS",
-        _ => "connect",
+fn connect_what(client: &Source) -> &'static str {
+    if client.is_tls() {
+        "connect over TLS"
+    } else {
+        "connect"
     }
 }
 
@@ -545,9 +607,20 @@ fn certificates(pem: &Pem, what: &str) -> Result<Vec<u8>> {
 /// The one client every connection of a handle comes from (the managed
 /// connection, its reconnects and the blocking-wait connections), so all of
 /// them use the same TLS settings.
-fn client_for(url: &str, options: &RedisOptions) -> Result<redis::Client> {
+fn client_for(url: &str, options: &RedisOptions) -> Result<Source> {
     use redis::IntoConnectionInfo;
+    // `redis+cluster://` and `rediss+cluster://` ask for a cluster
+    // connection; the rest of the URL is an ordinary one.
+    let (url, cluster) = match url.split_once("+cluster://") {
+        Some((scheme @ ("redis" | "rediss"), rest)) => (format!("{scheme}://{rest}"), true),
+        _ => (url.to_string(), options.cluster),
+    };
+    let open = |info, certs| {
+        Source::open(info, certs, cluster)
+            .map_err(|e| Error::invalid(format!("redis url is not valid: {e}")))
+    };
     let info = url
+        .as_str()
         .into_connection_info()
         .map_err(|e| Error::invalid(format!("redis url is not valid: {e}")))?;
     let insecure = match info.addr() {
@@ -560,8 +633,7 @@ fn client_for(url: &str, options: &RedisOptions) -> Result<redis::Client> {
                     "redis TLS options (CA or client certificate) need a rediss:// url",
                 ));
             }
-            return redis::Client::open(info)
-                .map_err(|e| Error::invalid(format!("redis url is not valid: {e}")));
+            return open(info, None);
         }
     };
     if insecure {
@@ -575,8 +647,7 @@ fn client_for(url: &str, options: &RedisOptions) -> Result<redis::Client> {
     // installed one already, in which case that one stays.
     let _ = rustls::crypto::ring::default_provider().install_default();
     if options.tls_ca.is_none() && options.tls_client.is_none() {
-        return redis::Client::open(info)
-            .map_err(|e| Error::invalid(format!("redis url is not valid: {e}")));
+        return open(info, None);
     }
     let root_cert = match &options.tls_ca {
         Some(pem) => Some(certificates(pem, "TLS CA")?),
@@ -589,12 +660,13 @@ fn client_for(url: &str, options: &RedisOptions) -> Result<redis::Client> {
         }),
         None => None,
     };
-    redis::Client::build_with_tls(
+    Source::open(
         info,
-        redis::TlsCertificates {
+        Some(redis::TlsCertificates {
             client_tls,
             root_cert,
-        },
+        }),
+        cluster,
     )
     .map_err(|e| Error::invalid(format!("redis TLS settings are not valid: {e}")))
 }
@@ -632,7 +704,7 @@ impl RedisQueue {
         let client = client_for(url, &options)?;
         let mut response = options.response_timeout;
         if options.min_replicas > 0 {
-            response += options.replica_timeout;
+            response = response.saturating_add(options.replica_timeout);
         }
         // SPEC 7: connecting is a call like any other, bounded by
         // `connect_timeout + response_timeout` as a whole. The manager tries
@@ -641,18 +713,12 @@ impl RedisQueue {
         // black hole) each try lasts `connect_timeout`: that is what once
         // made a connect take 3 * connect_timeout, so the deadline covers
         // the tries and the setup together.
-        let limit = options.connect_timeout + response;
+        let limit = options.connect_timeout.saturating_add(response);
         let started = tokio::time::Instant::now();
-        let cm = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(options.connect_timeout))
-            .set_response_timeout(Some(response))
-            .set_number_of_retries(2)
-            .set_min_delay(Duration::from_millis(20))
-            .set_max_delay(Duration::from_millis(200));
         let conn = bounded(
             connect_what(&client),
             limit,
-            client.get_connection_manager_with_config(cm),
+            client.shared(options.connect_timeout, response),
         )
         .await?;
         let prefix = format!("{{{namespace}}}:");
@@ -668,6 +734,7 @@ impl RedisQueue {
             options,
             scripts: Scripts::new(),
             closed: AtomicBool::new(false),
+            combiner: combine::Combiner::default(),
         };
         let mut queue = RedisQueue {
             inner: Arc::new(inner),
@@ -766,9 +833,9 @@ impl RedisQueue {
 
     fn limit(&self) -> Duration {
         let o = &self.inner.options;
-        let mut l = o.connect_timeout + o.response_timeout;
+        let mut l = o.connect_timeout.saturating_add(o.response_timeout);
         if o.min_replicas > 0 {
-            l += o.replica_timeout;
+            l = l.saturating_add(o.replica_timeout);
         }
         l
     }
@@ -821,13 +888,16 @@ impl RedisQueue {
             return Ok(());
         }
         let mut conn = self.inner.conn.clone();
+        let mut wait = redis::cmd("WAIT");
+        // Redis reads a signed 64-bit count of ms (0 would mean forever):
+        // clamp a huge timeout into its range.
+        wait.arg(o.min_replicas)
+            .arg(ms(o.replica_timeout).clamp(1, MAX_LUA_MS));
+        // In a cluster: the primary that ran the write, not every primary.
         let acked: i64 = bounded(
             "WAIT",
             self.limit(),
-            redis::cmd("WAIT")
-                .arg(o.min_replicas)
-                .arg(ms(o.replica_timeout).max(1))
-                .query_async(&mut conn),
+            conn.at_primary_of(&self.inner.prefix, wait),
         )
         .await?;
         if acked < i64::from(o.min_replicas) {
@@ -941,7 +1011,7 @@ impl RedisQueue {
         Ok((got, tail, next_due, now))
     }
 
-    fn take_blocker(&self) -> Option<MultiplexedConnection> {
+    fn take_blocker(&self) -> Option<Conn> {
         self.inner
             .blockers
             .lock()
@@ -949,7 +1019,7 @@ impl RedisQueue {
             .pop()
     }
 
-    fn give_blocker(&self, conn: MultiplexedConnection) {
+    fn give_blocker(&self, conn: Conn) {
         let mut pool = self
             .inner
             .blockers
@@ -971,15 +1041,12 @@ impl RedisQueue {
         let mut conn = match self.take_blocker() {
             Some(c) => c,
             None => {
-                let cfg = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(self.inner.options.connect_timeout))
-                    .set_response_timeout(None);
                 bounded(
                     connect_what(&self.inner.client),
                     self.limit(),
                     self.inner
                         .client
-                        .get_multiplexed_async_connection_with_config(&cfg),
+                        .blocker(self.inner.options.connect_timeout),
                 )
                 .await?
             }
@@ -995,7 +1062,17 @@ impl RedisQueue {
             .arg(tail)
             .clone();
         let limit = Duration::from_millis(block_ms) + self.limit();
-        let read = bounded("XREAD BLOCK", limit, cmd.query_async::<Value>(&mut conn));
+        let read = bounded("XREAD BLOCK", limit, async {
+            match cmd.query_async::<Value>(&mut conn).await {
+                // The node stopped serving the slot under the wait (a
+                // failover made it a replica, or the slot moved): end the
+                // wait as if woken. The claim runs again on the shared
+                // connection, which follows the slot, and the next wait
+                // opens a fresh connection to the new owner.
+                Err(e) if matches!(e.code(), Some("UNBLOCKED" | "MOVED")) => Ok(None),
+                r => r.map(Some),
+            }
+        });
         let timer = async move {
             match timer {
                 Some(t) => t.await,
@@ -1004,8 +1081,9 @@ impl RedisQueue {
         };
         tokio::select! {
             r = read => {
-                r?;
-                self.give_blocker(conn);
+                if r?.is_some() {
+                    self.give_blocker(conn);
+                }
             }
             _ = timer => {
                 // The XREAD is still blocked on the server: drop this
@@ -1013,13 +1091,6 @@ impl RedisQueue {
             }
         }
         Ok(())
-    }
-
-    fn receipt_lost(r: &Receipt) -> Error {
-        Error::LeaseLost {
-            id: r.id,
-            delivery: r.delivery,
-        }
     }
 
     async fn look(&self, mode: &str, n: usize) -> Result<Value> {
@@ -1037,9 +1108,7 @@ impl RedisQueue {
 
 impl WorkQueue for RedisQueue {
     async fn add(&self, item: NewItem) -> Result<Added> {
-        let mut v = self.add_many(vec![(item, None)]).await?;
-        v.pop()
-            .ok_or_else(|| Error::backend("redis add returned no id"))
+        self.add_combined(item, None).await
     }
 
     async fn add_batch(&self, items: Vec<NewItem>) -> Result<Vec<Added>> {
@@ -1048,9 +1117,7 @@ impl WorkQueue for RedisQueue {
     }
 
     async fn add_delayed(&self, item: NewItem, not_before_ms: u64) -> Result<Added> {
-        let mut v = self.add_many(vec![(item, Some(not_before_ms))]).await?;
-        v.pop()
-            .ok_or_else(|| Error::backend("redis add returned no id"))
+        self.add_combined(item, Some(not_before_ms)).await
     }
 
     async fn next_due(&self) -> Result<Option<u64>> {
@@ -1125,7 +1192,7 @@ impl WorkQueue for RedisQueue {
         if uint(&v, "ack")? == 1 {
             Ok(())
         } else {
-            Err(Self::receipt_lost(&receipt))
+            Err(Error::lease_lost(&receipt))
         }
     }
 
@@ -1162,7 +1229,7 @@ impl WorkQueue for RedisQueue {
             .ok()
             .and_then(|i| receipts.get(i))
             .ok_or_else(|| Error::backend(format!("redis touch named receipt {lost}")))?;
-        Err(Self::receipt_lost(r))
+        Err(Error::lease_lost(r))
     }
 
     async fn retry(&self, receipt: Receipt, not_before_ms: u64) -> Result<RetryOutcome> {
@@ -1177,12 +1244,12 @@ impl WorkQueue for RedisQueue {
             .await?;
         let a = array(&v, "retry")?;
         match int(at(a, 0, "retry")?, "retry")? {
-            1 => Ok(RetryOutcome::Delayed),
-            2 => {
+            DELAYED => Ok(RetryOutcome::Delayed),
+            DEAD_LETTERED => {
                 self.log_dropped(uint(at(a, 1, "retry")?, "retry dropped")?);
                 Ok(RetryOutcome::DeadLettered)
             }
-            _ => Err(Self::receipt_lost(&receipt)),
+            _ => Err(Error::lease_lost(&receipt)),
         }
     }
 
@@ -1194,7 +1261,7 @@ impl WorkQueue for RedisQueue {
             .run("release", &self.inner.scripts.release, args, true)
             .await?;
         if int(&v, "release")? < 0 {
-            return Err(Self::receipt_lost(&receipt));
+            return Err(Error::lease_lost(&receipt));
         }
         Ok(())
     }
@@ -1215,8 +1282,8 @@ impl WorkQueue for RedisQueue {
             .run("dead_letter", &self.inner.scripts.dead_letter, args, true)
             .await?;
         let n = int(&v, "dead_letter")?;
-        if n < 0 {
-            return Err(Self::receipt_lost(&receipt));
+        if n == LOST {
+            return Err(Error::lease_lost(&receipt));
         }
         self.log_dropped(n.unsigned_abs());
         Ok(())
@@ -1299,11 +1366,11 @@ impl WorkQueue for RedisQueue {
             .run("park", &self.inner.scripts.park, args, true)
             .await?;
         match int(&v, "park")? {
-            1 => Ok(()),
+            PARKED => Ok(()),
             // The script found the item in the default flow, which cannot be
             // parked: the same refusal the other backends give.
-            -2 => require_flow(""),
-            _ => Err(Self::receipt_lost(&receipt)),
+            DEFAULT_FLOW => require_flow(""),
+            _ => Err(Error::lease_lost(&receipt)),
         }
     }
 
@@ -1473,11 +1540,24 @@ impl WorkQueue for RedisQueue {
     }
 
     async fn now_ms(&self) -> Result<u64> {
+        self.check_open()?;
         if let Some(c) = &self.inner.clock {
             return Ok(c.now_ms());
         }
-        let (secs, micros): (u64, u64) = self.simple("TIME", redis::cmd("TIME")).await?;
+        self.check_open()?;
+        let mut conn = self.inner.conn.clone();
+        // The clock of the primary that runs the scripts (any node's, else).
+        let (secs, micros): (u64, u64) = bounded(
+            "TIME",
+            self.limit(),
+            conn.at_primary_of(&self.inner.prefix, redis::cmd("TIME")),
+        )
+        .await?;
         Ok(secs.saturating_mul(1000).saturating_add(micros / 1000))
+    }
+
+    fn max_deliveries(&self) -> u32 {
+        self.inner.config.max_deliveries
     }
 
     async fn close(&self) -> Result<()> {
@@ -1488,5 +1568,37 @@ impl WorkQueue for RedisQueue {
             .unwrap_or_else(|e| e.into_inner())
             .clear();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod constant_tests {
+    // Failed: GROUP, PRUNE_LIMIT and the max-deliveries reason were copied
+    // by hand into the Lua prelude and scripts, so a change on one side
+    // silently split them. Every script now gets them from `lua_constants`.
+    #[test]
+    fn the_scripts_copy_no_constant_of_the_rust_side() {
+        let sources = [
+            include_str!("scripts/common.lua"),
+            include_str!("scripts/reclaim.lua"),
+            include_str!("scripts/retry.lua"),
+            include_str!("scripts/park.lua"),
+            include_str!("scripts/dead_letter.lua"),
+            include_str!("scripts/done.lua"),
+        ];
+        for source in sources {
+            for copied in [
+                "'workers'",
+                "PRUNE_LIMIT = ",
+                super::MAX_DELIVERIES_REASON,
+                "return -1",
+                "return { -1 }",
+            ] {
+                assert!(!source.contains(copied), "a script copies {copied:?}");
+            }
+        }
+        let prelude = super::lua_constants();
+        assert!(prelude.contains(&format!("local PRUNE_LIMIT = {}", super::PRUNE_LIMIT)));
+        assert!(prelude.contains(&format!("{:?}", super::MAX_DELIVERIES_REASON)));
     }
 }

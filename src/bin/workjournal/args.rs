@@ -14,9 +14,10 @@ Exit codes:
   2    usage: bad flag, duration, time or --redis URL; a backend this build lacks
   3    an input file is missing or unreadable; no queue file (every command
        but add, which alone creates one)
-  4    the queue file is locked by another process
+  4    the queue file is locked by another process that serves no socket
+       (serve: another process owns it)
   5    the queue file is corrupt (not a queue, or damaged)
-  6    Redis is unreachable or failed
+  6    Redis or the serving process is unreachable or failed
   7    the queue refused the input (payload too large, empty flow name, a flow
        name with control characters or over 256 bytes)
   8    the queue is full
@@ -40,7 +41,10 @@ pub(crate) struct Cli {
 #[derive(Debug, Args)]
 pub(crate) struct Global {
     /// The queue file (embedded backend), created by the first `add`; every
-    /// other command refuses a missing one.
+    /// other command refuses a missing one. When a `workjournal serve` or
+    /// `work` process serves it, every command goes through that process.
+    /// Also takes unix:SOCKET or http://HOST:PORT (a server; token in
+    /// WORKJOURNAL_TOKEN).
     #[arg(
         long,
         global = true,
@@ -157,6 +161,9 @@ pub(crate) enum Command {
     /// Hand the file's items over to the Redis queue at --redis, exactly
     /// once, until stopped (needs the `forward` feature).
     Forward(crate::forward::ForwardArgs),
+    /// Own the queue and serve it to other processes on a Unix socket (and
+    /// TCP with --listen) until Ctrl-C or SIGTERM.
+    Serve(crate::serve::ServeArgs),
 }
 
 #[derive(Debug, Args)]

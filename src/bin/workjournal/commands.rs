@@ -10,25 +10,34 @@ use crate::{CliError, CliResult, code};
 
 /// Open the queue the global flags name.
 pub(crate) async fn open(global: &Global, config: Config) -> CliResult<BoxQueue> {
+    open_as(global, config, false).await
+}
+
+/// Open the queue the global flags name; with `read_only`, a file that no
+/// process serves is opened read-only.
+async fn open_as(global: &Global, config: Config, read_only: bool) -> CliResult<BoxQueue> {
     match &global.redis {
         Some(url) => open_redis(url, global, config).await,
         None => {
-            let queue = workjournal::EmbeddedQueue::open(&global.db, config).await?;
-            Ok(BoxQueue::new(queue))
+            // The file, or the process serving it (SPEC section 10).
+            let mut options = workjournal::ConnectOptions::default().read_only(read_only);
+            if let Ok(token) = std::env::var("WORKJOURNAL_TOKEN") {
+                options = options.token(token);
+            }
+            let queue = match global.db.to_str() {
+                Some(target) => options.connect(target, config).await?,
+                None => options.open_file(&global.db, config).await?,
+            };
+            Ok(queue)
         }
     }
 }
 
-/// Open the queue for looking only: an embedded file read-only (see
+/// Open the queue for looking only: the process serving the file when one
+/// does, else the embedded file read-only (see
 /// [`workjournal::EmbeddedOptions::read_only`]); Redis as usual.
 pub(crate) async fn open_read_only(global: &Global) -> CliResult<BoxQueue> {
-    if global.redis.is_some() {
-        return open(global, Config::default()).await;
-    }
-    let options = workjournal::EmbeddedOptions::default().read_only(true);
-    let queue =
-        workjournal::EmbeddedQueue::open_with(&global.db, Config::default(), options).await?;
-    Ok(BoxQueue::new(queue))
+    open_as(global, Config::default(), true).await
 }
 
 /// The Redis options the global flags give (TLS CA and client certificate).
@@ -69,7 +78,8 @@ async fn open_redis(_url: &str, _global: &Global, _config: Config) -> CliResult<
 /// `--db` that does not exist fails with exit 3 and creates nothing, so that
 /// a mistyped path is not a new empty queue (SPEC section 9).
 pub(crate) fn require_queue_file(global: &Global) -> CliResult {
-    if global.redis.is_none() && !global.db.exists() {
+    let is_url = global.db.to_str().is_some_and(crate::serve::is_url);
+    if global.redis.is_none() && !is_url && !global.db.exists() {
         return Err(CliError::new(
             code::INPUT,
             format!("no queue file at {}", global.db.display()),
@@ -84,6 +94,9 @@ pub(crate) async fn run(cli: Cli) -> CliResult {
     }
     if let Command::Step(args) = &cli.command {
         return crate::work::step(&cli.global, args).await;
+    }
+    if let Command::Serve(args) = &cli.command {
+        return crate::serve::serve(&cli.global, args).await;
     }
     if let Command::Forward(args) = &cli.command {
         return crate::forward::forward(&cli.global, args).await;
@@ -124,7 +137,8 @@ async fn one(queue: &BoxQueue, command: Command) -> CliResult {
         | Command::Work(_)
         | Command::Step(_)
         | Command::Supervise { .. }
-        | Command::Forward(_) => Ok(()),
+        | Command::Forward(_)
+        | Command::Serve(_) => Ok(()),
         Command::Stats { json, watch } => stats(queue, json, watch).await,
         Command::Peek { n, json } => {
             let items = if n == 0 {

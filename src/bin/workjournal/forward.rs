@@ -1,5 +1,5 @@
 //! `workjournal forward`: hand the items of the queue file over to a Redis
-//! queue, exactly once (SPEC section 10).
+//! queue, exactly once (SPEC section 11).
 
 use std::time::Duration;
 

@@ -15,9 +15,9 @@
 //! | 1 | any other failure (disk, permissions, `--db` naming a directory or a path in a missing directory, a failed `step` command) |
 //! | 2 | usage: unknown flag, bad duration, time or `--redis` URL, conflicting flags, a backend this build lacks |
 //! | 3 | an input file is missing or unreadable; no queue file (every command but `add`, which alone creates one) |
-//! | 4 | the queue file is locked by another process |
+//! | 4 | the queue file is locked by another process that serves no socket (or `serve` found it already open) |
 //! | 5 | the queue file is corrupt (not a queue, damaged), or holds records this version cannot read |
-//! | 6 | Redis is unreachable or failed |
+//! | 6 | Redis or the serving process is unreachable or failed |
 //! | 7 | the queue refused the input (payload too large, empty flow name, a flow name with control characters or over 256 bytes) |
 //! | 8 | the queue is full (`max_backlog`) |
 //! | 9 | nothing to act on (`redrive` of an id that is not a dead letter, `step` of a flow with nothing parked, `resume` of a flow that is not paused) |
@@ -29,6 +29,7 @@ mod args;
 mod commands;
 mod exec;
 mod forward;
+mod serve;
 mod work;
 
 use std::io::Write;
@@ -83,17 +84,7 @@ impl CliError {
 
 /// The error and its sources on one line, each cause added once.
 pub(crate) fn one_line(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let part = s.to_string();
-        if !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        source = s.source();
-    }
-    text.replace(['\n', '\r'], " ")
+    workjournal::wire::one_line(e)
 }
 
 impl From<workjournal::Error> for CliError {

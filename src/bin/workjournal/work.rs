@@ -66,8 +66,12 @@ pub(crate) fn signals(first: Arc<Notify>, second: Arc<Notify>) -> CliResult {
 
 pub(crate) async fn work(global: &Global, args: &WorkArgs) -> CliResult {
     crate::commands::require_queue_file(global)?;
-    let queue = crate::commands::open(global, config(&args.exec)).await?;
+    // While it runs, `work` serves the file it opened to other processes.
+    let (queue, serving) = crate::serve::open_for_work(global, config(&args.exec)).await?;
     let result = run_work(&queue, args).await;
+    if let Some(serving) = serving {
+        serving.stop().await;
+    }
     let closed = queue.close().await;
     result?;
     closed?;
@@ -210,7 +214,6 @@ async fn run_work(queue: &BoxQueue, args: &WorkArgs) -> CliResult {
         .concurrency(concurrency)
         .lease(args.exec.lease)
         .grace(args.exec.lease)
-        .max_deliveries(args.exec.max_deliveries)
         .retry_policy(RetryPolicy::default().base(args.exec.backoff))
         .until_empty(args.until_empty)
         .flow(args.flow.clone())

@@ -1,4 +1,4 @@
-//! The table side of store and forward (SPEC section 10): read the items a
+//! The table side of store and forward (SPEC section 11): read the items a
 //! forwarder hands over, in id order, and remove them once Redis has taken
 //! them, moving the file's forwarding mark in the same transaction.
 
@@ -36,7 +36,7 @@ pub(crate) struct Outgoing {
     pub(crate) late: bool,
 }
 
-/// What the forwarder has not handed over yet (SPEC section 10, lag).
+/// What the forwarder has not handed over yet (SPEC section 11, lag).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Unforwarded {
     /// Items of the forwarded flows waiting to be handed over.

@@ -23,13 +23,13 @@ local K_DEAD = P .. 'dead'
 local K_DEAD_DROPPED = P .. 'dead:dropped'
 local K_DEDUP = P .. 'dedup'
 local K_DEDUP_EXP = P .. 'dedup:exp'
-local K_DONE = P .. 'done'
 local K_DONE_EXP = P .. 'done:exp'
 local K_WAKE = P .. 'wake'
 local K_CLOCK = P .. 'clock'
--- CLOCK_STEP_TOLERANCE_MS of the crate: a smaller move back is noise.
-local CLOCK_TOLERANCE = 1000
-local PRUNE_LIMIT = 500
+-- PRUNE_LIMIT, MAX_DELIVERIES_REASON and the reply codes (LOST,
+-- DEFAULT_FLOW, DELAYED, DEAD_LETTERED, PARKED) come from Rust, in a prelude
+-- written before this file (`lua_constants` in mod.rs), and so does CLOCK_TOLERANCE
+-- (CLOCK_STEP_TOLERANCE_MS: a smaller move back is noise).
 
 local function item_key(id) return P .. 'item:' .. id end
 local function parked_key(flow) return P .. 'parked:' .. flow end

@@ -1,8 +1,8 @@
 -- dead_letter. ARGV: now, id, lease, reason, dead_letter_cap.
--- Returns -1 when the receipt is lost, else how many old dead letters were
+-- Returns LOST when the receipt is lost, else how many old dead letters were
 -- dropped past the cap.
 local now = clock_now()
 local id, lease = ARGV[2], ARGV[3]
-if not current(id, lease) then return -1 end
+if not current(id, lease) then return LOST end
 release(id)
 return bury(id, ARGV[4], now, tonumber(ARGV[5]))

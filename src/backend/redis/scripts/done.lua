@@ -8,11 +8,7 @@ if ARGV[2] == 'check' then
   return 0
 end
 local old = redis.call('ZRANGEBYSCORE', K_DONE_EXP, '-inf', now, 'LIMIT', 0, PRUNE_LIMIT)
-for _, f in ipairs(old) do
-  redis.call('HDEL', K_DONE, f)
-  redis.call('ZREM', K_DONE_EXP, f)
-end
-local exp = now + tonumber(ARGV[5])
-redis.call('HSET', K_DONE, field, fmt(exp))
-redis.call('ZADD', K_DONE_EXP, exp, field)
+if #old > 0 then redis.call('ZREM', K_DONE_EXP, unpack(old)) end
+-- The sorted set alone holds a marker: its score is when it expires.
+redis.call('ZADD', K_DONE_EXP, now + tonumber(ARGV[5]), field)
 return 1

@@ -1,4 +1,4 @@
--- Store and forward (SPEC section 10): take a batch from one origin's
+-- Store and forward (SPEC section 11): take a batch from one origin's
 -- local journal, exactly once, all or none.
 -- ARGV: now, origin, journal, dedup_window_ms, max_backlog ("" = none),
 -- then per item ten values: origin_id, late ("1"/"0"), flow, payload,

@@ -1,8 +1,8 @@
--- park. ARGV: now, id, lease. Returns -1 lost, -2 default flow, 1 parked.
+-- park. ARGV: now, id, lease. Returns LOST, DEFAULT_FLOW or PARKED.
 local id, lease = ARGV[2], ARGV[3]
-if not current(id, lease) then return -1 end
+if not current(id, lease) then return LOST end
 local flow = redis.call('HGET', item_key(id), 'flow') or ''
-if flow == '' then return -2 end
+if flow == '' then return DEFAULT_FLOW end
 release(id)
 park_item(id, flow)
-return 1
+return PARKED

@@ -49,7 +49,7 @@ for _, p in ipairs(plan) do
     dead[#dead + 1] = f[1] or '0'
     dead[#dead + 1] = f[2] or '0'
     release(id)
-    dropped = dropped + bury(id, 'max deliveries exceeded', now, cap)
+    dropped = dropped + bury(id, MAX_DELIVERIES_REASON, now, cap)
   elseif what == 'park' then
     release(id)
     park_item(id, p[3])

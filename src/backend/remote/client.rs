@@ -1,0 +1,676 @@
+//! [`RemoteQueue`]: the HTTP client, its connection pool and timeouts.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Bytes;
+use hyper::client::conn::http1::SendRequest;
+use hyper::{Method, StatusCode, header};
+use hyper_util::rt::TokioIo;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+
+use super::wire::{self, ErrorReply};
+use crate::error::{Error, Result};
+use crate::item::{
+    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
+};
+use crate::queue::WorkQueue;
+
+/// Default of [`RemoteOptions::connect_timeout`]: 2 seconds.
+pub const DEFAULT_REMOTE_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default of [`RemoteOptions::request_timeout`]: 10 seconds.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default of [`RemoteOptions::claim_poll`]: 15 seconds.
+pub const DEFAULT_CLAIM_POLL: Duration = Duration::from_secs(15);
+/// Default of [`RemoteOptions::pool_idle_timeout`]: 5 seconds.
+pub const DEFAULT_POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Timeouts and credentials of a [`RemoteQueue`] (SPEC section 10).
+#[derive(Clone)]
+pub struct RemoteOptions {
+    connect_timeout: Duration,
+    request_timeout: Duration,
+    claim_poll: Duration,
+    pool_idle_timeout: Duration,
+    token: Option<String>,
+    max_response_bytes: usize,
+}
+
+impl std::fmt::Debug for RemoteOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteOptions")
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("claim_poll", &self.claim_poll)
+            .field("pool_idle_timeout", &self.pool_idle_timeout)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("max_response_bytes", &self.max_response_bytes)
+            .finish()
+    }
+}
+
+impl Default for RemoteOptions {
+    fn default() -> Self {
+        RemoteOptions {
+            connect_timeout: DEFAULT_REMOTE_CONNECT_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            claim_poll: DEFAULT_CLAIM_POLL,
+            pool_idle_timeout: DEFAULT_POOL_IDLE_TIMEOUT,
+            token: None,
+            max_response_bytes: 1 << 30,
+        }
+    }
+}
+
+impl RemoteOptions {
+    /// How long opening a connection may take. Default: 2 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one call may take, connecting included, on top of a claim's
+    /// own wait; past it the call is `Error::Backend` with the outcome
+    /// unknown. Default: 10 s.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// The longest one claim request waits on the server; a longer `wait`
+    /// is asked for in pieces. Keep it under the server's `max_wait`.
+    /// Default: 15 s.
+    pub fn claim_poll(mut self, poll: Duration) -> Self {
+        self.claim_poll = poll;
+        self
+    }
+
+    /// How long an unused connection stays in the pool. Keep it under the
+    /// server's header timeout (default 10 s), so the server never closes a
+    /// connection the client is about to use. Default: 5 s.
+    pub fn pool_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.pool_idle_timeout = timeout;
+        self
+    }
+
+    /// The bearer token sent with every request (needed over TCP).
+    /// Default: none.
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// The largest reply accepted, in bytes. Default: 1 GiB.
+    pub fn max_response_bytes(mut self, bytes: usize) -> Self {
+        self.max_response_bytes = bytes;
+        self
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Endpoint {
+    Unix(PathBuf),
+    Tcp { authority: String },
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Unix(p) => write!(f, "unix:{}", p.display()),
+            Endpoint::Tcp { authority } => write!(f, "http://{authority}"),
+        }
+    }
+}
+
+type Sender = SendRequest<Full<Bytes>>;
+
+struct Inner {
+    endpoint: Endpoint,
+    options: RemoteOptions,
+    idle: Mutex<Vec<(Sender, Instant)>>,
+    closed: AtomicBool,
+    /// Woken by `close()`: claims blocked on other clones end with `Closed`.
+    close_notify: tokio::sync::Notify,
+    /// The served queue's `max_deliveries`, read when connecting.
+    max_deliveries: AtomicU32,
+}
+
+/// A queue served by another process: `workjournal serve`, or `workjournal
+/// work` while it runs (SPEC section 10). Cheap to clone; clones share one
+/// connection pool.
+///
+/// # Examples
+///
+/// ```no_run
+/// use workjournal::{NewItem, RemoteOptions, RemoteQueue, WorkQueue};
+/// # async fn run() -> workjournal::Result<()> {
+/// let queue = RemoteQueue::connect_unix("jobs.redb.sock", RemoteOptions::default()).await?;
+/// queue.add(NewItem::new(b"resize 7".to_vec())).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RemoteQueue {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for RemoteQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteQueue")
+            .field("endpoint", &self.inner.endpoint.to_string())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RemoteQueue {
+    /// Connect to the server on the Unix socket at `path` and check that it
+    /// answers.
+    ///
+    /// # Errors
+    ///
+    /// `Backend` if nothing answers there within the timeouts.
+    pub async fn connect_unix(path: impl AsRef<Path>, options: RemoteOptions) -> Result<Self> {
+        let queue = Self::new(Endpoint::Unix(path.as_ref().to_path_buf()), options);
+        queue.hello().await?;
+        Ok(queue)
+    }
+
+    /// Connect to the server at `url` (`http://host:port`, any path
+    /// ignored) and check that it answers. Give the token with
+    /// [`RemoteOptions::token`].
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for a URL that is not `http://host:port` (`https` is
+    /// not spoken: put a TLS proxy in front); `Backend` if nothing answers
+    /// within the timeouts, or the token is refused.
+    pub async fn connect_http(url: &str, options: RemoteOptions) -> Result<Self> {
+        let rest = if let Some(rest) = url.strip_prefix("http://") {
+            rest
+        } else if url.starts_with("https://") {
+            return Err(Error::invalid(format!(
+                "{url}: https is not supported by the remote backend; serve over a Unix socket or put a TLS-terminating proxy in front"
+            )));
+        } else {
+            return Err(Error::invalid(format!("{url}: expected http://host:port")));
+        };
+        let authority = rest.split('/').next().unwrap_or_default();
+        if authority.is_empty() || authority.contains('@') {
+            return Err(Error::invalid(format!(
+                "{url}: expected http://host:port (the token goes in RemoteOptions::token)"
+            )));
+        }
+        let authority = if authority.contains(':') && !authority.ends_with(']') {
+            authority.to_string()
+        } else {
+            format!("{authority}:80")
+        };
+        let queue = Self::new(Endpoint::Tcp { authority }, options);
+        queue.hello().await?;
+        Ok(queue)
+    }
+
+    /// Check that the server answers, and read the served queue's
+    /// `max_deliveries` (which `WorkQueue::max_deliveries` cannot ask for:
+    /// it does not wait).
+    async fn hello(&self) -> Result<()> {
+        let r: wire::Count = self
+            .call("max_deliveries", &wire::EmptyRequest {}, NO_WAIT)
+            .await?;
+        let n = u32::try_from(r.count).unwrap_or(u32::MAX);
+        self.inner.max_deliveries.store(n, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Resolves once `close()` has been called on any clone.
+    async fn closed_signal(&self) {
+        let notified = self.inner.close_notify.notified();
+        tokio::pin!(notified);
+        // Registered before the flag is read, so a close in between wakes it.
+        notified.as_mut().enable();
+        if self.inner.closed.load(Ordering::Acquire) {
+            return;
+        }
+        notified.await;
+    }
+
+    fn new(endpoint: Endpoint, options: RemoteOptions) -> Self {
+        RemoteQueue {
+            inner: Arc::new(Inner {
+                endpoint,
+                options,
+                idle: Mutex::new(Vec::new()),
+                closed: AtomicBool::new(false),
+                close_notify: tokio::sync::Notify::new(),
+                max_deliveries: AtomicU32::new(crate::config::DEFAULT_MAX_DELIVERIES),
+            }),
+        }
+    }
+
+    fn unknown_outcome(&self, op: &str, why: impl std::fmt::Display) -> Error {
+        Error::backend(format!(
+            "{op} on {}: {why}; the call may or may not have happened",
+            self.inner.endpoint
+        ))
+    }
+
+    fn idle_take(&self) -> Option<Sender> {
+        let mut idle = self.inner.idle.lock().ok()?;
+        while let Some((sender, since)) = idle.pop() {
+            if since.elapsed() < self.inner.options.pool_idle_timeout && !sender.is_closed() {
+                return Some(sender);
+            }
+        }
+        None
+    }
+
+    fn idle_put(&self, sender: Sender) {
+        if self.inner.closed.load(Ordering::Acquire) || sender.is_closed() {
+            return;
+        }
+        if let Ok(mut idle) = self.inner.idle.lock() {
+            idle.push((sender, Instant::now()));
+        }
+    }
+
+    async fn open(&self, op: &str) -> Result<Sender> {
+        let endpoint = &self.inner.endpoint;
+        let refused = |e: &dyn std::fmt::Display| {
+            // Nothing was sent: the outcome is known (nothing happened).
+            Error::backend(format!(
+                "{op}: cannot connect to {endpoint}: {e}; nothing was sent"
+            ))
+        };
+        let timeout = self.inner.options.connect_timeout;
+        let connected = tokio::time::timeout(timeout, async {
+            match endpoint {
+                Endpoint::Unix(path) => {
+                    let stream = tokio::net::UnixStream::connect(path)
+                        .await
+                        .map_err(|e| refused(&e))?;
+                    handshake(stream).await.map_err(|e| refused(&e))
+                }
+                Endpoint::Tcp { authority } => {
+                    let stream = tokio::net::TcpStream::connect(authority.as_str())
+                        .await
+                        .map_err(|e| refused(&e))?;
+                    let _ = stream.set_nodelay(true);
+                    handshake(stream).await.map_err(|e| refused(&e))
+                }
+            }
+        })
+        .await;
+        match connected {
+            Ok(r) => r,
+            Err(_) => Err(refused(&format!("no connection within {timeout:?}"))),
+        }
+    }
+
+    fn request(&self, op: &str, body: Bytes) -> Result<hyper::Request<Full<Bytes>>> {
+        let host = match &self.inner.endpoint {
+            Endpoint::Unix(_) => "localhost",
+            Endpoint::Tcp { authority } => authority.as_str(),
+        };
+        let mut builder = hyper::Request::builder()
+            .method(Method::POST)
+            .uri(format!("{}/{op}", wire::PREFIX))
+            .header(header::HOST, host)
+            .header(header::CONTENT_TYPE, "application/json");
+        if let Some(token) = &self.inner.options.token {
+            builder = builder.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        builder
+            .body(Full::new(body))
+            .map_err(|e| Error::invalid(format!("cannot build the {op} request: {e}")))
+    }
+
+    /// One exchange: send `req` to `op`, decode the reply as `R`. Bounded
+    /// by `request_timeout + extra`.
+    async fn call<Q: Serialize, R: DeserializeOwned>(
+        &self,
+        op: &'static str,
+        req: &Q,
+        extra: Duration,
+    ) -> Result<R> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        let body = serde_json::to_vec(req)
+            .map_err(|e| Error::invalid(format!("cannot encode the {op} request: {e}")))?;
+        let limit = self.inner.options.request_timeout.saturating_add(extra);
+        match tokio::time::timeout(limit, self.exchange(op, Bytes::from(body))).await {
+            Ok(r) => r,
+            Err(_) => Err(self.unknown_outcome(op, format!("no answer within {limit:?}"))),
+        }
+    }
+
+    async fn exchange<R: DeserializeOwned>(&self, op: &'static str, body: Bytes) -> Result<R> {
+        let mut fresh_tries = 0;
+        let (status, bytes, sender) = loop {
+            let (mut sender, reused) = match self.idle_take() {
+                Some(s) => (s, true),
+                None => (self.open(op).await?, false),
+            };
+            if reused && sender.ready().await.is_err() {
+                continue;
+            }
+            match sender
+                .try_send_request(self.request(op, body.clone())?)
+                .await
+            {
+                Ok(response) => {
+                    let status = response.status();
+                    let limited =
+                        Limited::new(response.into_body(), self.inner.options.max_response_bytes);
+                    let bytes = limited
+                        .collect()
+                        .await
+                        .map_err(|e| self.unknown_outcome(op, format!("reply cut off: {e}")))?
+                        .to_bytes();
+                    break (status, bytes, sender);
+                }
+                Err(mut e) => {
+                    // The request never left: a pooled connection that
+                    // closed under us. Safe to send again on a new one.
+                    if fresh_tries == 0 && e.take_message().is_some() {
+                        fresh_tries += 1;
+                        continue;
+                    }
+                    return Err(self.unknown_outcome(op, format!("connection lost: {}", e.error())));
+                }
+            }
+        };
+        self.idle_put(sender);
+        if status == StatusCode::OK {
+            return serde_json::from_slice(&bytes).map_err(|e| {
+                Error::backend(format!(
+                    "{op} on {}: unreadable reply from the server: {e}",
+                    self.inner.endpoint
+                ))
+            });
+        }
+        match serde_json::from_slice::<ErrorReply>(&bytes) {
+            Ok(reply) => Err(reply.error.into_error()),
+            Err(_) => Err(Error::backend(format!(
+                "{op} on {}: server answered {status}: {}",
+                self.inner.endpoint,
+                String::from_utf8_lossy(bytes.get(..200).unwrap_or(&bytes))
+                    .replace(['\n', '\r'], " ")
+            ))),
+        }
+    }
+}
+
+/// HTTP/1.1 on a fresh connection; the connection runs in a task of its
+/// own until the sender is dropped or the server hangs up.
+async fn handshake<S>(stream: S) -> hyper::Result<Sender>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
+const EMPTY: wire::EmptyRequest = wire::EmptyRequest {};
+const NO_WAIT: Duration = Duration::ZERO;
+
+impl WorkQueue for RemoteQueue {
+    async fn add(&self, item: NewItem) -> Result<Added> {
+        let r: wire::WireAdded = self
+            .call("add", &wire::WireNewItem::from(item), NO_WAIT)
+            .await?;
+        Ok(r.into())
+    }
+
+    async fn add_batch(&self, items: Vec<NewItem>) -> Result<Vec<Added>> {
+        let req = wire::AddBatchRequest {
+            items: items.into_iter().map(Into::into).collect(),
+        };
+        let r: wire::AddedList = self.call("add_batch", &req, NO_WAIT).await?;
+        Ok(r.added.into_iter().map(Into::into).collect())
+    }
+
+    async fn add_delayed(&self, item: NewItem, not_before_ms: u64) -> Result<Added> {
+        let req = wire::AddDelayedRequest {
+            flow: item.flow,
+            payload: wire::Base64(item.payload),
+            dedup_key: item.dedup_key,
+            priority: item.priority,
+            not_before_ms,
+        };
+        let r: wire::WireAdded = self.call("add_delayed", &req, NO_WAIT).await?;
+        Ok(r.into())
+    }
+
+    async fn next_due(&self) -> Result<Option<u64>> {
+        let r: wire::NextDue = self.call("next_due", &EMPTY, NO_WAIT).await?;
+        Ok(r.not_before_ms)
+    }
+
+    async fn promote_due(&self) -> Result<u64> {
+        let r: wire::Count = self.call("promote_due", &EMPTY, NO_WAIT).await?;
+        Ok(r.count)
+    }
+
+    async fn claim(&self, count: usize, wait: Duration, from: ClaimFrom) -> Result<Vec<Claimed>> {
+        // A long wait is asked for in pieces, so no request outlives the
+        // server's max_wait or this client's timeouts.
+        let deadline = Instant::now().checked_add(wait);
+        loop {
+            let remaining = deadline.map_or(Duration::MAX, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
+            let piece = remaining.min(self.inner.options.claim_poll);
+            let req = wire::ClaimRequest {
+                count,
+                wait_ms: wire::duration_ms(piece),
+                from: from.into(),
+            };
+            // A close() of any clone ends the wait (SPEC 8, Closing); what
+            // the server may have handed out meanwhile is pending until
+            // reclaimed, as after a crash of this client.
+            let r: wire::ClaimedList = tokio::select! {
+                r = self.call("claim", &req, piece) => r?,
+                () = self.closed_signal() => return Err(Error::Closed),
+            };
+            if !r.claimed.is_empty() || piece >= remaining {
+                return Ok(r.claimed.into_iter().map(Into::into).collect());
+            }
+        }
+    }
+
+    async fn ack(&self, receipt: Receipt) -> Result<()> {
+        let req = wire::ReceiptRequest {
+            receipt: receipt.into(),
+        };
+        let _: wire::Done = self.call("ack", &req, NO_WAIT).await?;
+        Ok(())
+    }
+
+    async fn ack_batch(&self, receipts: Vec<Receipt>) -> Result<u64> {
+        let req = wire::ReceiptsRequest {
+            receipts: receipts.into_iter().map(Into::into).collect(),
+        };
+        let r: wire::Count = self.call("ack_batch", &req, NO_WAIT).await?;
+        Ok(r.count)
+    }
+
+    async fn touch(&self, receipts: Vec<Receipt>) -> Result<()> {
+        let req = wire::ReceiptsRequest {
+            receipts: receipts.into_iter().map(Into::into).collect(),
+        };
+        let _: wire::Done = self.call("touch", &req, NO_WAIT).await?;
+        Ok(())
+    }
+
+    async fn retry(&self, receipt: Receipt, not_before_ms: u64) -> Result<RetryOutcome> {
+        let req = wire::RetryRequest {
+            receipt: receipt.into(),
+            not_before_ms,
+        };
+        let r: wire::Retried = self.call("retry", &req, NO_WAIT).await?;
+        Ok(r.into())
+    }
+
+    async fn dead_letter(&self, receipt: Receipt, reason: &str) -> Result<()> {
+        let req = wire::DeadLetterRequest {
+            receipt: receipt.into(),
+            reason: reason.to_string(),
+        };
+        let _: wire::Done = self.call("dead_letter", &req, NO_WAIT).await?;
+        Ok(())
+    }
+
+    fn max_deliveries(&self) -> u32 {
+        self.inner.max_deliveries.load(Ordering::Relaxed)
+    }
+
+    async fn release(&self, receipt: Receipt, not_before_ms: u64) -> Result<()> {
+        let req = wire::RetryRequest {
+            receipt: receipt.into(),
+            not_before_ms,
+        };
+        let _: wire::Done = self.call("release", &req, NO_WAIT).await?;
+        Ok(())
+    }
+
+    async fn reclaim(&self, min_idle: Duration, count: usize) -> Result<Reclaimed> {
+        let req = wire::ReclaimRequest {
+            min_idle_ms: wire::duration_ms(min_idle),
+            count,
+        };
+        let r: wire::ReclaimedList = self.call("reclaim", &req, NO_WAIT).await?;
+        Ok(Reclaimed {
+            claimed: r.claimed.into_iter().map(Into::into).collect(),
+            dead_lettered: r.dead_lettered.into_iter().map(Into::into).collect(),
+        })
+    }
+
+    async fn pause(&self, flow: &str) -> Result<()> {
+        let _: wire::Done = self.call("pause", &flow_req(flow), NO_WAIT).await?;
+        Ok(())
+    }
+
+    async fn resume(&self, flow: &str) -> Result<u64> {
+        let r: wire::Count = self.call("resume", &flow_req(flow), NO_WAIT).await?;
+        Ok(r.count)
+    }
+
+    async fn park(&self, receipt: Receipt) -> Result<()> {
+        let req = wire::ReceiptRequest {
+            receipt: receipt.into(),
+        };
+        let _: wire::Done = self.call("park", &req, NO_WAIT).await?;
+        Ok(())
+    }
+
+    async fn step(&self, flow: &str) -> Result<Option<Claimed>> {
+        let r: wire::Stepped = self.call("step", &flow_req(flow), NO_WAIT).await?;
+        Ok(r.claimed.map(Into::into))
+    }
+
+    async fn clear_flow(&self, flow: &str) -> Result<u64> {
+        let r: wire::Count = self.call("clear_flow", &flow_req(flow), NO_WAIT).await?;
+        Ok(r.count)
+    }
+
+    async fn parked(&self, flow: &str) -> Result<u64> {
+        let r: wire::Count = self.call("parked", &flow_req(flow), NO_WAIT).await?;
+        Ok(r.count)
+    }
+
+    async fn paused_flows(&self) -> Result<Vec<String>> {
+        let r: wire::Flows = self.call("paused_flows", &EMPTY, NO_WAIT).await?;
+        Ok(r.flows)
+    }
+
+    async fn mark_done(&self, id: u64, step: &str) -> Result<()> {
+        let req = wire::DoneRequest {
+            id,
+            step: step.to_string(),
+        };
+        let _: wire::Done = self.call("mark_done", &req, NO_WAIT).await?;
+        Ok(())
+    }
+
+    async fn was_done(&self, id: u64, step: &str) -> Result<bool> {
+        let req = wire::DoneRequest {
+            id,
+            step: step.to_string(),
+        };
+        let r: wire::Flag = self.call("was_done", &req, NO_WAIT).await?;
+        Ok(r.value)
+    }
+
+    async fn dead_letters(&self, count: usize) -> Result<Vec<DeadLetter>> {
+        let r: wire::DeadLetterList = self
+            .call("dead_letters", &wire::CountRequest { count }, NO_WAIT)
+            .await?;
+        Ok(r.dead_letters.into_iter().map(Into::into).collect())
+    }
+
+    async fn redrive(&self, id: u64) -> Result<bool> {
+        let r: wire::Flag = self
+            .call("redrive", &wire::IdRequest { id }, NO_WAIT)
+            .await?;
+        Ok(r.value)
+    }
+
+    async fn purge_dead_letters(&self) -> Result<u64> {
+        let r: wire::Count = self.call("purge_dead_letters", &EMPTY, NO_WAIT).await?;
+        Ok(r.count)
+    }
+
+    async fn stats(&self) -> Result<Stats> {
+        self.call("stats", &EMPTY, NO_WAIT).await
+    }
+
+    async fn backlog_by_flow(&self, sample: usize) -> Result<BTreeMap<String, u64>> {
+        let r: wire::FlowCounts = self
+            .call("backlog_by_flow", &wire::SampleRequest { sample }, NO_WAIT)
+            .await?;
+        Ok(r.flows)
+    }
+
+    async fn peek(&self, count: usize) -> Result<Vec<Item>> {
+        let r: wire::ItemList = self
+            .call("peek", &wire::CountRequest { count }, NO_WAIT)
+            .await?;
+        Ok(r.items.into_iter().map(Into::into).collect())
+    }
+
+    async fn now_ms(&self) -> Result<u64> {
+        let r: wire::Now = self.call("now", &EMPTY, NO_WAIT).await?;
+        Ok(r.now_ms)
+    }
+
+    async fn compact(&self) -> Result<bool> {
+        let r: wire::Flag = self.call("compact", &EMPTY, NO_WAIT).await?;
+        Ok(r.value)
+    }
+
+    /// Close this handle: later calls are `Closed` and pooled connections
+    /// are dropped. The served queue stays open for its other clients.
+    async fn close(&self) -> Result<()> {
+        self.inner.closed.store(true, Ordering::Release);
+        self.inner.close_notify.notify_waiters();
+        if let Ok(mut idle) = self.inner.idle.lock() {
+            idle.clear();
+        }
+        Ok(())
+    }
+}
+
+fn flow_req(flow: &str) -> wire::FlowRequest {
+    wire::FlowRequest {
+        flow: flow.to_string(),
+    }
+}

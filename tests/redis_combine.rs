@@ -1,0 +1,154 @@
+//! Combined adds (SPEC 7, "Redis add combining"): concurrent adds of one
+//! handle share script calls, each caller gets its own id, and a caller
+//! that goes away cuts nobody else's add. On a real `redis-server` from the
+//! harness.
+
+#![cfg(all(feature = "redis", feature = "testing"))]
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use workjournal::testing::RedisServer;
+use workjournal::{ClaimFrom, Config, NewItem, RedisOptions, RedisQueue, WorkQueue};
+
+/// Script calls the server has run (`EVALSHA` and `EVAL`), from `INFO commandstats`.
+async fn script_calls(url: &str) -> u64 {
+    let mut conn = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let calls = |name: &str| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse().unwrap())
+    };
+    calls("evalsha") + calls("eval")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_adds_share_script_calls_and_each_gets_its_own_id() {
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    let q = Arc::new(
+        RedisQueue::connect(&url, "combine", Config::default(), RedisOptions::default())
+            .await
+            .unwrap(),
+    );
+    // Load the script first, so NOSCRIPT retries do not count.
+    q.add(NewItem::new(b"warm".to_vec())).await.unwrap();
+    let before = script_calls(&url).await;
+    let adds: Vec<_> = (0..200)
+        .map(|i| {
+            let q = q.clone();
+            tokio::spawn(async move {
+                q.add(NewItem::new(format!("{i}").into_bytes()))
+                    .await
+                    .unwrap()
+                    .id
+            })
+        })
+        .collect();
+    let mut ids = BTreeSet::new();
+    for a in adds {
+        ids.insert(a.await.unwrap());
+    }
+    let calls = script_calls(&url).await - before;
+    assert_eq!(ids.len(), 200, "two adds got the same id");
+    assert!(calls < 200, "200 concurrent adds took {calls} script calls");
+    let mut claimed = BTreeSet::new();
+    loop {
+        let got = q.claim(100, Duration::ZERO, ClaimFrom::All).await.unwrap();
+        if got.is_empty() {
+            break;
+        }
+        claimed.extend(got.iter().map(|c| c.item.id));
+    }
+    assert_eq!(claimed.len(), 201);
+    assert!(ids.is_subset(&claimed));
+}
+
+/// Dropping the add that started a combined call does not cut the call:
+/// the other callers' adds still finish with their ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_add_cuts_no_other_add_of_its_call() {
+    let server = RedisServer::start().unwrap();
+    let q = Arc::new(
+        RedisQueue::connect(
+            &server.url(),
+            "dropped",
+            Config::default(),
+            RedisOptions::default(),
+        )
+        .await
+        .unwrap(),
+    );
+    for round in 0..20 {
+        let first = {
+            let q = q.clone();
+            tokio::spawn(async move { q.add(NewItem::new(b"dropped".to_vec())).await })
+        };
+        let others: Vec<_> = (0..10)
+            .map(|i| {
+                let q = q.clone();
+                tokio::spawn(async move {
+                    q.add(NewItem::new(format!("{round}-{i}").into_bytes()))
+                        .await
+                })
+            })
+            .collect();
+        first.abort();
+        for o in others {
+            o.await.unwrap().unwrap();
+        }
+    }
+    let s = q.stats().await.unwrap();
+    // 200 kept adds; each aborted one happened or not, whole.
+    assert!((200..=220).contains(&s.backlog), "{s:?}");
+}
+
+/// A payload over the limit fails its own add only, never another
+/// caller's in the same call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_payload_fails_only_its_own_add() {
+    let server = RedisServer::start().unwrap();
+    let q = Arc::new(
+        RedisQueue::connect(
+            &server.url(),
+            "bad",
+            Config::default().max_payload_bytes(8),
+            RedisOptions::default(),
+        )
+        .await
+        .unwrap(),
+    );
+    let adds: Vec<_> = (0..20)
+        .map(|i| {
+            let q = q.clone();
+            tokio::spawn(async move {
+                let payload = if i % 2 == 0 {
+                    vec![1u8; 4]
+                } else {
+                    vec![1u8; 9]
+                };
+                (i, q.add(NewItem::new(payload)).await)
+            })
+        })
+        .collect();
+    for a in adds {
+        let (i, r) = a.await.unwrap();
+        match (i % 2 == 0, r) {
+            (true, Ok(_)) => {}
+            (false, Err(workjournal::Error::InvalidInput(_))) => {}
+            (_, other) => panic!("add {i}: {other:?}"),
+        }
+    }
+    assert_eq!(q.stats().await.unwrap().backlog, 10);
+}
