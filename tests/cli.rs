@@ -344,6 +344,8 @@ fn a_queue_file_held_by_another_process_that_serves_no_socket_is_locked() {
     assert_error(&out, 4, "locked by another process");
     // Failed: `Locked` named no holder.
     assert_error(&out, 4, &format!("held by pid {pid}: "));
+    // Failed: the holder was shown by its full install path, which under a
+    // long CARGO_TARGET_DIR pushed `--watch` past the 80-character cut.
     assert_error(&out, 4, "stats --watch");
 }
 
