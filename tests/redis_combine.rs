@@ -152,3 +152,39 @@ async fn a_bad_payload_fails_only_its_own_add() {
     }
     assert_eq!(q.stats().await.unwrap().backlog, 10);
 }
+
+/// Adds combined into one script call keep each one's priority tier (SPEC
+/// section 3, Priority): every high-tier item is claimed before every
+/// tier-0 one, whatever order the combined call took them in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn combined_adds_keep_each_ones_tier() {
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    let q = Arc::new(
+        RedisQueue::connect(&url, "tiers", Config::default(), RedisOptions::default())
+            .await
+            .unwrap(),
+    );
+    q.add(NewItem::new(b"warm".to_vec())).await.unwrap();
+    let before = script_calls(&url).await;
+    let adds: Vec<_> = (0..100u8)
+        .map(|i| {
+            let q = q.clone();
+            let tier = if i % 2 == 0 { 0 } else { 3 };
+            tokio::spawn(async move {
+                let item = NewItem::new(format!("{i}").into_bytes()).priority(tier);
+                q.add(item).await.unwrap().id
+            })
+        })
+        .collect();
+    for a in adds {
+        a.await.unwrap();
+    }
+    let calls = script_calls(&url).await - before;
+    assert!(calls < 100, "100 concurrent adds took {calls} script calls");
+    let got = q.claim(101, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    let tiers: Vec<u8> = got.iter().map(|c| c.item.priority).collect();
+    let mut want = vec![3; 50];
+    want.extend([0; 51]);
+    assert_eq!(tiers, want);
+}
