@@ -71,8 +71,8 @@ impl NewItem {
         self
     }
 
-    /// The item's priority tier.
-    pub fn priority_tier(&self) -> u8 {
+    /// The priority tier, 0 to 255 (SPEC section 3, Priority).
+    pub fn get_priority(&self) -> u8 {
         self.priority
     }
 
