@@ -7,7 +7,6 @@ mod common;
 use common::baselines::{Fsync, RawRedb, Sqlite, Streams};
 use common::{EMBEDDED, PAYLOAD_BYTES, REDIS};
 use criterion::{Throughput, criterion_main};
-use workjournal::testing::RedisServer;
 
 const PRODUCERS: usize = 64;
 const BATCH: usize = 100;
@@ -39,12 +38,14 @@ fn benches() {
         profile(&spec);
         return;
     }
-    let mut c = common::criterion();
-    let rt = common::runtime();
-    let dir = common::temp_dir();
-    let server = RedisServer::start().expect("start redis-server (apt-get install redis-server)");
-    let url = server.url();
-    let body = common::payload(PAYLOAD_BYTES);
+    let common::Setup {
+        mut c,
+        rt,
+        dir,
+        redis: _redis,
+        url,
+        body,
+    } = common::setup();
     let body = body.as_slice();
 
     let embedded = rt.block_on(common::embedded(dir.path(), "add"));

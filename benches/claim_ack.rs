@@ -5,17 +5,18 @@
 mod common;
 
 use common::baselines::{Sqlite, Streams};
-use common::{EMBEDDED, PAYLOAD_BYTES, REDIS};
+use common::{EMBEDDED, REDIS};
 use criterion::{Throughput, criterion_main};
-use workjournal::testing::RedisServer;
 
 fn benches() {
-    let mut c = common::criterion();
-    let rt = common::runtime();
-    let dir = common::temp_dir();
-    let server = RedisServer::start().expect("start redis-server (apt-get install redis-server)");
-    let url = server.url();
-    let body = common::payload(PAYLOAD_BYTES);
+    let common::Setup {
+        mut c,
+        rt,
+        dir,
+        redis: _redis,
+        url,
+        body,
+    } = common::setup();
     let body = body.as_slice();
 
     for batch in [1usize, 100] {

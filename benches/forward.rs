@@ -8,12 +8,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{PAYLOAD_BYTES, REDIS};
+use common::REDIS;
 use criterion::{Throughput, criterion_main};
 use workjournal::NewItem;
 use workjournal::WorkQueue;
 use workjournal::forward::{Forwarder, RunUntil};
-use workjournal::testing::RedisServer;
 
 /// Items forwarded per criterion iteration.
 const PER_ITER: u64 = 1000;
@@ -24,12 +23,14 @@ const BACKLOG: u64 = 10_000;
 const FORWARD: &str = "workjournal-forward";
 
 fn benches() {
-    let mut c = common::criterion();
-    let rt = common::runtime();
-    let dir = common::temp_dir();
-    let server = RedisServer::start().expect("start redis-server (apt-get install redis-server)");
-    let url = server.url();
-    let body = common::payload(PAYLOAD_BYTES);
+    let common::Setup {
+        mut c,
+        rt,
+        dir,
+        redis: _redis,
+        url,
+        body,
+    } = common::setup();
 
     let local = rt.block_on(common::embedded(dir.path(), "forward"));
     let remote = rt.block_on(common::redis(&url, "forward"));

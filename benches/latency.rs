@@ -8,21 +8,22 @@ use std::cell::RefCell;
 use std::time::Duration;
 
 use common::baselines::{Sqlite, Streams};
-use common::{EMBEDDED, PAYLOAD_BYTES, REDIS};
+use common::{EMBEDDED, REDIS};
 use criterion::{Throughput, criterion_main};
-use workjournal::testing::RedisServer;
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
 fn benches() {
-    let mut c = common::criterion();
-    let rt = common::runtime();
-    let dir = common::temp_dir();
-    let server = RedisServer::start().expect("start redis-server (apt-get install redis-server)");
-    let url = server.url();
-    let body = common::payload(PAYLOAD_BYTES);
+    let common::Setup {
+        mut c,
+        rt,
+        dir,
+        redis: _redis,
+        url,
+        body,
+    } = common::setup();
     let body = body.as_slice();
 
     let embedded = rt.block_on(common::embedded(dir.path(), "latency"));

@@ -10,11 +10,10 @@ mod common;
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
-use common::{EMBEDDED, PAYLOAD_BYTES, REDIS};
+use common::{EMBEDDED, REDIS};
 use criterion::{Throughput, criterion_main};
 use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
-use workjournal::testing::RedisServer;
 use workjournal::{BoxQueue, ClaimFrom, NewItem, WorkQueue};
 
 const RAW: &str = "raw-zadd-pubsub";
@@ -138,12 +137,14 @@ impl RawRpc {
 }
 
 fn benches() {
-    let mut c = common::criterion();
-    let rt = common::runtime();
-    let dir = common::temp_dir();
-    let server = RedisServer::start().expect("start redis-server (apt-get install redis-server)");
-    let url = server.url();
-    let body = common::payload(PAYLOAD_BYTES);
+    let common::Setup {
+        mut c,
+        rt,
+        dir,
+        redis: _redis,
+        url,
+        body,
+    } = common::setup();
     let body = body.as_slice();
 
     // Embedded: one file is one process, so the worker shares the handle.

@@ -52,6 +52,41 @@ pub fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// `n` bytes of payload.
+/// What the benches that compare embedded with Redis start from: criterion,
+/// a runtime, a temp dir for files, a Redis server of their own (on a free
+/// loopback port; stopped when this is dropped), its URL and a payload of
+/// [`PAYLOAD_BYTES`].
+pub struct Setup {
+    /// The criterion instance, configured by [`criterion`].
+    pub c: Criterion,
+    /// The runtime of [`runtime`].
+    pub rt: tokio::runtime::Runtime,
+    /// Where the embedded files go ([`temp_dir`]).
+    pub dir: tempfile::TempDir,
+    /// The bench's own Redis server: keep it alive for the whole bench.
+    pub redis: workjournal::testing::RedisServer,
+    /// Its URL.
+    pub url: String,
+    /// One payload of [`PAYLOAD_BYTES`].
+    pub body: Vec<u8>,
+}
+
+/// The [`Setup`] of one bench; panics (a bench, not the library) when
+/// redis-server cannot start, saying how to install it.
+pub fn setup() -> Setup {
+    let redis = workjournal::testing::RedisServer::start()
+        .expect("start redis-server (apt-get install redis-server)");
+    let url = redis.url();
+    Setup {
+        c: criterion(),
+        rt: runtime(),
+        dir: temp_dir(),
+        redis,
+        url,
+        body: payload(PAYLOAD_BYTES),
+    }
+}
+
 pub fn payload(n: usize) -> Vec<u8> {
     (0..n).map(|i| (i % 251) as u8).collect()
 }
