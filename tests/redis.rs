@@ -448,18 +448,9 @@ async fn min_replicas_succeeds_with_a_replica_and_reports_the_shortfall_without(
 /// Requests sent by clients (scripts and XREAD; commands run inside a script
 /// are not requests), from `INFO commandstats`.
 async fn client_requests(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
+    workjournal::testing::command_calls(conn, &["evalsha", "eval", "xread"])
         .await
-        .unwrap();
-    let calls = |name: &str| -> u64 {
-        info.lines()
-            .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
-            .and_then(|rest| rest.split(',').next())
-            .map_or(0, |n| n.parse().unwrap())
-    };
-    calls("evalsha") + calls("eval") + calls("xread")
+        .unwrap()
 }
 
 #[tokio::test]

@@ -19,18 +19,9 @@ async fn script_calls(url: &str) -> u64 {
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut conn)
+    workjournal::testing::command_calls(&mut conn, &["evalsha", "eval"])
         .await
-        .unwrap();
-    let calls = |name: &str| -> u64 {
-        info.lines()
-            .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
-            .and_then(|rest| rest.split(',').next())
-            .map_or(0, |n| n.parse().unwrap())
-    };
-    calls("evalsha") + calls("eval")
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -23,7 +23,9 @@ pub mod redis_cluster;
 #[cfg(feature = "redis")]
 pub use redis_cluster::{RedisCluster, RedisClusterFactory, RedisClusterOptions};
 #[cfg(feature = "redis")]
-pub use redis_server::{RedisFactory, RedisServer, RedisServerOptions, TestCertificates};
+pub use redis_server::{
+    RedisFactory, RedisServer, RedisServerOptions, TestCertificates, command_calls,
+};
 
 #[cfg(feature = "embedded")]
 pub mod faults;

@@ -510,6 +510,42 @@ pub fn shared_server_url() -> io::Result<String> {
     Ok(url)
 }
 
+/// How many times the server has run each of `commands` (lower-case names,
+/// such as `evalsha`), added up, from `INFO commandstats`: a count of
+/// requests for tests that bound how many a backend sends. A command the
+/// server never ran counts 0.
+///
+/// # Errors
+///
+/// The server's error for `INFO`, or `InvalidClientConfig` when its reply
+/// has a count that is not a number.
+pub async fn command_calls(
+    conn: &mut redis::aio::MultiplexedConnection,
+    commands: &[&str],
+) -> redis::RedisResult<u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await?;
+    let mut total = 0;
+    for name in commands {
+        let prefix = format!("cmdstat_{name}:calls=");
+        if let Some(n) = info
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .and_then(|rest| rest.split(',').next())
+        {
+            total += n.parse::<u64>().map_err(|_| {
+                redis::RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "INFO commandstats: a count that is not a number",
+                ))
+            })?;
+        }
+    }
+    Ok(total)
+}
+
 /// A namespace not used before by this process.
 pub fn fresh_namespace() -> String {
     let n = NAMESPACES.fetch_add(1, Ordering::Relaxed);
