@@ -160,7 +160,8 @@ const EMBEDDED_OTHERS: &[&str] = &[
     "effectum",
     "tokio-sleep",
 ];
-const REDIS_OTHERS: &[&str] = &["raw-streams", "omniqueue", "tokio-sleep"];
+/// `raw-zadd-pubsub` is the gateway's request-response pattern (benches/rpc.rs).
+const REDIS_OTHERS: &[&str] = &["raw-streams", "omniqueue", "tokio-sleep", "raw-zadd-pubsub"];
 /// The remote backend's rows compare it with the same queue in-process and
 /// with a SQLite table shared by two writer processes.
 const REMOTE: &str = "workjournal-remote";
