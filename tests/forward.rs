@@ -960,6 +960,100 @@ async fn the_forward_command_hands_the_file_over_and_stops_when_empty() {
     assert_eq!(v["backlog"], 0);
 }
 
+/// `stats --json` of `db` with `extra` flags.
+fn stats_json(db: &Path, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["stats", "--json"];
+    args.extend_from_slice(extra);
+    let out = workjournal(db, &args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn stats_shows_the_forwarding_lag_once_the_file_has_been_forwarded() {
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("edge.redb");
+    let add = |args: &[&str]| {
+        let out = workjournal(&db, args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    add(&["add", "one"]);
+    add(&["add", "two"]);
+    add(&["add", "kept here", "--flow", "local"]);
+    let added = std::time::Instant::now();
+
+    // Never forwarded: no lag, unless asked for with --forward-flow.
+    let v = stats_json(&db, &[]);
+    assert_eq!(v["forward_lag"], serde_json::Value::Null, "{v}");
+    let out = workjournal(&db, &["stats"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(!text.contains("forward lag"), "{text}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let v = stats_json(&db, &["--forward-flow", ""]);
+    assert_eq!(v["forward_lag"]["count"], 2, "{v}");
+    let age = v["forward_lag"]["oldest_age_ms"].as_u64().unwrap();
+    assert!(age >= 200, "{v}");
+    assert!(age <= added.elapsed().as_millis() as u64 + 1000, "{v}");
+
+    // Forward the default flow; "local" stays, and one more item arrives.
+    let out = forward_command(&db, &url, &["--until-empty", "--flow", ""])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("done: forwarded 2"), "{stderr}");
+    let v = stats_json(&db, &["--forward-flow", ""]);
+    assert_eq!(v["forward_lag"]["count"], 0, "{v}");
+    assert_eq!(
+        v["forward_lag"]["oldest_age_ms"],
+        serde_json::Value::Null,
+        "{v}"
+    );
+    add(&["add", "three"]);
+
+    // Forwarded once: the lag shows without asking, over every flow...
+    let v = stats_json(&db, &[]);
+    assert_eq!(v["forward_lag"]["count"], 2, "{v}");
+    assert!(
+        v["forward_lag"]["oldest_age_ms"].as_u64().unwrap() >= 200,
+        "{v}"
+    );
+    let out = workjournal(&db, &["stats"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.contains("\nforward lag   2 items (oldest "), "{text}");
+    // ... or over the flows the forwarder forwards.
+    let v = stats_json(&db, &["--forward-flow", ""]);
+    assert_eq!(v["forward_lag"]["count"], 1, "{v}");
+    let v = stats_json(&db, &["--forward-flow", "local", "--forward-flow", ""]);
+    assert_eq!(v["forward_lag"]["count"], 2, "{v}");
+
+    // The next run hands the new item over; the lag of its flow is 0.
+    let out = forward_command(&db, &url, &["--until-empty", "--flow", ""])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = stats_json(&db, &["--forward-flow", ""]);
+    assert_eq!(v["forward_lag"]["count"], 0, "{v}");
+    assert_eq!(rows(&url, "fleet").await.len(), 3);
+}
+
 #[tokio::test]
 async fn the_forward_command_stops_gracefully_on_sigterm() {
     let server = RedisServer::start().unwrap();

@@ -98,6 +98,12 @@ pub(crate) enum Command {
         /// Print again every second until Ctrl-C (holds the queue file open).
         #[arg(long)]
         watch: bool,
+        /// Count the forwarding lag over this flow only (repeat for more; ""
+        /// is the default flow), as `forward --flow` forwards it; also shows
+        /// the lag of a file never forwarded yet. Default: every flow, and
+        /// the lag only once the file has been forwarded.
+        #[arg(long = "forward-flow", value_name = "FLOW")]
+        forward_flows: Vec<String>,
     },
     /// Show the next N items a worker would take, without taking them
     /// (needs only read access).

@@ -41,6 +41,9 @@ pub(crate) struct Unforwarded {
     pub(crate) count: u64,
     /// The enqueue time of the oldest of them, ms since the Unix epoch.
     pub(crate) oldest_enqueued_at_ms: Option<u64>,
+    /// Whether a forwarder was ever set up on this file (it has a
+    /// forwarding journal id).
+    pub(crate) forwarded: bool,
 }
 
 /// Whether items of `flow` are forwarded (`None`: every flow).
@@ -177,7 +180,14 @@ impl Tables<'_> {
 
     /// What waits to be handed over: count and oldest enqueue time.
     pub(crate) fn forward_lag(&self, flows: Option<&[String]>) -> Result<Unforwarded> {
-        let mut lag = Unforwarded::default();
+        let mut lag = Unforwarded {
+            forwarded: self
+                .meta()?
+                .get(JOURNAL_KEY)
+                .ctx("read journal id")?
+                .is_some(),
+            ..Unforwarded::default()
+        };
         let all = (Bound::Unbounded, Bound::Unbounded);
         if flows.is_none() {
             // Every waiting item is forwarded: count the lanes, and find the
