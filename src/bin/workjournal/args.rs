@@ -190,6 +190,10 @@ pub(crate) struct AddArgs {
     #[arg(long, value_name = "K", conflicts_with = "lines",
           value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub(crate) dedup_key: Option<String>,
+    /// Priority tier 0-255: higher runs earlier, each tier worth the
+    /// queue's aging step (60 s) of waiting.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub(crate) priority: u8,
 }
 
 /// How to run each item (shared by `work` and `step`).

@@ -112,11 +112,19 @@ fn locked_message(e: &workjournal::Error, path: &std::path::Path) -> String {
         Some(pid) => {
             let what = std::fs::read(format!("/proc/{pid}/cmdline"))
                 .map(|b| {
-                    let words: Vec<String> = b
+                    let mut words: Vec<String> = b
                         .split(|c| *c == 0)
                         .filter(|w| !w.is_empty())
                         .map(|w| String::from_utf8_lossy(w).into_owned())
                         .collect();
+                    // The program by its name, not its install path: the
+                    // arguments are what tells two holders apart, and a
+                    // long path would push them past the preview's cut.
+                    if let Some(program) = words.first_mut()
+                        && let Some(name) = std::path::Path::new(program.as_str()).file_name()
+                    {
+                        *program = name.to_string_lossy().into_owned();
+                    }
                     commands::preview(words.join(" ").as_bytes())
                 })
                 .unwrap_or_default();

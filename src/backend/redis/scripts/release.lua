@@ -1,7 +1,7 @@
 -- release: give a claim back without spending its delivery. ARGV: now,
 -- id, lease, not_before. Returns -1 lost, 1 delayed, 2 parked (paused flow).
 local id, lease, nb = ARGV[2], ARGV[3], ARGV[4]
-if not current(id, lease) then return -1 end
+if not current(id, lease) then return LOST end
 release(id)
 local k = item_key(id)
 local dlv = tonumber(redis.call('HGET', k, 'dlv') or '0') or 0
