@@ -29,8 +29,8 @@ use workjournal::testing::RedisServer;
 use workjournal::testing::RedisServerOptions;
 use workjournal::testing::proxy::LinkProxy;
 use workjournal::{
-    ClaimFrom, Config, EmbeddedQueue, Error, NewItem, Origin, RedisOptions, RedisQueue,
-    RetryPolicy, WorkQueue,
+    ClaimFrom, Config, EmbeddedQueue, Error, Lane, ManualClock, NewItem, Origin, RedisOptions,
+    RedisQueue, RetryPolicy, WorkQueue,
 };
 use workload::{Rng, seed_from_env};
 
@@ -312,6 +312,68 @@ async fn a_forwarded_item_keeps_its_fields_and_names_its_origin() {
     assert_eq!(order, vec![due, plain, keyed]);
     let added_here = remote.add(NewItem::new(b"x".to_vec())).await.unwrap().id;
     assert_eq!(remote.origin(added_here).await.unwrap(), None);
+}
+
+// Issue 16 with issue 14: a forwarded item keeps its priority tier, in
+// the backlog and through delayed, and the fleet ranks it by that tier.
+#[tokio::test]
+async fn a_forwarded_item_keeps_its_priority_tier() {
+    let server = RedisServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let local = edge(dir.path()).await;
+    let now = local.now_ms().await.unwrap();
+    let low = add_in(&local, "low", "").await;
+    let high = local
+        .add(NewItem::new(b"high".to_vec()).priority(7))
+        .await
+        .unwrap()
+        .id;
+    let timer = local
+        .add_delayed(NewItem::new(b"timer".to_vec()).priority(3), now + 3_600_000)
+        .await
+        .unwrap()
+        .id;
+    let clock = ManualClock::new(now);
+    let remote = fleet(
+        &server.url(),
+        "edge",
+        Config::default().clock(clock.clone()),
+    )
+    .await;
+    let f = Forwarder::new(local.clone(), remote.clone(), "site-1")
+        .await
+        .unwrap();
+    assert_eq!(forward_all(&f).await.added, 3);
+    assert_local_empty(&local).await;
+    let rows = rows(&server.url(), "edge").await;
+    let tier_of = |oid: u64| {
+        rows.iter()
+            .find(|r| r.num("oid") == Some(oid))
+            .and_then(|r| r.num("pri"))
+    };
+    assert_eq!(
+        (tier_of(low), tier_of(high), tier_of(timer)),
+        (None, Some(7), Some(3))
+    );
+    let got = remote
+        .claim(10, Duration::ZERO, ClaimFrom::All)
+        .await
+        .unwrap();
+    let order: Vec<(u64, u8)> = got
+        .iter()
+        .map(|c| (by_oid_of(&rows, c.item.id), c.item.priority))
+        .collect();
+    assert_eq!(order, vec![(high, 7), (low, 0)]);
+    assert_eq!(remote.stats().await.unwrap().delayed, 1);
+    // The timer comes due by the fleet's clock with its tier.
+    clock.advance(Duration::from_secs(2 * 3600));
+    let got = remote
+        .claim(10, Duration::ZERO, ClaimFrom::All)
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(by_oid_of(&rows, got[0].item.id), timer);
+    assert_eq!((got[0].item.priority, got[0].lane), (3, Lane::Due));
 }
 
 fn by_oid_of(rows: &[Row], redis_id: u64) -> u64 {

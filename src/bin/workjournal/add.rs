@@ -98,7 +98,9 @@ pub(crate) async fn add(queue: &BoxQueue, args: &AddArgs, input: Input) -> CliRe
         }
         Input::One(payload) => payload,
     };
-    let mut item = NewItem::new(payload).flow(args.flow.clone());
+    let mut item = NewItem::new(payload)
+        .flow(args.flow.clone())
+        .priority(args.priority);
     if let Some(key) = &args.dedup_key {
         item = item.dedup_key(key.clone());
     }
@@ -175,7 +177,11 @@ async fn add_lines(
                     batch_first_line = line_no;
                 }
                 batch_bytes += text.len();
-                batch.push(NewItem::new(text.to_vec()).flow(args.flow.clone()));
+                batch.push(
+                    NewItem::new(text.to_vec())
+                        .flow(args.flow.clone())
+                        .priority(args.priority),
+                );
             }
         }
         if !batch.is_empty() && (eof || batch.len() >= BATCH_ITEMS || batch_bytes >= BATCH_BYTES) {

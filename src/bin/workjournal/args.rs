@@ -214,6 +214,10 @@ pub(crate) struct AddArgs {
     /// With --wait: how long to wait (default: without end).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "wait")]
     pub(crate) timeout: Option<Duration>,
+    /// Priority tier 0-255: higher runs earlier, each tier worth the
+    /// queue's aging step (60 s) of waiting.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub(crate) priority: u8,
 }
 
 /// How to run each item (shared by `work` and `step`).

@@ -550,6 +550,7 @@ fn item_json(item: &Item) -> serde_json::Value {
         "payload_bytes": item.payload.len(),
         "deliveries": item.deliveries,
         "enqueued_at_ms": item.enqueued_at_ms,
+        "priority": item.priority,
     })
 }
 
