@@ -22,6 +22,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+#[path = "../../tests/workload/mod.rs"]
 mod workload;
 
 use workjournal::forward::{ForwardOptions, Forwarder, RunUntil};
