@@ -247,7 +247,10 @@ impl Tables<'_> {
             }
             let rec = self.record(id)?;
             if let Some(lease) = self.lease(id)? {
-                self.remove_pending(id, &lease)?;
+                // The latest time the file has seen stands for now (SPEC 3,
+                // Flow limits: the flow's slot is freed).
+                let now = self.counter(super::CLOCK_HIGH, 0)?;
+                self.remove_pending(id, &lease, now)?;
             } else if let Some(seq) = self.remove_dead_index(id)? {
                 self.dead_mut()?.remove(seq).ctx("delete dead letter")?;
             } else if !self.remove_delayed(id, rec.not_before_ms)? {
