@@ -29,6 +29,8 @@ pub(crate) struct Outgoing {
     pub(crate) not_before_ms: Option<u64>,
     /// Its priority tier (SPEC 3, Priority), kept in Redis.
     pub(crate) priority: u8,
+    /// Its cost in rate-limit permits (SPEC 3, Flow limits), kept in Redis.
+    pub(crate) cost: u32,
     /// Its dedup key, while the key's local window is open.
     pub(crate) dedup_key: Option<String>,
     /// True for an item at or below the forwarding mark: it was held
@@ -168,6 +170,7 @@ impl Tables<'_> {
                 enqueued_at_ms: rec.enqueued_at_ms,
                 not_before_ms: rec.not_before_ms,
                 priority: rec.priority,
+                cost: rec.cost.max(1),
                 dedup_key: None,
                 late,
             });
