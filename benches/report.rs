@@ -148,6 +148,18 @@ const WORKLOADS: &[(&str, &str)] = &[
         "claim+ack, batch 100, ten tiers mixed",
     ),
     (
+        "claim_ack_100_ten_flows_unlimited",
+        "claim+ack, batch 100, ten flows unlimited",
+    ),
+    (
+        "claim_ack_100_ten_flows_one_limited",
+        "claim+ack, batch 100, one of ten flows rate-limited",
+    ),
+    (
+        "claim_ack_100_behind_100k_limited",
+        "claim+ack, batch 100, behind 100 000 rate-limited items",
+    ),
+    (
         "remote_add_1_producer",
         "through the socket: add, 1 producer",
     ),
@@ -388,6 +400,32 @@ fn targets(r: &Results) {
             &format!("{name} claim+ack, ten priority tiers mixed vs one tier (issue 14)"),
             (|| {
                 Some(get(r, "claim_ack_100_tiers_10", s)?.v / get(r, "claim_ack_100_tiers_1", s)?.v)
+            })(),
+            0.8,
+            true,
+            "x",
+        );
+    }
+    for (s, name) in [(EMBEDDED, "embedded"), (REDIS, "redis")] {
+        verdict(
+            &format!("{name} claim+ack, one of ten flows rate-limited vs unlimited (issue 14)"),
+            (|| {
+                Some(
+                    get(r, "claim_ack_100_ten_flows_one_limited", s)?.v
+                        / get(r, "claim_ack_100_ten_flows_unlimited", s)?.v,
+                )
+            })(),
+            0.8,
+            true,
+            "x",
+        );
+        verdict(
+            &format!("{name} claim+ack behind 100 000 limited items vs unlimited (issue 14)"),
+            (|| {
+                Some(
+                    get(r, "claim_ack_100_behind_100k_limited", s)?.v
+                        / get(r, "claim_ack_100_ten_flows_unlimited", s)?.v,
+                )
             })(),
             0.8,
             true,

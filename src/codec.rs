@@ -32,6 +32,8 @@ pub(crate) struct ItemRecord {
     pub(crate) not_before_ms: Option<u64>,
     pub(crate) deliveries: u32,
     pub(crate) priority: u8,
+    /// Rate-limit permits a claim takes (SPEC 3, Flow limits).
+    pub(crate) cost: u32,
     pub(crate) payload: Option<Vec<u8>>,
 }
 
@@ -52,6 +54,20 @@ pub(crate) struct LeaseRecord {
     pub(crate) claimed_at_ms: u64,
     pub(crate) lease: u64,
     pub(crate) lane: u8,
+}
+
+/// A flow's limit record (SPEC 3, Flow limits): the [`FlowState`]
+/// fields, and the entries of the heads and timer indexes that stand for
+/// it, so that they can be found again and removed.
+///
+/// [`FlowState`]: crate::limit::FlowState
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
+pub(crate) struct LimitRecord {
+    pub(crate) state: [u64; 8],
+    /// The flow's heads-index keys (rank, position), due lane then backlog.
+    pub(crate) heads: [Option<(i64, u64)>; 2],
+    /// The flow's timer, ms.
+    pub(crate) timer: Option<u64>,
 }
 
 /// A dead letter's reason and time.
@@ -214,6 +230,7 @@ mod tests {
             not_before_ms: Some(9),
             deliveries: 2,
             priority: 3,
+            cost: 2,
             payload: Some(b"inline".to_vec()),
         };
         let bytes = encode_item(&r).unwrap();

@@ -20,6 +20,7 @@ pub struct NewItem {
     pub(crate) payload: Vec<u8>,
     pub(crate) dedup_key: Option<String>,
     pub(crate) priority: u8,
+    pub(crate) cost: u32,
 }
 
 impl NewItem {
@@ -30,6 +31,7 @@ impl NewItem {
             payload: payload.into(),
             dedup_key: None,
             priority: 0,
+            cost: 1,
         }
     }
 
@@ -76,6 +78,19 @@ impl NewItem {
         self.priority
     }
 
+    /// How many permits of its flow's rate limit the item takes when it
+    /// is claimed (SPEC section 3, Flow limits). Default: 1. Zero is taken
+    /// as 1. Kept through every move, like the tier.
+    pub fn cost(mut self, permits: u32) -> Self {
+        self.cost = permits.max(1);
+        self
+    }
+
+    /// The item's cost in rate-limit permits (SPEC section 3, Flow limits).
+    pub fn get_cost(&self) -> u32 {
+        self.cost.max(1)
+    }
+
     /// The flow this item will join.
     pub fn get_flow(&self) -> &str {
         &self.flow
@@ -115,6 +130,14 @@ pub struct Item {
     /// The priority tier given at add (0 by default; higher runs earlier),
     /// kept through every move (SPEC section 3, Priority).
     pub priority: u8,
+    /// The permits of its flow's rate limit a claim of the item takes (1
+    /// by default; SPEC section 3, Flow limits).
+    #[serde(default = "one_permit")]
+    pub cost: u32,
+}
+
+fn one_permit() -> u32 {
+    1
 }
 
 impl Item {
@@ -249,6 +272,11 @@ pub struct Stats {
     pub oldest_pending_age_ms: Option<u64>,
     /// False only for the memory backend.
     pub durable: bool,
+    /// Of `backlog`, the items a claim has set aside for their flow's
+    /// limits while the flow is held by them now (SPEC 3, Flow limits):
+    /// rate limit used up, concurrency cap reached, or backed off.
+    #[serde(default)]
+    pub limited: u64,
 }
 
 /// An item given up on (SPEC section 3, Dead letters). Made by the queue

@@ -224,6 +224,7 @@ mod config;
 mod connect;
 mod error;
 mod item;
+mod limit;
 mod outcome;
 mod queue;
 pub mod worker;
@@ -252,6 +253,7 @@ pub use item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, MAX_FLOW_NAME_BYTES,
     NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
 };
+pub use limit::{FlowLimit, FlowLimits, RateLimit};
 pub use outcome::{Chunk, Outcome, OutcomeKind, encode_result};
 pub use queue::{BoxQueue, WorkQueue};
 pub use worker::{

@@ -11,6 +11,7 @@ use crate::error::Result;
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
 };
+use crate::limit::{FlowLimit, FlowLimits};
 use crate::outcome::{Chunk, Outcome};
 
 /// A durable work queue: every item is journaled before anything runs it and
@@ -460,6 +461,60 @@ pub trait WorkQueue: Send + Sync {
     /// Only the common ones (see the trait's docs).
     fn paused_flows(&self) -> impl Future<Output = Result<Vec<String>>> + Send;
 
+    // ---- flow limits (SPEC 3, Flow limits) ----
+
+    /// Set, change or clear one of `flow`'s limits (SPEC 3, Flow limits):
+    /// a rate limit (at most N permits per period, each claim taking the
+    /// item's cost), a concurrency cap (at most K items of the flow
+    /// pending, across every consumer) or a back-off (hold the flow until
+    /// a time; it lifts itself). Shared by every consumer of the queue (on
+    /// Redis, the fleet). A claim skips the items of a flow its limits
+    /// hold; they keep their place and tier, and a claim blocked waiting
+    /// wakes when the flow may run again. Durable like pause state.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for the default flow `""`, a malformed flow name, a
+    /// rate of 0 permits or 0 period, or a cap of 0.
+    fn set_flow_limit(
+        &self,
+        flow: &str,
+        limit: FlowLimit,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Hold `flow` for `duration` from now by the queue's clock (SPEC 3,
+    /// Flow limits): [`FlowLimit::BackOffUntil`] of now + `duration`. A
+    /// longer back-off already in force is kept.
+    ///
+    /// # Errors
+    ///
+    /// As [`WorkQueue::set_flow_limit`].
+    fn back_off(&self, flow: &str, duration: Duration) -> impl Future<Output = Result<()>> + Send {
+        async move {
+            let now = self.now_ms().await?;
+            let until = now.saturating_add(crate::config::ms(duration));
+            let current = self
+                .flow_limits()
+                .await?
+                .into_iter()
+                .find(|l| l.flow == flow)
+                .and_then(|l| l.backoff_until_ms);
+            if current.is_some_and(|t| t >= until) {
+                return crate::limit::check_limit(flow, &FlowLimit::BackOffUntil(None));
+            }
+            self.set_flow_limit(flow, FlowLimit::BackOffUntil(Some(until)))
+                .await
+        }
+    }
+
+    /// Every flow with a limit in force, by flow name, with its state
+    /// (SPEC 3, Flow limits).
+    ///
+    /// # Errors
+    ///
+    /// Only the common ones; `Decode` for an unreadable record.
+    fn flow_limits(&self) -> impl Future<Output = Result<Vec<FlowLimits>>> + Send;
+
     /// Remember that `step` of item `id` happened, for `done_ttl`.
     ///
     /// # Errors
@@ -607,6 +662,9 @@ pub(crate) trait DynWorkQueue: Send + Sync {
     fn clear_flow<'a>(&'a self, flow: &'a str) -> BoxFuture<'a, Result<u64>>;
     fn parked<'a>(&'a self, flow: &'a str) -> BoxFuture<'a, Result<u64>>;
     fn paused_flows<'a>(&'a self) -> BoxFuture<'a, Result<Vec<String>>>;
+    fn set_flow_limit<'a>(&'a self, flow: &'a str, limit: FlowLimit) -> BoxFuture<'a, Result<()>>;
+    fn back_off<'a>(&'a self, flow: &'a str, duration: Duration) -> BoxFuture<'a, Result<()>>;
+    fn flow_limits<'a>(&'a self) -> BoxFuture<'a, Result<Vec<FlowLimits>>>;
     fn mark_done<'a>(&'a self, id: u64, step: &'a str) -> BoxFuture<'a, Result<()>>;
     fn was_done<'a>(&'a self, id: u64, step: &'a str) -> BoxFuture<'a, Result<bool>>;
     fn dead_letters<'a>(&'a self, count: usize) -> BoxFuture<'a, Result<Vec<DeadLetter>>>;
@@ -733,6 +791,15 @@ impl<Q: WorkQueue> DynWorkQueue for Q {
     }
     fn paused_flows<'a>(&'a self) -> BoxFuture<'a, Result<Vec<String>>> {
         Box::pin(WorkQueue::paused_flows(self))
+    }
+    fn set_flow_limit<'a>(&'a self, flow: &'a str, limit: FlowLimit) -> BoxFuture<'a, Result<()>> {
+        Box::pin(WorkQueue::set_flow_limit(self, flow, limit))
+    }
+    fn back_off<'a>(&'a self, flow: &'a str, duration: Duration) -> BoxFuture<'a, Result<()>> {
+        Box::pin(WorkQueue::back_off(self, flow, duration))
+    }
+    fn flow_limits<'a>(&'a self) -> BoxFuture<'a, Result<Vec<FlowLimits>>> {
+        Box::pin(WorkQueue::flow_limits(self))
     }
     fn mark_done<'a>(&'a self, id: u64, step: &'a str) -> BoxFuture<'a, Result<()>> {
         Box::pin(WorkQueue::mark_done(self, id, step))
@@ -890,6 +957,15 @@ impl WorkQueue for BoxQueue {
     }
     async fn paused_flows(&self) -> Result<Vec<String>> {
         self.inner.paused_flows().await
+    }
+    async fn set_flow_limit(&self, flow: &str, limit: FlowLimit) -> Result<()> {
+        self.inner.set_flow_limit(flow, limit).await
+    }
+    async fn back_off(&self, flow: &str, duration: Duration) -> Result<()> {
+        self.inner.back_off(flow, duration).await
+    }
+    async fn flow_limits(&self) -> Result<Vec<FlowLimits>> {
+        self.inner.flow_limits().await
     }
     async fn mark_done(&self, id: u64, step: &str) -> Result<()> {
         self.inner.mark_done(id, step).await

@@ -197,6 +197,7 @@ impl RetryPolicy {
 pub struct HandlerError {
     text: String,
     attempt: bool,
+    back_off: Option<Duration>,
 }
 
 impl HandlerError {
@@ -205,6 +206,7 @@ impl HandlerError {
         HandlerError {
             text: reason.to_string(),
             attempt: true,
+            back_off: None,
         }
     }
 
@@ -215,7 +217,35 @@ impl HandlerError {
         HandlerError {
             text: reason.to_string(),
             attempt: false,
+            back_off: None,
         }
+    }
+
+    /// The upstream asked to slow down ("retry after `duration`", an HTTP
+    /// 429): back the item's whole flow off for `duration`, for every
+    /// consumer of the queue ([`WorkQueue::back_off`], SPEC 3, Flow limits;
+    /// on Redis the whole fleet), and give the item back without spending
+    /// its delivery, due when the back-off lifts. An item of the default
+    /// flow `""` (which has no limits) is only given back, due then.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use workjournal::HandlerError;
+    /// let slow = HandlerError::back_off(Duration::from_secs(30), "429 from the API");
+    /// assert!(!slow.is_attempt());
+    /// assert_eq!(slow.back_off_for(), Some(Duration::from_secs(30)));
+    /// ```
+    pub fn back_off(duration: Duration, reason: impl fmt::Display) -> Self {
+        HandlerError {
+            text: reason.to_string(),
+            attempt: false,
+            back_off: Some(duration),
+        }
+    }
+
+    /// The back-off asked for by [`HandlerError::back_off`], if any.
+    pub fn back_off_for(&self) -> Option<Duration> {
+        self.back_off
     }
 
     /// Whether this counts as a failed attempt of the item.
@@ -991,10 +1021,20 @@ async fn supervise<Q: WorkQueue + 'static>(
             delivery: receipt.delivery,
         });
         let started = Instant::now();
+        let claimed_flow = claimed.item.flow.clone();
         let task = tokio::spawn((shared.handler)(claimed).in_current_span());
         guard.handler = Some(task.abort_handle());
         let outcome = match task.await {
             Ok(Ok(result)) => Ok(result),
+            Ok(Err(e)) if e.back_off.is_some() => {
+                // The slot stays taken until the flow is held, so that this
+                // worker's next claim already obeys the back-off.
+                let d = e.back_off.unwrap_or_default();
+                finish_back_off(&shared, receipt, &claimed_flow, d, e.text).await;
+                drop(permit);
+                drop(guard);
+                return;
+            }
             Ok(Err(e)) if !e.is_attempt() => {
                 drop(permit);
                 finish_not_attempted(&shared, receipt, e.text).await;
@@ -1154,6 +1194,49 @@ async fn finish_not_attempted<Q: WorkQueue>(shared: &Shared<Q>, receipt: Receipt
     let result = match shared.queue.now_ms().await {
         Ok(now) => {
             let not_before_ms = now.saturating_add(ms(wait));
+            shared
+                .persist("release", || shared.queue.release(receipt, not_before_ms))
+                .await
+                .map(|()| not_before_ms)
+        }
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(not_before_ms) => {
+            shared.report().released += 1;
+            shared.emit(Event::Released {
+                id: receipt.id,
+                delivery: receipt.delivery,
+                not_before_ms,
+                reason: text,
+            });
+        }
+        Err(e) => lost_or_error(shared, receipt, "release", e),
+    }
+}
+
+/// The handler asked to back the item's flow off for `d` (SPEC 9, Worker):
+/// hold the flow for every consumer, then give the item back without
+/// spending its delivery, due when the back-off lifts.
+async fn finish_back_off<Q: WorkQueue>(
+    shared: &Shared<Q>,
+    receipt: Receipt,
+    flow: &str,
+    d: Duration,
+    text: String,
+) {
+    tracing::info!(flow, back_off_ms = ms(d), reason = %text, "flow backed off");
+    if !flow.is_empty()
+        && let Err(e) = shared.queue.back_off(flow, d).await
+    {
+        shared.emit(Event::QueueError {
+            op: "back_off",
+            error: e.to_string(),
+        });
+    }
+    let result = match shared.queue.now_ms().await {
+        Ok(now) => {
+            let not_before_ms = now.saturating_add(ms(d));
             shared
                 .persist("release", || shared.queue.release(receipt, not_before_ms))
                 .await

@@ -940,3 +940,69 @@ async fn done_markers_live_in_the_expiry_set_alone() {
         .unwrap();
     assert_eq!(exists, 0);
 }
+
+/// SPEC 3, Flow limits: a claim does not walk a held flow's items to get
+/// past them. 5 000 items of a backed-off flow wait ahead of one other
+/// item; the claim that takes it runs a few dozen commands, however many
+/// are held (counted from `INFO commandstats`, which counts the commands
+/// scripts run).
+#[tokio::test]
+async fn a_claim_does_not_walk_a_held_flows_items() {
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    let q = connect(&url, "held", Config::default()).await;
+    q.set_flow_limit(
+        "hot",
+        workjournal::FlowLimit::BackOffUntil(Some(u64::MAX >> 12)),
+    )
+    .await
+    .unwrap();
+    for _ in 0..5 {
+        let items = (0..1000)
+            .map(|_| NewItem::new(b"h".to_vec()).flow("hot"))
+            .collect();
+        q.add_batch(items).await.unwrap();
+    }
+    q.add(NewItem::new(b"cool".to_vec()).flow("cool"))
+        .await
+        .unwrap();
+    let mut conn = raw(&url).await;
+    let every = [
+        "zrange",
+        "zpopmin",
+        "zrem",
+        "zadd",
+        "zcard",
+        "hmget",
+        "hget",
+        "hset",
+        "exists",
+        "smembers",
+        "zrangebyscore",
+        "get",
+        "set",
+        "incr",
+        "decr",
+        "xadd",
+        "del",
+        "sadd",
+        "srem",
+        "time",
+    ];
+    let before = workjournal::testing::command_calls(&mut conn, &every)
+        .await
+        .unwrap();
+    let got = q.claim(10, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    let after = workjournal::testing::command_calls(&mut conn, &every)
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].item.payload, b"cool");
+    assert!(
+        after - before < 60,
+        "{} commands for one claim",
+        after - before
+    );
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.backlog, s.limited), (5000, 5000));
+}

@@ -80,6 +80,7 @@ cases!(
     endless_lease_and_grace_do_not_overflow,
     dead_letters_at_the_queues_own_max_deliveries,
     heartbeat_keeps_a_redriven_items_new_claim_beside_its_lost_one,
+    back_off_holds_the_flow_for_every_consumer_and_gives_the_item_back,
 );
 
 fn fast_retry() -> RetryPolicy {
@@ -365,6 +366,62 @@ where
         })
         .collect();
     assert_eq!(released, vec!["cannot start sh: EMFILE"; 2]);
+}
+
+/// SPEC 9, Worker, Back-off: a handler's `HandlerError::back_off` holds the
+/// item's flow (the other item of the flow waits too, another flow runs),
+/// gives the item back with its delivery not spent, and both run once the
+/// back-off lifts.
+async fn back_off_holds_the_flow_for_every_consumer_and_gives_the_item_back<F, Fut>(make: F)
+where
+    F: Fn(Config) -> Fut,
+    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
+{
+    let (q, _keep) = make(Config::default()).await;
+    for (p, flow) in [("a1", "api"), ("a2", "api"), ("b1", "other")] {
+        q.add(NewItem::new(p).flow(flow)).await.unwrap();
+    }
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let r2 = runs.clone();
+    let start = std::time::Instant::now();
+    let report = Worker::new(q.clone())
+        .concurrency(1)
+        .until_empty(true)
+        .claim_wait(Duration::from_millis(50))
+        .run(
+            move |c| {
+                let r2 = r2.clone();
+                async move {
+                    let payload = String::from_utf8_lossy(&c.item.payload).into_owned();
+                    let mut runs = r2.lock().unwrap();
+                    runs.push((payload.clone(), c.receipt.delivery, start.elapsed()));
+                    if payload == "a1" && runs.iter().filter(|r| r.0 == "a1").count() == 1 {
+                        return Err(HandlerError::back_off(
+                            Duration::from_millis(400),
+                            "429 retry after 0.4 s",
+                        ));
+                    }
+                    Ok(())
+                }
+            },
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    let runs = runs.lock().unwrap().clone();
+    let order: Vec<&str> = runs.iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(order.len(), 4, "{runs:?}");
+    assert_eq!(&order[..2], &["a1", "b1"], "{runs:?}");
+    let mut last = order[2..].to_vec();
+    last.sort_unstable();
+    assert_eq!(last, vec!["a1", "a2"], "{runs:?}");
+    // The flow's items waited for the back-off to lift (a lower bound
+    // only), and the given-back a1 ran again as delivery 1.
+    for r in &runs[2..] {
+        assert!(r.2 >= runs[0].2 + Duration::from_millis(350), "{runs:?}");
+        assert_eq!(r.1, 1, "{runs:?}");
+    }
+    assert_eq!((report.acked, report.released), (3, 1), "{report:?}");
 }
 
 async fn items_dead_lettered_by_reclaim_count_in_the_report_and_events<F, Fut>(make: F)

@@ -100,7 +100,8 @@ pub(crate) async fn add(queue: &BoxQueue, args: &AddArgs, input: Input) -> CliRe
     };
     let mut item = NewItem::new(payload)
         .flow(args.flow.clone())
-        .priority(args.priority);
+        .priority(args.priority)
+        .cost(args.cost);
     if let Some(key) = &args.dedup_key {
         item = item.dedup_key(key.clone());
     }
@@ -180,7 +181,8 @@ async fn add_lines(
                 batch.push(
                     NewItem::new(text.to_vec())
                         .flow(args.flow.clone())
-                        .priority(args.priority),
+                        .priority(args.priority)
+                        .cost(args.cost),
                 );
             }
         }

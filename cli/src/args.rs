@@ -26,6 +26,10 @@ Exit codes:
   10   work --until-empty finished, but items were dead-lettered in the run;
        add --wait / result: the item was dead-lettered (the reason is on stderr)
   11   add --wait: --timeout ran out before the item finished
+  75   (from a work --exec command, not from workjournal) back this item's
+       flow off: the item is given back and the flow held for every worker
+       for the time its last stderr line names (retry-after: 30s), else
+       --backoff
   130  work stopped at once by a second Ctrl-C";
 
 /// A durable work queue: every item is journaled before it runs and removed
@@ -164,6 +168,40 @@ pub(crate) enum Command {
         /// The flow.
         flow: String,
     },
+    /// Limit FLOW to N items claimed per period, across every worker (on
+    /// Redis, every host): RATE is N/PERIOD, e.g. 10/s, 100/1m, 5/500ms;
+    /// `off` clears it. An item's --cost takes that many permits.
+    RateLimit {
+        /// The flow.
+        flow: String,
+        /// N/PERIOD, or off.
+        #[arg(value_parser = parse_rate)]
+        rate: Setting<workjournal::RateLimit>,
+    },
+    /// Run at most N items of FLOW at once, across every worker; `off`
+    /// clears the cap.
+    Concurrency {
+        /// The flow.
+        flow: String,
+        /// N (at least 1), or off.
+        #[arg(value_parser = parse_cap)]
+        limit: Setting<u32>,
+    },
+    /// Hold FLOW for DURATION (30s, 5m) for every worker; it lifts itself
+    /// then. `off` lifts it now.
+    Backoff {
+        /// The flow.
+        flow: String,
+        /// How long, or off.
+        #[arg(value_parser = parse_back_off)]
+        duration: Setting<Duration>,
+    },
+    /// List the flows with limits and their state (needs only read access).
+    Limits {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Give free space in the queue file back to the file system.
     Compact,
     /// Print item ID's result (exit 10 if it was dead-lettered, 9 if it has
@@ -219,6 +257,10 @@ pub(crate) struct AddArgs {
     /// queue's aging step (60 s) of waiting.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub(crate) priority: u8,
+    /// Permits of its flow's rate limit the item takes when claimed.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) cost: u32,
 }
 
 /// How to run each item (shared by `work` and `step`).
@@ -316,6 +358,64 @@ pub(crate) fn parse_timeout(s: &str) -> Result<Duration, String> {
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s.trim())
         .map_err(|e| format!("{e}; expected a number and a unit, like 30s, 5m or 1h"))
+}
+
+/// A limit setting of `rate-limit`, `concurrency` and `backoff`: `None`
+/// for `off` (clear it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Setting<T>(pub(crate) Option<T>);
+
+fn is_off(s: &str) -> bool {
+    matches!(s.trim(), "off" | "none" | "clear")
+}
+
+/// `N/PERIOD` (10/s, 100/1m, 5/500ms) or `off`.
+pub(crate) fn parse_rate(s: &str) -> Result<Setting<workjournal::RateLimit>, String> {
+    if is_off(s) {
+        return Ok(Setting(None));
+    }
+    let bad =
+        |why: String| format!("{why}; expected N/PERIOD like 10/s, 100/1m or 5/500ms, or off");
+    let (n, period) = s
+        .trim()
+        .split_once('/')
+        .ok_or_else(|| bad("no /".to_string()))?;
+    let permits: u32 = n
+        .trim()
+        .parse()
+        .map_err(|e| bad(format!("bad N {n:?}: {e}")))?;
+    let period = period.trim();
+    // A bare unit is one of it: 10/s is 10 per 1s.
+    let period = if period.starts_with(|c: char| c.is_ascii_digit()) {
+        parse_duration(period).map_err(bad)?
+    } else {
+        parse_duration(&format!("1{period}")).map_err(bad)?
+    };
+    if permits == 0 || period.is_zero() {
+        return Err(bad("N and PERIOD must be above zero".to_string()));
+    }
+    Ok(Setting(Some(workjournal::RateLimit::new(permits, period))))
+}
+
+/// A concurrency cap of at least 1, or `off`.
+pub(crate) fn parse_cap(s: &str) -> Result<Setting<u32>, String> {
+    if is_off(s) {
+        return Ok(Setting(None));
+    }
+    match s.trim().parse::<u32>() {
+        Ok(n) if n > 0 => Ok(Setting(Some(n))),
+        _ => Err(format!(
+            "bad cap {s:?}; expected a number of at least 1, or off"
+        )),
+    }
+}
+
+/// A back-off duration, or `off`.
+pub(crate) fn parse_back_off(s: &str) -> Result<Setting<Duration>, String> {
+    if is_off(s) {
+        return Ok(Setting(None));
+    }
+    parse_duration(s).map(|d| Setting(Some(d)))
 }
 
 /// An RFC 3339 time (`Z` or a `+hh:mm` / `-hh:mm` offset) as ms since the

@@ -181,6 +181,7 @@ pub(crate) async fn run(cli: Cli) -> CliResult {
             | Command::Peek { .. }
             | Command::DeadLetters { .. }
             | Command::Result { .. }
+            | Command::Limits { .. }
     );
     let queue = if looks_only {
         open_read_only(&cli.global).await?
@@ -296,6 +297,60 @@ async fn one(queue: &BoxQueue, command: Command) -> CliResult {
             }
             let n = queue.resume(&flow).await?;
             writeln!(out, "resumed {flow}: {n} items back in the backlog").map_err(CliError::output)
+        }
+        Command::RateLimit { flow, rate } => {
+            queue
+                .set_flow_limit(&flow, workjournal::FlowLimit::Rate(rate.0))
+                .await?;
+            let text = match rate.0 {
+                Some(r) => format!("rate limit {flow}: {}", show_rate(&r)),
+                None => format!("rate limit {flow}: off"),
+            };
+            writeln!(out, "{text}").map_err(CliError::output)
+        }
+        Command::Concurrency { flow, limit } => {
+            queue
+                .set_flow_limit(&flow, workjournal::FlowLimit::Concurrency(limit.0))
+                .await?;
+            let text = match limit.0 {
+                Some(k) => format!("concurrency {flow}: at most {k} running"),
+                None => format!("concurrency {flow}: off"),
+            };
+            writeln!(out, "{text}").map_err(CliError::output)
+        }
+        Command::Backoff { flow, duration } => {
+            match duration.0 {
+                Some(d) => queue.back_off(&flow, d).await?,
+                None => {
+                    queue
+                        .set_flow_limit(&flow, workjournal::FlowLimit::BackOffUntil(None))
+                        .await?
+                }
+            }
+            let until = queue
+                .flow_limits()
+                .await?
+                .into_iter()
+                .find(|l| l.flow == flow)
+                .and_then(|l| l.backoff_until_ms);
+            let text = match until {
+                Some(t) => format!("backoff {flow}: held until {}", rfc3339(t)),
+                None => format!("backoff {flow}: off"),
+            };
+            writeln!(out, "{text}").map_err(CliError::output)
+        }
+        Command::Limits { json } => {
+            let limits = queue.flow_limits().await?;
+            if json {
+                let v = serde_json::to_value(&limits).map_err(|e| {
+                    CliError::new(code::FAILURE, format!("cannot encode limits: {e}"))
+                })?;
+                return writeln!(out, "{v}").map_err(CliError::output);
+            }
+            for l in &limits {
+                writeln!(out, "{}", limit_line(l)).map_err(CliError::output)?;
+            }
+            Ok(())
         }
         Command::ClearFlow { flow } => {
             let n = queue.clear_flow(&flow).await?;
@@ -451,6 +506,36 @@ async fn stats(queue: &BoxQueue, json: bool, watch: bool, lag: Option<&LagSource
     }
 }
 
+/// `10/1s`: a rate limit as `rate-limit` takes it.
+fn show_rate(r: &workjournal::RateLimit) -> String {
+    format!(
+        "{}/{}",
+        r.permits,
+        humantime::format_duration(Duration::from_millis(r.period_ms))
+    )
+}
+
+/// One flow's limits as a tab-separated line: flow, rate, cap, back-off
+/// end, pending, held, and `held` while the limits hold the flow.
+fn limit_line(l: &workjournal::FlowLimits) -> String {
+    format!(
+        "{}\trate={}\tconcurrency={}\tbackoff_until={}\tpending={}\theld={}\t{}",
+        show_flow(&l.flow),
+        l.rate
+            .map(|r| format!("{} (used {})", show_rate(&r), l.permits_used))
+            .unwrap_or_else(|| "-".to_string()),
+        l.concurrency
+            .map(|k| k.to_string())
+            .unwrap_or_else(|| "-".to_string()),
+        l.backoff_until_ms
+            .map(rfc3339)
+            .unwrap_or_else(|| "-".to_string()),
+        l.pending,
+        l.held,
+        if l.blocked { "blocked" } else { "running" }
+    )
+}
+
 async fn print_stats(
     queue: &BoxQueue,
     json: bool,
@@ -460,6 +545,7 @@ async fn print_stats(
     let s = queue.stats().await?;
     let paused = queue.paused_flows().await?;
     let lag = forward_lag(lag).await?;
+    let limits = queue.flow_limits().await?;
     let mut out = std::io::stdout();
     let text = if json {
         let mut v = serde_json::to_value(s)
@@ -471,6 +557,8 @@ async fn print_stats(
             }
             None => serde_json::Value::Null,
         };
+        v["flow_limits"] = serde_json::to_value(&limits)
+            .map_err(|e| CliError::new(code::FAILURE, format!("cannot encode limits: {e}")))?;
         v.to_string()
     } else if one_line {
         let lag = match lag {
@@ -478,14 +566,15 @@ async fn print_stats(
             None => String::new(),
         };
         format!(
-            "backlog={} due={} delayed={} pending={} parked={} dead_letters={} dead_letters_dropped={}{lag}",
+            "backlog={} due={} delayed={} pending={} parked={} dead_letters={} dead_letters_dropped={} limited={}{lag}",
             s.backlog,
             s.due,
             s.delayed,
             s.pending,
             s.parked,
             s.dead_letters,
-            s.dead_letters_dropped
+            s.dead_letters_dropped,
+            s.limited
         )
     } else {
         let oldest = match s.oldest_pending_age_ms {
@@ -513,8 +602,17 @@ async fn print_stats(
             }
             None => String::new(),
         };
+        let limited = match s.limited {
+            0 => String::new(),
+            n => format!(" ({n} held by flow limits)"),
+        };
+        let mut lines = String::new();
+        for l in &limits {
+            lines.push_str("\nlimit         ");
+            lines.push_str(&limit_line(l).replace('\t', " "));
+        }
         format!(
-            "backlog       {} (due {})\ndelayed       {}\npending       {}{oldest}\nparked        {}\ndead letters  {}{dropped}\npaused flows  {paused}\ndurable       {}{lag}",
+            "backlog       {} (due {}){limited}\ndelayed       {}\npending       {}{oldest}\nparked        {}\ndead letters  {}{dropped}\npaused flows  {paused}{lines}\ndurable       {}{lag}",
             s.backlog,
             s.due,
             s.delayed,
@@ -574,6 +672,7 @@ fn item_json(item: &Item) -> serde_json::Value {
         "deliveries": item.deliveries,
         "enqueued_at_ms": item.enqueued_at_ms,
         "priority": item.priority,
+        "cost": item.cost,
     })
 }
 

@@ -39,6 +39,13 @@ pub(crate) const KEEP_STDOUT_CAP: usize = 1024 * 1024;
 /// The supervisor's exit code when it could not start `sh`.
 pub(crate) const NOT_STARTED: u8 = 125;
 
+/// The exit code by which a command asks `work` to back its item's flow
+/// off (75, EX_TEMPFAIL of sysexits.h; SPEC section 9): the item is given
+/// back and the flow held for every worker for the time the last line of
+/// its stderr names (`retry-after: 30s`, or whole seconds as in HTTP's
+/// Retry-After), else for `--backoff`.
+pub(crate) const BACK_OFF_EXIT: u8 = 75;
+
 /// How the reason of a command that could not be started begins.
 const CANNOT_START: &str = "cannot start sh";
 
@@ -58,6 +65,9 @@ pub(crate) enum Outcome {
     Ok(Option<Vec<u8>>),
     /// The command failed.
     Failed(Failure),
+    /// The command exited [`BACK_OFF_EXIT`]: back its flow off, for the
+    /// time its stderr named, if it named one.
+    BackOff(Option<Duration>, Failure),
     /// The command could not be started (`sh` missing, too many open
     /// files, no memory): the worker's failure, not the item's, so it is
     /// not a delivery (SPEC 9, Worker).
@@ -138,6 +148,9 @@ pub(crate) async fn run(
     match run_inner(cmd, claimed, timeout, keep_stdout).await {
         Ok(out) => Outcome::Ok(out),
         Err((failure, None)) if failure.0.starts_with(CANNOT_START) => Outcome::NotStarted(failure),
+        Err((failure, Some(s))) if s == -i32::from(BACK_OFF_EXIT) => {
+            Outcome::BackOff(retry_after(&failure.0), failure)
+        }
         Err((failure, signal)) => {
             if signal == Some(SIGPIPE) && stdout_is_pipe() {
                 Outcome::StdoutClosed
@@ -290,6 +303,13 @@ async fn run_inner(
             return Err((Failure(line.to_string()), None));
         }
     }
+    if status.code() == Some(i32::from(BACK_OFF_EXIT)) {
+        let how = format!("command asked to back off (exit {BACK_OFF_EXIT})");
+        return Err((
+            Failure(with_stderr(&how, &tail)),
+            Some(-i32::from(BACK_OFF_EXIT)),
+        ));
+    }
     let (how, signal) = match status.code() {
         Some(c) => (format!("command exited with code {c}"), c.checked_sub(128)),
         None => {
@@ -344,6 +364,20 @@ async fn drain<R: AsyncRead + Unpin>(
 /// first line (for a Python traceback, its final error line), then the end
 /// of stderr (at most [`STDERR_TAIL_BYTES`], from a line start) when it has
 /// more than that one line.
+/// The back-off a command named on the last `retry-after:` line of its
+/// stderr (kept in `text`): a duration (`30s`, `1m30s`) or whole seconds.
+pub(crate) fn retry_after(text: &str) -> Option<Duration> {
+    text.lines().rev().find_map(|line| {
+        let line = line.trim();
+        let at = line.to_ascii_lowercase().find("retry-after:")?;
+        let value = line.get(at + "retry-after:".len()..)?.trim();
+        match value.parse::<u64>() {
+            Ok(secs) => Some(Duration::from_secs(secs)),
+            Err(_) => humantime::parse_duration(value).ok(),
+        }
+    })
+}
+
 fn with_stderr(how: &str, bytes: &[u8]) -> String {
     let tail = stderr_tail(bytes);
     let last = tail

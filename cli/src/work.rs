@@ -220,6 +220,7 @@ async fn run_work(queue: &BoxQueue, args: &WorkArgs) -> CliResult {
         .on_event(events);
     let closed = stdout_closed.clone();
     let keep_stdout = args.keep_stdout;
+    let default_back_off = args.exec.backoff;
     let run = worker.run_with_result(
         move |claimed| {
             let cmd = cmd.clone();
@@ -229,6 +230,9 @@ async fn run_work(queue: &BoxQueue, args: &WorkArgs) -> CliResult {
                     exec::Outcome::Ok(result) => Ok(result),
                     exec::Outcome::Failed(f) => Err(HandlerError::from(f)),
                     exec::Outcome::NotStarted(f) => Err(HandlerError::not_attempted(f)),
+                    exec::Outcome::BackOff(d, f) => {
+                        Err(HandlerError::back_off(d.unwrap_or(default_back_off), f))
+                    }
                     exec::Outcome::StdoutClosed => {
                         // Not a failure of the item: never report back; the
                         // run is dropped and the item stays pending.
@@ -353,6 +357,8 @@ async fn run_step(queue: &BoxQueue, args: &StepArgs) -> CliResult {
             exec::Outcome::Ok(_) => Ok(()),
             exec::Outcome::Failed(f) => Err((f, true)),
             exec::Outcome::NotStarted(f) => Err((f, false)),
+            // A step runs one item by hand: a back-off request is a failure.
+            exec::Outcome::BackOff(_, f) => Err((f, true)),
             exec::Outcome::StdoutClosed => Err((
                 exec::Failure("command killed by SIGPIPE: stdout was closed".to_string()),
                 true,

@@ -1399,3 +1399,74 @@ fn a_command_that_cannot_be_started_spends_no_delivery() {
         "{s}"
     );
 }
+
+/// SPEC 9, CLI: `rate-limit`, `concurrency` and `backoff` set, change and
+/// clear a flow's limits; `limits` and `stats` show them.
+#[test]
+fn flow_limits_from_the_command_line() {
+    let env = Env::new();
+    env.ok(&["add", "x", "--flow", "api", "--cost", "2"]);
+    assert_eq!(
+        env.ok(&["rate-limit", "api", "10/s"]).trim(),
+        "rate limit api: 10/1s"
+    );
+    assert_eq!(
+        env.ok(&["concurrency", "api", "2"]).trim(),
+        "concurrency api: at most 2 running"
+    );
+    let out = env.ok(&["backoff", "api", "1h"]);
+    assert!(out.starts_with("backoff api: held until "), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&env.ok(&["limits", "--json"])).unwrap();
+    assert_eq!(v[0]["flow"], "api");
+    assert_eq!(v[0]["rate"]["permits"], 10);
+    assert_eq!(v[0]["rate"]["period_ms"], 1000);
+    assert_eq!(v[0]["concurrency"], 2);
+    assert_eq!(v[0]["blocked"], true);
+    assert!(env.ok(&["limits"]).starts_with("api\trate=10/1s"));
+    let s = env.stats();
+    assert_eq!(s["flow_limits"][0]["flow"], "api");
+    let peek: serde_json::Value = serde_json::from_str(&env.ok(&["peek", "--json"])).unwrap();
+    assert_eq!(peek, serde_json::json!([]));
+    env.ok(&["backoff", "api", "off"]);
+    let peek: serde_json::Value = serde_json::from_str(&env.ok(&["peek", "--json"])).unwrap();
+    assert_eq!(peek[0]["cost"], 2);
+    env.ok(&["rate-limit", "api", "off"]);
+    env.ok(&["concurrency", "api", "off"]);
+    assert_eq!(env.ok(&["limits"]), "");
+    assert_error(&env.run(&["rate-limit", "api", "0/s"]), 2, "above zero");
+    assert_error(&env.run(&["concurrency", "api", "0"]), 2, "at least 1");
+    assert_error(&env.run(&["backoff", "", "1s"]), 7, "flow name is required");
+}
+
+/// SPEC 9, CLI: a command exiting 75 with `retry-after: D` on stderr backs
+/// its flow off for D for every worker and gives the item back.
+#[test]
+fn a_command_exiting_75_backs_its_flow_off() {
+    let env = Env::new();
+    env.ok(&["add", "a1", "--flow", "api"]);
+    env.ok(&["add", "a2", "--flow", "api"]);
+    let cmd = "if [ ! -e backed ]; then touch backed; echo 'retry-after: 3600' >&2; exit 75; fi; cat >> ran.txt";
+    let started = now_ms();
+    let mut child = spawn_quiet(env.cmd(&["work", "--exec", cmd, "--concurrency", "1"]));
+    wait_for("the back-off", Duration::from_secs(20), || {
+        let v: serde_json::Value =
+            serde_json::from_str(&env.ok(&["limits", "--json"])).unwrap_or_default();
+        v[0]["backoff_until_ms"].as_u64().is_some()
+    });
+    // Long enough for a2 to have run if the flow were not held.
+    std::thread::sleep(Duration::from_millis(300));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let v: serde_json::Value = serde_json::from_str(&env.ok(&["limits", "--json"])).unwrap();
+    let until = v[0]["backoff_until_ms"].as_u64().unwrap();
+    assert!(until >= started + 3_600_000, "{v}");
+    assert!(!env.path("ran.txt").exists(), "a held item ran");
+    let s = env.stats();
+    // a1 given back (due in an hour), a2 held in the backlog.
+    assert_eq!(
+        (s["delayed"].as_u64(), s["backlog"].as_u64()),
+        (Some(1), Some(1)),
+        "{s}"
+    );
+    assert_eq!(s["limited"], 1, "{s}");
+}

@@ -315,7 +315,8 @@ async fn a_forwarded_item_keeps_its_fields_and_names_its_origin() {
     assert_eq!(remote.origin(added_here).await.unwrap(), None);
 }
 
-// Issue 16 with issue 14: a forwarded item keeps its priority tier, in
+// Issue 16 with issue 14: a forwarded item keeps its priority tier (and
+// its rate-limit cost), in
 // the backlog and through delayed, and the fleet ranks it by that tier.
 #[tokio::test]
 async fn a_forwarded_item_keeps_its_priority_tier() {
@@ -325,7 +326,7 @@ async fn a_forwarded_item_keeps_its_priority_tier() {
     let now = local.now_ms().await.unwrap();
     let low = add_in(&local, "low", "").await;
     let high = local
-        .add(NewItem::new(b"high".to_vec()).priority(7))
+        .add(NewItem::new(b"high".to_vec()).priority(7).cost(3))
         .await
         .unwrap()
         .id;
@@ -365,6 +366,8 @@ async fn a_forwarded_item_keeps_its_priority_tier() {
         .map(|c| (by_oid_of(&rows, c.item.id), c.item.priority))
         .collect();
     assert_eq!(order, vec![(high, 7), (low, 0)]);
+    // Its cost in rate-limit permits too (SPEC 3, Flow limits).
+    assert_eq!((got[0].item.cost, got[1].item.cost), (3, 1));
     assert_eq!(remote.stats().await.unwrap().delayed, 1);
     // The timer comes due by the fleet's clock with its tier.
     clock.advance(Duration::from_secs(2 * 3600));

@@ -25,6 +25,7 @@ use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, NewItem, Receipt,
     Reclaimed, RetryOutcome, Stats, check_new_item, require_flow,
 };
+use crate::limit::{FlowLimit, FlowLimits, FlowState, check_limit};
 use crate::outcome::{Chunk, Outcome, OutcomeKind, check_size};
 use crate::queue::WorkQueue;
 
@@ -92,6 +93,16 @@ pub struct Model {
     dead_dropped: u64,
     /// The latest time the queue has seen, for noticing a clock step back.
     latest_ms: u64,
+    /// SPEC 3, Flow limits: the record of every flow with limits.
+    limits: BTreeMap<String, FlowState>,
+    /// Items set aside for their flow's limits, keeping their lane and
+    /// place: flow -> (lane: 0 due, 1 backlog; rank; position) -> id.
+    held: BTreeMap<String, BTreeMap<(u8, i64, u64), u64>>,
+}
+
+/// The lane index of the held lanes: the due lane sorts first.
+fn lane_index(lane: Lane) -> u8 {
+    u8::from(lane != Lane::Due)
 }
 
 impl Model {
@@ -122,6 +133,8 @@ impl Model {
             chunks: BTreeMap::new(),
             dead_dropped: 0,
             latest_ms: 0,
+            limits: BTreeMap::new(),
+            held: BTreeMap::new(),
         }
     }
 
@@ -138,7 +151,18 @@ impl Model {
     }
 
     fn waiting(&self) -> u64 {
-        (self.backlog.len() + self.due.len() + self.delayed.len()) as u64
+        (self.backlog.len() + self.due.len() + self.delayed.len()) as u64 + self.held_total()
+    }
+
+    fn held_total(&self) -> u64 {
+        self.held.values().map(|m| m.len() as u64).sum()
+    }
+
+    fn held_due(&self) -> u64 {
+        self.held
+            .values()
+            .map(|m| m.keys().filter(|k| k.0 == 0).count() as u64)
+            .sum()
     }
 
     /// SPEC 3, Priority: put `id` at its place in `lane` (the backlog or
@@ -147,6 +171,7 @@ impl Model {
     /// promoted timer was older than the last one).
     fn enter(&mut self, lane: Lane, id: u64, arrival_ms: u64) {
         let tier = self.items.get(&id).map_or(0, |i| i.priority);
+        let flow = self.flow_of(id).to_string();
         let seq = self.next_seq;
         self.next_seq += 1;
         let (clock, map) = match lane {
@@ -155,7 +180,111 @@ impl Model {
         };
         let arrival = arrival_ms.max(*clock);
         *clock = arrival;
-        map.insert((rank(arrival, tier, self.config.aging_step), seq), id);
+        let key = (rank(arrival, tier, self.config.aging_step), seq);
+        // SPEC 3, Flow limits: an item of a flow with limits waits in the
+        // flow's own held lane, in the same place.
+        if let Some(st) = self.limits.get_mut(&flow) {
+            st.held += 1;
+            self.held
+                .entry(flow)
+                .or_default()
+                .insert((lane_index(lane), key.0, key.1), id);
+            return;
+        }
+        map.insert(key, id);
+    }
+
+    fn cost_of(&self, id: u64) -> u32 {
+        self.items.get(&id).map_or(1, |i| i.cost.max(1))
+    }
+
+    /// SPEC 3, Flow limits: an item of `id`'s flow left pending.
+    fn left_pending(&mut self, id: u64, now_ms: u64) {
+        let flow = self.flow_of(id).to_string();
+        if let Some(st) = self.limits.get_mut(&flow) {
+            st.pending = st.pending.saturating_sub(1);
+        }
+        self.tidy(&flow, now_ms);
+    }
+
+    /// Drop `flow`'s record once nothing is set or held.
+    fn tidy(&mut self, flow: &str, now_ms: u64) {
+        if self.limits.get(flow).is_some_and(|st| st.idle(now_ms)) {
+            self.limits.remove(flow);
+            self.held.remove(flow);
+        }
+    }
+
+    /// SPEC 3, Flow limits: set, change or clear one limit of `flow`.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput`: the default flow, a malformed name, a rate of 0
+    /// permits or period, a cap of 0.
+    pub fn set_flow_limit(&mut self, flow: &str, limit: FlowLimit, now_ms: u64) -> Result<()> {
+        check_limit(flow, &limit)?;
+        if !self.limits.contains_key(flow) {
+            let pending = self
+                .pending
+                .keys()
+                .filter(|id| self.flow_of(**id) == flow)
+                .count() as u64;
+            self.limits.insert(
+                flow.to_string(),
+                FlowState {
+                    pending,
+                    ..FlowState::default()
+                },
+            );
+        }
+        if let Some(st) = self.limits.get_mut(flow) {
+            st.apply(limit, now_ms);
+        }
+        self.tidy(flow, now_ms);
+        Ok(())
+    }
+
+    /// Whether any flow has a limit record.
+    pub fn has_limits(&self) -> bool {
+        !self.limits.is_empty()
+    }
+
+    /// SPEC 3, Flow limits: every flow with a limit in force.
+    pub fn flow_limits(&self, now_ms: u64) -> Vec<FlowLimits> {
+        self.limits
+            .iter()
+            .filter(|(_, st)| st.in_force(now_ms))
+            .map(|(f, st)| st.listing(f, now_ms))
+            .collect()
+    }
+
+    /// The soonest time a claim may find more than now: the next timer, or
+    /// the end of a back-off or rate window holding a flow with held items.
+    pub fn next_wake(&self, now_ms: u64) -> Option<u64> {
+        let lifts = self
+            .limits
+            .values()
+            .filter(|st| st.held > 0 && !st.claimable(now_ms))
+            .filter_map(|st| st.lifts_at(now_ms))
+            .min();
+        match (self.next_due(), lifts) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The first held item of a flow that may run now, in `lane`.
+    fn first_held(&self, lane: Lane, now_ms: u64) -> Option<((i64, u64), String, u64)> {
+        let li = lane_index(lane);
+        self.held
+            .iter()
+            .filter(|(f, _)| self.limits.get(*f).is_some_and(|st| st.claimable(now_ms)))
+            .filter_map(|(f, m)| {
+                m.range((li, i64::MIN, 0)..=(li, i64::MAX, u64::MAX))
+                    .next()
+                    .map(|(k, id)| ((k.1, k.2), f.clone(), *id))
+            })
+            .min()
     }
 
     fn expire(&mut self, now_ms: u64) {
@@ -268,6 +397,7 @@ impl Model {
                     not_before_ms,
                     deliveries: 0,
                     priority: item.priority,
+                    cost: item.cost.max(1),
                 },
             );
             match not_before_ms {
@@ -308,6 +438,12 @@ impl Model {
         self.next_lease += 1;
         let item = self.items.get_mut(&id)?;
         item.deliveries = item.deliveries.saturating_add(1);
+        let flow = item.flow.clone();
+        if let Some(st) = self.limits.get_mut(&flow) {
+            st.pending += 1;
+        }
+        self.tidy(&flow, now_ms);
+        let item = self.items.get_mut(&id)?;
         self.pending.insert(
             id,
             Lease {
@@ -350,19 +486,82 @@ impl Model {
         };
         for &lane in lanes {
             while out.len() < count {
-                let next = match lane {
-                    Lane::Due => self.due.pop_first(),
-                    _ => self.backlog.pop_first(),
+                let shared = match lane {
+                    Lane::Due => self.due.first_key_value(),
+                    _ => self.backlog.first_key_value(),
+                }
+                .map(|(k, id)| (*k, *id));
+                let held = self.first_held(lane, now_ms);
+                // SPEC 3, Flow limits: the lanes and the held lanes of the
+                // flows that may run, merged in rank order.
+                let from_held = match (&shared, &held) {
+                    (None, None) => break,
+                    (Some((ks, _)), Some((kh, _, _))) => kh < ks,
+                    (None, Some(_)) => true,
+                    (Some(_), None) => false,
                 };
-                let Some((_, id)) = next else { break };
-                let flow = self.flow_of(id).to_string();
-                if self.paused.contains(&flow) {
-                    self.parked.entry(flow).or_default().push_back(id);
+                if let (true, Some((key, flow, id))) = (from_held, held) {
+                    let cost = self.cost_of(id);
+                    let Some(st) = self.limits.get_mut(&flow) else {
+                        break;
+                    };
+                    if !st.fits(cost, now_ms) {
+                        st.forfeit();
+                        continue;
+                    }
+                    st.held = st.held.saturating_sub(1);
+                    if let Some(m) = self.held.get_mut(&flow) {
+                        m.remove(&(lane_index(lane), key.0, key.1));
+                        if m.is_empty() {
+                            self.held.remove(&flow);
+                        }
+                    }
+                    if self.paused.contains(&flow) {
+                        self.parked.entry(flow.clone()).or_default().push_back(id);
+                    } else {
+                        if let Some(st) = self.limits.get_mut(&flow) {
+                            st.charge(cost, now_ms);
+                        }
+                        if let Some(c) = self.hand_out(id, lane, now_ms) {
+                            out.push(c);
+                        }
+                    }
+                    self.tidy(&flow, now_ms);
                     continue;
                 }
-                if let Some(c) = self.hand_out(id, lane, now_ms) {
-                    out.push(c);
+                let Some((key, id)) = shared else { break };
+                match lane {
+                    Lane::Due => self.due.remove(&key),
+                    _ => self.backlog.remove(&key),
+                };
+                let flow = self.flow_of(id).to_string();
+                let cost = self.cost_of(id);
+                if let Some(st) = self.limits.get_mut(&flow) {
+                    let may = st.claimable(now_ms);
+                    if !may || !st.fits(cost, now_ms) {
+                        if may {
+                            st.forfeit();
+                        }
+                        // Set aside in its place until the flow may run.
+                        st.held += 1;
+                        self.held
+                            .entry(flow)
+                            .or_default()
+                            .insert((lane_index(lane), key.0, key.1), id);
+                        continue;
+                    }
                 }
+                if self.paused.contains(&flow) {
+                    self.parked.entry(flow.clone()).or_default().push_back(id);
+                } else {
+                    if let Some(st) = self.limits.get_mut(&flow) {
+                        st.charge(cost, now_ms);
+                    }
+                    if let Some(c) = self.hand_out(id, lane, now_ms) {
+                        out.push(c);
+                    }
+                }
+                self.tidy(&flow, now_ms);
             }
         }
         Ok(out)
@@ -394,6 +593,7 @@ impl Model {
         self.current(&r)?;
         self.expire(now_ms);
         self.pending.remove(&r.id);
+        self.left_pending(r.id, now_ms);
         self.items.remove(&r.id);
         self.finish(r.id, OutcomeKind::Done { result }, now_ms);
         Ok(())
@@ -517,6 +717,7 @@ impl Model {
     pub fn retry(&mut self, r: Receipt, not_before_ms: u64, now_ms: u64) -> Result<RetryOutcome> {
         self.current(&r)?;
         self.pending.remove(&r.id);
+        self.left_pending(r.id, now_ms);
         let deliveries = self.items.get(&r.id).map(|i| i.deliveries).unwrap_or(0);
         if deliveries >= self.config.max_deliveries {
             self.bury(r.id, MAX_DELIVERIES_REASON.to_string(), now_ms);
@@ -534,9 +735,10 @@ impl Model {
     /// # Errors
     ///
     /// `LeaseLost`.
-    pub fn release(&mut self, r: Receipt, not_before_ms: u64) -> Result<()> {
+    pub fn release(&mut self, r: Receipt, not_before_ms: u64, now_ms: u64) -> Result<()> {
         self.current(&r)?;
         self.pending.remove(&r.id);
+        self.left_pending(r.id, now_ms);
         let flow = self.flow_of(r.id).to_string();
         let paused = self.paused.contains(&flow);
         if let Some(item) = self.items.get_mut(&r.id) {
@@ -561,6 +763,7 @@ impl Model {
     pub fn dead_letter(&mut self, r: Receipt, reason: &str, now_ms: u64) -> Result<()> {
         self.current(&r)?;
         self.pending.remove(&r.id);
+        self.left_pending(r.id, now_ms);
         self.bury(r.id, reason.to_string(), now_ms);
         Ok(())
     }
@@ -596,6 +799,7 @@ impl Model {
             let Some(lease) = self.pending.remove(&id) else {
                 continue;
             };
+            self.left_pending(id, now_ms);
             let deliveries = self.items.get(&id).map(|i| i.deliveries).unwrap_or(0);
             if deliveries >= self.config.max_deliveries {
                 self.bury(id, MAX_DELIVERIES_REASON.to_string(), now_ms);
@@ -687,6 +891,16 @@ impl Model {
             }
             self.backlog_clock = self.backlog_clock.saturating_sub(back);
             self.due_clock = self.due_clock.saturating_sub(back);
+            // SPEC 3, Flow limits: held lanes, back-offs and rate windows too.
+            for lane in self.held.values_mut() {
+                *lane = std::mem::take(lane)
+                    .into_iter()
+                    .map(|((l, r, seq), id)| ((l, rank_back(r, back), seq), id))
+                    .collect();
+            }
+            for st in self.limits.values_mut() {
+                st.shift_back(back);
+            }
             self.latest_ms = now_ms;
         } else {
             self.latest_ms = self.latest_ms.max(now_ms);
@@ -726,11 +940,12 @@ impl Model {
     /// # Errors
     ///
     /// `LeaseLost`; `InvalidInput` for an item of the default flow.
-    pub fn park(&mut self, r: Receipt) -> Result<()> {
+    pub fn park(&mut self, r: Receipt, now_ms: u64) -> Result<()> {
         self.current(&r)?;
         let flow = self.flow_of(r.id).to_string();
         require_flow(&flow)?;
         self.pending.remove(&r.id);
+        self.left_pending(r.id, now_ms);
         self.parked.entry(flow).or_default().push_back(r.id);
         Ok(())
     }
@@ -846,8 +1061,8 @@ impl Model {
     /// SPEC 3, Looking: exact counts.
     pub fn stats(&self, now_ms: u64) -> Stats {
         Stats {
-            backlog: (self.backlog.len() + self.due.len()) as u64,
-            due: self.due.len() as u64,
+            backlog: (self.backlog.len() + self.due.len()) as u64 + self.held_total(),
+            due: self.due.len() as u64 + self.held_due(),
             pending: self.pending.len() as u64,
             delayed: self.delayed.len() as u64,
             parked: self.parked.values().map(|l| l.len() as u64).sum(),
@@ -860,6 +1075,12 @@ impl Model {
                 .min()
                 .map(|t| now_ms.saturating_sub(t)),
             durable: self.durable,
+            limited: self
+                .limits
+                .values()
+                .filter(|st| st.held > 0 && !st.claimable(now_ms))
+                .map(|st| st.held)
+                .sum(),
         }
     }
 
@@ -868,6 +1089,22 @@ impl Model {
     /// backlog.
     fn claim_order(&self, now_ms: u64) -> Vec<&Item> {
         let mut due: Vec<((i64, u64), u64)> = self.due.iter().map(|(k, v)| (*k, *v)).collect();
+        let mut backlog: Vec<((i64, u64), u64)> =
+            self.backlog.iter().map(|(k, v)| (*k, *v)).collect();
+        // SPEC 3, Flow limits: the held items of flows that may run now
+        // are in their places; the items of flows held now are left out.
+        for (flow, m) in &self.held {
+            if self.limits.get(flow).is_some_and(|st| st.claimable(now_ms)) {
+                for (&(l, r, seq), &id) in m {
+                    if l == 0 {
+                        due.push(((r, seq), id))
+                    } else {
+                        backlog.push(((r, seq), id))
+                    }
+                }
+            }
+        }
+        backlog.sort_unstable();
         let mut clock = self.due_clock;
         let ready = self.delayed.iter().take_while(|(t, _)| *t <= now_ms);
         for (seq, &(t, id)) in (self.next_seq..).zip(ready) {
@@ -877,9 +1114,14 @@ impl Model {
         }
         due.sort_unstable();
         due.iter()
+            .chain(backlog.iter())
             .map(|(_, id)| id)
-            .chain(self.backlog.values())
             .filter_map(|id| self.items.get(id))
+            .filter(|i| {
+                self.limits
+                    .get(&i.flow)
+                    .is_none_or(|st| st.claimable(now_ms))
+            })
             .collect()
     }
 
@@ -908,6 +1150,16 @@ impl Model {
         let mut out = BTreeMap::new();
         out.extend(self.backlog.values().map(|id| (*id, Location::Backlog)));
         out.extend(self.due.values().map(|id| (*id, Location::Due)));
+        for m in self.held.values() {
+            out.extend(m.iter().map(|(k, id)| {
+                let at = if k.0 == 0 {
+                    Location::Due
+                } else {
+                    Location::Backlog
+                };
+                (*id, at)
+            }));
+        }
         out.extend(self.delayed.iter().map(|(_, id)| (*id, Location::Delayed)));
         out.extend(self.pending.keys().map(|id| (*id, Location::Pending)));
         for list in self.parked.values() {
@@ -1007,6 +1259,14 @@ impl MemoryQueue {
         Ok(())
     }
 
+    /// A pending item left: a flow at its concurrency cap may run again
+    /// (SPEC 3, Flow limits), so wake the blocked claims.
+    fn freed(&self) {
+        if self.lock().has_limits() {
+            self.changed();
+        }
+    }
+
     fn changed(&self) {
         self.shared.wake.notify_waiters();
     }
@@ -1086,7 +1346,8 @@ impl WorkQueue for MemoryQueue {
             if !got.is_empty() || tokio::time::Instant::now() >= deadline {
                 return Ok(got);
             }
-            let next_due = self.lock().next_due();
+            let now = self.now();
+            let next_due = self.lock().next_wake(now);
             let timer = match next_due {
                 Some(t) => self.shared.clock.sleep_until(t),
                 None => Box::pin(std::future::pending()),
@@ -1106,6 +1367,7 @@ impl WorkQueue for MemoryQueue {
     async fn ack_with_result(&self, receipt: Receipt, result: Vec<u8>) -> Result<()> {
         self.live()?;
         self.with(|m, now| m.ack_with_result(receipt, result, now))?;
+        self.freed();
         self.finished();
         Ok(())
     }
@@ -1151,6 +1413,7 @@ impl WorkQueue for MemoryQueue {
     async fn ack_batch(&self, receipts: Vec<Receipt>) -> Result<u64> {
         self.live()?;
         let n = self.with(|m, now| m.ack_batch(&receipts, now));
+        self.freed();
         self.finished();
         Ok(n)
     }
@@ -1170,7 +1433,7 @@ impl WorkQueue for MemoryQueue {
 
     async fn release(&self, receipt: Receipt, not_before_ms: u64) -> Result<()> {
         self.live()?;
-        self.with(|m, _| m.release(receipt, not_before_ms))?;
+        self.with(|m, now| m.release(receipt, not_before_ms, now))?;
         self.changed();
         Ok(())
     }
@@ -1178,6 +1441,7 @@ impl WorkQueue for MemoryQueue {
     async fn dead_letter(&self, receipt: Receipt, reason: &str) -> Result<()> {
         self.live()?;
         self.with(|m, now| m.dead_letter(receipt, reason, now))?;
+        self.freed();
         self.finished();
         Ok(())
     }
@@ -1185,6 +1449,7 @@ impl WorkQueue for MemoryQueue {
     async fn reclaim(&self, min_idle: Duration, count: usize) -> Result<Reclaimed> {
         self.live()?;
         let out = self.with(|m, now| m.reclaim_stale(min_idle, count, now))?;
+        self.freed();
         self.finished();
         Ok(out)
     }
@@ -1203,7 +1468,9 @@ impl WorkQueue for MemoryQueue {
 
     async fn park(&self, receipt: Receipt) -> Result<()> {
         self.live()?;
-        self.with(|m, _| m.park(receipt))
+        self.with(|m, now| m.park(receipt, now))?;
+        self.freed();
+        Ok(())
     }
 
     async fn step(&self, flow: &str) -> Result<Option<Claimed>> {
@@ -1224,6 +1491,18 @@ impl WorkQueue for MemoryQueue {
     async fn paused_flows(&self) -> Result<Vec<String>> {
         self.live()?;
         Ok(self.with(|m, _| m.paused_flows()))
+    }
+
+    async fn set_flow_limit(&self, flow: &str, limit: FlowLimit) -> Result<()> {
+        self.live()?;
+        self.with(|m, now| m.set_flow_limit(flow, limit, now))?;
+        self.changed();
+        Ok(())
+    }
+
+    async fn flow_limits(&self) -> Result<Vec<FlowLimits>> {
+        self.live()?;
+        Ok(self.with(|m, now| m.flow_limits(now)))
     }
 
     async fn mark_done(&self, id: u64, step: &str) -> Result<()> {

@@ -36,6 +36,7 @@ use crate::error::{Error, Result};
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
 };
+use crate::limit::{FlowLimit, FlowLimits};
 use crate::outcome::{Chunk, Outcome};
 use crate::queue::WorkQueue;
 
@@ -614,6 +615,24 @@ impl<Q: WorkQueue> WorkQueue for PartitionedQueue<Q> {
         Ok(all)
     }
 
+    async fn set_flow_limit(&self, flow: &str, limit: FlowLimit) -> Result<()> {
+        // SPEC 6.1: a named flow lives in one partition, and so do its
+        // limits.
+        crate::limit::check_limit(flow, &limit)?;
+        self.parts[self.flow_part(flow)]
+            .set_flow_limit(flow, limit)
+            .await
+    }
+
+    async fn flow_limits(&self) -> Result<Vec<FlowLimits>> {
+        let mut all = Vec::new();
+        for q in &self.parts {
+            all.extend(q.flow_limits().await?);
+        }
+        all.sort_by(|a, b| a.flow.cmp(&b.flow));
+        Ok(all)
+    }
+
     async fn mark_done(&self, id: u64, step: &str) -> Result<()> {
         let (_, q) = self.part(id);
         q.mark_done(self.local(id), step).await
@@ -666,6 +685,7 @@ impl<Q: WorkQueue> WorkQueue for PartitionedQueue<Q> {
             s.parked += p.parked;
             s.dead_letters += p.dead_letters;
             s.dead_letters_dropped += p.dead_letters_dropped;
+            s.limited += p.limited;
             s.oldest_pending_age_ms = s.oldest_pending_age_ms.max(p.oldest_pending_age_ms);
             s.durable &= p.durable;
         }

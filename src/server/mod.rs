@@ -704,6 +704,7 @@ async fn execute(state: &AppState, request: Request) -> Response {
                 payload: d.payload,
                 dedup_key: d.dedup_key,
                 priority: d.priority,
+                cost: d.cost,
             };
             reply(
                 q.add_delayed(item.into(), d.not_before_ms)
@@ -783,6 +784,16 @@ async fn execute(state: &AppState, request: Request) -> Response {
         Request::ClearFlow(f) => reply(q.clear_flow(&f.flow).await.map(count)),
         Request::Parked(f) => reply(q.parked(&f.flow).await.map(count)),
         Request::PausedFlows => reply(q.paused_flows().await.map(|flows| wire::Flows { flows })),
+        Request::SetFlowLimit(r) => reply(
+            q.set_flow_limit(&r.flow, r.limit)
+                .await
+                .map(|()| wire::Done {}),
+        ),
+        Request::FlowLimits => reply(
+            q.flow_limits()
+                .await
+                .map(|limits| wire::LimitsReply { limits }),
+        ),
         Request::MarkDone(d) => reply(q.mark_done(d.id, &d.step).await.map(|()| wire::Done {})),
         Request::WasDone(d) => reply(q.was_done(d.id, &d.step).await.map(flag)),
         Request::DeadLetters(c) => {

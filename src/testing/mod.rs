@@ -152,6 +152,12 @@ pub const PER_PARTITION_CASES: &[&str] = &[
     "backlog_by_flow_samples_in_priority_order",
     "aging_counts_elapsed_time_across_a_clock_step",
     "release_keeps_the_tier",
+    "concurrency_cap_holds_a_flow_and_exits_free_slots",
+    "concurrency_cap_counts_reclaimed_items",
+    "back_off_holds_a_flow_until_it_lifts_itself",
+    "rate_limit_hands_out_n_permits_per_period",
+    "blocking_claim_wakes_when_permits_or_slots_return",
+    "limits_and_pause_combine",
 ];
 
 /// The conformance suite against a [`PartitionedQueue`](crate::PartitionedQueue)

@@ -29,6 +29,7 @@ use crate::error::Error;
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, RetryOutcome, Stats,
 };
+use crate::limit::FlowLimit;
 use crate::queue::{BoxFuture, BoxQueue, WorkQueue};
 use crate::testing::Factory;
 
@@ -123,7 +124,8 @@ impl ItemSpec {
     pub fn build(&self) -> NewItem {
         let item = NewItem::new(vec![self.fill; usize::from(self.len % 20)])
             .flow(pick(&FLOWS, self.flow))
-            .priority(self.tier % 3);
+            .priority(self.tier % 3)
+            .cost(u32::from(self.fill % 3) + 1);
         match self.dedup {
             Some(k) => item.dedup_key(pick(&DEDUP_KEYS, k)),
             None => item,
@@ -203,6 +205,17 @@ pub enum Op {
     Parked(u8),
     /// `paused_flows`.
     PausedFlows,
+    /// `set_flow_limit` of a rate limit of the flow (SPEC 3, Flow limits):
+    /// 0 mod 4 clears it, else 1 to 3 permits per 250 ms to 2 s.
+    RateLimit(u8, u8),
+    /// `set_flow_limit` of a concurrency cap: 0 mod 4 clears it, else 1
+    /// to 3.
+    Concurrency(u8, u8),
+    /// `set_flow_limit` of a back-off: 0 mod 4 lifts it, else until an
+    /// offset from now.
+    BackOff(u8, u8),
+    /// `flow_limits`.
+    FlowLimits,
     /// `mark_done` of id 1, 2 or 3 and a step from [`STEPS`].
     MarkDone(u8, u8),
     /// `was_done`.
@@ -320,6 +333,10 @@ pub fn op_strategy() -> BoxedStrategy<Op> {
         1 => byte().prop_map(Op::ClearFlow),
         1 => byte().prop_map(Op::Parked),
         1 => Just(Op::PausedFlows),
+        2 => (byte(), byte()).prop_map(|(f, v)| Op::RateLimit(f, v)),
+        2 => (byte(), byte()).prop_map(|(f, v)| Op::Concurrency(f, v)),
+        2 => (byte(), byte()).prop_map(|(f, v)| Op::BackOff(f, v)),
+        1 => Just(Op::FlowLimits),
         2 => (byte(), byte()).prop_map(|(i, s)| Op::MarkDone(i, s)),
         2 => (byte(), byte()).prop_map(|(i, s)| Op::WasDone(i, s)),
         1 => byte().prop_map(Op::DeadLetters),
@@ -438,6 +455,10 @@ pub enum Call {
     Parked(String),
     /// `paused_flows`.
     PausedFlows,
+    /// `set_flow_limit`.
+    SetFlowLimit(String, FlowLimit),
+    /// `flow_limits`.
+    FlowLimits,
     /// `mark_done` of the id and step.
     MarkDone(u64, String),
     /// `was_done` of the id and step.
@@ -497,6 +518,8 @@ pub enum Value {
     Bytes(Option<Vec<u8>>),
     /// Chunks, in order.
     Chunks(Vec<crate::outcome::Chunk>),
+    /// Flow limits, by flow.
+    Limits(Vec<crate::limit::FlowLimits>),
 }
 
 /// An error reduced to what two backends must agree on: its kind and the
@@ -705,6 +728,22 @@ impl Reference {
             Op::ClearFlow(f) => Call::ClearFlow(pick(&FLOWS, *f).to_string()),
             Op::Parked(f) => Call::Parked(pick(&FLOWS, *f).to_string()),
             Op::PausedFlows => Call::PausedFlows,
+            Op::RateLimit(f, v) => Call::SetFlowLimit(
+                pick(&FLOWS, *f).to_string(),
+                FlowLimit::Rate((v % 4 != 0).then(|| crate::limit::RateLimit {
+                    permits: u32::from(v % 3) + 1,
+                    period_ms: (u64::from(v / 4 % 8) + 1) * 250,
+                })),
+            ),
+            Op::Concurrency(f, v) => Call::SetFlowLimit(
+                pick(&FLOWS, *f).to_string(),
+                FlowLimit::Concurrency((v % 4 != 0).then_some(u32::from(v % 3) + 1)),
+            ),
+            Op::BackOff(f, v) => Call::SetFlowLimit(
+                pick(&FLOWS, *f).to_string(),
+                FlowLimit::BackOffUntil((v % 4 != 0).then(|| offset_ms(now, *v))),
+            ),
+            Op::FlowLimits => Call::FlowLimits,
             Op::MarkDone(i, s) => Call::MarkDone(done_id(*i), pick(&STEPS, *s).to_string()),
             Op::WasDone(i, s) => Call::WasDone(done_id(*i), pick(&STEPS, *s).to_string()),
             Op::DeadLetters(n) => Call::DeadLetters(usize::from(n % 8)),
@@ -788,7 +827,7 @@ impl Reference {
             }
             Call::Release(r, t) => {
                 let r = self.receipt(r);
-                outcome(self.model.release(r, *t), |()| Value::Unit)
+                outcome(self.model.release(r, *t, now), |()| Value::Unit)
             }
             Call::DeadLetter(r, why) => {
                 let r = self.receipt(r);
@@ -803,12 +842,14 @@ impl Reference {
             Call::Resume(f) => outcome(m.resume(f, now), Value::Count),
             Call::Park(r) => {
                 let r = self.receipt(r);
-                outcome(self.model.park(r), |()| Value::Unit)
+                outcome(self.model.park(r, now), |()| Value::Unit)
             }
             Call::Step(f) => outcome(m.step(f, now), Value::Step),
             Call::ClearFlow(f) => outcome(m.clear_flow(f), Value::Count),
             Call::Parked(f) => Ok(Value::Count(m.parked(f))),
             Call::PausedFlows => Ok(Value::Flows(m.paused_flows())),
+            Call::SetFlowLimit(f, l) => outcome(m.set_flow_limit(f, *l, now), |()| Value::Unit),
+            Call::FlowLimits => Ok(Value::Limits(m.flow_limits(now))),
             Call::MarkDone(id, s) => {
                 m.mark_done(*id, s, now);
                 Ok(Value::Unit)
@@ -1160,6 +1201,8 @@ impl System {
             Call::ClearFlow(f) => outcome(q.clear_flow(f).await, Value::Count),
             Call::Parked(f) => outcome(q.parked(f).await, Value::Count),
             Call::PausedFlows => outcome(q.paused_flows().await, Value::Flows),
+            Call::SetFlowLimit(f, l) => outcome(q.set_flow_limit(f, *l).await, |()| Value::Unit),
+            Call::FlowLimits => outcome(q.flow_limits().await, Value::Limits),
             Call::MarkDone(id, s) => outcome(q.mark_done(*id, s).await, |()| Value::Unit),
             Call::WasDone(id, s) => outcome(q.was_done(*id, s).await, Value::Bool),
             Call::DeadLetters(n) => outcome(q.dead_letters(*n).await, Value::Dead),

@@ -105,6 +105,7 @@ fn rewrite_items(txn: &WriteTransaction) -> Result<()> {
                 not_before_ms: old.not_before_ms,
                 deliveries: old.deliveries,
                 priority: 0,
+                cost: 1,
                 payload,
             };
             items

@@ -13,6 +13,14 @@
 //! deletes from one index and inserts into another inside one write
 //! transaction, so no crash point has an item in two states or in none.
 //!
+//! Flow limits (SPEC 3, Flow limits; `tables/limits.rs`): `flow_limits`
+//! holds each limited flow's record, `held` its items waiting in their
+//! places ((flow, lane, rank, position)), `heads` the first held item of
+//! each flow that may run ((lane, rank, position) -> flow) and
+//! `limit_timers` when a held flow's back-off or rate window ends. A claim
+//! merges the head of `heads` with the head of the shared lane, so it never
+//! walks a held flow's items.
+//!
 //! # Group commit
 //!
 //! One writer thread owns the database. Operations from concurrent callers
@@ -101,6 +109,7 @@ use crate::error::{Error, Result};
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
 };
+use crate::limit::{FlowLimit, FlowLimits};
 use crate::outcome::{Chunk, Outcome};
 use crate::queue::WorkQueue;
 use tables::Limits;
@@ -765,6 +774,14 @@ impl WorkQueue for EmbeddedQueue {
 
     async fn paused_flows(&self) -> Result<Vec<String>> {
         expect_reply!(self, Op::PausedFlows, Reply::Flows(v) => v)
+    }
+
+    async fn set_flow_limit(&self, flow: &str, limit: FlowLimit) -> Result<()> {
+        expect_reply!(self, Op::SetFlowLimit(flow.to_string(), limit), Reply::Unit => ())
+    }
+
+    async fn flow_limits(&self) -> Result<Vec<FlowLimits>> {
+        expect_reply!(self, Op::FlowLimits, Reply::Limits(v) => v)
     }
 
     async fn mark_done(&self, id: u64, step: &str) -> Result<()> {

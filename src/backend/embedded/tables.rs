@@ -10,6 +10,7 @@
 
 #[cfg(feature = "forward")]
 mod forward;
+mod limits;
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -85,6 +86,17 @@ pub(super) const PROGRESS: TableDefinition<u64, &[u8]> = TableDefinition::new("p
 /// (id, seq) -> chunk bytes.
 pub(super) const CHUNKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("chunks");
 
+/// SPEC 3, Flow limits: each limited flow's record ([`codec::LimitRecord`]).
+pub(super) const FLOW_LIMITS: TableDefinition<&str, &[u8]> = TableDefinition::new("flow_limits");
+/// Items set aside for their flow's limits, in their places: (flow, lane
+/// 0 due or 1 backlog, rank, position) -> id.
+pub(super) const HELD: TableDefinition<(&str, u8, i64, u64), u64> = TableDefinition::new("held");
+/// The first held item of each lane of every limited flow that may run
+/// now: (lane, rank, position) -> flow.
+pub(super) const HEADS: TableDefinition<(u8, i64, u64), &str> = TableDefinition::new("heads");
+/// When a held flow's back-off or rate window ends: (ms, flow).
+pub(super) const LIMIT_TIMERS: TableDefinition<(u64, &str), ()> =
+    TableDefinition::new("limit_timers");
 pub(super) const SCHEMA_VERSION_KEY: &str = "schema_version";
 pub(super) const SCHEMA_VERSION: u64 = 2;
 /// Set by a later build whose commits go through a redo log: this build
@@ -174,6 +186,10 @@ pub(super) struct Tables<'t> {
     outcome_expiry: Lazy<'t, (u64, u64), ()>,
     progress: Lazy<'t, u64, &'static [u8]>,
     chunks: Lazy<'t, (u64, u64), &'static [u8]>,
+    flow_limits: Lazy<'t, &'static str, &'static [u8]>,
+    held: Lazy<'t, (&'static str, u8, i64, u64), u64>,
+    heads: Lazy<'t, (u8, i64, u64), &'static str>,
+    limit_timers: Lazy<'t, (u64, &'static str), ()>,
     limits: Limits,
     /// Whether anything asked for a table to write in. An operation asks
     /// only once it knows it will change something, so a transaction that
@@ -242,6 +258,10 @@ impl<'t> Tables<'t> {
             progress: Lazy::new(PROGRESS, "open table progress"),
             chunks: Lazy::new(CHUNKS, "open table chunks"),
             dead_by_id: Lazy::new(DEAD_BY_ID, "open table dead_by_id"),
+            flow_limits: Lazy::new(FLOW_LIMITS, "open table flow_limits"),
+            held: Lazy::new(HELD, "open table held"),
+            heads: Lazy::new(HEADS, "open table heads"),
+            limit_timers: Lazy::new(LIMIT_TIMERS, "open table limit_timers"),
             limits,
             dirty: false,
         })
@@ -485,7 +505,15 @@ impl<'t> Tables<'t> {
     /// backlog or the due lane), arriving at `arrival` or at the lane's
     /// latest arrival so far if that is later (the clock stepped back, or a
     /// promoted timer was older than the last one).
-    fn enter(&mut self, lane: Lane, id: u64, tier: u8, arrival: u64) -> Result<()> {
+    fn enter(
+        &mut self,
+        lane: Lane,
+        id: u64,
+        tier: u8,
+        flow: &str,
+        arrival: u64,
+        now: u64,
+    ) -> Result<()> {
         let clock_key = if lane == Lane::Due {
             DUE_CLOCK
         } else {
@@ -497,6 +525,10 @@ impl<'t> Tables<'t> {
             .ctx("write lane clock")?;
         let seq = self.next_seq()?;
         let key = (rank(arrival, tier, self.limits.aging_step), seq);
+        // SPEC 3, Flow limits: a limited flow's items wait in its held lane.
+        if self.enter_held(lane, id, flow, key, now)? {
+            return Ok(());
+        }
         let table = if lane == Lane::Due {
             self.due_mut()?
         } else {
@@ -555,6 +587,7 @@ impl<'t> Tables<'t> {
             not_before_ms: rec.not_before_ms,
             deliveries: rec.deliveries,
             priority: rec.priority,
+            cost: rec.cost.max(1),
         })
     }
 
@@ -584,7 +617,11 @@ impl<'t> Tables<'t> {
         }
     }
 
-    fn remove_pending(&mut self, id: u64, lease: &LeaseRecord) -> Result<()> {
+    fn remove_pending(&mut self, id: u64, lease: &LeaseRecord, now: u64) -> Result<()> {
+        if self.has_limits()? {
+            let flow = self.record(id)?.flow;
+            self.note_pending(&flow, false, now)?;
+        }
         self.pending_mut()?.remove(id).ctx("delete lease")?;
         self.pending_by_time_mut()?
             .remove((lease.claimed_at_ms, id))
@@ -597,6 +634,7 @@ impl<'t> Tables<'t> {
 
     fn hand_out(&mut self, id: u64, lane: Lane, now: u64) -> Result<Claimed> {
         let mut rec = self.record(id)?;
+        self.note_pending(&rec.flow, true, now)?;
         let lease = self.bump(NEXT_LEASE, 1)?;
         rec.deliveries = rec.deliveries.saturating_add(1);
         self.put_record(id, &rec)?;
@@ -837,6 +875,7 @@ impl<'t> Tables<'t> {
                 "the clock stepped back: timers and leases moved with it"
             );
             self.rebase(back)?;
+            self.shift_limits(back, now)?;
             self.meta_mut()?
                 .insert(CLOCK_HIGH, now)
                 .ctx("write clock")?;
@@ -1091,7 +1130,8 @@ impl<'t> Tables<'t> {
     fn waiting(&self) -> Result<u64> {
         Ok(self.backlog()?.len().ctx("count backlog")?
             + self.due()?.len().ctx("count due")?
-            + self.delayed()?.len().ctx("count delayed")?)
+            + self.delayed()?.len().ctx("count delayed")?
+            + self.held_len()?)
     }
 
     fn live_dedup(&self, key: &str, now: u64) -> Result<Option<u64>> {
@@ -1167,6 +1207,7 @@ impl<'t> Tables<'t> {
                     not_before_ms: *not_before,
                     deliveries: 0,
                     priority: item.priority,
+                    cost: item.cost.max(1),
                     payload: inline.then(|| item.payload.clone()),
                 },
             )?;
@@ -1181,7 +1222,7 @@ impl<'t> Tables<'t> {
                         .insert((*t, id), ())
                         .ctx("write delayed")?;
                 }
-                None => self.enter(Lane::Backlog, id, item.priority, now)?,
+                None => self.enter(Lane::Backlog, id, item.priority, &item.flow, now, now)?,
             }
             out.push(Added {
                 id,
@@ -1206,8 +1247,8 @@ impl<'t> Tables<'t> {
                 break;
             }
             self.delayed_mut()?.remove((nb, id)).ctx("delete delayed")?;
-            let tier = self.record(id)?.priority;
-            self.enter(Lane::Due, id, tier, nb)?;
+            let rec = self.record(id)?;
+            self.enter(Lane::Due, id, rec.priority, &rec.flow, nb, now)?;
             n += 1;
         }
         Ok(n)
@@ -1224,6 +1265,10 @@ impl<'t> Tables<'t> {
         }
         self.promote_due(now)?;
         let any_paused = !self.paused()?.is_empty().ctx("read paused")?;
+        let limited = self.has_limits()?;
+        if limited {
+            self.lift_due(now)?;
+        }
         let mut out = Vec::new();
         let lanes: &[Lane] = match from {
             ClaimFrom::All => &[Lane::Due, Lane::Backlog],
@@ -1240,6 +1285,25 @@ impl<'t> Tables<'t> {
                 .first()
                 .ctx("read lane")?
                 .map(|(k, v)| (k.value(), v.value()));
+                // SPEC 3, Flow limits: merge in the heads of the limited
+                // flows that may run, in rank order.
+                let held = if limited {
+                    self.first_head(lane)?
+                } else {
+                    None
+                };
+                let from_held = match (&head, &held) {
+                    (None, None) => break,
+                    (Some((ks, _)), Some((kh, _))) => kh < ks,
+                    (None, Some(_)) => true,
+                    (Some(_), None) => false,
+                };
+                if let (true, Some((key, flow))) = (from_held, held) {
+                    if let Some(c) = self.claim_head(lane, &flow, key, now)? {
+                        out.push(c);
+                    }
+                    continue;
+                }
                 let Some((seq, id)) = head else {
                     break;
                 };
@@ -1250,6 +1314,15 @@ impl<'t> Tables<'t> {
                 }
                 .remove(seq)
                 .ctx("take from lane")?;
+                if limited {
+                    let rec = self.record(id)?;
+                    // Held by its flow's limits: now in the flow's held lane.
+                    if self.limit_shared(lane, id, &rec.flow, rec.cost.max(1), seq, now)?
+                        == Some(true)
+                    {
+                        continue;
+                    }
+                }
                 if any_paused {
                     let flow = self.record(id)?.flow;
                     if self.is_paused(&flow)? {
@@ -1266,7 +1339,7 @@ impl<'t> Tables<'t> {
     pub(super) fn ack(&mut self, r: &Receipt, result: &[u8], now: u64) -> Result<()> {
         check_size("result", result.len(), self.limits.max_payload_bytes)?;
         let lease = self.current(r)?;
-        self.remove_pending(r.id, &lease)?;
+        self.remove_pending(r.id, &lease, now)?;
         self.delete_item(r.id)?;
         self.finish(r.id, false, result.to_vec(), "", now)
     }
@@ -1309,7 +1382,7 @@ impl<'t> Tables<'t> {
     pub(super) fn retry(&mut self, r: &Receipt, not_before: u64, now: u64) -> Result<RetryOutcome> {
         let lease = self.current(r)?;
         let mut rec = self.record(r.id)?;
-        self.remove_pending(r.id, &lease)?;
+        self.remove_pending(r.id, &lease, now)?;
         if rec.deliveries >= self.limits.max_deliveries {
             self.bury(r.id, MAX_DELIVERIES_REASON, now)?;
             return Ok(RetryOutcome::DeadLettered);
@@ -1324,10 +1397,10 @@ impl<'t> Tables<'t> {
 
     /// SPEC 3, Finishing: release. Back to delayed (or the parked tail of
     /// a paused flow) with `deliveries - 1`.
-    pub(super) fn release(&mut self, r: &Receipt, not_before: u64) -> Result<()> {
+    pub(super) fn release(&mut self, r: &Receipt, not_before: u64, now: u64) -> Result<()> {
         let lease = self.current(r)?;
         let mut rec = self.record(r.id)?;
-        self.remove_pending(r.id, &lease)?;
+        self.remove_pending(r.id, &lease, now)?;
         rec.deliveries = rec.deliveries.saturating_sub(1);
         let paused = self.is_paused(&rec.flow)?;
         if !paused {
@@ -1346,7 +1419,7 @@ impl<'t> Tables<'t> {
 
     pub(super) fn dead_letter(&mut self, r: &Receipt, reason: &str, now: u64) -> Result<()> {
         let lease = self.current(r)?;
-        self.remove_pending(r.id, &lease)?;
+        self.remove_pending(r.id, &lease, now)?;
         self.bury(r.id, reason, now)
     }
 
@@ -1413,7 +1486,7 @@ impl<'t> Tables<'t> {
                     .ctx("delete stray orphan")?;
                 continue;
             };
-            self.remove_pending(id, &lease)?;
+            self.remove_pending(id, &lease, now)?;
             let rec = self.record(id)?;
             if rec.deliveries >= self.limits.max_deliveries {
                 self.bury(id, MAX_DELIVERIES_REASON, now)?;
@@ -1486,16 +1559,16 @@ impl<'t> Tables<'t> {
                 .remove((flow, *seq))
                 .ctx("delete parked")?;
             let tier = self.record(*id)?.priority;
-            self.enter(Lane::Backlog, *id, tier, now)?;
+            self.enter(Lane::Backlog, *id, tier, flow, now, now)?;
         }
         Ok(ids.len() as u64)
     }
 
-    pub(super) fn park(&mut self, r: &Receipt) -> Result<()> {
+    pub(super) fn park(&mut self, r: &Receipt, now: u64) -> Result<()> {
         let lease = self.current(r)?;
         let flow = self.record(r.id)?.flow;
         require_flow(&flow)?;
-        self.remove_pending(r.id, &lease)?;
+        self.remove_pending(r.id, &lease, now)?;
         self.park_id(&flow, r.id)
     }
 
@@ -1570,7 +1643,7 @@ impl<'t> Tables<'t> {
         rec.deliveries = 0;
         rec.not_before_ms = None;
         self.put_record(id, &rec)?;
-        self.enter(Lane::Backlog, id, rec.priority, now)?;
+        self.enter(Lane::Backlog, id, rec.priority, &rec.flow, now, now)?;
         Ok(true)
     }
 
@@ -1673,6 +1746,14 @@ impl<'t> Tables<'t> {
         for entry in self.due()?.iter().ctx("scan due")? {
             place(entry.ctx("scan due")?.1.value(), Location::Due)?;
         }
+        for (id, lane) in self.held_items()? {
+            let at = if lane == Lane::Due {
+                Location::Due
+            } else {
+                Location::Backlog
+            };
+            place(id, at)?;
+        }
         for entry in self.delayed()?.iter().ctx("scan delayed")? {
             place(entry.ctx("scan delayed")?.0.value().1, Location::Delayed)?;
         }
@@ -1748,8 +1829,10 @@ impl<'t> Tables<'t> {
             .first()
             .ctx("read lease index")?
             .map(|(k, _)| now.saturating_sub(k.value().0));
+        let (held, held_due, limited) = self.held_counts(now)?;
+        let due = due + held_due;
         Ok(Stats {
-            backlog: self.backlog()?.len().ctx("count backlog")? + due,
+            backlog: self.backlog()?.len().ctx("count backlog")? + due + (held - held_due),
             due,
             pending: self.pending()?.len().ctx("count pending")?,
             delayed: self.delayed()?.len().ctx("count delayed")?,
@@ -1758,6 +1841,7 @@ impl<'t> Tables<'t> {
             dead_letters_dropped: self.counter(DEAD_DROPPED, 0)?,
             oldest_pending_age_ms: oldest,
             durable: true,
+            limited,
         })
     }
 
@@ -1776,6 +1860,14 @@ impl<'t> Tables<'t> {
         for entry in self.due()?.iter().ctx("scan due")? {
             let id = entry.ctx("scan due")?.1.value();
             out.entry(id).or_default().push(Location::Due);
+        }
+        for (id, lane) in self.held_items()? {
+            let at = if lane == Lane::Due {
+                Location::Due
+            } else {
+                Location::Backlog
+            };
+            out.entry(id).or_default().push(at);
         }
         for entry in self.delayed()?.iter().ctx("scan delayed")? {
             let (_, id) = entry.ctx("scan delayed")?.0.value();
@@ -1892,6 +1984,9 @@ impl<'t> Tables<'t> {
             seq = seq.saturating_add(1);
         }
         ready.sort_unstable_by_key(|(k, _)| *k);
+        if self.has_limits()? {
+            return self.claim_order_limited(limit, now, skip_paused, ready);
+        }
         let mut ready = ready.into_iter().peekable();
         for entry in self.due()?.iter().ctx("scan due")? {
             let (k, v) = entry.ctx("scan due")?;

@@ -57,6 +57,8 @@ pub(super) enum Op {
     NextDue,
     Parked(String),
     PausedFlows,
+    SetFlowLimit(String, crate::limit::FlowLimit),
+    FlowLimits,
     WasDone(u64, String),
     DeadLetters(usize),
     Stats,
@@ -102,6 +104,7 @@ impl Op {
             Op::NextDue
                 | Op::Parked(_)
                 | Op::PausedFlows
+                | Op::FlowLimits
                 | Op::WasDone(..)
                 | Op::DeadLetters(_)
                 | Op::Stats
@@ -146,6 +149,7 @@ impl Op {
             Op::MarkDone(..) => "mark_done",
             Op::Redrive(_) => "redrive",
             Op::PurgeDead => "purge_dead_letters",
+            Op::SetFlowLimit(..) => "set_flow_limit",
             _ => "read",
         }
     }
@@ -192,6 +196,7 @@ pub(super) enum Reply {
     Bytes(Option<Vec<u8>>),
     /// Chunks after a sequence number, and whether the item has finished.
     Chunks(Vec<Chunk>, bool),
+    Limits(Vec<crate::limit::FlowLimits>),
     #[cfg(feature = "forward")]
     Outgoing(Vec<tables::Outgoing>),
     #[cfg(feature = "forward")]
@@ -294,7 +299,7 @@ fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
             // An empty claim is followed by a wait until the next timer:
             // read it in this transaction rather than in another one.
             let next_due = if claimed.is_empty() {
-                t.next_due()?
+                t.next_wake()?
             } else {
                 None
             };
@@ -322,7 +327,7 @@ fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
         }
         Op::Retry(r, nb) => Reply::Retry(t.retry(r, *nb, now)?),
         Op::Release(r, nb) => {
-            t.release(r, *nb)?;
+            t.release(r, *nb, now)?;
             Reply::Unit
         }
         Op::DeadLetter(r, reason) => {
@@ -338,7 +343,7 @@ fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
         }
         Op::Resume(f) => Reply::Count(t.resume(f, now)?),
         Op::Park(r) => {
-            t.park(r)?;
+            t.park(r, now)?;
             Reply::Unit
         }
         Op::Step(f) => Reply::Step(t.step(f, now)?),
@@ -352,6 +357,11 @@ fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
         Op::NextDue => Reply::Due(t.next_due()?),
         Op::Parked(f) => Reply::Count(t.parked_count(f)?),
         Op::PausedFlows => Reply::Flows(t.paused_flows()?),
+        Op::SetFlowLimit(f, l) => {
+            t.set_flow_limit(f, *l, now)?;
+            Reply::Unit
+        }
+        Op::FlowLimits => Reply::Limits(t.flow_limits_list(now)?),
         Op::WasDone(id, step) => Reply::Bool(t.was_done(*id, step, now)?),
         Op::DeadLetters(n) => Reply::Dead(t.dead_letters(*n)?),
         Op::Stats => Reply::Stats(t.stats(now)?),

@@ -110,7 +110,7 @@ impl RedisQueue {
         use super::MAX_LUA_MS;
         use crate::config::ms;
         let c = &self.inner.config;
-        let mut args = Vec::with_capacity(4 + items.len() * 10);
+        let mut args = Vec::with_capacity(4 + items.len() * 11);
         let step = ms(c.aging_step);
         args.push(origin.as_bytes().to_vec());
         args.push(journal.to_string().into_bytes());
@@ -154,6 +154,7 @@ impl RedisQueue {
                     .to_string()
                     .into_bytes(),
             );
+            args.push(o.cost.max(1).to_string().into_bytes());
         }
         let v = self
             .run("forward", &self.inner.scripts.forward, args, true)

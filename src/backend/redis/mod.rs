@@ -12,7 +12,7 @@
 //! |---|---|---|
 //! | `{ns}:seq` | string | the id counter (`INCR`, first id 1) |
 //! | `{ns}:lease` | string | the lease counter: every claim gets a fresh one, the fencing token of its receipt |
-//! | `{ns}:item:<id>` | hash | the item, stored once: `flow`, `payload`, `enq`, `nb`, `dlv`, its state `st`, for a tier above 0 `pri` (tier) and `boost` (tier x `aging_step` in ms, fixed at add or at forwarding), and while pending `lane`, `ls` (lease), `ca` (claimed_at), `owner`; as a dead letter `reason`, `failed`; if forwarded (SPEC 11) `origin`, `oid` |
+//! | `{ns}:item:<id>` | hash | the item, stored once: `flow`, `payload`, `enq`, `nb`, `dlv`, its state `st`, for a tier above 0 `pri` (tier) and `boost` (tier x `aging_step` in ms, fixed at add or at forwarding), for a cost above 1 `cost` (rate-limit permits), and while pending `lane`, `ls` (lease), `ca` (claimed_at), `owner`; as a dead letter `reason`, `failed`; if forwarded (SPEC 11) `origin`, `oid` |
 //! | `{ns}:ready`, `{ns}:ready:due` | sorted set | the backlog and the due lane: one member `<position, 20 digits>:<id>` per ready item, scored by its rank (arrival - boost) |
 //! | `{ns}:pos` | string | the position counter of both ready lanes |
 //! | `{ns}:clocks` | hash | `backlog`, `due`: the latest arrival given in each lane |
@@ -20,6 +20,10 @@
 //! | `{ns}:pending` | sorted set | pending ids by `claimed_at` |
 //! | `{ns}:parked:<flow>` | list | a paused flow's parked ids, oldest first; `{ns}:flows` is the set of flows with any |
 //! | `{ns}:paused` | set | paused flows |
+//! | `{ns}:limits`, `{ns}:limit:<flow>` | set + hash | flows with limits (SPEC 3, Flow limits); each flow's record: `n`/`per` (rate), `cap`, `til` (back-off end), `ws`/`used` (the rate window), `pend`, `held`, and its heads members `hd`/`hb` |
+//! | `{ns}:held:<flow>`, `{ns}:held-due:<flow>` | sorted set | a limited flow's items waiting in the backlog and the due lane, members and ranks as in the ready lanes |
+//! | `{ns}:heads`, `{ns}:heads-due` | sorted set | the first held item of every limited flow that may run, scored by its rank, member `<position>:<flow>`: claims merge it with the ready lane |
+//! | `{ns}:limits-timers`, `{ns}:limits-held`, `{ns}:limits-held-due` | sorted set + strings | when each held flow's back-off or rate window ends (member the flow); counts of held items |
 //! | `{ns}:dead` | list | dead-letter ids, newest first, at most `dead_letter_cap` |
 //! | `{ns}:clock` | string | the latest time (ms, queue clock) a script saw: a clock more than 1 s below it has stepped back, and the stored times move back with it (SPEC 8, Clock steps) |
 //! | `{ns}:dead:dropped` | string | how many dead letters were dropped past `dead_letter_cap`, ever |
@@ -145,6 +149,7 @@ use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, MAX_DELIVERIES_REASON, NewItem, Receipt,
     Reclaimed, RetryOutcome, Stats, check_new_item, require_flow,
 };
+use crate::limit::{FlowLimit, FlowLimits, FlowState, RateLimit, check_limit};
 use crate::outcome::{Chunk, Outcome, OutcomeKind, check_size};
 use crate::queue::WorkQueue;
 
@@ -449,6 +454,7 @@ struct Scripts {
     look: Script,
     result: Script,
     migrate: Script,
+    limit: Script,
     #[cfg(feature = "forward")]
     forward: Script,
 }
@@ -475,6 +481,7 @@ impl Scripts {
             look: script!("look"),
             result: script!("result"),
             migrate: script!("migrate"),
+            limit: script!("limit"),
             #[cfg(feature = "forward")]
             forward: script!("forward"),
         }
@@ -1034,6 +1041,7 @@ impl RedisQueue {
             });
             args.push(item.priority.to_string().into_bytes());
             args.push((u64::from(item.priority) * step).to_string().into_bytes());
+            args.push(item.cost.max(1).to_string().into_bytes());
         }
         let v = self.run("add", &self.inner.scripts.add, args, true).await?;
         let a = array(&v, "add")?;
@@ -1641,6 +1649,69 @@ impl WorkQueue for RedisQueue {
         .await
     }
 
+    async fn set_flow_limit(&self, flow: &str, limit: FlowLimit) -> Result<()> {
+        check_limit(flow, &limit)?;
+        let mut args = vec![b"set".to_vec(), flow.as_bytes().to_vec()];
+        let (kind, a, b) = match limit {
+            FlowLimit::Rate(Some(r)) => (
+                "rate",
+                r.permits.to_string(),
+                r.period_ms.min(MAX_LUA_MS).to_string(),
+            ),
+            FlowLimit::Rate(None) => ("rate", String::new(), String::new()),
+            FlowLimit::Concurrency(k) => (
+                "cap",
+                k.map(|k| k.to_string()).unwrap_or_default(),
+                String::new(),
+            ),
+            FlowLimit::BackOffUntil(t) => (
+                "until",
+                t.map(|t| t.min(MAX_LUA_MS).to_string()).unwrap_or_default(),
+                String::new(),
+            ),
+        };
+        args.extend([kind.as_bytes().to_vec(), a.into_bytes(), b.into_bytes()]);
+        self.run("set_flow_limit", &self.inner.scripts.limit, args, true)
+            .await?;
+        Ok(())
+    }
+
+    async fn flow_limits(&self) -> Result<Vec<FlowLimits>> {
+        let v = self
+            .run(
+                "flow_limits",
+                &self.inner.scripts.limit,
+                vec![b"list".to_vec()],
+                false,
+            )
+            .await?;
+        let mut out = Vec::new();
+        for row in array(&v, "flow_limits")? {
+            let r = array(row, "flow limit")?;
+            let u = |i: usize, what: &str| -> Result<u64> { uint(at(r, i, "flow limit")?, what) };
+            let rate = match (u32::try_from(u(1, "rate permits")?), u(2, "rate period")?) {
+                (Ok(permits), period_ms) if permits > 0 && period_ms > 0 => {
+                    Some(RateLimit { permits, period_ms })
+                }
+                _ => None,
+            };
+            let til = u(4, "back-off")?;
+            let mut l = FlowState {
+                rate,
+                cap: u32::try_from(u(3, "cap")?).ok().filter(|k| *k > 0),
+                ..FlowState::default()
+            }
+            .listing(&text(at(r, 0, "flow limit")?, "flow")?, 0);
+            l.backoff_until_ms = (til > 0).then_some(til);
+            l.permits_used = u(5, "permits used")?;
+            l.pending = u(6, "pending")?;
+            l.held = u(7, "held")?;
+            l.blocked = u(8, "may run")? == 0;
+            out.push(l);
+        }
+        Ok(out)
+    }
+
     async fn paused_flows(&self) -> Result<Vec<String>> {
         let v: Value = self
             .simple(
@@ -1742,6 +1813,10 @@ impl WorkQueue for RedisQueue {
             parked: n(4, "stats parked")?,
             dead_letters: n(5, "stats dead letters")?,
             dead_letters_dropped: n(8, "stats dead letters dropped")?,
+            limited: match a.get(9) {
+                Some(v) => u64::try_from(int(v, "stats limited")?).unwrap_or(0),
+                None => 0,
+            },
             oldest_pending_age_ms: opt_uint(at(a, 6, "stats")?, "stats oldest")?
                 .map(|t| now.saturating_sub(t)),
             durable: true,
@@ -1872,6 +1947,7 @@ mod constant_tests {
             include_str!("scripts/dead_letter.lua"),
             include_str!("scripts/done.lua"),
             include_str!("scripts/forward.lua"),
+            include_str!("scripts/limit.lua"),
             include_str!("scripts/look.lua"),
             include_str!("scripts/migrate.lua"),
             include_str!("scripts/park.lua"),

@@ -101,8 +101,20 @@ pub(crate) fn item(v: &Value, priority_at: usize) -> Result<Item> {
                 .map_err(|_| bad("item priority", format!("{n} does not fit in u8")))?,
         },
     };
+    // SPEC 3, Flow limits: the cost in permits right after the tier
+    // (missing or empty: 1).
+    let cost = match a.get(priority_at + 1) {
+        None => 1,
+        Some(c) => match opt_uint(c, "item cost")? {
+            None => 1,
+            Some(n) => u32::try_from(n)
+                .map_err(|_| bad("item cost", format!("{n} does not fit in u32")))?
+                .max(1),
+        },
+    };
     Ok(Item {
         priority,
+        cost,
         id: uint(at(a, 0, "item")?, "item id")?,
         flow: text(at(a, 1, "item")?, "item flow")?,
         payload: bytes(at(a, 2, "item")?, "item payload")?,

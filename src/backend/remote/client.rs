@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
 };
+use crate::limit::{FlowLimit, FlowLimits};
 use crate::outcome::{Chunk, Outcome};
 use crate::queue::WorkQueue;
 
@@ -522,6 +523,7 @@ impl WorkQueue for RemoteQueue {
             payload: wire::Base64(item.payload),
             dedup_key: item.dedup_key,
             priority: item.priority,
+            cost: item.cost.max(1),
             not_before_ms,
         };
         let r: wire::WireAdded = self.call("add_delayed", &req, NO_WAIT).await?;
@@ -728,6 +730,21 @@ impl WorkQueue for RemoteQueue {
     async fn paused_flows(&self) -> Result<Vec<String>> {
         let r: wire::Flows = self.call("paused_flows", &EMPTY, NO_WAIT).await?;
         Ok(r.flows)
+    }
+
+    async fn set_flow_limit(&self, flow: &str, limit: FlowLimit) -> Result<()> {
+        crate::limit::check_limit(flow, &limit)?;
+        let req = wire::SetFlowLimitRequest {
+            flow: flow.to_string(),
+            limit,
+        };
+        let _: wire::Done = self.call("set_flow_limit", &req, NO_WAIT).await?;
+        Ok(())
+    }
+
+    async fn flow_limits(&self) -> Result<Vec<FlowLimits>> {
+        let r: wire::LimitsReply = self.call("flow_limits", &EMPTY, NO_WAIT).await?;
+        Ok(r.limits)
     }
 
     async fn mark_done(&self, id: u64, step: &str) -> Result<()> {

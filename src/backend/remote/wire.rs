@@ -61,6 +61,10 @@ pub struct WireNewItem {
     /// Priority). Default 0.
     #[serde(default)]
     pub priority: u8,
+    /// Rate-limit permits a claim of the item takes (SPEC section 3, Flow
+    /// limits). Default 1.
+    #[serde(default = "one_permit", skip_serializing_if = "is_one")]
+    pub cost: u32,
 }
 
 impl From<NewItem> for WireNewItem {
@@ -70,6 +74,7 @@ impl From<NewItem> for WireNewItem {
             payload: Base64(n.payload),
             dedup_key: n.dedup_key,
             priority: n.priority,
+            cost: n.cost.max(1),
         }
     }
 }
@@ -81,8 +86,37 @@ impl From<WireNewItem> for NewItem {
             payload: w.payload.0,
             dedup_key: w.dedup_key,
             priority: w.priority,
+            cost: w.cost.max(1),
         }
     }
+}
+
+fn one_permit() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
+/// `set_flow_limit` (SPEC 3, Flow limits): the flow and one change, e.g.
+/// `{"flow":"api","limit":{"rate":{"permits":10,"period_ms":1000}}}`,
+/// `{"limit":{"concurrency":2}}`, `{"limit":{"back_off_until":1700000000000}}`;
+/// `null` in place of the value clears that limit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetFlowLimitRequest {
+    /// The flow.
+    pub flow: String,
+    /// The change.
+    pub limit: crate::limit::FlowLimit,
+}
+
+/// Reply of `flow_limits`: every flow with a limit in force, by name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitsReply {
+    /// The flows' limits and state.
+    pub limits: Vec<crate::limit::FlowLimits>,
 }
 
 /// `add_delayed`: an item and its due time.
@@ -101,6 +135,10 @@ pub struct AddDelayedRequest {
     /// Priority). Default 0.
     #[serde(default)]
     pub priority: u8,
+    /// Rate-limit permits a claim of the item takes (SPEC section 3, Flow
+    /// limits). Default 1.
+    #[serde(default = "one_permit", skip_serializing_if = "is_one")]
+    pub cost: u32,
     /// Due time, ms since the Unix epoch (queue clock).
     pub not_before_ms: u64,
 }
@@ -529,10 +567,12 @@ pub enum Request {
     Progress(IdRequest),
     WaitChunks(WaitChunksRequest),
     ForwardLag(ForwardLagRequest),
+    SetFlowLimit(SetFlowLimitRequest),
+    FlowLimits,
 }
 
 /// Every operation's route name (`POST /v1/<op>`): the trait's methods in
-/// trait order, then `forward_lag`.
+/// trait order, then `forward_lag`, then the flow limits.
 pub const OPS: &[&str] = &[
     "add",
     "add_batch",
@@ -578,6 +618,9 @@ pub const OPS: &[&str] = &[
     // Not a trait method: the forwarding lag of a served queue file
     // (SPEC 11), last for the same reason.
     "forward_lag",
+    // Flow limits (SPEC 3), after the rest for the same reason.
+    "set_flow_limit",
+    "flow_limits",
 ];
 
 /// Why a request could not be decoded: always a 400 (or 404 for an
@@ -663,6 +706,8 @@ impl Request {
             "progress" => Request::Progress(body(op, bytes)?),
             "wait_chunks" => Request::WaitChunks(body(op, bytes)?),
             "forward_lag" => Request::ForwardLag(body(op, bytes)?),
+            "set_flow_limit" => Request::SetFlowLimit(body(op, bytes)?),
+            "flow_limits" => empty(op).map(|()| Request::FlowLimits)?,
             other => return Err(DecodeError::UnknownOp(other.chars().take(64).collect())),
         })
     }
@@ -715,6 +760,8 @@ impl Request {
             Request::Progress(r) => json("progress", r),
             Request::WaitChunks(r) => json("wait_chunks", r),
             Request::ForwardLag(r) => json("forward_lag", r),
+            Request::SetFlowLimit(r) => json("set_flow_limit", r),
+            Request::FlowLimits => json("flow_limits", &empty),
         }
     }
 
@@ -724,6 +771,7 @@ impl Request {
             op,
             "next_due"
                 | "paused_flows"
+                | "flow_limits"
                 | "stats"
                 | "now"
                 | "dead_letters"
@@ -754,6 +802,10 @@ pub struct WireItem {
     /// to send it leaves it out.
     #[serde(default)]
     pub priority: u8,
+    /// Its cost in rate-limit permits (SPEC section 3, Flow limits); 1 when
+    /// left out.
+    #[serde(default = "one_permit")]
+    pub cost: u32,
 }
 
 impl From<Item> for WireItem {
@@ -766,6 +818,7 @@ impl From<Item> for WireItem {
             not_before_ms: i.not_before_ms,
             deliveries: i.deliveries,
             priority: i.priority,
+            cost: i.cost.max(1),
         }
     }
 }
@@ -780,6 +833,7 @@ impl From<WireItem> for Item {
             not_before_ms: w.not_before_ms,
             deliveries: w.deliveries,
             priority: w.priority,
+            cost: w.cost.max(1),
         }
     }
 }

@@ -29,6 +29,8 @@ pub(crate) struct Outgoing {
     pub(crate) not_before_ms: Option<u64>,
     /// Its priority tier (SPEC 3, Priority), kept in Redis.
     pub(crate) priority: u8,
+    /// Its cost in rate-limit permits (SPEC 3, Flow limits), kept in Redis.
+    pub(crate) cost: u32,
     /// Its dedup key, while the key's local window is open.
     pub(crate) dedup_key: Option<String>,
     /// True for an item at or below the forwarding mark: it was held
@@ -168,6 +170,7 @@ impl Tables<'_> {
                 enqueued_at_ms: rec.enqueued_at_ms,
                 not_before_ms: rec.not_before_ms,
                 priority: rec.priority,
+                cost: rec.cost.max(1),
                 dedup_key: None,
                 late,
             });
@@ -247,7 +250,10 @@ impl Tables<'_> {
             }
             let rec = self.record(id)?;
             if let Some(lease) = self.lease(id)? {
-                self.remove_pending(id, &lease)?;
+                // The latest time the file has seen stands for now (SPEC 3,
+                // Flow limits: the flow's slot is freed).
+                let now = self.counter(super::CLOCK_HIGH, 0)?;
+                self.remove_pending(id, &lease, now)?;
             } else if let Some(seq) = self.remove_dead_index(id)? {
                 self.dead_mut()?.remove(seq).ctx("delete dead letter")?;
             } else if !self.remove_delayed(id, rec.not_before_ms)? {

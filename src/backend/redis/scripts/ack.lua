@@ -5,13 +5,14 @@
 -- Only an acked id is marked seen: a lost receipt of an item (from before a
 -- retry or reclaim) must not hide its current receipt later in the batch.
 local n, seen = 0, {}
-local zrem, dels, results = {}, {}, {}
+local zrem, dels, results, flows = {}, {}, {}, {}
 for i = 3, #ARGV - 2, 3 do
   local id, lease = ARGV[i], ARGV[i + 1]
   if not seen[id] then
-    local f = redis.call('HMGET', item_key(id), 'st', 'ls')
+    local f = redis.call('HMGET', item_key(id), 'st', 'ls', 'flow')
     if f[1] == 'pending' and f[2] and tonumber(f[2]) == tonumber(lease) then
       seen[id] = true
+      if f[3] and f[3] ~= '' then flows[#flows + 1] = f[3] end
       zrem[#zrem + 1] = pad(id)
       dels[#dels + 1] = item_key(id)
       results[#results + 1] = { id, ARGV[i + 2] }
@@ -28,6 +29,10 @@ if n > 0 then
     i = last + 1
   end
   local now = clock_now()
+  -- SPEC 3, Flow limits: each ack frees its flow's slot.
+  if any_limits() then
+    for _, flow in ipairs(flows) do lim_pending(flow, -1, now) end
+  end
   prune_outcomes(now)
   for _, r in ipairs(results) do finish(r[1], 'done', r[2], now, ARGV[2]) end
 end

@@ -28,6 +28,18 @@ local K_WAKE = P .. 'wake'
 local K_OUT_EXP = P .. 'out:exp'
 local K_EVENTS = P .. 'events'
 local K_CLOCK = P .. 'clock'
+-- SPEC 3, Flow limits: the set of flows with a limit record, each record a
+-- hash `{ns}:limit:<flow>`; the held lanes `{ns}:held:<flow>` and
+-- `{ns}:held-due:<flow>` (sorted sets like the ready lanes); the heads of
+-- the flows that may run, `{ns}:heads` and `{ns}:heads-due` (score the
+-- head's rank, member `<position>:<flow>`); the timers of held flows
+-- `{ns}:limits-timers` (score ms, member flow); counters of held items.
+local K_LIMITS = P .. 'limits'
+local K_HEADS = P .. 'heads'
+local K_HEADS_DUE = P .. 'heads-due'
+local K_LIMIT_TIMERS = P .. 'limits-timers'
+local K_HELD_N = P .. 'limits-held'
+local K_HELD_DUE_N = P .. 'limits-held-due'
 -- PRUNE_LIMIT, MAX_DELIVERIES_REASON and the reply codes (LOST,
 -- DEFAULT_FLOW, DELAYED, DEAD_LETTERED, PARKED) come from Rust, in a prelude
 -- written before this file (`lua_constants` in mod.rs), and so does CLOCK_TOLERANCE
@@ -90,6 +102,19 @@ local function observe_clock(now)
     shift_scores(K_OUT_EXP, back, nil)
     shift_lane(K_READY, 'backlog', back)
     shift_lane(K_READY_DUE, 'due', back)
+    -- SPEC 3, Flow limits: held lanes, heads, timers, back-offs, windows.
+    for _, flow in ipairs(redis.call('SMEMBERS', K_LIMITS)) do
+      shift_lane(P .. 'held:' .. flow, '', back)
+      shift_lane(P .. 'held-due:' .. flow, '', back)
+      local lk = P .. 'limit:' .. flow
+      local f = redis.call('HMGET', lk, 'til', 'ws')
+      local til, ws = tonumber(f[1] or '0') or 0, tonumber(f[2] or '0') or 0
+      if til > 0 then til = math.max(1, til - back) end
+      redis.call('HSET', lk, 'til', fmt(til), 'ws', fmt(math.max(0, ws - back)))
+    end
+    shift_lane(K_HEADS, '', back)
+    shift_lane(K_HEADS_DUE, '', back)
+    shift_scores(K_LIMIT_TIMERS, back, nil)
     redis.log(redis.LOG_WARNING, 'workjournal: the clock stepped back ' .. back .. ' ms in ' .. P .. ': timers and leases moved with it')
     redis.call('SET', K_CLOCK, fmt(now))
   elseif now > high then
@@ -189,11 +214,166 @@ local function member_pos(m)
   return tonumber(string.sub(m, 1, i - 1)) or 0
 end
 
+-- ---- SPEC 3, Flow limits: the rule of crate::limit::FlowState ----------
+local function limit_key(flow) return P .. 'limit:' .. flow end
+local function held_key(flow, li)
+  if li == 0 then return P .. 'held-due:' .. flow end
+  return P .. 'held:' .. flow
+end
+local LIMIT_FIELDS = { 'n', 'per', 'cap', 'til', 'ws', 'used', 'pend', 'held', 'hd', 'hb' }
+
+local function lim_get(flow)
+  local f = redis.call('HMGET', limit_key(flow), unpack(LIMIT_FIELDS))
+  if not f[1] then return nil end
+  local st = {}
+  for i = 1, 8 do st[LIMIT_FIELDS[i]] = tonumber(f[i]) or 0 end
+  st.hd = f[9] or ''
+  st.hb = f[10] or ''
+  return st
+end
+local function lim_fresh(st, now) return now >= st.ws + st.per end
+local function lim_used(st, now)
+  if st.n > 0 and not lim_fresh(st, now) then return st.used end
+  return 0
+end
+local function lim_may(st, now)
+  if st.til > now then return false end
+  if st.cap > 0 and st.pend >= st.cap then return false end
+  if st.n > 0 and lim_used(st, now) >= st.n then return false end
+  return true
+end
+local function lim_fits(st, cost, now)
+  if st.n == 0 then return true end
+  local u = lim_used(st, now)
+  return u == 0 or u + cost <= st.n
+end
+local function lim_forfeit(st)
+  if st.n > 0 and st.used < st.n then st.used = st.n end
+end
+local function lim_charge(st, cost, now)
+  if st.n > 0 then
+    if lim_fresh(st, now) then
+      st.ws = now
+      st.used = 0
+    end
+    st.used = st.used + cost
+  end
+end
+local function lim_lifts(st, now)
+  if st.til > now then return st.til end
+  if st.n > 0 and lim_used(st, now) >= st.n then return st.ws + st.per end
+  return nil
+end
+local function lim_idle(st, now)
+  return st.n == 0 and st.cap == 0 and st.til <= now and st.held == 0
+end
+local function lim_in_force(st, now)
+  return st.n > 0 or st.cap > 0 or st.til > now
+end
+
+-- Put the heads and timer entries of `flow` right for `st` at `now` and
+-- store it, or drop the record once nothing is set or held.
+local function lim_settle(flow, st, now)
+  local idle = lim_idle(st, now)
+  local may = lim_may(st, now)
+  for li = 0, 1 do
+    local field = 'hb'
+    local heads = K_HEADS
+    if li == 0 then
+      field = 'hd'
+      heads = K_HEADS_DUE
+    end
+    local want, score = '', nil
+    if may and not idle then
+      local r = redis.call('ZRANGE', held_key(flow, li), 0, 0, 'WITHSCORES')
+      if r[1] then
+        want = string.sub(r[1], 1, 20) .. ':' .. flow
+        score = r[2]
+      end
+    end
+    if want ~= st[field] then
+      if st[field] ~= '' then redis.call('ZREM', heads, st[field]) end
+      if want ~= '' then redis.call('ZADD', heads, score, want) end
+      st[field] = want
+    end
+  end
+  local t = nil
+  if not may and not idle and st.held > 0 then t = lim_lifts(st, now) end
+  if t then
+    redis.call('ZADD', K_LIMIT_TIMERS, t, flow)
+  else
+    redis.call('ZREM', K_LIMIT_TIMERS, flow)
+  end
+  if idle then
+    redis.call('DEL', limit_key(flow))
+    redis.call('SREM', K_LIMITS, flow)
+  else
+    local args = {}
+    for i = 1, 8 do
+      args[#args + 1] = LIMIT_FIELDS[i]
+      args[#args + 1] = fmt(st[LIMIT_FIELDS[i]])
+    end
+    redis.call('HSET', limit_key(flow), 'hd', st.hd, 'hb', st.hb, unpack(args))
+    redis.call('SADD', K_LIMITS, flow)
+  end
+end
+
+-- Whether any flow has a limit record.
+local function any_limits() return redis.call('EXISTS', K_LIMITS) == 1 end
+
+-- Put ready-lane member `m` (score `score`) of `flow` into its held lane.
+local function lim_hold(flow, st, li, score, m)
+  redis.call('ZADD', held_key(flow, li), score, m)
+  st.held = st.held + 1
+  redis.call('INCR', K_HELD_N)
+  if li == 0 then redis.call('INCR', K_HELD_DUE_N) end
+end
+
+local function lim_unhold(flow, st, li, m)
+  redis.call('ZREM', held_key(flow, li), m)
+  st.held = st.held - 1
+  if st.held < 0 then st.held = 0 end
+  redis.call('DECR', K_HELD_N)
+  if li == 0 then redis.call('DECR', K_HELD_DUE_N) end
+end
+
+-- Settle every flow whose back-off or rate window has ended by `now`.
+local function lift_due(now)
+  for _, flow in ipairs(redis.call('ZRANGEBYSCORE', K_LIMIT_TIMERS, '-inf', now)) do
+    local st = lim_get(flow)
+    if st then
+      lim_settle(flow, st, now)
+    else
+      redis.call('ZREM', K_LIMIT_TIMERS, flow)
+    end
+  end
+end
+
+-- An item of `flow` entered (`delta` 1) or left (-1) pending; wakes the
+-- blocked claims when a held flow may run again.
+local function lim_pending(flow, delta, now)
+  if not any_limits() or not flow or flow == '' then return end
+  local st = lim_get(flow)
+  if not st then return end
+  st.pend = st.pend + delta
+  if st.pend < 0 then st.pend = 0 end
+  lim_settle(flow, st, now)
+  if delta < 0 and st.held > 0 then
+    redis.call('XADD', K_WAKE, 'MAXLEN', '16', '*', 'w', '1')
+  end
+end
+
+local function lim_next_timer()
+  local r = redis.call('ZRANGE', K_LIMIT_TIMERS, 0, 0, 'WITHSCORES')
+  if r[2] then return tonumber(r[2]) end
+  return nil
+end
+
 -- SPEC 3, Priority: put `id` into the ready lane `zset`, arriving at
 -- `arrival` or at the lane's latest arrival so far (`field` of the clocks
 -- hash), so that a clock stepping back keeps FIFO. Its rank is the arrival
 -- minus the item's `boost` (tier x aging_step, fixed at add).
-local function enqueue(zset, field, id, arrival)
+local function enqueue(zset, field, id, arrival, now)
   local last = tonumber(redis.call('HGET', K_CLOCKS, field) or '0')
   if arrival < last then
     arrival = last
@@ -201,8 +381,21 @@ local function enqueue(zset, field, id, arrival)
     redis.call('HSET', K_CLOCKS, field, fmt(arrival))
   end
   local pos = redis.call('INCR', K_POS)
-  local boost = tonumber(redis.call('HGET', item_key(id), 'boost') or '0')
-  redis.call('ZADD', zset, fmt(arrival - boost), pad(pos) .. ':' .. id)
+  local f = redis.call('HMGET', item_key(id), 'boost', 'flow')
+  local boost = tonumber(f[1] or '0')
+  local member = pad(pos) .. ':' .. id
+  -- SPEC 3, Flow limits: a limited flow's items wait in its held lane.
+  if any_limits() and f[2] and f[2] ~= '' then
+    local st = lim_get(f[2])
+    if st then
+      local li = 1
+      if zset == K_READY_DUE then li = 0 end
+      lim_hold(f[2], st, li, fmt(arrival - boost), member)
+      lim_settle(f[2], st, now or arrival)
+      return
+    end
+  end
+  redis.call('ZADD', zset, fmt(arrival - boost), member)
 end
 
 -- Hand item `id` to `consumer`: pending, deliveries + 1, a new lease.
@@ -213,8 +406,9 @@ local function hand_out(id, lane, now, consumer)
   redis.call('HSET', k, 'st', 'pending', 'lane', lane, 'ls', fmt(lease),
     'ca', fmt(now), 'owner', consumer)
   redis.call('ZADD', K_PENDING, now, pad(id))
-  local f = redis.call('HMGET', k, 'flow', 'payload', 'enq', 'nb', 'pri')
-  return { id, f[1] or '', f[2] or '', f[3] or '0', f[4] or '', dlv, lane, fmt(now), lease, f[5] or '0' }
+  local f = redis.call('HMGET', k, 'flow', 'payload', 'enq', 'nb', 'pri', 'cost')
+  lim_pending(f[1], 1, now)
+  return { id, f[1] or '', f[2] or '', f[3] or '0', f[4] or '', dlv, lane, fmt(now), lease, f[5] or '0', f[6] or '1' }
 end
 
 -- Whether item `id` is pending under lease `lease`.
@@ -224,7 +418,8 @@ local function current(id, lease)
 end
 
 -- Take a pending item out of pending: drop the lease.
-local function release(id)
+local function release(id, now)
+  if any_limits() then lim_pending(redis.call('HGET', item_key(id), 'flow'), -1, now) end
   redis.call('ZREM', K_PENDING, pad(id))
   redis.call('HDEL', item_key(id), 'ls', 'ca', 'owner')
 end
@@ -256,7 +451,7 @@ local function bury(id, reason, now, cap, ttl)
 end
 
 local function to_backlog(id, now)
-  enqueue(K_READY, 'backlog', id, now)
+  enqueue(K_READY, 'backlog', id, now, now)
   redis.call('HSET', item_key(id), 'st', 'backlog')
 end
 
@@ -266,7 +461,7 @@ local function promote(now)
   local ids = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'WITHSCORES')
   for i = 1, #ids, 2 do
     local id = unpad(ids[i])
-    enqueue(K_READY_DUE, 'due', id, tonumber(ids[i + 1]))
+    enqueue(K_READY_DUE, 'due', id, tonumber(ids[i + 1]), now)
     redis.call('HSET', item_key(id), 'st', 'due')
   end
   if #ids > 0 then
@@ -338,16 +533,17 @@ end
 local function over_capacity(limit, fresh)
   if limit == '' or fresh == 0 then return false end
   local waiting = redis.call('ZCARD', K_READY) + redis.call('ZCARD', K_READY_DUE)
-    + redis.call('ZCARD', K_DELAYED)
+    + redis.call('ZCARD', K_DELAYED) + tonumber(redis.call('GET', K_HELD_N) or '0')
   return waiting + fresh > tonumber(limit)
 end
 
 -- Journal one new item of tier `pri` (`boost` = tier x aging_step in ms,
 -- SPEC 3, Priority); nb = '' for the backlog. Returns its id.
-local function new_item(flow, payload, enq, nb, pri, boost, has_key, key, now, window)
+local function new_item(flow, payload, enq, nb, pri, boost, has_key, key, now, window, cost)
   local id = fmt(redis.call('INCR', K_SEQ))
   local k = item_key(id)
   redis.call('HSET', k, 'flow', flow, 'payload', payload, 'enq', enq, 'dlv', 0)
+  if cost and cost ~= '' and cost ~= '1' then redis.call('HSET', k, 'cost', cost) end
   if pri ~= '0' and pri ~= '' then redis.call('HSET', k, 'pri', pri, 'boost', boost) end
   if nb ~= '' then
     redis.call('HSET', k, 'nb', nb, 'st', 'delayed')

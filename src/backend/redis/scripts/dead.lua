@@ -8,9 +8,9 @@ if op == 'list' then
   local out = {}
   if n <= 0 then return out end
   for _, id in ipairs(redis.call('LRANGE', K_DEAD, 0, n - 1)) do
-    local f = redis.call('HMGET', item_key(id), 'flow', 'payload', 'enq', 'nb', 'dlv', 'reason', 'failed', 'pri')
+    local f = redis.call('HMGET', item_key(id), 'flow', 'payload', 'enq', 'nb', 'dlv', 'reason', 'failed', 'pri', 'cost')
     if f[2] then
-      out[#out + 1] = { id, f[1] or '', f[2], f[3] or '0', f[4] or '', f[5] or '0', f[6] or '', f[7] or '0', f[8] or '0' }
+      out[#out + 1] = { id, f[1] or '', f[2], f[3] or '0', f[4] or '', f[5] or '0', f[6] or '', f[7] or '0', f[8] or '0', f[9] or '1' }
     end
   end
   return out

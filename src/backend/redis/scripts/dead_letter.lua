@@ -4,5 +4,5 @@
 local now = clock_now()
 local id, lease = ARGV[2], ARGV[3]
 if not current(id, lease) then return LOST end
-release(id)
+release(id, now)
 return bury(id, ARGV[4], now, tonumber(ARGV[5]), ARGV[6])

@@ -49,13 +49,14 @@ for _, p in ipairs(plan) do
     dead[#dead + 1] = id
     dead[#dead + 1] = f[1] or '0'
     dead[#dead + 1] = f[2] or '0'
-    release(id)
+    release(id, now)
     dropped = dropped + bury(id, MAX_DELIVERIES_REASON, now, cap, ttl)
   elseif what == 'park' then
-    release(id)
+    release(id, now)
     park_item(id, p[3])
   else
     local lane = redis.call('HGET', item_key(id), 'lane')
+    release(id, now)
     out[#out + 1] = hand_out(id, lane or 'backlog', now, consumer)
   end
 end

@@ -1,8 +1,9 @@
 -- release: give a claim back without spending its delivery. ARGV: now,
 -- id, lease, not_before. Returns -1 lost, 1 delayed, 2 parked (paused flow).
+local now = clock_now()
 local id, lease, nb = ARGV[2], ARGV[3], ARGV[4]
 if not current(id, lease) then return LOST end
-release(id)
+release(id, now)
 local k = item_key(id)
 local dlv = tonumber(redis.call('HGET', k, 'dlv') or '0') or 0
 if dlv > 0 then redis.call('HSET', k, 'dlv', fmt(dlv - 1)) end

@@ -4,7 +4,7 @@
 local now = clock_now()
 local id, lease, nb = ARGV[2], ARGV[3], ARGV[4]
 if not current(id, lease) then return { LOST } end
-release(id)
+release(id, now)
 local dlv = tonumber(redis.call('HGET', item_key(id), 'dlv') or '0')
 if dlv >= tonumber(ARGV[5]) then
   return { DEAD_LETTERED, bury(id, MAX_DELIVERIES_REASON, now, tonumber(ARGV[6]), ARGV[7]) }

@@ -1,13 +1,22 @@
 -- stats. ARGV: now. Returns {backlog, due, pending, delayed, parked, dead,
--- oldest_claimed_at or "", now, dead letters dropped past the cap}.
+-- oldest_claimed_at or "", now, dead letters dropped past the cap,
+-- limited}. Held items (SPEC 3, Flow limits) count in the backlog and due
+-- lane; `limited` counts those of flows their limits hold now.
 local now = clock_now()
-local due = redis.call('ZCARD', K_READY_DUE)
-local backlog = redis.call('ZCARD', K_READY) + due
+local held = tonumber(redis.call('GET', K_HELD_N) or '0') or 0
+local held_due = tonumber(redis.call('GET', K_HELD_DUE_N) or '0') or 0
+local due = redis.call('ZCARD', K_READY_DUE) + held_due
+local backlog = redis.call('ZCARD', K_READY) + due + held - held_due
 local parked = 0
 for _, flow in ipairs(redis.call('SMEMBERS', K_FLOWS)) do
   parked = parked + redis.call('LLEN', parked_key(flow))
 end
+local limited = 0
+for _, flow in ipairs(redis.call('SMEMBERS', K_LIMITS)) do
+  local st = lim_get(flow)
+  if st and st.held > 0 and not lim_may(st, now) then limited = limited + st.held end
+end
 local oldest = redis.call('ZRANGE', K_PENDING, 0, 0, 'WITHSCORES')
 return { backlog, due, redis.call('ZCARD', K_PENDING), redis.call('ZCARD', K_DELAYED),
   parked, redis.call('LLEN', K_DEAD), oldest[2] or '', fmt(now),
-  tonumber(redis.call('GET', K_DEAD_DROPPED) or '0') or 0 }
+  tonumber(redis.call('GET', K_DEAD_DROPPED) or '0') or 0, limited }
