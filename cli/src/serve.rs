@@ -321,6 +321,10 @@ async fn run_serve(
     args: &ServeArgs,
     default_socket: PathBuf,
 ) -> CliResult {
+    // Ctrl-C/SIGTERM are taken over before the socket appears: a client
+    // (or a test) that sees the socket may signal at once, and the default
+    // action would kill the server without its shutdown.
+    let signals = ShutdownSignals::install()?;
     let socket = args.socket.clone().unwrap_or(default_socket);
     let group = args.socket_group.as_deref().map(group_id).transpose()?;
     let permissions = SocketPermissions {
@@ -360,23 +364,36 @@ async fn run_serve(
     }
     let serving = Serving::start(lag.give(Server::new(queue.clone(), options)), listeners);
     let _ = writeln!(std::io::stderr(), "workjournal: {banner}");
-    wait_for_signal().await?;
+    signals.wait().await;
     serving.stop().await;
     Ok(())
 }
 
-async fn wait_for_signal() -> CliResult {
-    use tokio::signal::unix::{SignalKind, signal};
-    let err = |e: std::io::Error| {
-        CliError::new(
-            code::FAILURE,
-            format!("cannot listen for Ctrl-C/SIGTERM: {e}"),
-        )
-    };
-    let mut int = signal(SignalKind::interrupt()).map_err(err)?;
-    let mut term = signal(SignalKind::terminate()).map_err(err)?;
-    tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
-    Ok(())
+/// Ctrl-C and SIGTERM, listened for from `install` on.
+struct ShutdownSignals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignals {
+    fn install() -> CliResult<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let err = |e: std::io::Error| {
+            CliError::new(
+                code::FAILURE,
+                format!("cannot listen for Ctrl-C/SIGTERM: {e}"),
+            )
+        };
+        Ok(Self {
+            int: signal(SignalKind::interrupt()).map_err(err)?,
+            term: signal(SignalKind::terminate()).map_err(err)?,
+        })
+    }
+
+    /// Until the first Ctrl-C or SIGTERM.
+    async fn wait(mut self) {
+        tokio::select! { _ = self.int.recv() => {}, _ = self.term.recv() => {} }
+    }
 }
 
 #[cfg(test)]

@@ -66,9 +66,14 @@ pub(crate) fn signals(first: Arc<Notify>, second: Arc<Notify>) -> CliResult {
 
 pub(crate) async fn work(global: &Global, args: &WorkArgs) -> CliResult {
     crate::commands::require_queue_file(global)?;
+    // Signals are taken over before the socket appears, so a SIGTERM sent
+    // as soon as the socket exists is a graceful stop, not a kill.
+    let first = Arc::new(Notify::new());
+    let second = Arc::new(Notify::new());
+    signals(first.clone(), second.clone())?;
     // While it runs, `work` serves the file it opened to other processes.
     let (queue, serving) = crate::serve::open_for_work(global, config(&args.exec)).await?;
-    let result = run_work(&queue, args).await;
+    let result = run_work(&queue, args, first, second).await;
     if let Some(serving) = serving {
         serving.stop().await;
     }
@@ -78,7 +83,12 @@ pub(crate) async fn work(global: &Global, args: &WorkArgs) -> CliResult {
     Ok(())
 }
 
-async fn run_work(queue: &BoxQueue, args: &WorkArgs) -> CliResult {
+async fn run_work(
+    queue: &BoxQueue,
+    args: &WorkArgs,
+    first: Arc<Notify>,
+    second: Arc<Notify>,
+) -> CliResult {
     let concurrency = match args.concurrency {
         Some(n) => n as usize,
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -167,9 +177,6 @@ async fn run_work(queue: &BoxQueue, args: &WorkArgs) -> CliResult {
         }
     };
 
-    let first = Arc::new(Notify::new());
-    let second = Arc::new(Notify::new());
-    signals(first.clone(), second.clone())?;
     let shutdown = {
         let first = first.clone();
         let bar = bar.clone();
