@@ -140,6 +140,8 @@ pub const PER_PARTITION_CASES: &[&str] = &[
     "reclaim_parks_items_of_paused_flows",
     "resume_requeues_parked_oldest_first",
     "stats_count_every_state",
+    // Listing orders hold per partition (SPEC 12.1).
+    "list_orders_each_state",
 ];
 
 /// The conformance suite against a [`PartitionedQueue`](crate::PartitionedQueue)

@@ -6,6 +6,7 @@
 //! transaction. Lanes that keep an order (backlog, due lane, parked lists,
 //! dead letters) are keyed by one file-wide position counter `seq`.
 
+mod browse;
 #[cfg(feature = "forward")]
 mod forward;
 

@@ -61,6 +61,10 @@ pub(super) enum Op {
     Stats,
     BacklogByFlow(usize),
     Peek(usize),
+    /// SPEC 12.1: one page of a state.
+    List(crate::browse::ListQuery),
+    /// SPEC 12.1: one item by id.
+    Find(u64),
     /// Store and forward (SPEC section 11): the file's journal id.
     #[cfg(feature = "forward")]
     ForwardJournal,
@@ -109,6 +113,8 @@ impl Op {
                 | Op::Outcome(_)
                 | Op::Progress(_)
                 | Op::Chunks(..)
+                | Op::List(_)
+                | Op::Find(_)
         ) || self.is_test_read()
             || self.is_forward_read()
     }
@@ -191,6 +197,8 @@ pub(super) enum Reply {
     Bytes(Option<Vec<u8>>),
     /// Chunks after a sequence number, and whether the item has finished.
     Chunks(Vec<Chunk>, bool),
+    Page(crate::browse::ItemPage),
+    Found(Option<crate::browse::ListedItem>),
     #[cfg(feature = "forward")]
     Outgoing(Vec<tables::Outgoing>),
     #[cfg(feature = "forward")]
@@ -356,6 +364,8 @@ fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
         Op::Stats => Reply::Stats(t.stats(now)?),
         Op::BacklogByFlow(n) => Reply::ByFlow(t.backlog_by_flow(*n, now)?),
         Op::Peek(n) => Reply::Items(t.peek(*n, now)?),
+        Op::List(q) => Reply::Page(t.list(q)?),
+        Op::Find(id) => Reply::Found(t.find(*id)?),
         #[cfg(feature = "forward")]
         Op::ForwardJournal => Reply::Count(t.forward_journal()?),
         #[cfg(feature = "forward")]
