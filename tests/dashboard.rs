@@ -63,6 +63,8 @@ fn start_driver() -> Driver {
 }
 
 async fn browser(driver: &Driver) -> Client {
+    // Two crypto providers are linked in (ring and aws-lc-rs): pick one.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let caps = serde_json::json!({
         "goog:chromeOptions": {
             "binary": CHROMIUM,
@@ -174,6 +176,9 @@ async fn fill(served: &Served) -> u64 {
     q.dead_letter(taken[0].receipt, "smtp 550: mailbox unavailable")
         .await
         .unwrap();
+    q.add(NewItem::new(b"long job".to_vec())).await.unwrap();
+    let working = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!(working.len(), 1);
     q.add(NewItem::new(b"report 2026-11".to_vec()))
         .await
         .unwrap();
@@ -186,9 +191,6 @@ async fn fill(served: &Served) -> u64 {
     )
     .await
     .unwrap();
-    q.add(NewItem::new(b"long job".to_vec())).await.unwrap();
-    let working = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
-    assert_eq!(working.len(), 1);
     q.close().await.unwrap();
     doomed
 }
@@ -267,8 +269,17 @@ async fn the_page_shows_the_queue_and_acts_on_it() {
 
     // A payload that is not text shows as hex; search finds by text and id.
     click(&c, "#tabs button[data-state=backlog]").await;
-    let all = text_of(&c, "#items tbody").await;
-    assert!(all.contains("00 9f 92 96 01 02"), "{all}");
+    until("the backlog tab", || async {
+        let t = c
+            .find(Locator::Css("#items tbody"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        t.contains("00 9f 92 96 01 02") && t.contains("send invoice 42")
+    })
+    .await;
     c.find(Locator::Css("#search-text"))
         .await
         .unwrap()

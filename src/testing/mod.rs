@@ -142,6 +142,7 @@ pub const PER_PARTITION_CASES: &[&str] = &[
     "stats_count_every_state",
     // Listing orders hold per partition (SPEC 12.1).
     "list_orders_each_state",
+    "list_shows_each_state",
 ];
 
 /// The conformance suite against a [`PartitionedQueue`](crate::PartitionedQueue)
