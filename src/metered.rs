@@ -219,13 +219,11 @@ impl<Q: WorkQueue> WorkQueue for MeteredQueue<Q> {
     }
 
     async fn next_due(&self) -> Result<Option<u64>> {
-        let r = timed("next_due", self.inner.next_due()).await;
-        r
+        timed("next_due", self.inner.next_due()).await
     }
 
     async fn promote_due(&self) -> Result<u64> {
-        let r = timed("promote_due", self.inner.promote_due()).await;
-        r
+        timed("promote_due", self.inner.promote_due()).await
     }
 
     async fn claim(&self, count: usize, wait: Duration, from: ClaimFrom) -> Result<Vec<Claimed>> {
@@ -257,33 +255,27 @@ impl<Q: WorkQueue> WorkQueue for MeteredQueue<Q> {
     }
 
     async fn outcome(&self, id: u64) -> Result<Option<Outcome>> {
-        let r = timed("outcome", self.inner.outcome(id)).await;
-        r
+        timed("outcome", self.inner.outcome(id)).await
     }
 
     async fn wait_outcome(&self, id: u64, wait: Duration) -> Result<Option<Outcome>> {
-        let r = timed("wait_outcome", self.inner.wait_outcome(id, wait)).await;
-        r
+        timed("wait_outcome", self.inner.wait_outcome(id, wait)).await
     }
 
     async fn set_progress(&self, receipt: Receipt, progress: Vec<u8>) -> Result<()> {
-        let r = timed("set_progress", self.inner.set_progress(receipt, progress)).await;
-        r
+        timed("set_progress", self.inner.set_progress(receipt, progress)).await
     }
 
     async fn send_chunk(&self, receipt: Receipt, chunk: Vec<u8>) -> Result<u64> {
-        let r = timed("send_chunk", self.inner.send_chunk(receipt, chunk)).await;
-        r
+        timed("send_chunk", self.inner.send_chunk(receipt, chunk)).await
     }
 
     async fn progress(&self, id: u64) -> Result<Option<Vec<u8>>> {
-        let r = timed("progress", self.inner.progress(id)).await;
-        r
+        timed("progress", self.inner.progress(id)).await
     }
 
     async fn wait_chunks(&self, id: u64, after_seq: u64, wait: Duration) -> Result<Vec<Chunk>> {
-        let r = timed("wait_chunks", self.inner.wait_chunks(id, after_seq, wait)).await;
-        r
+        timed("wait_chunks", self.inner.wait_chunks(id, after_seq, wait)).await
     }
 
     async fn ack_batch(&self, receipts: Vec<Receipt>) -> Result<u64> {
@@ -295,8 +287,7 @@ impl<Q: WorkQueue> WorkQueue for MeteredQueue<Q> {
     }
 
     async fn touch(&self, receipts: Vec<Receipt>) -> Result<()> {
-        let r = timed("touch", self.inner.touch(receipts)).await;
-        r
+        timed("touch", self.inner.touch(receipts)).await
     }
 
     async fn retry(&self, receipt: Receipt, not_before_ms: u64) -> Result<RetryOutcome> {
@@ -308,8 +299,7 @@ impl<Q: WorkQueue> WorkQueue for MeteredQueue<Q> {
     }
 
     async fn release(&self, receipt: Receipt, not_before_ms: u64) -> Result<()> {
-        let r = timed("release", self.inner.release(receipt, not_before_ms)).await;
-        r
+        timed("release", self.inner.release(receipt, not_before_ms)).await
     }
 
     async fn dead_letter(&self, receipt: Receipt, reason: &str) -> Result<()> {
@@ -329,63 +319,51 @@ impl<Q: WorkQueue> WorkQueue for MeteredQueue<Q> {
     }
 
     async fn pause(&self, flow: &str) -> Result<()> {
-        let r = timed("pause", self.inner.pause(flow)).await;
-        r
+        timed("pause", self.inner.pause(flow)).await
     }
 
     async fn resume(&self, flow: &str) -> Result<u64> {
-        let r = timed("resume", self.inner.resume(flow)).await;
-        r
+        timed("resume", self.inner.resume(flow)).await
     }
 
     async fn park(&self, receipt: Receipt) -> Result<()> {
-        let r = timed("park", self.inner.park(receipt)).await;
-        r
+        timed("park", self.inner.park(receipt)).await
     }
 
     async fn step(&self, flow: &str) -> Result<Option<Claimed>> {
-        let r = timed("step", self.inner.step(flow)).await;
-        r
+        timed("step", self.inner.step(flow)).await
     }
 
     async fn clear_flow(&self, flow: &str) -> Result<u64> {
-        let r = timed("clear_flow", self.inner.clear_flow(flow)).await;
-        r
+        timed("clear_flow", self.inner.clear_flow(flow)).await
     }
 
     async fn parked(&self, flow: &str) -> Result<u64> {
-        let r = timed("parked", self.inner.parked(flow)).await;
-        r
+        timed("parked", self.inner.parked(flow)).await
     }
 
     async fn paused_flows(&self) -> Result<Vec<String>> {
-        let r = timed("paused_flows", self.inner.paused_flows()).await;
-        r
+        timed("paused_flows", self.inner.paused_flows()).await
     }
 
     async fn mark_done(&self, id: u64, step: &str) -> Result<()> {
-        let r = timed("mark_done", self.inner.mark_done(id, step)).await;
-        r
+        timed("mark_done", self.inner.mark_done(id, step)).await
     }
 
     async fn was_done(&self, id: u64, step: &str) -> Result<bool> {
-        let r = timed("was_done", self.inner.was_done(id, step)).await;
-        r
+        timed("was_done", self.inner.was_done(id, step)).await
     }
 
     async fn dead_letters(&self, count: usize) -> Result<Vec<DeadLetter>> {
-        let r = timed("dead_letters", self.inner.dead_letters(count)).await;
-        r
+        timed("dead_letters", self.inner.dead_letters(count)).await
     }
 
     async fn redrive(&self, id: u64) -> Result<bool> {
-        let r = timed("redrive", self.inner.redrive(id)).await;
-        r
+        timed("redrive", self.inner.redrive(id)).await
     }
 
     async fn purge_dead_letters(&self) -> Result<u64> {
-        let r = timed("purge_dead_letters", self.inner.purge_dead_letters()).await;
-        r
+        timed("purge_dead_letters", self.inner.purge_dead_letters()).await
     }
 
     async fn stats(&self) -> Result<Stats> {
@@ -397,38 +375,31 @@ impl<Q: WorkQueue> WorkQueue for MeteredQueue<Q> {
     }
 
     async fn backlog_by_flow(&self, sample: usize) -> Result<BTreeMap<String, u64>> {
-        let r = timed("backlog_by_flow", self.inner.backlog_by_flow(sample)).await;
-        r
+        timed("backlog_by_flow", self.inner.backlog_by_flow(sample)).await
     }
 
     async fn peek(&self, count: usize) -> Result<Vec<Item>> {
-        let r = timed("peek", self.inner.peek(count)).await;
-        r
+        timed("peek", self.inner.peek(count)).await
     }
 
     async fn list(&self, query: ListQuery) -> Result<ItemPage> {
-        let r = timed("list", self.inner.list(query)).await;
-        r
+        timed("list", self.inner.list(query)).await
     }
 
     async fn find(&self, id: u64) -> Result<Option<ListedItem>> {
-        let r = timed("find", self.inner.find(id)).await;
-        r
+        timed("find", self.inner.find(id)).await
     }
 
     async fn now_ms(&self) -> Result<u64> {
-        let r = timed("now", self.inner.now_ms()).await;
-        r
+        timed("now", self.inner.now_ms()).await
     }
 
     async fn compact(&self) -> Result<bool> {
-        let r = timed("compact", self.inner.compact()).await;
-        r
+        timed("compact", self.inner.compact()).await
     }
 
     async fn close(&self) -> Result<()> {
-        let r = timed("close", self.inner.close()).await;
-        r
+        timed("close", self.inner.close()).await
     }
 
     fn max_deliveries(&self) -> u32 {

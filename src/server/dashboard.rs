@@ -729,7 +729,6 @@ fn flow_of(a: &Action) -> Result<&str> {
 
 fn receipt_of(a: &Action) -> Result<Receipt> {
     a.receipt
-        .clone()
         .map(Into::into)
         .ok_or_else(|| Error::invalid(format!("{} needs a receipt", a.action)))
 }
