@@ -248,6 +248,10 @@ async fn the_page_shows_the_queue_and_acts_on_it() {
     assert!(row.contains("smtp 550"), "{row}");
     assert!(row.contains("send invoice 42"), "{row}");
     shot(&c, "dead_letters.png").await;
+    // The whole page at once (docs/dashboard.png is one of these).
+    c.set_window_size(1100, 1450).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    shot(&c, "full.png").await;
     click(
         &c,
         &format!("#items tr[data-id=\"{dead}\"] button[data-action=redrive]"),
