@@ -111,3 +111,68 @@ fn metrics_on_tcp_need_the_token() {
     );
     assert_eq!(api.status, 404, "{}", api.body);
 }
+
+/// The dashboard's JSON routes and `/metrics` on a Redis queue: pending
+/// items name their consumer, dead letters their reason, and the state
+/// gauges match `stats`.
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_reads_a_redis_queue() {
+    use std::time::Duration;
+    use workjournal::{ClaimFrom, Config, NewItem, RedisOptions, RedisQueue, WorkQueue};
+
+    let redis = workjournal::testing::RedisServer::start().unwrap();
+    let url = redis.url();
+    let served = Served::start_redis(&url, "dash", &["--http", "127.0.0.1:0"]);
+    let http = served.http.clone().unwrap();
+    let bearer = format!("Bearer {}", served.token());
+    let auth = [("authorization", bearer.as_str())];
+    let q = RedisQueue::connect(&url, "dash", Config::default(), RedisOptions::default())
+        .await
+        .unwrap();
+    q.add(NewItem::new(b"first".to_vec())).await.unwrap();
+    q.add(NewItem::new(b"second".to_vec())).await.unwrap();
+    q.add(NewItem::new(b"third".to_vec())).await.unwrap();
+    let c = q.claim(2, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    q.dead_letter(c[1].receipt, "no such customer")
+        .await
+        .unwrap();
+
+    let pending = tcp(&http, "GET", "/ui/items?state=pending", &auth, "");
+    assert_eq!(pending.status, 200, "{}", pending.body);
+    let v: serde_json::Value = serde_json::from_str(&pending.body).unwrap();
+    assert_eq!(v["items"][0]["payload"]["text"], "first", "{v}");
+    assert!(
+        v["items"][0]["consumer"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("wj-")),
+        "{v}"
+    );
+    let dead = tcp(&http, "GET", "/ui/items?state=dead_letter", &auth, "");
+    let v: serde_json::Value = serde_json::from_str(&dead.body).unwrap();
+    assert_eq!(v["items"][0]["reason"], "no such customer", "{v}");
+    let found = tcp(
+        &http,
+        "GET",
+        &format!("/ui/find?id={}", c[1].item.id),
+        &auth,
+        "",
+    );
+    let v: serde_json::Value = serde_json::from_str(&found.body).unwrap();
+    assert_eq!(v["item"]["state"], "dead_letter", "{v}");
+
+    let stats = served.stats();
+    let m = tcp(&http, "GET", "/metrics", &auth, "").body;
+    for (state, key) in [
+        ("backlog", "backlog"),
+        ("pending", "pending"),
+        ("dead_letter", "dead_letters"),
+    ] {
+        assert_eq!(
+            sample(&m, &format!("workjournal_items{{state=\"{state}\"}}")),
+            stats[key].as_f64(),
+            "{state}: {stats}\n{m}"
+        );
+    }
+    q.close().await.unwrap();
+}

@@ -19,16 +19,39 @@ pub struct Served {
     pub http: Option<String>,
     /// The API's TCP `HOST:PORT`, with `--listen`.
     pub listen: Option<String>,
+    /// The global arguments naming the queue (`--db ...` or `--redis ...`).
+    pub target: Vec<String>,
+    socket: PathBuf,
 }
 
 impl Served {
     /// `workjournal --db DIR/q.redb serve ARGS`, once its banner is out.
     pub fn start(args: &[&str]) -> Served {
         let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("q.redb").display().to_string();
+        let socket = dir.path().join("q.redb.sock");
+        Served::start_on(dir, vec!["--db".into(), db], socket, args)
+    }
+
+    /// `workjournal --redis URL --namespace NS serve --socket DIR/r.sock ARGS`.
+    pub fn start_redis(url: &str, namespace: &str, args: &[&str]) -> Served {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("r.sock");
+        let mut all = vec!["--socket", socket.to_str().unwrap()];
+        all.extend_from_slice(args);
+        let target = vec![
+            "--redis".to_string(),
+            url.to_string(),
+            "--namespace".to_string(),
+            namespace.to_string(),
+        ];
+        Served::start_on(dir, target, socket.clone(), &all)
+    }
+
+    fn start_on(dir: TempDir, target: Vec<String>, socket: PathBuf, args: &[&str]) -> Served {
         let mut child = Command::new(env!("CARGO_BIN_EXE_workjournal"))
             .current_dir(dir.path())
-            .arg("--db")
-            .arg(dir.path().join("q.redb"))
+            .args(&target)
             .arg("serve")
             .args(args)
             .env_remove("RUST_LOG")
@@ -41,7 +64,13 @@ impl Served {
         let mut banner = String::new();
         let stderr = child.stderr.take().unwrap();
         let mut lines = BufReader::new(stderr);
-        lines.read_line(&mut banner).unwrap();
+        // Warnings (a Redis without persistence, say) may come first.
+        for _ in 0..20 {
+            banner.clear();
+            if lines.read_line(&mut banner).unwrap() == 0 || banner.contains("serving on") {
+                break;
+            }
+        }
         // Keep draining stderr so the server never blocks on it.
         std::thread::spawn(move || {
             let mut sink = String::new();
@@ -64,6 +93,8 @@ impl Served {
             child,
             http,
             listen,
+            target,
+            socket,
         }
     }
 
@@ -72,11 +103,11 @@ impl Served {
     }
 
     pub fn socket(&self) -> PathBuf {
-        self.path("q.redb.sock")
+        self.socket.clone()
     }
 
     pub fn token(&self) -> String {
-        std::fs::read_to_string(self.path("q.redb.token"))
+        std::fs::read_to_string(self.socket.with_extension("token"))
             .unwrap()
             .trim()
             .to_string()
@@ -86,8 +117,7 @@ impl Served {
     pub fn cli(&self, args: &[&str]) -> String {
         let out = Command::new(env!("CARGO_BIN_EXE_workjournal"))
             .current_dir(self.dir.path())
-            .arg("--db")
-            .arg(self.path("q.redb"))
+            .args(&self.target)
             .args(args)
             .env_remove("WORKJOURNAL_TOKEN")
             .stdin(Stdio::null())
