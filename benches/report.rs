@@ -140,6 +140,14 @@ const WORKLOADS: &[(&str, &str)] = &[
     ("rpc p50", "request-response round trip p50"),
     ("rpc p99", "request-response round trip p99"),
     (
+        "claim_ack_100_tiers_1",
+        "claim+ack, batch 100, one priority tier",
+    ),
+    (
+        "claim_ack_100_tiers_10",
+        "claim+ack, batch 100, ten tiers mixed",
+    ),
+    (
         "remote_add_1_producer",
         "through the socket: add, 1 producer",
     ),
@@ -160,7 +168,8 @@ const EMBEDDED_OTHERS: &[&str] = &[
     "effectum",
     "tokio-sleep",
 ];
-const REDIS_OTHERS: &[&str] = &["raw-streams", "omniqueue", "tokio-sleep"];
+/// `raw-zadd-pubsub` is the gateway's request-response pattern (benches/rpc.rs).
+const REDIS_OTHERS: &[&str] = &["raw-streams", "omniqueue", "tokio-sleep", "raw-zadd-pubsub"];
 /// The remote backend's rows compare it with the same queue in-process and
 /// with a SQLite table shared by two writer processes.
 const REMOTE: &str = "workjournal-remote";
@@ -370,6 +379,17 @@ fn targets(r: &Results) {
             &format!("redis vs omniqueue, {label}"),
             rat(key, REDIS, "omniqueue"),
             1.0,
+            true,
+            "x",
+        );
+    }
+    for (s, name) in [(EMBEDDED, "embedded"), (REDIS, "redis")] {
+        verdict(
+            &format!("{name} claim+ack, ten priority tiers mixed vs one tier (issue 14)"),
+            (|| {
+                Some(get(r, "claim_ack_100_tiers_10", s)?.v / get(r, "claim_ack_100_tiers_1", s)?.v)
+            })(),
+            0.8,
             true,
             "x",
         );

@@ -350,6 +350,7 @@ mod tests {
                 enqueued_at_ms: 0,
                 not_before_ms: None,
                 deliveries: 0,
+                priority: 0,
             },
             ItemState::Backlog,
         )

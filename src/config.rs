@@ -25,6 +25,7 @@ pub struct Config {
     pub(crate) dead_letter_cap: u64,
     pub(crate) max_backlog: Option<u64>,
     pub(crate) max_payload_bytes: usize,
+    pub(crate) aging_step: Duration,
     pub(crate) clock: Option<SharedClock>,
 }
 
@@ -40,6 +41,11 @@ pub const DEFAULT_DEDUP_WINDOW: Duration = Duration::from_secs(300);
 pub const DEFAULT_DEAD_LETTER_CAP: u64 = 10_000;
 /// Default of [`Config::max_payload_bytes`]: 16 MiB.
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 16 * 1024 * 1024;
+/// Default of [`Config::aging_step`]: 60 s of waiting per priority tier.
+pub const DEFAULT_AGING_STEP: Duration = Duration::from_secs(60);
+/// Largest [`Config::aging_step`] honoured, about 12 days: tier x step then
+/// stays exact in every backend (Redis scores are doubles).
+pub const MAX_AGING_STEP: Duration = Duration::from_millis(1 << 30);
 /// How many done markers the memory backend keeps at most (oldest dropped
 /// first).
 pub const MEMORY_DONE_MARKER_CAP: usize = 10_000;
@@ -54,6 +60,7 @@ impl Default for Config {
             dead_letter_cap: DEFAULT_DEAD_LETTER_CAP,
             max_backlog: None,
             max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
+            aging_step: DEFAULT_AGING_STEP,
             clock: None,
         }
     }
@@ -111,6 +118,23 @@ impl Config {
         self
     }
 
+    /// How much waiting one priority tier is worth (SPEC section 3,
+    /// Priority): the backlog and the due lane are ordered by (arrival
+    /// time - tier x `aging_step`, position), so an item of tier 2 runs
+    /// before tier-0 items that arrived up to two steps earlier, and never
+    /// before those that waited longer (nothing starves). Zero makes every
+    /// tier equal (plain FIFO). Default: 60 s; longer than
+    /// [`MAX_AGING_STEP`] is treated as that.
+    pub fn aging_step(mut self, step: Duration) -> Self {
+        self.aging_step = step.min(MAX_AGING_STEP);
+        self
+    }
+
+    /// The configured `aging_step`.
+    pub fn get_aging_step(&self) -> Duration {
+        self.aging_step
+    }
+
     /// The clock every time rule reads. Default: the system clock for the
     /// memory and embedded backends, the server's `TIME` for Redis.
     pub fn clock(mut self, clock: impl Clock) -> Self {
@@ -162,4 +186,21 @@ impl Config {
 /// Milliseconds in `d`, saturating.
 pub(crate) fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// SPEC section 3, Priority: the rank of an item arriving in the backlog or
+/// the due lane at `arrival_ms` with priority `tier`: `arrival - tier x
+/// aging_step`, as a signed number so that it never saturates near the
+/// epoch. Smaller ranks are claimed first; ties go by position.
+pub(crate) fn rank(arrival_ms: u64, tier: u8, aging_step: Duration) -> i64 {
+    let arrival = i64::try_from(arrival_ms.min(1 << 52)).unwrap_or(1 << 52);
+    let step = i64::try_from(ms(aging_step.min(MAX_AGING_STEP))).unwrap_or(1 << 30);
+    arrival - i64::from(tier) * step
+}
+
+/// A lane rank moved back by a clock step of `back_ms` (SPEC 8, Clock
+/// steps): the rank `rank` gives an arrival `back_ms` earlier, the tier's
+/// share unchanged.
+pub(crate) fn rank_back(rank: i64, back_ms: u64) -> i64 {
+    rank.saturating_sub(i64::try_from(back_ms.min(1 << 52)).unwrap_or(1 << 52))
 }

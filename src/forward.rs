@@ -139,6 +139,40 @@ pub struct Lag {
     pub oldest_age_ms: Option<u64>,
 }
 
+/// What a queue file holds for forwarding, read from the file alone: see
+/// [`local_lag`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct LocalLag {
+    /// What waits to be handed over (of the flows asked for).
+    pub lag: Lag,
+    /// Whether a [`Forwarder`] was ever set up on this file (it made the
+    /// file's forwarding journal id), whatever it has forwarded since.
+    pub forwarded: bool,
+}
+
+/// The forwarding lag of `local` without a Redis connection (SPEC section
+/// 11, "Lag"; `workjournal stats` shows it): the items of `flows` (`None`:
+/// every flow) waiting locally, the age of the oldest by the local clock,
+/// in ms, and whether the file was ever forwarded. Works on a read-only
+/// handle ([`EmbeddedOptions::read_only`](crate::EmbeddedOptions::read_only)).
+///
+/// # Errors
+///
+/// The local queue's errors (`Closed`, `Corrupt`, `Decode`, `Io`,
+/// `Storage`).
+pub async fn local_lag(local: &EmbeddedQueue, flows: Option<&[String]>) -> Result<LocalLag> {
+    let u = local.forward_lag(flows).await?;
+    let now = local.now_ms().await?;
+    Ok(LocalLag {
+        lag: Lag {
+            count: u.count,
+            oldest_age_ms: u.oldest_enqueued_at_ms.map(|t| now.saturating_sub(t)),
+        },
+        forwarded: u.forwarded,
+    })
+}
+
 /// What one [`Forwarder::forward_batch`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Batch {
@@ -314,12 +348,7 @@ impl Forwarder {
     ///
     /// The local queue's errors.
     pub async fn lag(&self) -> Result<Lag> {
-        let u = self.local.forward_lag(self.flows.as_deref()).await?;
-        let now = self.local.now_ms().await?;
-        Ok(Lag {
-            count: u.count,
-            oldest_age_ms: u.oldest_enqueued_at_ms.map(|t| now.saturating_sub(t)),
-        })
+        Ok(local_lag(&self.local, self.flows.as_deref()).await?.lag)
     }
 
     /// Forward batch after batch until `stop` resolves (a batch in flight

@@ -19,6 +19,7 @@ pub struct NewItem {
     pub(crate) flow: String,
     pub(crate) payload: Vec<u8>,
     pub(crate) dedup_key: Option<String>,
+    pub(crate) priority: u8,
 }
 
 impl NewItem {
@@ -28,6 +29,7 @@ impl NewItem {
             flow: String::new(),
             payload: payload.into(),
             dedup_key: None,
+            priority: 0,
         }
     }
 
@@ -57,6 +59,21 @@ impl NewItem {
     pub fn dedup_key(mut self, key: impl Into<String>) -> Self {
         self.dedup_key = Some(key.into());
         self
+    }
+
+    /// Give the item a priority tier (SPEC section 3, Priority): higher
+    /// tiers run earlier, each tier worth `aging_step` of waiting, so an
+    /// item of a low tier that has waited long enough still overtakes fresh
+    /// items of higher tiers. Default: 0. With every item at tier 0 the
+    /// order is plain FIFO.
+    pub fn priority(mut self, tier: u8) -> Self {
+        self.priority = tier;
+        self
+    }
+
+    /// The priority tier, 0 to 255 (SPEC section 3, Priority).
+    pub fn get_priority(&self) -> u8 {
+        self.priority
     }
 
     /// The flow this item will join.
@@ -95,6 +112,9 @@ pub struct Item {
     /// How many times the item has been handed out (claim, reclaim, step).
     /// Reset to 0 by a redrive.
     pub deliveries: u32,
+    /// The priority tier given at add (0 by default; higher runs earlier),
+    /// kept through every move (SPEC section 3, Priority).
+    pub priority: u8,
 }
 
 impl Item {

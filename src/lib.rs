@@ -17,7 +17,7 @@
 //! |---|---|---|---|
 //! | [`MemoryQueue`] | always | process memory, not durable | tests; the reference model |
 //! | [`EmbeddedQueue`] | `embedded` (default) | one crash-safe redb file | one process on one machine: edge devices, single servers |
-//! | `RedisQueue` | `redis` | Redis Streams and a few keys; one server or a Redis Cluster (`redis+cluster://`) | many processes on many machines sharing one Redis |
+//! | `RedisQueue` | `redis` | Redis sorted sets and hashes; one server or a Redis Cluster (`redis+cluster://`) | many processes on many machines sharing one Redis |
 //! | `RemoteQueue` | `remote` | the queue another process serves (`workjournal serve`) | many processes on one node sharing one file |
 //!
 //! [`PartitionedQueue`] spreads one queue over several queues of any
@@ -245,8 +245,9 @@ mod readme_doctests {}
 pub use browse::{ItemPage, ItemState, ListQuery, ListedItem, MAX_LIST_LIMIT, MAX_SEARCH_SCAN};
 pub use clock::{CLOCK_STEP_TOLERANCE_MS, Clock, ManualClock, SharedClock, Sleep, SystemClock};
 pub use config::{
-    Config, DEFAULT_DEAD_LETTER_CAP, DEFAULT_DEDUP_WINDOW, DEFAULT_DONE_TTL,
-    DEFAULT_MAX_DELIVERIES, DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_RESULT_TTL, MEMORY_DONE_MARKER_CAP,
+    Config, DEFAULT_AGING_STEP, DEFAULT_DEAD_LETTER_CAP, DEFAULT_DEDUP_WINDOW, DEFAULT_DONE_TTL,
+    DEFAULT_MAX_DELIVERIES, DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_RESULT_TTL, MAX_AGING_STEP,
+    MEMORY_DONE_MARKER_CAP,
 };
 pub use error::{Error, Result};
 pub use item::{

@@ -27,9 +27,11 @@ use crate::outcome::{Chunk, Outcome};
 ///
 /// # Ordering
 ///
-/// FIFO within each lane: the due lane (by `not_before_ms`, then id) is
-/// claimed before the backlog (add order). No order across flows is promised
-/// beyond that.
+/// The due lane is claimed before the backlog; each lane is in rank order
+/// (SPEC section 3, Priority): `arrival - tier x aging_step`, then
+/// position, so higher tiers first, FIFO within a tier, and exactly FIFO
+/// when every item is at tier 0. No order across flows is promised beyond
+/// that.
 ///
 /// # Leases and receipts
 ///
@@ -135,7 +137,8 @@ pub trait WorkQueue: Send + Sync {
     fn promote_due(&self) -> impl Future<Output = Result<u64>> + Send;
 
     /// Take up to `count` items (never more): due lane first, then the
-    /// backlog (unless `from` is [`ClaimFrom::DueOnly`]). Items of a paused
+    /// backlog (unless `from` is [`ClaimFrom::DueOnly`]), each in rank order
+    /// (SPEC 3, Claiming and Priority). Items of a paused
     /// flow are parked instead of handed out. If nothing is ready, wait up to
     /// `wait` (real time) for an add, a promotion or a timer; return empty
     /// when the wait runs out. Each claimed item has `deliveries += 1` and

@@ -1317,6 +1317,36 @@ fn json_outputs_keep_binary_payloads() {
     );
 }
 
+// SPEC 3, Priority: `add --priority N` puts the item ahead of lower tiers;
+// `peek` (text and JSON) and `work` follow the same order.
+#[test]
+fn add_priority_runs_higher_tiers_first() {
+    let env = Env::new();
+    env.ok(&["add", "low"]);
+    env.ok(&["add", "high", "--priority", "5"]);
+    std::fs::write(env.path("mid"), "mid1\nmid2\n").unwrap();
+    env.ok(&["add", "--lines", "--file", "mid", "--priority", "2"]);
+    let peek: serde_json::Value = serde_json::from_str(&env.ok(&["peek", "--json"])).unwrap();
+    let order: Vec<&str> = peek
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["payload"].as_str().unwrap())
+        .collect();
+    assert_eq!(order, vec!["high", "mid1", "mid2", "low"], "{peek}");
+    assert_eq!(peek[0]["priority"], 5, "{peek}");
+    let out = env.ok(&[
+        "work",
+        "--until-empty",
+        "--concurrency",
+        "1",
+        "--exec",
+        "cat; echo",
+    ]);
+    assert_eq!(out, "high\nmid1\nmid2\nlow\n");
+    assert_error(&env.run(&["add", "x", "--priority", "256"]), 2, "priority");
+}
+
 // Regression (issue 10, item 3): a command that could not be started
 // (`sh` not found here; too many open files in the field) was charged to
 // the item as a failed attempt, and with `--max-deliveries 1` the item was

@@ -404,3 +404,33 @@ fn serve_socket_mode_and_group_open_the_socket_when_asked() {
     let bad = env.run(&["serve", "--socket-mode", "99x"]);
     assert_eq!(bad.status.code(), Some(2));
 }
+
+/// SPEC 3, Priority, through `serve` (SPEC 10): `add --priority N` sent over
+/// the socket keeps its tier, so `peek` through the server, and the file
+/// read directly once the server is gone, both rank it first.
+#[test]
+fn add_priority_through_the_server_keeps_the_tier() {
+    let env = Env::new();
+    let server = env.spawn(&["serve"]);
+    wait_for("serve to listen", || env.socket().exists());
+    env.ok(&["add", "low"]);
+    env.ok(&["add", "high", "--priority", "5"]);
+    let order = |peek: &serde_json::Value| -> Vec<(String, u64)> {
+        peek.as_array()
+            .unwrap()
+            .iter()
+            .map(|i| {
+                let payload = i["payload"].as_str().unwrap().to_owned();
+                (payload, i["priority"].as_u64().unwrap())
+            })
+            .collect()
+    };
+    let want = vec![("high".to_owned(), 5), ("low".to_owned(), 0)];
+    let served: serde_json::Value = serde_json::from_str(&env.ok(&["peek", "--json"])).unwrap();
+    assert_eq!(order(&served), want, "{served}");
+    sigterm(&server);
+    let (code, err) = wait_exit(server);
+    assert_eq!(code, Some(0), "{err}");
+    let direct: serde_json::Value = serde_json::from_str(&env.ok(&["peek", "--json"])).unwrap();
+    assert_eq!(order(&direct), want, "{direct}");
+}

@@ -240,26 +240,127 @@ async fn orphaned_claims_are_reclaimed_after_reopen_with_one_more_delivery() {
     q.ack(fresh[0].receipt).await.unwrap();
 }
 
+/// Write `key = value` into the `meta` table of the closed queue file at
+/// `path`, as another build would.
+fn set_meta(path: &std::path::Path, key: &str, value: u64) {
+    let db = redb::Database::create(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let def: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta");
+        let mut t = txn.open_table(def).unwrap();
+        t.insert(key, value).unwrap();
+    }
+    txn.commit().unwrap();
+}
+
 #[tokio::test]
 async fn a_newer_schema_is_refused_with_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("q.redb");
     let clock = ManualClock::new(T0);
     open(&path, &clock).await.close().await.unwrap();
-    {
-        let db = redb::Database::create(&path).unwrap();
-        let txn = db.begin_write().unwrap();
-        {
-            let def: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta");
-            let mut t = txn.open_table(def).unwrap();
-            t.insert("schema_version", 99).unwrap();
-        }
-        txn.commit().unwrap();
-    }
+    set_meta(&path, "schema_version", 99);
     match EmbeddedQueue::open(&path, config(&clock)).await {
         Err(Error::Decode { detail, .. }) => assert!(detail.contains("99"), "{detail}"),
         other => panic!("expected Decode, got {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn a_file_on_a_redo_log_is_refused_with_a_clear_error() {
+    // SPEC 6: a later build that commits through a redo log sets the meta
+    // key `redo_log`; this build must not open such a file at all.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let clock = ManualClock::new(T0);
+    let q = open(&path, &clock).await;
+    q.add(NewItem::new(b"kept".to_vec())).await.unwrap();
+    q.close().await.unwrap();
+    set_meta(&path, "redo_log", 1);
+    match EmbeddedQueue::open(&path, config(&clock)).await {
+        Err(Error::Decode { detail, .. }) => assert!(detail.contains("redo log"), "{detail}"),
+        other => panic!("expected Decode, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_schema_1_file_migrates_at_open_keeping_every_item_and_its_order() {
+    use workjournal::testing::{V1Item, write_schema1_fixture};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.redb");
+    let v1 = |flow: &str, payload: Vec<u8>, enq: u64, nb: Option<u64>, state| V1Item {
+        flow: flow.to_string(),
+        payload,
+        enqueued_at_ms: enq,
+        not_before_ms: nb,
+        state,
+    };
+    let big = vec![7u8; 4096];
+    write_schema1_fixture(
+        &path,
+        &[
+            // Position order, not enqueue order: item 1 was redriven to the
+            // tail before the file was left (its enqueue time is the oldest).
+            v1("", b"b1".to_vec(), T0 - 5_000, None, "backlog"),
+            v1("", big.clone(), T0 - 9_000, None, "backlog"),
+            v1("f", b"b3".to_vec(), T0 - 8_000, None, "backlog"),
+            v1("", b"due".to_vec(), T0 - 7_000, Some(T0 - 6_000), "due"),
+            v1(
+                "",
+                b"later".to_vec(),
+                T0 - 1_000,
+                Some(T0 + 60_000),
+                "delayed",
+            ),
+            v1("", b"dead".to_vec(), T0 - 3_000, None, "dead"),
+        ],
+    )
+    .unwrap();
+    let clock = ManualClock::new(T0);
+    let q = open(&path, &clock).await;
+    let located = q.audit().await.unwrap();
+    assert_eq!(located.len(), 6);
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.backlog, s.due, s.delayed, s.dead_letters), (4, 1, 1, 1));
+    // A new tier-0 item goes behind the migrated ones; a high tier may not
+    // overtake items that have waited longer than its tiers are worth.
+    q.add(NewItem::new(b"new".to_vec())).await.unwrap();
+    let peeked: Vec<Vec<u8>> = q
+        .peek(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.payload)
+        .collect();
+    let want: Vec<Vec<u8>> = vec![
+        b"due".to_vec(),
+        b"b1".to_vec(),
+        big.clone(),
+        b"b3".to_vec(),
+        b"new".to_vec(),
+    ];
+    assert_eq!(peeked, want);
+    let claimed = q.claim(10, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    let payloads: Vec<Vec<u8>> = claimed.iter().map(|c| c.item.payload.clone()).collect();
+    assert_eq!(payloads, want);
+    assert!(claimed.iter().all(|c| c.item.priority == 0));
+    assert_eq!(claimed[2].item.id, 2);
+    assert_eq!(
+        q.dead_letters(5).await.unwrap()[0].item.payload,
+        b"dead".to_vec()
+    );
+    q.close().await.unwrap();
+    // The migration was committed: the next open is schema 2 already, and
+    // the claims made before are orphans as after any reopen.
+    let q = open(&path, &clock).await;
+    assert_eq!(q.audit().await.unwrap().len(), 7);
+    let back = q
+        .reclaim_stale(Duration::from_secs(3600), 10)
+        .await
+        .unwrap();
+    assert_eq!(back.len(), 5);
+    assert!(back.iter().any(|c| c.item.payload == big));
+    q.close().await.unwrap();
 }
 
 #[tokio::test]

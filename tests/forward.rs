@@ -29,8 +29,8 @@ use workjournal::testing::RedisServer;
 use workjournal::testing::RedisServerOptions;
 use workjournal::testing::proxy::LinkProxy;
 use workjournal::{
-    ClaimFrom, Config, EmbeddedQueue, Error, NewItem, Origin, RedisOptions, RedisQueue,
-    RetryPolicy, WorkQueue,
+    ClaimFrom, Config, EmbeddedQueue, Error, Lane, ManualClock, NewItem, Origin, RedisOptions,
+    RedisQueue, RetryPolicy, WorkQueue,
 };
 use workload::{Rng, seed_from_env};
 
@@ -312,6 +312,68 @@ async fn a_forwarded_item_keeps_its_fields_and_names_its_origin() {
     assert_eq!(order, vec![due, plain, keyed]);
     let added_here = remote.add(NewItem::new(b"x".to_vec())).await.unwrap().id;
     assert_eq!(remote.origin(added_here).await.unwrap(), None);
+}
+
+// Issue 16 with issue 14: a forwarded item keeps its priority tier, in
+// the backlog and through delayed, and the fleet ranks it by that tier.
+#[tokio::test]
+async fn a_forwarded_item_keeps_its_priority_tier() {
+    let server = RedisServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let local = edge(dir.path()).await;
+    let now = local.now_ms().await.unwrap();
+    let low = add_in(&local, "low", "").await;
+    let high = local
+        .add(NewItem::new(b"high".to_vec()).priority(7))
+        .await
+        .unwrap()
+        .id;
+    let timer = local
+        .add_delayed(NewItem::new(b"timer".to_vec()).priority(3), now + 3_600_000)
+        .await
+        .unwrap()
+        .id;
+    let clock = ManualClock::new(now);
+    let remote = fleet(
+        &server.url(),
+        "edge",
+        Config::default().clock(clock.clone()),
+    )
+    .await;
+    let f = Forwarder::new(local.clone(), remote.clone(), "site-1")
+        .await
+        .unwrap();
+    assert_eq!(forward_all(&f).await.added, 3);
+    assert_local_empty(&local).await;
+    let rows = rows(&server.url(), "edge").await;
+    let tier_of = |oid: u64| {
+        rows.iter()
+            .find(|r| r.num("oid") == Some(oid))
+            .and_then(|r| r.num("pri"))
+    };
+    assert_eq!(
+        (tier_of(low), tier_of(high), tier_of(timer)),
+        (None, Some(7), Some(3))
+    );
+    let got = remote
+        .claim(10, Duration::ZERO, ClaimFrom::All)
+        .await
+        .unwrap();
+    let order: Vec<(u64, u8)> = got
+        .iter()
+        .map(|c| (by_oid_of(&rows, c.item.id), c.item.priority))
+        .collect();
+    assert_eq!(order, vec![(high, 7), (low, 0)]);
+    assert_eq!(remote.stats().await.unwrap().delayed, 1);
+    // The timer comes due by the fleet's clock with its tier.
+    clock.advance(Duration::from_secs(2 * 3600));
+    let got = remote
+        .claim(10, Duration::ZERO, ClaimFrom::All)
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(by_oid_of(&rows, got[0].item.id), timer);
+    assert_eq!((got[0].item.priority, got[0].lane), (3, Lane::Due));
 }
 
 fn by_oid_of(rows: &[Row], redis_id: u64) -> u64 {
@@ -958,6 +1020,100 @@ async fn the_forward_command_hands_the_file_over_and_stops_when_empty() {
     let stats = workjournal(&db, &["stats", "--json"]).output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
     assert_eq!(v["backlog"], 0);
+}
+
+/// `stats --json` of `db` with `extra` flags.
+fn stats_json(db: &Path, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["stats", "--json"];
+    args.extend_from_slice(extra);
+    let out = workjournal(db, &args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn stats_shows_the_forwarding_lag_once_the_file_has_been_forwarded() {
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("edge.redb");
+    let add = |args: &[&str]| {
+        let out = workjournal(&db, args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    add(&["add", "one"]);
+    add(&["add", "two"]);
+    add(&["add", "kept here", "--flow", "local"]);
+    let added = std::time::Instant::now();
+
+    // Never forwarded: no lag, unless asked for with --forward-flow.
+    let v = stats_json(&db, &[]);
+    assert_eq!(v["forward_lag"], serde_json::Value::Null, "{v}");
+    let out = workjournal(&db, &["stats"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(!text.contains("forward lag"), "{text}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let v = stats_json(&db, &["--forward-flow", ""]);
+    assert_eq!(v["forward_lag"]["count"], 2, "{v}");
+    let age = v["forward_lag"]["oldest_age_ms"].as_u64().unwrap();
+    assert!(age >= 200, "{v}");
+    assert!(age <= added.elapsed().as_millis() as u64 + 1000, "{v}");
+
+    // Forward the default flow; "local" stays, and one more item arrives.
+    let out = forward_command(&db, &url, &["--until-empty", "--flow", ""])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("done: forwarded 2"), "{stderr}");
+    let v = stats_json(&db, &["--forward-flow", ""]);
+    assert_eq!(v["forward_lag"]["count"], 0, "{v}");
+    assert_eq!(
+        v["forward_lag"]["oldest_age_ms"],
+        serde_json::Value::Null,
+        "{v}"
+    );
+    add(&["add", "three"]);
+
+    // Forwarded once: the lag shows without asking, over every flow...
+    let v = stats_json(&db, &[]);
+    assert_eq!(v["forward_lag"]["count"], 2, "{v}");
+    assert!(
+        v["forward_lag"]["oldest_age_ms"].as_u64().unwrap() >= 200,
+        "{v}"
+    );
+    let out = workjournal(&db, &["stats"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.contains("\nforward lag   2 items (oldest "), "{text}");
+    // ... or over the flows the forwarder forwards.
+    let v = stats_json(&db, &["--forward-flow", ""]);
+    assert_eq!(v["forward_lag"]["count"], 1, "{v}");
+    let v = stats_json(&db, &["--forward-flow", "local", "--forward-flow", ""]);
+    assert_eq!(v["forward_lag"]["count"], 2, "{v}");
+
+    // The next run hands the new item over; the lag of its flow is 0.
+    let out = forward_command(&db, &url, &["--until-empty", "--flow", ""])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = stats_json(&db, &["--forward-flow", ""]);
+    assert_eq!(v["forward_lag"]["count"], 0, "{v}");
+    assert_eq!(rows(&url, "fleet").await.len(), 3);
 }
 
 #[tokio::test]

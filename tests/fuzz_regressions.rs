@@ -78,6 +78,7 @@ fn power_cut_at_every_point_of_a_short_run_recovers_a_committed_state() {
         len: 3,
         fill: n,
         dedup: None,
+        tier: n,
     };
     let ops = vec![
         Op::Add(item(0)),

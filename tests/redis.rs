@@ -113,43 +113,25 @@ async fn late_ack_from_a_reclaimed_handle_is_lease_lost() {
     ));
     assert_eq!(a.ack_batch(vec![first]).await.unwrap(), 0);
     assert_eq!(a.stats().await.unwrap().pending, 1);
-    // The group's PEL follows the new owner.
+    // The item names its new owner.
     let mut conn = raw(&url).await;
-    let pel: redis::Value = redis::cmd("XPENDING")
-        .arg(format!("{{{ns}}}:backlog"))
-        .arg("workers")
-        .arg("-")
-        .arg("+")
-        .arg(10)
-        .arg(b.consumer_name())
+    let owner: String = redis::cmd("HGET")
+        .arg(format!("{{{ns}}}:item:1"))
+        .arg("owner")
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert!(
-        matches!(&pel, redis::Value::Array(v) if v.len() == 1),
-        "{pel:?}"
-    );
-    // The first consumer holds nothing any more and was removed from the
-    // group; the reclaimer stays.
-    let consumers: Vec<redis::Value> = redis::cmd("XINFO")
-        .arg("CONSUMERS")
-        .arg(format!("{{{ns}}}:backlog"))
-        .arg("workers")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let listed = format!("{consumers:?}");
-    assert!(!listed.contains(a.consumer_name()), "{listed}");
-    assert!(listed.contains(b.consumer_name()), "{listed}");
+    assert_eq!(owner, b.consumer_name());
     b.ack(taken[0].receipt).await.unwrap();
     let s = a.stats().await.unwrap();
     assert_eq!((s.pending, s.backlog), (0, 0));
-    let len: u64 = redis::cmd("XLEN")
-        .arg(format!("{{{ns}}}:backlog"))
+    let left: u64 = redis::cmd("EXISTS")
+        .arg(format!("{{{ns}}}:item:1"))
+        .arg(format!("{{{ns}}}:ready"))
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(len, 0, "an acked entry stayed in the stream");
+    assert_eq!(left, 0, "an acked item left its record or a ready entry");
 }
 
 #[tokio::test]
@@ -293,7 +275,7 @@ async fn killed_redis_fails_within_the_timeout_and_works_after_restart() {
         }
     };
     assert_eq!(id, 1, "a restarted server without persistence starts over");
-    // The consumer group went with the data; the claim script recreates it.
+    // The data is gone with the server; the lanes come back with the add.
     let got = q
         .claim(1, Duration::from_secs(1), ClaimFrom::All)
         .await
@@ -525,7 +507,7 @@ async fn records_deleted_behind_the_queues_back_are_skipped_not_fatal() {
         q.add(NewItem::new(vec![i])).await.unwrap();
     }
     let mut conn = raw(&url).await;
-    // Someone deletes item 2's record, and the stream entry of a claimed item.
+    // Someone deletes item 2's record behind the queue's back.
     let _: () = redis::cmd("DEL")
         .arg(format!("{{{ns}}}:item:2"))
         .query_async(&mut conn)
@@ -534,16 +516,16 @@ async fn records_deleted_behind_the_queues_back_are_skipped_not_fatal() {
     let got = q.claim(10, Duration::ZERO, ClaimFrom::All).await.unwrap();
     let ids: Vec<u64> = got.iter().map(|c| c.item.id).collect();
     assert_eq!(ids, vec![1, 3, 4]);
-    let entries: Vec<redis::Value> = redis::cmd("XRANGE")
-        .arg(format!("{{{ns}}}:backlog"))
-        .arg("-")
-        .arg("+")
+    let ready: u64 = redis::cmd("ZCARD")
+        .arg(format!("{{{ns}}}:ready"))
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(entries.len(), 3, "the orphan entry was acked and deleted");
+    assert_eq!(ready, 0, "the orphan entry was dropped");
+    // And the whole backlog set.
+    q.add(NewItem::new(b"lost".to_vec())).await.unwrap();
     let _: () = redis::cmd("DEL")
-        .arg(format!("{{{ns}}}:backlog"))
+        .arg(format!("{{{ns}}}:ready"))
         .query_async(&mut conn)
         .await
         .unwrap();
@@ -553,7 +535,7 @@ async fn records_deleted_behind_the_queues_back_are_skipped_not_fatal() {
     q.ack(got[1].receipt).await.unwrap();
     let stats = q.stats().await.unwrap();
     assert_eq!((stats.pending, stats.backlog), (1, 0));
-    // The stream and its group come back on the next add and claim.
+    // The lane comes back on the next add.
     q.add(NewItem::new(b"later".to_vec())).await.unwrap();
     let again = q.claim(10, Duration::ZERO, ClaimFrom::All).await.unwrap();
     assert_eq!(again.len(), 1);
@@ -702,59 +684,169 @@ async fn expired_outcomes_are_pruned_with_their_progress_and_chunks() {
     assert_eq!(expiring, 1);
 }
 
-/// The stream entry id (`sid`) of a pending item, read from its record.
-async fn entry_of(conn: &mut redis::aio::MultiplexedConnection, ns: &str, id: u64) -> String {
-    redis::cmd("HGET")
-        .arg(format!("{{{ns}}}:item:{id}"))
-        .arg("sid")
-        .query_async(conn)
+#[tokio::test]
+async fn a_namespace_of_the_stream_layout_moves_to_ranked_lanes_at_connect() {
+    // SPEC 6: before priorities the backlog and the due lane were streams
+    // read by the group `workers`; build such a namespace by hand (two
+    // ready items in the backlog, one claimed, one in the due lane).
+    let url = shared_url();
+    let ns = fresh_namespace();
+    let mut conn = raw(&url).await;
+    let p = format!("{{{ns}}}:");
+    for (id, st, enq) in [
+        (1, "backlog", T0 - 3_000),
+        (2, "pending", T0 - 2_500),
+        (3, "backlog", T0 - 4_000),
+        (4, "due", T0 - 2_000),
+    ] {
+        let _: () = redis::cmd("HSET")
+            .arg(format!("{p}item:{id}"))
+            .arg("flow")
+            .arg("")
+            .arg("payload")
+            .arg(format!("p{id}"))
+            .arg("enq")
+            .arg(enq)
+            .arg("dlv")
+            .arg(u32::from(st == "pending"))
+            .arg("st")
+            .arg(st)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let stream = if st == "due" { "due" } else { "backlog" };
+        let sid: String = redis::cmd("XADD")
+            .arg(format!("{p}{stream}"))
+            .arg("*")
+            .arg("id")
+            .arg(id)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let _: () = redis::cmd("HSET")
+            .arg(format!("{p}item:{id}"))
+            .arg("sid")
+            .arg(sid)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{p}item:4"))
+        .arg("nb")
+        .arg(T0 - 1_000)
+        .query_async(&mut conn)
         .await
-        .unwrap()
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{p}item:2"))
+        .arg("lane")
+        .arg("backlog")
+        .arg("ls")
+        .arg(1)
+        .arg("ca")
+        .arg(T0 - 2_000)
+        .arg("owner")
+        .arg("gone")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg(format!("{p}pending"))
+        .arg(T0 - 2_000)
+        .arg(format!("{:020}", 2))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(format!("{p}seq"))
+        .arg(4)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(format!("{p}lease"))
+        .arg(1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let clock = ManualClock::new(T0);
+    let q = connect(&url, &ns, Config::default().clock(clock.clone())).await;
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.backlog, s.due, s.pending), (3, 1, 1));
+    let streams: u64 = redis::cmd("EXISTS")
+        .arg(format!("{p}backlog"))
+        .arg(format!("{p}due"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(streams, 0, "the old streams were deleted");
+    // Stream order is kept (item 3 stays behind item 1 though older).
+    q.add(NewItem::new(b"new".to_vec())).await.unwrap();
+    let got = q.claim(10, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    let payloads: Vec<&[u8]> = got.iter().map(|c| c.item.payload.as_slice()).collect();
+    assert_eq!(payloads, vec![&b"p4"[..], b"p1", b"p3", b"new"]);
+    // The pending item is reclaimable as before.
+    clock.advance(Duration::from_secs(60));
+    let back = q.reclaim_stale(Duration::from_secs(30), 10).await.unwrap();
+    assert!(back.iter().any(|c| c.item.id == 2));
 }
 
-async fn xdel(conn: &mut redis::aio::MultiplexedConnection, ns: &str, sid: &str) {
-    let n: u64 = redis::cmd("XDEL")
-        .arg(format!("{{{ns}}}:backlog"))
-        .arg(sid)
+/// The member of the ready lane `lane` naming item `id`.
+async fn lane_member(
+    conn: &mut redis::aio::MultiplexedConnection,
+    ns: &str,
+    lane: &str,
+    id: u64,
+) -> String {
+    let members: Vec<String> = redis::cmd("ZRANGE")
+        .arg(format!("{{{ns}}}:{lane}"))
+        .arg(0)
+        .arg(-1)
         .query_async(conn)
         .await
         .unwrap();
-    assert_eq!(n, 1, "entry {sid} was not there to delete");
+    members
+        .into_iter()
+        .find(|m| m.ends_with(&format!(":{id}")))
+        .unwrap()
 }
 
-// Regression (issue 10, item 12): the stream entry of a pending item
-// deleted behind the backend's back (an operator's XDEL or XTRIM) left its
-// entry in the group's PEL, so backlog = XLEN - PEL counted one ready item
-// too few, and once the item was acked the count went negative: stats
-// failed with `Decode { .. "-1 is negative" }` for good, even after adds.
+// Regression (issue 10, item 12, for the ranked lanes): a ready item's
+// lane member removed behind the backend's back (an operator's ZREM) must
+// leave counts that are true and never fail, now and once everything
+// else has been drained.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stats_stay_true_when_a_pending_items_stream_entry_is_deleted() {
+async fn stats_stay_true_when_a_ready_lane_member_is_removed() {
     let url = shared_url();
     let ns = fresh_namespace();
     let q = connect(&url, &ns, Config::default()).await;
+    let mut ids = Vec::new();
     for i in 0..10u8 {
-        q.add(NewItem::new(vec![i])).await.unwrap();
+        ids.push(q.add(NewItem::new(vec![i])).await.unwrap().id);
     }
     let held = q.claim(4, Duration::ZERO, ClaimFrom::All).await.unwrap();
     let mut conn = raw(&url).await;
-    let sid = entry_of(&mut conn, &ns, held[0].item.id).await;
-    xdel(&mut conn, &ns, &sid).await;
+    let m = lane_member(&mut conn, &ns, "ready", ids[7]).await;
+    let n: u64 = redis::cmd("ZREM")
+        .arg(format!("{{{ns}}}:ready"))
+        .arg(&m)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
     let s = q.stats().await.unwrap();
-    assert_eq!((s.backlog, s.pending), (6, 4), "{s:?}");
-    // Reclaim everything (the deleted entry's item included) and drain.
-    let again = q.reclaim_stale(Duration::ZERO, 10).await.unwrap();
-    assert_eq!(again.len(), 4);
-    for c in again {
+    assert_eq!((s.backlog, s.pending), (5, 4), "{s:?}");
+    for c in held {
         q.ack(c.receipt).await.unwrap();
     }
-    let s = q.stats().await.unwrap();
-    assert_eq!((s.backlog, s.pending), (6, 0), "{s:?}");
     loop {
         let got = q.claim(3, Duration::ZERO, ClaimFrom::All).await.unwrap();
         if got.is_empty() {
             break;
         }
         for c in got {
+            assert_ne!(c.item.id, ids[7], "the removed member came back");
             q.ack(c.receipt).await.unwrap();
         }
     }
@@ -765,40 +857,48 @@ async fn stats_stay_true_when_a_pending_items_stream_entry_is_deleted() {
     assert_eq!((s.backlog, s.pending), (1, 0), "{s:?}");
 }
 
+// The item hash deleted behind the backend's back: of a ready item, it is
+// counted until a claim meets its lane member and drops it; of a pending
+// item, the ack finds no lease and a reclaim drops the pending entry. No
+// count ever fails or stays wrong.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stats_stay_true_when_the_only_pending_items_entry_is_deleted() {
+async fn stats_stay_true_when_an_item_hash_is_deleted() {
     let url = shared_url();
     let ns = fresh_namespace();
     let q = connect(&url, &ns, Config::default()).await;
     q.add(NewItem::new(b"one".to_vec())).await.unwrap();
+    let ready = q.add(NewItem::new(b"two".to_vec())).await.unwrap().id;
     let held = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
     let mut conn = raw(&url).await;
-    let sid = entry_of(&mut conn, &ns, held[0].item.id).await;
-    xdel(&mut conn, &ns, &sid).await;
+    for id in [ready, held[0].item.id] {
+        let n: u64 = redis::cmd("DEL")
+            .arg(format!("{{{ns}}}:item:{id}"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(n, 1);
+    }
     let s = q.stats().await.unwrap();
-    assert_eq!((s.backlog, s.pending), (0, 1), "{s:?}");
-    q.ack(held[0].receipt).await.unwrap();
-    let s = q.stats().await.unwrap();
-    assert_eq!((s.backlog, s.pending), (0, 0), "{s:?}");
-    q.add(NewItem::new(b"two".to_vec())).await.unwrap();
-    let s = q.stats().await.unwrap();
-    assert_eq!((s.backlog, s.pending), (1, 0), "{s:?}");
-    // The item hash of a ready item deleted: counted until a claim meets it
-    // and drops its entry, never a failure.
-    let _: () = redis::cmd("DEL")
-        .arg(format!("{{{ns}}}:item:{}", held[0].item.id + 1))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert!(q.stats().await.is_ok());
+    assert_eq!((s.backlog, s.pending), (1, 1), "{s:?}");
     assert!(
         q.claim(1, Duration::ZERO, ClaimFrom::All)
             .await
             .unwrap()
             .is_empty()
     );
+    let err = q.ack(held[0].receipt).await.unwrap_err();
+    assert!(matches!(err, Error::LeaseLost { .. }), "{err:?}");
+    assert!(
+        q.reclaim_stale(Duration::ZERO, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let s = q.stats().await.unwrap();
     assert_eq!((s.backlog, s.pending), (0, 0), "{s:?}");
+    q.add(NewItem::new(b"three".to_vec())).await.unwrap();
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.backlog, s.pending), (1, 0), "{s:?}");
 }
 
 // Failed: `connect_timeout + response_timeout` (+ `replica_timeout`)

@@ -24,34 +24,45 @@ async fn script_calls(url: &str) -> u64 {
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_adds_share_script_calls_and_each_gets_its_own_id() {
-    let server = RedisServer::start().unwrap();
-    let url = server.url();
-    let q = Arc::new(
-        RedisQueue::connect(&url, "combine", Config::default(), RedisOptions::default())
-            .await
-            .unwrap(),
-    );
-    // Load the script first, so NOSCRIPT retries do not count.
+/// A queue on `url` with its add script loaded, so NOSCRIPT retries do not
+/// count as script calls.
+async fn warm_queue(url: &str, ns: &str) -> Arc<RedisQueue> {
+    let q = RedisQueue::connect(url, ns, Config::default(), RedisOptions::default())
+        .await
+        .unwrap();
     q.add(NewItem::new(b"warm".to_vec())).await.unwrap();
-    let before = script_calls(&url).await;
-    let adds: Vec<_> = (0..200)
-        .map(|i| {
+    Arc::new(q)
+}
+
+/// `items` added concurrently, one task each: their ids, and how many
+/// script calls the server ran for them.
+async fn add_concurrently(
+    q: &Arc<RedisQueue>,
+    url: &str,
+    items: Vec<NewItem>,
+) -> (BTreeSet<u64>, u64) {
+    let before = script_calls(url).await;
+    let adds: Vec<_> = items
+        .into_iter()
+        .map(|item| {
             let q = q.clone();
-            tokio::spawn(async move {
-                q.add(NewItem::new(format!("{i}").into_bytes()))
-                    .await
-                    .unwrap()
-                    .id
-            })
+            tokio::spawn(async move { q.add(item).await.unwrap().id })
         })
         .collect();
     let mut ids = BTreeSet::new();
     for a in adds {
         ids.insert(a.await.unwrap());
     }
-    let calls = script_calls(&url).await - before;
+    (ids, script_calls(url).await - before)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_adds_share_script_calls_and_each_gets_its_own_id() {
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    let q = warm_queue(&url, "combine").await;
+    let items = (0..200).map(|i| NewItem::new(format!("{i}").into_bytes()));
+    let (ids, calls) = add_concurrently(&q, &url, items.collect()).await;
     assert_eq!(ids.len(), 200, "two adds got the same id");
     assert!(calls < 200, "200 concurrent adds took {calls} script calls");
     let mut claimed = BTreeSet::new();
@@ -142,4 +153,25 @@ async fn a_bad_payload_fails_only_its_own_add() {
         }
     }
     assert_eq!(q.stats().await.unwrap().backlog, 10);
+}
+
+/// Adds combined into one script call keep each one's priority tier (SPEC
+/// section 3, Priority): every high-tier item is claimed before every
+/// tier-0 one, whatever order the combined call took them in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn combined_adds_keep_each_ones_tier() {
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    let q = warm_queue(&url, "tiers").await;
+    let items = (0..100u8).map(|i| {
+        let tier = if i % 2 == 0 { 0 } else { 3 };
+        NewItem::new(format!("{i}").into_bytes()).priority(tier)
+    });
+    let (_, calls) = add_concurrently(&q, &url, items.collect()).await;
+    assert!(calls < 100, "100 concurrent adds took {calls} script calls");
+    let got = q.claim(101, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    let tiers: Vec<u8> = got.iter().map(|c| c.item.priority).collect();
+    let mut want = vec![3; 50];
+    want.extend([0; 51]);
+    assert_eq!(tiers, want);
 }

@@ -168,19 +168,41 @@ pub async fn add_batch<Q: WorkQueue>(q: &Q, size: usize, iters: u64, body: &[u8]
 
 /// Put `n` items in the backlog, in batches of 1000 (not timed).
 pub async fn fill<Q: WorkQueue>(q: &Q, n: u64, body: &[u8]) {
+    fill_tiers(q, n, body, 1).await;
+}
+
+/// As [`fill`], the items spread over priority tiers `0..tiers` in turn.
+pub async fn fill_tiers<Q: WorkQueue>(q: &Q, n: u64, body: &[u8], tiers: u8) {
     let mut left = n;
+    let mut i = 0u64;
     while left > 0 {
         let k = left.min(1000);
-        let items = (0..k).map(|_| NewItem::new(body.to_vec())).collect();
+        let items = (0..k)
+            .map(|j| {
+                NewItem::new(body.to_vec()).priority(((i + j) % u64::from(tiers.max(1))) as u8)
+            })
+            .collect();
         q.add_batch(items).await.expect("fill");
         left -= k;
+        i += k;
     }
 }
 
 /// `iters` rounds of claim `batch` + ack them (one `ack` for a batch of 1,
 /// one `ack_batch` otherwise), on a backlog filled beforehand (not timed).
 pub async fn claim_ack<Q: WorkQueue>(q: &Q, batch: usize, iters: u64, body: &[u8]) -> Duration {
-    fill(q, iters * batch as u64, body).await;
+    claim_ack_tiers(q, batch, iters, body, 1).await
+}
+
+/// As [`claim_ack`], on a backlog spread over `tiers` priority tiers.
+pub async fn claim_ack_tiers<Q: WorkQueue>(
+    q: &Q,
+    batch: usize,
+    iters: u64,
+    body: &[u8],
+    tiers: u8,
+) -> Duration {
+    fill_tiers(q, iters * batch as u64, body, tiers).await;
     let start = Instant::now();
     for _ in 0..iters {
         let got = q

@@ -19,7 +19,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::clock::{SharedClock, SystemClock};
-use crate::config::{Config, MEMORY_DONE_MARKER_CAP, ms};
+use crate::config::{Config, MEMORY_DONE_MARKER_CAP, ms, rank, rank_back};
 use crate::error::{Error, Result};
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, NewItem, Receipt,
@@ -66,8 +66,16 @@ pub struct Model {
     next_id: u64,
     next_lease: u64,
     items: BTreeMap<u64, Item>,
-    backlog: VecDeque<u64>,
-    due: VecDeque<u64>,
+    /// (rank, position) -> id: SPEC 3, Priority.
+    backlog: BTreeMap<(i64, u64), u64>,
+    /// (rank, position) -> id, ranked by the arrival in the lane.
+    due: BTreeMap<(i64, u64), u64>,
+    /// The position counter of both lanes.
+    next_seq: u64,
+    /// The latest arrival time given in the backlog and in the due lane:
+    /// arrivals never go back, so a clock that steps back keeps FIFO.
+    backlog_clock: u64,
+    due_clock: u64,
     delayed: BTreeSet<(u64, u64)>,
     pending: BTreeMap<u64, Lease>,
     parked: BTreeMap<String, VecDeque<u64>>,
@@ -97,8 +105,11 @@ impl Model {
             next_id: 1,
             next_lease: 1,
             items: BTreeMap::new(),
-            backlog: VecDeque::new(),
-            due: VecDeque::new(),
+            backlog: BTreeMap::new(),
+            due: BTreeMap::new(),
+            next_seq: 1,
+            backlog_clock: 0,
+            due_clock: 0,
             delayed: BTreeSet::new(),
             pending: BTreeMap::new(),
             parked: BTreeMap::new(),
@@ -130,6 +141,23 @@ impl Model {
 
     fn waiting(&self) -> u64 {
         (self.backlog.len() + self.due.len() + self.delayed.len()) as u64
+    }
+
+    /// SPEC 3, Priority: put `id` at its place in `lane` (the backlog or
+    /// the due lane), arriving at `arrival_ms` or at the lane's latest
+    /// arrival so far if that is later (the clock stepped back, or a
+    /// promoted timer was older than the last one).
+    fn enter(&mut self, lane: Lane, id: u64, arrival_ms: u64) {
+        let tier = self.items.get(&id).map_or(0, |i| i.priority);
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let (clock, map) = match lane {
+            Lane::Due => (&mut self.due_clock, &mut self.due),
+            _ => (&mut self.backlog_clock, &mut self.backlog),
+        };
+        let arrival = arrival_ms.max(*clock);
+        *clock = arrival;
+        map.insert((rank(arrival, tier, self.config.aging_step), seq), id);
     }
 
     fn expire(&mut self, now_ms: u64) {
@@ -241,13 +269,14 @@ impl Model {
                     enqueued_at_ms: now_ms,
                     not_before_ms,
                     deliveries: 0,
+                    priority: item.priority,
                 },
             );
             match not_before_ms {
                 Some(t) => {
                     self.delayed.insert((t, id));
                 }
-                None => self.backlog.push_back(id),
+                None => self.enter(Lane::Backlog, id, now_ms),
             }
             out.push(Added {
                 id,
@@ -270,7 +299,7 @@ impl Model {
                 break;
             }
             self.delayed.pop_first();
-            self.due.push_back(id);
+            self.enter(Lane::Due, id, t);
             n += 1;
         }
         n
@@ -324,10 +353,10 @@ impl Model {
         for &lane in lanes {
             while out.len() < count {
                 let next = match lane {
-                    Lane::Due => self.due.pop_front(),
-                    _ => self.backlog.pop_front(),
+                    Lane::Due => self.due.pop_first(),
+                    _ => self.backlog.pop_first(),
                 };
-                let Some(id) = next else { break };
+                let Some((_, id)) = next else { break };
                 let flow = self.flow_of(id).to_string();
                 if self.paused.contains(&flow) {
                     self.parked.entry(flow).or_default().push_back(id);
@@ -649,6 +678,17 @@ impl Model {
             for (_, t) in self.outcomes.values_mut() {
                 *t = t.saturating_sub(back);
             }
+            // SPEC 3, Priority: the lanes' arrivals move back too, so that
+            // items arriving after the step rank behind those waiting and
+            // aging counts elapsed time.
+            for lane in [&mut self.backlog, &mut self.due] {
+                *lane = std::mem::take(lane)
+                    .into_iter()
+                    .map(|((r, seq), id)| ((rank_back(r, back), seq), id))
+                    .collect();
+            }
+            self.backlog_clock = self.backlog_clock.saturating_sub(back);
+            self.due_clock = self.due_clock.saturating_sub(back);
             self.latest_ms = now_ms;
         } else {
             self.latest_ms = self.latest_ms.max(now_ms);
@@ -672,12 +712,14 @@ impl Model {
     /// # Errors
     ///
     /// `InvalidInput` for an empty flow.
-    pub fn resume(&mut self, flow: &str) -> Result<u64> {
+    pub fn resume(&mut self, flow: &str, now_ms: u64) -> Result<u64> {
         require_flow(flow)?;
         self.paused.remove(flow);
         let ids = self.parked.remove(flow).unwrap_or_default();
         let n = ids.len() as u64;
-        self.backlog.extend(ids);
+        for id in ids {
+            self.enter(Lane::Backlog, id, now_ms);
+        }
         Ok(n)
     }
 
@@ -780,7 +822,7 @@ impl Model {
     }
 
     /// SPEC 3, Dead letters: redrive.
-    pub fn redrive(&mut self, id: u64) -> bool {
+    pub fn redrive(&mut self, id: u64, now_ms: u64) -> bool {
         let Some(pos) = self.dead.iter().position(|(d, _, _)| *d == id) else {
             return false;
         };
@@ -790,7 +832,7 @@ impl Model {
             item.deliveries = 0;
             item.not_before_ms = None;
         }
-        self.backlog.push_back(id);
+        self.enter(Lane::Backlog, id, now_ms);
         true
     }
 
@@ -823,24 +865,30 @@ impl Model {
         }
     }
 
-    fn claim_order(&self, now_ms: u64) -> impl Iterator<Item = &Item> + '_ {
-        let ready = self
-            .delayed
-            .iter()
-            .take_while(move |(t, _)| *t <= now_ms)
-            .map(|(_, id)| *id);
-        self.due
-            .iter()
-            .copied()
-            .chain(ready)
-            .chain(self.backlog.iter().copied())
-            .filter_map(|id| self.items.get(&id))
+    /// The items in claim order: the due lane with the delayed items
+    /// already due ranked into it as a promotion now would, then the
+    /// backlog.
+    fn claim_order(&self, now_ms: u64) -> Vec<&Item> {
+        let mut due: Vec<((i64, u64), u64)> = self.due.iter().map(|(k, v)| (*k, *v)).collect();
+        let mut clock = self.due_clock;
+        let ready = self.delayed.iter().take_while(|(t, _)| *t <= now_ms);
+        for (seq, &(t, id)) in (self.next_seq..).zip(ready) {
+            clock = clock.max(t);
+            let tier = self.items.get(&id).map_or(0, |i| i.priority);
+            due.push(((rank(clock, tier, self.config.aging_step), seq), id));
+        }
+        due.sort_unstable();
+        due.iter()
+            .map(|(_, id)| id)
+            .chain(self.backlog.values())
+            .filter_map(|id| self.items.get(id))
+            .collect()
     }
 
     /// SPEC 3, Looking: backlog_by_flow.
     pub fn backlog_by_flow(&self, sample: usize, now_ms: u64) -> BTreeMap<String, u64> {
         let mut out = BTreeMap::new();
-        for item in self.claim_order(now_ms).take(sample) {
+        for item in self.claim_order(now_ms).into_iter().take(sample) {
             *out.entry(item.flow.clone()).or_insert(0) += 1;
         }
         out
@@ -849,6 +897,7 @@ impl Model {
     /// SPEC 3, Looking: peek.
     pub fn peek(&self, count: usize, now_ms: u64) -> Vec<Item> {
         self.claim_order(now_ms)
+            .into_iter()
             .filter(|i| !self.paused.contains(&i.flow))
             .take(count)
             .cloned()
@@ -859,8 +908,8 @@ impl Model {
     /// tests to compare with a real backend's recount.
     pub fn locations(&self) -> BTreeMap<u64, Location> {
         let mut out = BTreeMap::new();
-        out.extend(self.backlog.iter().map(|id| (*id, Location::Backlog)));
-        out.extend(self.due.iter().map(|id| (*id, Location::Due)));
+        out.extend(self.backlog.values().map(|id| (*id, Location::Backlog)));
+        out.extend(self.due.values().map(|id| (*id, Location::Due)));
         out.extend(self.delayed.iter().map(|(_, id)| (*id, Location::Delayed)));
         out.extend(self.pending.keys().map(|id| (*id, Location::Pending)));
         for list in self.parked.values() {
@@ -1149,7 +1198,7 @@ impl WorkQueue for MemoryQueue {
 
     async fn resume(&self, flow: &str) -> Result<u64> {
         self.live()?;
-        let n = self.with(|m, _| m.resume(flow))?;
+        let n = self.with(|m, now| m.resume(flow, now))?;
         self.changed();
         Ok(n)
     }
@@ -1197,7 +1246,7 @@ impl WorkQueue for MemoryQueue {
 
     async fn redrive(&self, id: u64) -> Result<bool> {
         self.live()?;
-        let ok = self.with(|m, _| m.redrive(id));
+        let ok = self.with(|m, now| m.redrive(id, now));
         if ok {
             self.changed();
         }

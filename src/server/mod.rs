@@ -778,6 +778,7 @@ async fn execute(state: &AppState, request: Request) -> Response {
                 flow: d.flow,
                 payload: d.payload,
                 dedup_key: d.dedup_key,
+                priority: d.priority,
             };
             reply(
                 q.add_delayed(item.into(), d.not_before_ms)

@@ -22,7 +22,7 @@ use arbitrary::{Arbitrary, Unstructured};
 use crate::EmbeddedQueue;
 use crate::backend::memory::Location;
 use crate::clock::ManualClock;
-use crate::codec::{self, DeadRecord, ItemRecord, LeaseRecord};
+use crate::codec::{self, DeadRecord, ItemRecord, ItemRecordV1, LeaseRecord};
 use crate::error::Error;
 use crate::item::{ClaimFrom, NewItem, Receipt, Stats};
 use crate::queue::{BoxFuture, BoxQueue, WorkQueue};
@@ -76,6 +76,11 @@ pub fn decode_record(bytes: &[u8]) {
         }
     }
     check::<ItemRecord>(bytes);
+    check::<ItemRecordV1>(bytes);
+    match codec::decode_item("fuzz", bytes) {
+        Ok(_) | Err(Error::Decode { .. }) => {}
+        Err(other) => panic!("item decoder gave a non-Decode error: {other:?}"),
+    }
     check::<LeaseRecord>(bytes);
     check::<DeadRecord>(bytes);
     if let Ok(lease) = codec::decode::<LeaseRecord>("fuzz", bytes) {
@@ -569,7 +574,10 @@ fn every_reply_parser(v: &redis::Value, index: usize) {
         assert_eq!(uint, Some(n), "opt_uint disagrees with uint");
     }
     let _ = ok(reply::lane(v));
-    let item = ok(reply::item(v));
+    // Peeked items carry the tier at 6, dead letters at 8, claims at 9.
+    let _ = ok(reply::item(v, 6));
+    let _ = ok(reply::item(v, 8));
+    let item = ok(reply::item(v, 9));
     if let Some(c) = ok(reply::claimed(v)) {
         assert_eq!(item.as_ref(), Some(&c.item), "claim disagrees with item");
         assert_eq!(

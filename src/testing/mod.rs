@@ -32,6 +32,10 @@ pub mod faults;
 
 #[cfg(feature = "embedded")]
 pub mod fuzz;
+
+/// Schema-1 queue files for migration tests (SPEC section 6).
+#[cfg(feature = "embedded")]
+pub use crate::backend::embedded::migrate::{V1Item, write_schema1_fixture};
 pub mod ops;
 pub mod proxy;
 #[cfg(all(feature = "server", feature = "remote", feature = "embedded"))]
@@ -143,6 +147,14 @@ pub const PER_PARTITION_CASES: &[&str] = &[
     // Listing orders hold per partition (SPEC 12.1).
     "list_orders_each_state",
     "list_shows_each_state",
+    // The priority rank order (tier and aging) holds per partition.
+    "higher_priority_runs_first_fifo_within_a_tier",
+    "aging_lets_a_waiting_low_tier_overtake",
+    "tier_zero_stays_fifo_when_the_clock_steps_back",
+    "priority_orders_the_due_lane_and_survives_retry",
+    "backlog_by_flow_samples_in_priority_order",
+    "aging_counts_elapsed_time_across_a_clock_step",
+    "release_keeps_the_tier",
 ];
 
 /// The conformance suite against a [`PartitionedQueue`](crate::PartitionedQueue)

@@ -67,6 +67,8 @@ pub struct Setup {
     pub max_payload_bytes: u8,
     /// `result_ttl`: 0 to 6.3 s in 100 ms steps.
     pub result_ttl: u8,
+    /// `aging_step`: 0 to 3.1 s in 100 ms steps (SPEC section 3, Priority).
+    pub aging_step: u8,
 }
 
 impl Default for Setup {
@@ -79,6 +81,7 @@ impl Default for Setup {
             done_ttl: 20,
             max_payload_bytes: 8,
             result_ttl: 30,
+            aging_step: 10,
         }
     }
 }
@@ -96,6 +99,7 @@ impl Setup {
             .done_ttl(Duration::from_millis(u64::from(self.done_ttl % 64) * 100))
             .max_payload_bytes(usize::from(self.max_payload_bytes % 16) + 8)
             .result_ttl(Duration::from_millis(u64::from(self.result_ttl % 64) * 100))
+            .aging_step(Duration::from_millis(u64::from(self.aging_step % 32) * 100))
     }
 }
 
@@ -110,13 +114,16 @@ pub struct ItemSpec {
     pub fill: u8,
     /// Index into [`DEDUP_KEYS`], if the item asks for deduplication.
     pub dedup: Option<u8>,
+    /// Priority tier, 0 to 2 (SPEC section 3, Priority).
+    pub tier: u8,
 }
 
 impl ItemSpec {
     /// The item this spec stands for.
     pub fn build(&self) -> NewItem {
-        let item =
-            NewItem::new(vec![self.fill; usize::from(self.len % 20)]).flow(pick(&FLOWS, self.flow));
+        let item = NewItem::new(vec![self.fill; usize::from(self.len % 20)])
+            .flow(pick(&FLOWS, self.flow))
+            .priority(self.tier % 3);
         match self.dedup {
             Some(k) => item.dedup_key(pick(&DEDUP_KEYS, k)),
             None => item,
@@ -271,14 +278,20 @@ fn idle_ms(v: u8) -> u64 {
 /// A proptest strategy for one [`Op`], weighted so that sequences add,
 /// claim and finish items often and look or reopen now and then.
 pub fn op_strategy() -> BoxedStrategy<Op> {
-    let item = (any::<u8>(), any::<u8>(), any::<u8>(), any::<Option<u8>>()).prop_map(
-        |(flow, len, fill, dedup)| ItemSpec {
+    let item = (
+        any::<u8>(),
+        any::<u8>(),
+        any::<u8>(),
+        any::<Option<u8>>(),
+        any::<u8>(),
+    )
+        .prop_map(|(flow, len, fill, dedup, tier)| ItemSpec {
             flow,
             len: len % 12,
             fill,
             dedup: dedup.filter(|k| k % 2 == 0),
-        },
-    );
+            tier,
+        });
     let byte = any::<u8>;
     prop_oneof![
         8 => item.clone().prop_map(Op::Add),
@@ -332,6 +345,7 @@ pub fn setup_strategy() -> BoxedStrategy<Setup> {
         any::<u8>(),
         any::<u8>(),
         any::<u8>(),
+        any::<u8>(),
     )
         .prop_map(
             |(
@@ -342,6 +356,7 @@ pub fn setup_strategy() -> BoxedStrategy<Setup> {
                 done_ttl,
                 payload,
                 result_ttl,
+                aging,
             )| {
                 Setup {
                     max_backlog,
@@ -351,6 +366,7 @@ pub fn setup_strategy() -> BoxedStrategy<Setup> {
                     done_ttl,
                     max_payload_bytes: payload,
                     result_ttl,
+                    aging_step: aging,
                 }
             },
         )
@@ -784,7 +800,7 @@ impl Reference {
                 Value::Claimed,
             ),
             Call::Pause(f) => outcome(m.pause(f), |()| Value::Unit),
-            Call::Resume(f) => outcome(m.resume(f), Value::Count),
+            Call::Resume(f) => outcome(m.resume(f, now), Value::Count),
             Call::Park(r) => {
                 let r = self.receipt(r);
                 outcome(self.model.park(r), |()| Value::Unit)
@@ -799,7 +815,7 @@ impl Reference {
             }
             Call::WasDone(id, s) => Ok(Value::Bool(m.was_done(*id, s, now))),
             Call::DeadLetters(n) => Ok(Value::Dead(m.dead_letters(*n))),
-            Call::Redrive(id) => Ok(Value::Bool(m.redrive(*id))),
+            Call::Redrive(id) => Ok(Value::Bool(m.redrive(*id, now))),
             Call::PurgeDeadLetters => Ok(Value::Count(m.purge_dead_letters())),
             Call::Stats => Ok(Value::Stats(m.stats(now))),
             Call::BacklogByFlow(n) => Ok(Value::ByFlow(m.backlog_by_flow(*n, now))),

@@ -79,6 +79,7 @@
 //! Every redb call runs on the writer thread under `catch_unwind`: a panic
 //! inside redb becomes `Error::Corrupt` and the process lives on.
 
+pub(crate) mod migrate;
 mod read_only;
 mod tables;
 mod writer;
@@ -483,6 +484,7 @@ impl EmbeddedQueue {
             dead_letter_cap: config.dead_letter_cap,
             max_backlog: config.max_backlog,
             max_payload_bytes: config.max_payload_bytes,
+            aging_step: config.aging_step,
         };
         let clock = config
             .clock

@@ -1,10 +1,12 @@
 //! Table layout of the embedded file and every state move on it.
 //!
-//! Each item's metadata and payload are stored once (`items`, `payloads`);
-//! every state is an index table naming ids, so a move between states is a
-//! delete from one index and an insert into another inside one write
-//! transaction. Lanes that keep an order (backlog, due lane, parked lists,
-//! dead letters) are keyed by one file-wide position counter `seq`.
+//! Each item's metadata and payload are stored once (`items`, and
+//! `payloads` for payloads over [`INLINE_PAYLOAD_BYTES`]); every state is
+//! an index table naming ids, so a move between states is a delete from one
+//! index and an insert into another inside one write transaction. Lanes
+//! that keep an order (parked lists, dead letters) are keyed by one
+//! file-wide position counter `seq`; the backlog and the due lane by
+//! (rank, seq), the rank being SPEC 3's priority rank.
 
 mod browse;
 #[cfg(feature = "forward")]
@@ -21,7 +23,10 @@ use redb::{
     Key, ReadableTable, ReadableTableMetadata, Table, TableDefinition, Value, WriteTransaction,
 };
 
-use crate::codec::{self, DeadRecord, ItemRecord, LeaseRecord, OutcomeRecord};
+use crate::codec::{
+    self, DeadRecord, INLINE_PAYLOAD_BYTES, ItemRecord, LeaseRecord, OutcomeRecord,
+};
+use crate::config::{rank, rank_back};
 use crate::error::{Error, Result};
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON, NewItem, Receipt,
@@ -35,12 +40,14 @@ pub(crate) use forward::{Outgoing, Unforwarded};
 pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// id -> versioned [`ItemRecord`].
 pub(super) const ITEMS: TableDefinition<u64, &[u8]> = TableDefinition::new("items");
-/// id -> raw payload bytes.
+/// id -> raw payload bytes, for payloads over [`INLINE_PAYLOAD_BYTES`].
 pub(super) const PAYLOADS: TableDefinition<u64, &[u8]> = TableDefinition::new("payloads");
-/// seq -> id, in add order.
-pub(super) const BACKLOG: TableDefinition<u64, u64> = TableDefinition::new("backlog");
-/// seq -> id, in promotion order.
-pub(super) const DUE: TableDefinition<u64, u64> = TableDefinition::new("due");
+/// (rank, seq) -> id: claim order (SPEC 3, Priority). Schema 1 had
+/// `backlog` (seq -> id).
+pub(super) const BACKLOG: TableDefinition<(i64, u64), u64> = TableDefinition::new("backlog_ranked");
+/// (rank, seq) -> id, ranked by the arrival in the lane. Schema 1 had
+/// `due` (seq -> id).
+pub(super) const DUE: TableDefinition<(i64, u64), u64> = TableDefinition::new("due_ranked");
 /// (not_before_ms, id) -> ().
 pub(super) const DELAYED: TableDefinition<(u64, u64), ()> = TableDefinition::new("delayed");
 /// id -> versioned [`LeaseRecord`].
@@ -80,10 +87,18 @@ pub(super) const PROGRESS: TableDefinition<u64, &[u8]> = TableDefinition::new("p
 pub(super) const CHUNKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("chunks");
 
 pub(super) const SCHEMA_VERSION_KEY: &str = "schema_version";
-pub(super) const SCHEMA_VERSION: u64 = 1;
-const NEXT_ID: &str = "next_id";
-const NEXT_SEQ: &str = "next_seq";
+pub(super) const SCHEMA_VERSION: u64 = 2;
+/// Set by a later build whose commits go through a redo log: this build
+/// cannot read such a file and refuses to open it (SPEC section 6).
+pub(super) const REDO_LOG_KEY: &str = "redo_log";
+pub(super) const NEXT_ID: &str = "next_id";
+pub(super) const NEXT_SEQ: &str = "next_seq";
 const NEXT_LEASE: &str = "next_lease";
+/// The latest arrival time given in the backlog and in the due lane
+/// (SPEC 3, Priority: arrivals never go back, so FIFO survives a clock
+/// that steps back).
+pub(super) const BACKLOG_CLOCK: &str = "backlog_clock";
+pub(super) const DUE_CLOCK: &str = "due_clock";
 /// Dead letters dropped past `dead_letter_cap`, ever (`Stats::dead_letters_dropped`).
 const DEAD_DROPPED: &str = "dead_dropped";
 /// The latest time (ms, queue clock) a committed transaction saw: how a
@@ -129,6 +144,7 @@ pub(super) struct Limits {
     pub(super) dead_letter_cap: u64,
     pub(super) max_backlog: Option<u64>,
     pub(super) max_payload_bytes: usize,
+    pub(super) aging_step: std::time::Duration,
 }
 
 /// Every table of the file, each opened on first use in the transaction.
@@ -141,8 +157,8 @@ pub(super) struct Tables<'t> {
     meta: Lazy<'t, &'static str, u64>,
     items: Lazy<'t, u64, &'static [u8]>,
     payloads: Lazy<'t, u64, &'static [u8]>,
-    backlog: Lazy<'t, u64, u64>,
-    due: Lazy<'t, u64, u64>,
+    backlog: Lazy<'t, (i64, u64), u64>,
+    due: Lazy<'t, (i64, u64), u64>,
     delayed: Lazy<'t, (u64, u64), ()>,
     pending: Lazy<'t, u64, &'static [u8]>,
     pending_by_time: Lazy<'t, (u64, u64), ()>,
@@ -264,20 +280,20 @@ impl<'t> Tables<'t> {
         self.payloads.get_mut(self.txn)
     }
 
-    fn backlog(&self) -> Result<&Table<'t, u64, u64>> {
+    fn backlog(&self) -> Result<&Table<'t, (i64, u64), u64>> {
         self.backlog.get(self.txn)
     }
 
-    fn backlog_mut(&mut self) -> Result<&mut Table<'t, u64, u64>> {
+    fn backlog_mut(&mut self) -> Result<&mut Table<'t, (i64, u64), u64>> {
         self.dirty = true;
         self.backlog.get_mut(self.txn)
     }
 
-    fn due(&self) -> Result<&Table<'t, u64, u64>> {
+    fn due(&self) -> Result<&Table<'t, (i64, u64), u64>> {
         self.due.get(self.txn)
     }
 
-    fn due_mut(&mut self) -> Result<&mut Table<'t, u64, u64>> {
+    fn due_mut(&mut self) -> Result<&mut Table<'t, (i64, u64), u64>> {
         self.dirty = true;
         self.due.get_mut(self.txn)
     }
@@ -457,6 +473,40 @@ impl<'t> Tables<'t> {
             .map(|v| v.value()))
     }
 
+    /// Whether a later build has put the file on a redo log.
+    pub(super) fn has_redo_log(&self) -> Result<bool> {
+        Ok(self
+            .meta()?
+            .get(REDO_LOG_KEY)
+            .ctx("read redo log marker")?
+            .is_some())
+    }
+
+    /// SPEC 3, Priority: put `id` (of tier `tier`) into `lane` (the
+    /// backlog or the due lane), arriving at `arrival` or at the lane's
+    /// latest arrival so far if that is later (the clock stepped back, or a
+    /// promoted timer was older than the last one).
+    fn enter(&mut self, lane: Lane, id: u64, tier: u8, arrival: u64) -> Result<()> {
+        let clock_key = if lane == Lane::Due {
+            DUE_CLOCK
+        } else {
+            BACKLOG_CLOCK
+        };
+        let arrival = arrival.max(self.counter(clock_key, 0)?);
+        self.meta_mut()?
+            .insert(clock_key, arrival)
+            .ctx("write lane clock")?;
+        let seq = self.next_seq()?;
+        let key = (rank(arrival, tier, self.limits.aging_step), seq);
+        let table = if lane == Lane::Due {
+            self.due_mut()?
+        } else {
+            self.backlog_mut()?
+        };
+        table.insert(key, id).ctx("write ready lane")?;
+        Ok(())
+    }
+
     pub(super) fn set_schema_version(&mut self, v: u64) -> Result<()> {
         self.meta_mut()?
             .insert(SCHEMA_VERSION_KEY, v)
@@ -473,18 +523,22 @@ impl<'t> Tables<'t> {
             .get(id)
             .ctx("read item")?
             .ok_or_else(|| Error::corrupt(format!("{what} is missing")))?;
-        codec::decode(&what, guard.value())
+        codec::decode_item(&what, guard.value())
     }
 
     fn put_record(&mut self, id: u64, rec: &ItemRecord) -> Result<()> {
-        let bytes = codec::encode(rec)?;
+        let bytes = codec::encode_item(rec)?;
         self.items_mut()?
             .insert(id, bytes.as_slice())
             .ctx("write item")?;
         Ok(())
     }
 
-    fn payload(&self, id: u64) -> Result<Vec<u8>> {
+    /// The payload of `id`: inline in its record, or in the payloads table.
+    fn payload(&self, id: u64, rec: &ItemRecord) -> Result<Vec<u8>> {
+        if let Some(p) = &rec.payload {
+            return Ok(p.clone());
+        }
         Ok(self
             .payloads()?
             .get(id)
@@ -493,16 +547,21 @@ impl<'t> Tables<'t> {
             .unwrap_or_default())
     }
 
-    fn item(&self, id: u64) -> Result<Item> {
-        let rec = self.record(id)?;
+    fn to_item(&self, id: u64, rec: ItemRecord) -> Result<Item> {
         Ok(Item {
             id,
+            payload: self.payload(id, &rec)?,
             flow: rec.flow,
-            payload: self.payload(id)?,
             enqueued_at_ms: rec.enqueued_at_ms,
             not_before_ms: rec.not_before_ms,
             deliveries: rec.deliveries,
+            priority: rec.priority,
         })
+    }
+
+    fn item(&self, id: u64) -> Result<Item> {
+        let rec = self.record(id)?;
+        self.to_item(id, rec)
     }
 
     fn delete_item(&mut self, id: u64) -> Result<()> {
@@ -553,20 +612,14 @@ impl<'t> Tables<'t> {
         self.pending_by_time_mut()?
             .insert((now, id), ())
             .ctx("write lease index")?;
+        let delivery = rec.deliveries;
         Ok(Claimed {
-            item: Item {
-                id,
-                payload: self.payload(id)?,
-                flow: rec.flow,
-                enqueued_at_ms: rec.enqueued_at_ms,
-                not_before_ms: rec.not_before_ms,
-                deliveries: rec.deliveries,
-            },
+            item: self.to_item(id, rec)?,
             lane,
             claimed_at_ms: now,
             receipt: Receipt {
                 id,
-                delivery: rec.deliveries,
+                delivery,
                 lease,
             },
         })
@@ -816,6 +869,41 @@ impl<'t> Tables<'t> {
     }
 
     fn rebase(&mut self, back: u64) -> Result<()> {
+        // SPEC 3, Priority: the lanes' arrivals move back too, so that
+        // items arriving after the step rank behind those waiting and aging
+        // counts elapsed time. All entries go before any comes back, so a
+        // moved key never meets one not moved yet.
+        for lane in [Lane::Backlog, Lane::Due] {
+            let table = if lane == Lane::Due {
+                self.due_mut()?
+            } else {
+                self.backlog_mut()?
+            };
+            let mut entries = Vec::new();
+            while let Some((k, v)) = table
+                .pop_first()
+                .ctx("move ready lane")?
+                .map(|(k, v)| (k.value(), v.value()))
+            {
+                entries.push((k, v));
+            }
+            for ((r, seq), id) in entries {
+                table
+                    .insert((rank_back(r, back), seq), id)
+                    .ctx("move ready lane")?;
+            }
+            let key = if lane == Lane::Due {
+                DUE_CLOCK
+            } else {
+                BACKLOG_CLOCK
+            };
+            let t = self.counter(key, 0)?;
+            if t > 0 {
+                self.meta_mut()?
+                    .insert(key, t.saturating_sub(back))
+                    .ctx("move lane clock")?;
+            }
+        }
         let mut delayed = Vec::new();
         for entry in self.delayed()?.iter().ctx("scan delayed")? {
             delayed.push(entry.ctx("scan delayed")?.0.value());
@@ -1071,6 +1159,7 @@ impl<'t> Tables<'t> {
                     .insert((expires, k), ())
                     .ctx("write dedup expiry")?;
             }
+            let inline = item.payload.len() <= INLINE_PAYLOAD_BYTES;
             self.put_record(
                 id,
                 &ItemRecord {
@@ -1078,21 +1167,22 @@ impl<'t> Tables<'t> {
                     enqueued_at_ms: now,
                     not_before_ms: *not_before,
                     deliveries: 0,
+                    priority: item.priority,
+                    payload: inline.then(|| item.payload.clone()),
                 },
             )?;
-            self.payloads_mut()?
-                .insert(id, item.payload.as_slice())
-                .ctx("write payload")?;
+            if !inline {
+                self.payloads_mut()?
+                    .insert(id, item.payload.as_slice())
+                    .ctx("write payload")?;
+            }
             match not_before {
                 Some(t) => {
                     self.delayed_mut()?
                         .insert((*t, id), ())
                         .ctx("write delayed")?;
                 }
-                None => {
-                    let seq = self.next_seq()?;
-                    self.backlog_mut()?.insert(seq, id).ctx("write backlog")?;
-                }
+                None => self.enter(Lane::Backlog, id, item.priority, now)?,
             }
             out.push(Added {
                 id,
@@ -1117,8 +1207,8 @@ impl<'t> Tables<'t> {
                 break;
             }
             self.delayed_mut()?.remove((nb, id)).ctx("delete delayed")?;
-            let seq = self.next_seq()?;
-            self.due_mut()?.insert(seq, id).ctx("write due")?;
+            let tier = self.record(id)?.priority;
+            self.enter(Lane::Due, id, tier, nb)?;
             n += 1;
         }
         Ok(n)
@@ -1386,7 +1476,7 @@ impl<'t> Tables<'t> {
         Ok(out)
     }
 
-    pub(super) fn resume(&mut self, flow: &str) -> Result<u64> {
+    pub(super) fn resume(&mut self, flow: &str, now: u64) -> Result<u64> {
         require_flow(flow)?;
         if self.is_paused(flow)? {
             self.paused_mut()?.remove(flow).ctx("delete paused")?;
@@ -1396,8 +1486,8 @@ impl<'t> Tables<'t> {
             self.parked_mut()?
                 .remove((flow, *seq))
                 .ctx("delete parked")?;
-            let s = self.next_seq()?;
-            self.backlog_mut()?.insert(s, *id).ctx("write backlog")?;
+            let tier = self.record(*id)?.priority;
+            self.enter(Lane::Backlog, *id, tier, now)?;
         }
         Ok(ids.len() as u64)
     }
@@ -1463,7 +1553,7 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
-    pub(super) fn redrive(&mut self, id: u64) -> Result<bool> {
+    pub(super) fn redrive(&mut self, id: u64, now: u64) -> Result<bool> {
         let Some(seq) = self
             .dead_by_id()?
             .get(id)
@@ -1481,8 +1571,7 @@ impl<'t> Tables<'t> {
         rec.deliveries = 0;
         rec.not_before_ms = None;
         self.put_record(id, &rec)?;
-        let s = self.next_seq()?;
-        self.backlog_mut()?.insert(s, id).ctx("write backlog")?;
+        self.enter(Lane::Backlog, id, rec.priority, now)?;
         Ok(true)
     }
 
@@ -1769,37 +1858,61 @@ impl<'t> Tables<'t> {
         Ok(out)
     }
 
-    /// Ids in claim order: due lane, delayed items already due, backlog; at
-    /// most `limit`, skipping paused flows when `skip_paused`.
+    /// Items in claim order: the due lane with the delayed items already
+    /// due ranked into it as a promotion now would (SPEC 3, Priority), then
+    /// the backlog; at most `limit`, skipping paused flows when
+    /// `skip_paused`. Reads every delayed item already due (a claim or the
+    /// worker's timer promotes them, so there are few).
     fn claim_order(&self, limit: usize, now: u64, skip_paused: bool) -> Result<Vec<Item>> {
         let mut out = Vec::new();
-        let paused = self.paused_flows()?;
-        let push = |t: &Self, id: u64, out: &mut Vec<Item>| -> Result<bool> {
-            let item = t.item(id)?;
-            if !(skip_paused && paused.contains(&item.flow)) {
-                out.push(item);
-            }
-            Ok(out.len() >= limit)
-        };
         if limit == 0 {
             return Ok(out);
         }
-        for entry in self.due()?.iter().ctx("scan due")? {
-            if push(self, entry.ctx("scan due")?.1.value(), &mut out)? {
-                return Ok(out);
+        let paused = self.paused_flows()?;
+        let mut push = |item: Item| -> bool {
+            if !(skip_paused && paused.contains(&item.flow)) {
+                out.push(item);
             }
-        }
+            out.len() >= limit
+        };
+        // The delayed items a promotion now would move, ranked as it would.
+        let mut ready: Vec<((i64, u64), Item)> = Vec::new();
+        let mut clock = self.counter(DUE_CLOCK, 0)?;
+        let mut seq = self.counter(NEXT_SEQ, 1)?;
         for entry in self.delayed()?.iter().ctx("scan delayed")? {
             let (nb, id) = entry.ctx("scan delayed")?.0.value();
             if nb > now {
                 break;
             }
-            if push(self, id, &mut out)? {
+            clock = clock.max(nb);
+            let item = self.item(id)?;
+            ready.push((
+                (rank(clock, item.priority, self.limits.aging_step), seq),
+                item,
+            ));
+            seq = seq.saturating_add(1);
+        }
+        ready.sort_unstable_by_key(|(k, _)| *k);
+        let mut ready = ready.into_iter().peekable();
+        for entry in self.due()?.iter().ctx("scan due")? {
+            let (k, v) = entry.ctx("scan due")?;
+            let key = k.value();
+            while let Some((_, item)) = ready.next_if(|(r, _)| *r < key) {
+                if push(item) {
+                    return Ok(out);
+                }
+            }
+            if push(self.item(v.value())?) {
+                return Ok(out);
+            }
+        }
+        for (_, item) in ready {
+            if push(item) {
                 return Ok(out);
             }
         }
         for entry in self.backlog()?.iter().ctx("scan backlog")? {
-            if push(self, entry.ctx("scan backlog")?.1.value(), &mut out)? {
+            if push(self.item(entry.ctx("scan backlog")?.1.value())?) {
                 return Ok(out);
             }
         }

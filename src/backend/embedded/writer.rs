@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use redb::{Database, Durability, TableHandle};
 use tokio::sync::{Notify, mpsc, oneshot};
 
+use super::migrate;
 use super::tables::{self, Ctx, Limits, Tables};
 use crate::error::{Error, Result};
 use crate::item::{
@@ -343,7 +344,7 @@ fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
             t.pause(f)?;
             Reply::Unit
         }
-        Op::Resume(f) => Reply::Count(t.resume(f)?),
+        Op::Resume(f) => Reply::Count(t.resume(f, now)?),
         Op::Park(r) => {
             t.park(r)?;
             Reply::Unit
@@ -354,7 +355,7 @@ fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
             t.mark_done(*id, step, now)?;
             Reply::Unit
         }
-        Op::Redrive(id) => Reply::Bool(t.redrive(*id)?),
+        Op::Redrive(id) => Reply::Bool(t.redrive(*id, now)?),
         Op::PurgeDead => Reply::Count(t.purge_dead_letters()?),
         Op::NextDue => Reply::Due(t.next_due()?),
         Op::Parked(f) => Reply::Count(t.parked_count(f)?),
@@ -560,23 +561,36 @@ fn open_and_recover(
                 names.join(", ")
             )));
         }
+        let (version, redo_log) = {
+            let t = Tables::open(&txn, limits)?;
+            (t.schema_version()?, t.has_redo_log()?)
+        };
+        if redo_log {
+            return Err(Error::Decode {
+                what: format!("schema of {}", path.display()),
+                detail: "the file commits through a redo log (it was written by a newer build); this build cannot read it: upgrade workjournal".to_string(),
+            });
+        }
+        match version {
+            None => Tables::open(&txn, limits)?.set_schema_version(tables::SCHEMA_VERSION)?,
+            Some(v) if v > tables::SCHEMA_VERSION => {
+                return Err(Error::Decode {
+                    what: format!("schema of {}", path.display()),
+                    detail: format!(
+                        "the file has schema version {v}; this build reads up to version {}: upgrade workjournal",
+                        tables::SCHEMA_VERSION
+                    ),
+                });
+            }
+            // SPEC 6: an older schema migrates in this very transaction.
+            Some(1) => {
+                migrate::schema1_to_2(&txn, limits.aging_step)?;
+                tracing::info!(path = %path.display(), "migrated the queue file from schema 1 to 2");
+            }
+            Some(_) => {}
+        }
         let orphans = {
             let mut t = Tables::open(&txn, limits)?;
-            match t.schema_version()? {
-                None => t.set_schema_version(tables::SCHEMA_VERSION)?,
-                Some(v) if v > tables::SCHEMA_VERSION => {
-                    return Err(Error::Decode {
-                        what: format!("schema of {}", path.display()),
-                        detail: format!(
-                            "the file has schema version {v}; this build reads up to version {}: upgrade workjournal",
-                            tables::SCHEMA_VERSION
-                        ),
-                    });
-                }
-                // Version 1 is the only older-or-equal schema so far: nothing to
-                // migrate yet. A future version adds its migration here.
-                Some(_) => {}
-            }
             if orphan { t.orphan_all_pending()? } else { 0 }
         };
         txn.commit().ctx("commit recovery")?;

@@ -26,13 +26,13 @@ impl Model {
                 self.backlog
                     .iter()
                     .skip(skip)
-                    .map(|id| plain(id, ItemState::Backlog)),
+                    .map(|(_, id)| plain(id, ItemState::Backlog)),
             ),
             ItemState::Due => pager.fill(
                 self.due
                     .iter()
                     .skip(skip)
-                    .map(|id| plain(id, ItemState::Due)),
+                    .map(|(_, id)| plain(id, ItemState::Due)),
             ),
             ItemState::Delayed => pager.fill(
                 self.delayed
@@ -87,9 +87,9 @@ impl Model {
         if let Some((_, reason, at)) = self.dead.iter().find(|(d, _, _)| *d == id) {
             return Some(ListedItem::dead(item, reason.clone(), *at));
         }
-        let state = if self.backlog.contains(&id) {
+        let state = if self.backlog.values().any(|d| *d == id) {
             ItemState::Backlog
-        } else if self.due.contains(&id) {
+        } else if self.due.values().any(|d| *d == id) {
             ItemState::Due
         } else if self.delayed.iter().any(|(_, d)| *d == id) {
             ItemState::Delayed

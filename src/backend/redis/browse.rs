@@ -31,9 +31,9 @@ fn state_of(st: &str) -> Result<ItemState> {
     })
 }
 
-/// `{id, flow, payload, enq, nb, dlv, st, ca, owner, reason, failed}`.
+/// `{id, flow, payload, enq, nb, dlv, st, ca, owner, reason, failed, pri}`.
 fn listed(v: &Value) -> Result<ListedItem> {
-    let item = reply::item(v)?;
+    let item = reply::item(v, 11)?;
     let a = array(v, "listed item")?;
     let state = state_of(&text(at(a, 6, "listed item")?, "state")?)?;
     Ok(match state {

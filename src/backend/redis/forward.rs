@@ -110,7 +110,8 @@ impl RedisQueue {
         use super::MAX_LUA_MS;
         use crate::config::ms;
         let c = &self.inner.config;
-        let mut args = Vec::with_capacity(4 + items.len() * 8);
+        let mut args = Vec::with_capacity(4 + items.len() * 10);
+        let step = ms(c.aging_step);
         args.push(origin.as_bytes().to_vec());
         args.push(journal.to_string().into_bytes());
         args.push(ms(c.dedup_window).min(MAX_LUA_MS).to_string().into_bytes());
@@ -146,6 +147,13 @@ impl RedisQueue {
                     .map_or_else(Vec::new, |t| t.min(MAX_LUA_MS).to_string().into_bytes()),
             );
             args.push(o.enqueued_at_ms.min(MAX_LUA_MS).to_string().into_bytes());
+            args.push(o.priority.to_string().into_bytes());
+            args.push(
+                u64::from(o.priority)
+                    .saturating_mul(step)
+                    .to_string()
+                    .into_bytes(),
+            );
         }
         let v = self
             .run("forward", &self.inner.scripts.forward, args, true)

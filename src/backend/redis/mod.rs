@@ -1,5 +1,5 @@
-//! The `redis` backend: Redis Streams plus a few keys, shared by many
-//! processes (SPEC sections 3 and 6).
+//! The `redis` backend: ranked sorted sets, item hashes and a few signal
+//! streams, shared by many processes (SPEC sections 3 and 6).
 //!
 //! # Keys
 //!
@@ -12,8 +12,10 @@
 //! |---|---|---|
 //! | `{ns}:seq` | string | the id counter (`INCR`, first id 1) |
 //! | `{ns}:lease` | string | the lease counter: every claim gets a fresh one, the fencing token of its receipt |
-//! | `{ns}:item:<id>` | hash | the item, stored once: `flow`, `payload`, `enq`, `nb`, `dlv`, its state `st`, and while pending `lane`, `ls` (lease), `ca` (claimed_at), `sid` (stream entry), `owner`; as a dead letter `reason`, `failed` |
-//! | `{ns}:backlog`, `{ns}:due` | stream | one entry `id=<id>` per ready item, read through the consumer group `workers` |
+//! | `{ns}:item:<id>` | hash | the item, stored once: `flow`, `payload`, `enq`, `nb`, `dlv`, its state `st`, for a tier above 0 `pri` (tier) and `boost` (tier x `aging_step` in ms, fixed at add or at forwarding), and while pending `lane`, `ls` (lease), `ca` (claimed_at), `owner`; as a dead letter `reason`, `failed`; if forwarded (SPEC 11) `origin`, `oid` |
+//! | `{ns}:ready`, `{ns}:ready:due` | sorted set | the backlog and the due lane: one member `<position, 20 digits>:<id>` per ready item, scored by its rank (arrival - boost) |
+//! | `{ns}:pos` | string | the position counter of both ready lanes |
+//! | `{ns}:clocks` | hash | `backlog`, `due`: the latest arrival given in each lane |
 //! | `{ns}:delayed` | sorted set | delayed ids by `not_before` |
 //! | `{ns}:pending` | sorted set | pending ids by `claimed_at` |
 //! | `{ns}:parked:<flow>` | list | a paused flow's parked ids, oldest first; `{ns}:flows` is the set of flows with any |
@@ -36,34 +38,36 @@
 //!   (`scripts/*.lua`, each prefixed with `scripts/common.lua`), so a crash
 //!   or a dropped connection never leaves an item in two places or in none.
 //!   No client-side read-then-write, no `MULTI`/`WATCH`.
-//! - **Streams for the ready lanes.** The backlog and due lanes are streams
-//!   read with `XREADGROUP ... >` inside the claim script, so the group's PEL
-//!   always names the consumer holding each entry (visible with
-//!   `XPENDING`/`XINFO`). An entry is `XACK`ed and `XDEL`ed when its item
-//!   leaves pending (ack, retry, park, dead letter): the streams hold no
-//!   acked entries, so they never need `MAXLEN` trimming, which would drop
-//!   live work.
-//! - **Leases live in the item record, not in the PEL.** The PEL's idle time
-//!   and delivery count follow the server's clock and are not bumped by
-//!   `XCLAIM ... JUSTID`; the queue needs its own clock (tests inject one)
-//!   and a fencing token that survives redrives. So `ls`/`ca`/`dlv` in the
-//!   item hash are the truth, and every ack, touch, retry, dead letter and
-//!   park checks `st = pending` and `ls = receipt.lease` in the same script
-//!   that changes anything. A touch never uses `XCLAIM` (which would steal an
-//!   entry someone else reclaimed).
+//! - **Ranked sorted sets for the ready lanes** (SPEC 3, Priority). The
+//!   backlog and the due lane are sorted sets scored by the rank `arrival -
+//!   tier x aging_step`: the arrival is the time the item entered the lane
+//!   (add, resume and redrive: now; promotion: its `not_before`), raised to
+//!   the lane's latest arrival (`{ns}:clocks`) so that a promoted timer
+//!   older than the last one keeps FIFO; a clock step back (SPEC 8) moves
+//!   every rank and both lane clocks back by the step in the script that
+//!   notices it (`observe_clock` in `scripts/common.lua`); the tier's share (`boost`) is fixed when the item is
+//!   added, with the adding handle's `aging_step`. Members start with a
+//!   position counter padded to 20 digits, so equal ranks go by position,
+//!   and at tier 0 the order is plain FIFO. A claim takes the lowest ranks
+//!   with `ZPOPMIN` inside its script; who holds a pending item is the
+//!   item's `owner` field. Before priorities the ready lanes
+//!   were streams (`{ns}:backlog`, `{ns}:due`) read by a consumer group
+//!   `workers`: `connect` moves such a namespace to the sorted sets in one
+//!   script (`scripts/migrate.lua`), in stream order at tier 0, and deletes
+//!   the streams.
+//! - **Leases live in the item record.** The queue needs its own clock
+//!   (tests inject one) and a fencing token that survives redrives, so
+//!   `ls`/`ca`/`dlv` in the item hash are the truth, and every ack, touch,
+//!   retry, dead letter and park checks `st = pending` and `ls =
+//!   receipt.lease` in the same script that changes anything.
 //! - **Reclaim reads its own index.** `{ns}:pending` is ordered by
 //!   (`claimed_at`, id) — members are ids padded to 20 digits, so ties sort by
 //!   id — so `reclaim_stale` reaches every stale item however many fresh ones
-//!   there are (unlike `XAUTOCLAIM` from `0-0`, which scans only the first
-//!   `COUNT`×10 PEL entries). Reclaimed stream entries move to the new owner
-//!   with `XCLAIM ... JUSTID`. A reclaim that took anything over also
-//!   removes consumers that hold no pending entries (handles that died):
-//!   removing a consumer deletes its PEL entries, so one that holds any is
-//!   never removed, and `close` removes its own consumer only when empty.
+//!   there are.
 //! - **Hot paths are batched.** A claim reads each item with one `HMGET` and
 //!   writes it with one `HSET`; the lease counter and the pending index are
 //!   written once per call; an ack reads each receipt with one `HMGET` and
-//!   acks, deletes and unindexes the whole batch with one command each.
+//!   deletes and unindexes the whole batch with one command each.
 //! - **Time.** Every script takes `now` from the queue's clock: an injected
 //!   [`Clock`](crate::Clock), or by default the server's `TIME`, so hosts
 //!   with skewed clocks agree on when a timer is due and a claim is stale.
@@ -171,8 +175,6 @@ const BLOCK_ROUND: Duration = Duration::from_secs(10);
 /// Times further than this (ms) are clamped, so that sums stay exact in Lua's
 /// doubles (2^52 ms is about 142 000 years).
 const MAX_LUA_MS: u64 = 1 << 52;
-/// The consumer group reading both streams.
-const GROUP: &str = "workers";
 
 /// Settings of the Redis backend (SPEC section 7); the queue rules are in
 /// [`Config`].
@@ -273,7 +275,8 @@ impl RedisOptions {
         self
     }
 
-    /// The consumer name of this handle in the streams' group. It must be
+    /// The consumer name of this handle, recorded as the `owner` of each
+    /// item it holds (visible with `redis-cli HGET`). It must be
     /// unique among live handles. Default: `wj-<pid>-<n>` with `n` from a
     /// counter in Redis, so unique without configuration.
     pub fn consumer_name(mut self, name: impl Into<String>) -> Self {
@@ -402,8 +405,7 @@ const PRUNE_LIMIT: u32 = 500;
 fn lua_constants() -> String {
     // `{:?}` quotes a plain ASCII string the way Lua reads it.
     format!(
-        "local GROUP = {GROUP:?}\n\
-         local PRUNE_LIMIT = {PRUNE_LIMIT}\n\
+        "local PRUNE_LIMIT = {PRUNE_LIMIT}\n\
          local MAX_DELIVERIES_REASON = {MAX_DELIVERIES_REASON:?}\n\
          local LOST, DEFAULT_FLOW, PARKED = {LOST}, {DEFAULT_FLOW}, {PARKED}\n\
          local DELAYED, DEAD_LETTERED = {DELAYED}, {DEAD_LETTERED}\n\
@@ -446,8 +448,8 @@ struct Scripts {
     dead: Script,
     stats: Script,
     look: Script,
-    close: Script,
     result: Script,
+    migrate: Script,
     #[cfg(feature = "forward")]
     forward: Script,
 }
@@ -472,8 +474,8 @@ impl Scripts {
             dead: script!("dead"),
             stats: script!("stats"),
             look: script!("look"),
-            close: script!("close"),
             result: script!("result"),
+            migrate: script!("migrate"),
             #[cfg(feature = "forward")]
             forward: script!("forward"),
         }
@@ -745,7 +747,8 @@ impl RedisQueue {
     /// Connect to the Redis at `url` (`redis://[user:password@]host[:port][/db]`,
     /// or `rediss://...` for TLS, see [TLS](RedisQueue#tls)) and use
     /// the queue in `namespace`: every key starts with `{namespace}:`.
-    /// Creates the streams and their consumer group if missing. Logs a
+    /// Moves a namespace of the older stream layout to the ranked lanes
+    /// (see the module docs). Logs a
     /// warning if the server may evict keys (`maxmemory-policy allkeys-*`)
     /// or keeps no persistence, saying what a crash can then lose.
     ///
@@ -822,26 +825,18 @@ impl RedisQueue {
     }
 
     async fn setup(&mut self) -> Result<()> {
-        for lane in ["backlog", "due"] {
-            let key = format!("{}{lane}", self.inner.prefix);
-            let mut conn = self.inner.conn.clone();
-            let r: redis::RedisResult<Value> = tokio::time::timeout(
-                self.limit(),
-                redis::cmd("XGROUP")
-                    .arg("CREATE")
-                    .arg(&key)
-                    .arg(GROUP)
-                    .arg("0")
-                    .arg("MKSTREAM")
-                    .query_async(&mut conn),
-            )
-            .await
-            .map_err(|_| Error::backend("redis XGROUP CREATE got no answer in time"))?;
-            match r {
-                Ok(_) => {}
-                Err(e) if e.code() == Some("BUSYGROUP") => {}
-                Err(e) => return Err(redis_err("XGROUP CREATE", e)),
-            }
+        // SPEC 6: a namespace of the stream layout moves to the ranked
+        // lanes, in one script.
+        let moved = self
+            .run("migrate", &self.inner.scripts.migrate, Vec::new(), false)
+            .await?;
+        let moved = uint(&moved, "migrate")?;
+        if moved > 0 {
+            tracing::info!(
+                namespace = %self.inner.prefix,
+                moved,
+                "moved the ready lanes from streams to ranked sorted sets"
+            );
         }
         let consumer = match self.inner.options.consumer_name.clone() {
             Some(name) => name,
@@ -903,7 +898,7 @@ impl RedisQueue {
         }
     }
 
-    /// This handle's consumer name in the group.
+    /// This handle's consumer name (the `owner` of the items it holds).
     pub fn consumer_name(&self) -> &str {
         &self.inner.consumer
     }
@@ -1013,7 +1008,8 @@ impl RedisQueue {
             return Ok(Vec::new());
         }
         let c = &self.inner.config;
-        let mut args = Vec::with_capacity(2 + items.len() * 5);
+        let mut args = Vec::with_capacity(2 + items.len() * 7);
+        let step = ms(c.aging_step);
         args.push(ms(c.dedup_window).min(MAX_LUA_MS).to_string().into_bytes());
         args.push(match c.max_backlog {
             Some(l) => l.to_string().into_bytes(),
@@ -1037,6 +1033,8 @@ impl RedisQueue {
                 Some(t) => t.min(MAX_LUA_MS).to_string().into_bytes(),
                 None => Vec::new(),
             });
+            args.push(item.priority.to_string().into_bytes());
+            args.push((u64::from(item.priority) * step).to_string().into_bytes());
         }
         let v = self.run("add", &self.inner.scripts.add, args, true).await?;
         let a = array(&v, "add")?;
@@ -1697,7 +1695,7 @@ impl WorkQueue for RedisQueue {
         array(&v, "dead_letters")?
             .iter()
             .map(|d| {
-                let item = reply::item(d)?;
+                let item = reply::item(d, 8)?;
                 let a = array(d, "dead letter")?;
                 Ok(DeadLetter {
                     item,
@@ -1768,7 +1766,10 @@ impl WorkQueue for RedisQueue {
             return Ok(Vec::new());
         }
         let v = self.look("peek", count).await?;
-        array(&v, "peek")?.iter().map(reply::item).collect()
+        array(&v, "peek")?
+            .iter()
+            .map(|i| reply::item(i, 6))
+            .collect()
     }
 
     async fn list(&self, query: crate::ListQuery) -> Result<crate::ItemPage> {
@@ -1801,30 +1802,12 @@ impl WorkQueue for RedisQueue {
     }
 
     async fn close(&self) -> Result<()> {
-        if self.inner.closed.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        let v = self
-            .run(
-                "close",
-                &self.inner.scripts.close,
-                vec![self.inner.consumer.clone().into_bytes()],
-                false,
-            )
-            .await;
         self.inner.closed.store(true, Ordering::Release);
         self.inner
             .blockers
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
-        let kept = uint(&v?, "close")?;
-        if kept > 0 {
-            tracing::info!(
-                consumer = %self.inner.consumer,
-                "consumer kept in the group: it still holds pending entries (reclaim_stale takes them over)"
-            );
-        }
         Ok(())
     }
 }
@@ -1894,13 +1877,13 @@ mod constant_tests {
             include_str!("scripts/browse.lua"),
             include_str!("scripts/claim.lua"),
             include_str!("scripts/clear_flow.lua"),
-            include_str!("scripts/close.lua"),
             include_str!("scripts/common.lua"),
             include_str!("scripts/dead.lua"),
             include_str!("scripts/dead_letter.lua"),
             include_str!("scripts/done.lua"),
             include_str!("scripts/forward.lua"),
             include_str!("scripts/look.lua"),
+            include_str!("scripts/migrate.lua"),
             include_str!("scripts/park.lua"),
             include_str!("scripts/promote.lua"),
             include_str!("scripts/reclaim.lua"),
@@ -1924,7 +1907,7 @@ mod constant_tests {
             }
         }
         let prelude = super::lua_constants();
-        assert!(prelude.contains(&format!("local GROUP = {:?}", super::GROUP)));
+        assert!(prelude.contains(&format!("local PRUNE_LIMIT = {}", super::PRUNE_LIMIT)));
         assert!(prelude.contains(&format!("{:?}", super::MAX_DELIVERIES_REASON)));
     }
 }

@@ -88,10 +88,21 @@ pub(crate) fn lane(v: &Value) -> Result<Lane> {
     }
 }
 
-/// An item as `{id, flow, payload, enq, nb, dlv, ...}`.
-pub(crate) fn item(v: &Value) -> Result<Item> {
+/// An item as `{id, flow, payload, enq, nb, dlv, ...}`, its priority tier
+/// at `priority_at` (missing or empty: 0, as in a hash written before
+/// priorities).
+pub(crate) fn item(v: &Value, priority_at: usize) -> Result<Item> {
     let a = array(v, "item")?;
+    let priority = match a.get(priority_at) {
+        None => 0,
+        Some(p) => match opt_uint(p, "item priority")? {
+            None => 0,
+            Some(n) => u8::try_from(n)
+                .map_err(|_| bad("item priority", format!("{n} does not fit in u8")))?,
+        },
+    };
     Ok(Item {
+        priority,
         id: uint(at(a, 0, "item")?, "item id")?,
         flow: text(at(a, 1, "item")?, "item flow")?,
         payload: bytes(at(a, 2, "item")?, "item payload")?,
@@ -101,9 +112,10 @@ pub(crate) fn item(v: &Value) -> Result<Item> {
     })
 }
 
-/// A claim as `{id, flow, payload, enq, nb, dlv, lane, claimed_at, lease}`.
+/// A claim as `{id, flow, payload, enq, nb, dlv, lane, claimed_at, lease,
+/// priority}`.
 pub(crate) fn claimed(v: &Value) -> Result<Claimed> {
-    let item = item(v)?;
+    let item = item(v, 9)?;
     let a = array(v, "claim")?;
     let lane = lane(at(a, 6, "claim")?)?;
     let claimed_at_ms = uint(at(a, 7, "claim")?, "claimed_at")?;

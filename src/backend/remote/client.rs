@@ -465,6 +465,7 @@ impl WorkQueue for RemoteQueue {
             flow: item.flow,
             payload: wire::Base64(item.payload),
             dedup_key: item.dedup_key,
+            priority: item.priority,
             not_before_ms,
         };
         let r: wire::WireAdded = self.call("add_delayed", &req, NO_WAIT).await?;

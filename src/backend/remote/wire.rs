@@ -57,6 +57,10 @@ pub struct WireNewItem {
     /// The deduplication key, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dedup_key: Option<String>,
+    /// The priority tier, 0 to 255 (higher runs earlier; SPEC section 3,
+    /// Priority). Default 0.
+    #[serde(default)]
+    pub priority: u8,
 }
 
 impl From<NewItem> for WireNewItem {
@@ -65,6 +69,7 @@ impl From<NewItem> for WireNewItem {
             flow: n.flow,
             payload: Base64(n.payload),
             dedup_key: n.dedup_key,
+            priority: n.priority,
         }
     }
 }
@@ -75,6 +80,7 @@ impl From<WireNewItem> for NewItem {
             flow: w.flow,
             payload: w.payload.0,
             dedup_key: w.dedup_key,
+            priority: w.priority,
         }
     }
 }
@@ -91,6 +97,10 @@ pub struct AddDelayedRequest {
     /// The deduplication key, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dedup_key: Option<String>,
+    /// The priority tier, 0 to 255 (higher runs earlier; SPEC section 3,
+    /// Priority). Default 0.
+    #[serde(default)]
+    pub priority: u8,
     /// Due time, ms since the Unix epoch (queue clock).
     pub not_before_ms: u64,
 }
@@ -703,6 +713,10 @@ pub struct WireItem {
     pub not_before_ms: Option<u64>,
     /// How many times it was handed out.
     pub deliveries: u32,
+    /// Its priority tier (SPEC section 3, Priority); 0 when a server too old
+    /// to send it leaves it out.
+    #[serde(default)]
+    pub priority: u8,
 }
 
 impl From<Item> for WireItem {
@@ -714,6 +728,7 @@ impl From<Item> for WireItem {
             enqueued_at_ms: i.enqueued_at_ms,
             not_before_ms: i.not_before_ms,
             deliveries: i.deliveries,
+            priority: i.priority,
         }
     }
 }
@@ -727,6 +742,7 @@ impl From<WireItem> for Item {
             enqueued_at_ms: w.enqueued_at_ms,
             not_before_ms: w.not_before_ms,
             deliveries: w.deliveries,
+            priority: w.priority,
         }
     }
 }

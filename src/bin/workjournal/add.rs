@@ -66,7 +66,9 @@ pub(crate) fn read_input(args: &AddArgs) -> CliResult<Input> {
     }))
 }
 
-pub(crate) async fn add(queue: &BoxQueue, args: &AddArgs, input: Input) -> CliResult {
+/// Add what `args` and `input` say and print the id; with `--wait`, print
+/// nothing and return the id to wait for.
+pub(crate) async fn add(queue: &BoxQueue, args: &AddArgs, input: Input) -> CliResult<Option<u64>> {
     let not_before_ms = match (args.delay, args.at) {
         (Some(d), _) => {
             let now = queue.now_ms().await?;
@@ -90,11 +92,15 @@ pub(crate) async fn add(queue: &BoxQueue, args: &AddArgs, input: Input) -> CliRe
     };
     let payload = match input {
         Input::Lines(reader, total_bytes) => {
-            return add_lines(queue, args, not_before_ms, reader, total_bytes).await;
+            return add_lines(queue, args, not_before_ms, reader, total_bytes)
+                .await
+                .map(|()| None);
         }
         Input::One(payload) => payload,
     };
-    let mut item = NewItem::new(payload).flow(args.flow.clone());
+    let mut item = NewItem::new(payload)
+        .flow(args.flow.clone())
+        .priority(args.priority);
     if let Some(key) = &args.dedup_key {
         item = item.dedup_key(key.clone());
     }
@@ -111,10 +117,11 @@ pub(crate) async fn add(queue: &BoxQueue, args: &AddArgs, input: Input) -> CliRe
         );
     }
     if args.wait {
-        let wait = args.timeout.unwrap_or(std::time::Duration::MAX);
-        return crate::result::print_outcome(queue, added.id, wait, code::TIMED_OUT).await;
+        return Ok(Some(added.id));
     }
-    writeln!(std::io::stdout(), "{}", added.id).map_err(CliError::output)
+    writeln!(std::io::stdout(), "{}", added.id)
+        .map_err(CliError::output)
+        .map(|()| None)
 }
 
 async fn add_lines(
@@ -170,7 +177,11 @@ async fn add_lines(
                     batch_first_line = line_no;
                 }
                 batch_bytes += text.len();
-                batch.push(NewItem::new(text.to_vec()).flow(args.flow.clone()));
+                batch.push(
+                    NewItem::new(text.to_vec())
+                        .flow(args.flow.clone())
+                        .priority(args.priority),
+                );
             }
         }
         if !batch.is_empty() && (eof || batch.len() >= BATCH_ITEMS || batch_bytes >= BATCH_BYTES) {

@@ -98,6 +98,12 @@ pub(crate) enum Command {
         /// Print again every second until Ctrl-C (holds the queue file open).
         #[arg(long)]
         watch: bool,
+        /// Count the forwarding lag over this flow only (repeat for more; ""
+        /// is the default flow), as `forward --flow` forwards it; also shows
+        /// the lag of a file never forwarded yet. Default: every flow, and
+        /// the lag only once the file has been forwarded.
+        #[arg(long = "forward-flow", value_name = "FLOW")]
+        forward_flows: Vec<String>,
     },
     /// Show the next N items a worker would take, without taking them
     /// (needs only read access).
@@ -208,6 +214,10 @@ pub(crate) struct AddArgs {
     /// With --wait: how long to wait (default: without end).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "wait")]
     pub(crate) timeout: Option<Duration>,
+    /// Priority tier 0-255: higher runs earlier, each tier worth the
+    /// queue's aging step (60 s) of waiting.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub(crate) priority: u8,
 }
 
 /// How to run each item (shared by `work` and `step`).

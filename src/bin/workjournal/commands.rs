@@ -16,21 +16,36 @@ pub(crate) async fn open(global: &Global, config: Config) -> CliResult<BoxQueue>
 /// Open the queue the global flags name; with `read_only`, a file that no
 /// process serves is opened read-only.
 async fn open_as(global: &Global, config: Config, read_only: bool) -> CliResult<BoxQueue> {
-    match &global.redis {
-        Some(url) => open_redis(url, global, config).await,
-        None => {
-            // The file, or the process serving it (SPEC section 10).
-            let mut options = workjournal::ConnectOptions::default().read_only(read_only);
-            if let Ok(token) = std::env::var("WORKJOURNAL_TOKEN") {
-                options = options.token(token);
-            }
-            let queue = match global.db.to_str() {
-                Some(target) => options.connect(target, config).await?,
-                None => options.open_file(&global.db, config).await?,
-            };
-            Ok(queue)
-        }
+    Ok(open_saying_file(global, config, read_only).await?.0)
+}
+
+/// As [`open_as`], and whether the target is a queue file (opened here, or
+/// reached through the process serving it) rather than Redis or a URL.
+async fn open_saying_file(
+    global: &Global,
+    config: Config,
+    read_only: bool,
+) -> CliResult<(BoxQueue, bool)> {
+    if let Some(url) = &global.redis {
+        return Ok((open_redis(url, global, config).await?, false));
     }
+    // The file, or the process serving it (SPEC section 10).
+    let mut options = workjournal::ConnectOptions::default().read_only(read_only);
+    if let Ok(token) = std::env::var("WORKJOURNAL_TOKEN") {
+        options = options.token(token);
+    }
+    if let Some(target) = global.db.to_str()
+        && crate::serve::is_url(target)
+    {
+        return Ok((options.connect(target, config).await?, false));
+    }
+    Ok(
+        match options.open_file_or_server(&global.db, config).await? {
+            workjournal::Opened::Served(remote) => (BoxQueue::new(remote), true),
+            #[cfg(feature = "embedded")]
+            workjournal::Opened::Owned(file) => (BoxQueue::new(file), true),
+        },
+    )
 }
 
 /// Open the queue for looking only: the process serving the file when one
@@ -105,13 +120,59 @@ pub(crate) async fn run(cli: Cli) -> CliResult {
         // The input is read (or opened) before the queue, so that a missing
         // `--file` leaves no new queue file behind (SPEC section 9).
         let input = crate::add::read_input(args)?;
-        let queue = open(&cli.global, Config::default()).await?;
-        let result = crate::add::add(&queue, args, input).await;
+        let (queue, on_file) = open_saying_file(&cli.global, Config::default(), false).await?;
+        let wait = args.timeout.unwrap_or(Duration::MAX);
+        let mut result = crate::add::add(&queue, args, input).await;
+        if let Ok(Some(id)) = result
+            && !on_file
+        {
+            result = crate::result::print_outcome(&queue, id, wait, code::TIMED_OUT)
+                .await
+                .map(|()| None);
+        }
+        let closed = queue.close().await;
+        let waiting = result?;
+        closed?;
+        // On a queue file the wait holds neither the file nor one server's
+        // connection: a `work` started (or restarted) meanwhile can take
+        // the file and answer (SPEC section 9).
+        if let Some(id) = waiting {
+            crate::result::print_outcome_detached(&cli.global, id, wait, code::TIMED_OUT).await?;
+        }
+        return Ok(());
+    }
+    require_queue_file(&cli.global)?;
+    if let Command::Result { id, wait } = &cli.command {
+        let (id, wait) = (*id, wait.unwrap_or_default());
+        let (queue, on_file) = open_saying_file(&cli.global, Config::default(), true).await?;
+        let mut result =
+            crate::result::print_outcome(&queue, id, Duration::ZERO, code::NOT_FOUND).await;
+        let not_yet = matches!(&result, Err(e) if e.code == code::NOT_FOUND);
+        if not_yet && !on_file && !wait.is_zero() {
+            result = crate::result::print_outcome(&queue, id, wait, code::NOT_FOUND).await;
+        }
+        let closed = queue.close().await;
+        if not_yet && on_file && !wait.is_zero() {
+            closed?;
+            // As `add --wait`: holding neither the file nor a server.
+            return crate::result::print_outcome_detached(&cli.global, id, wait, code::NOT_FOUND)
+                .await;
+        }
+        result?;
+        return Ok(closed?);
+    }
+    if let Command::Stats {
+        json,
+        watch,
+        forward_flows,
+    } = &cli.command
+    {
+        let (queue, lag) = open_for_stats(&cli.global, forward_flows).await?;
+        let result = stats(&queue, *json, *watch, lag.as_ref()).await;
         let closed = queue.close().await;
         result?;
         return Ok(closed?);
     }
-    require_queue_file(&cli.global)?;
     // Commands that only look open the file read-only: they work on a file
     // the user may only read and write nothing (SPEC section 9).
     let looks_only = matches!(
@@ -137,12 +198,13 @@ async fn one(queue: &BoxQueue, command: Command) -> CliResult {
     let mut out = std::io::stdout();
     match command {
         Command::Add(_)
+        | Command::Stats { .. }
+        | Command::Result { .. }
         | Command::Work(_)
         | Command::Step(_)
         | Command::Supervise { .. }
         | Command::Forward(_)
         | Command::Serve(_) => Ok(()),
-        Command::Stats { json, watch } => stats(queue, json, watch).await,
         Command::Peek { n, json } => {
             let items = if n == 0 {
                 Vec::new()
@@ -239,9 +301,6 @@ async fn one(queue: &BoxQueue, command: Command) -> CliResult {
             let n = queue.clear_flow(&flow).await?;
             writeln!(out, "cleared {flow}: {n} parked items deleted").map_err(CliError::output)
         }
-        Command::Result { id, wait } => {
-            crate::result::print_outcome(queue, id, wait.unwrap_or_default(), code::NOT_FOUND).await
-        }
         Command::Compact => {
             let gave_back = queue.compact().await?;
             let text = if gave_back {
@@ -273,9 +332,71 @@ async fn redrive_all(queue: &BoxQueue) -> CliResult<u64> {
     }
 }
 
-async fn stats(queue: &BoxQueue, json: bool, watch: bool) -> CliResult {
+/// Where `stats` reads the forwarding lag (SPEC section 11, "Lag"): the
+/// file itself, when this process opened it (read-only).
+#[cfg(feature = "forward")]
+struct LagSource {
+    file: workjournal::EmbeddedQueue,
+    /// The flows counted (`--forward-flow`); empty: every flow.
+    flows: Vec<String>,
+}
+
+#[cfg(not(feature = "forward"))]
+struct LagSource;
+
+/// The queue `stats` looks at, as [`open_read_only`], and the file itself
+/// when no process serves it, for the forwarding lag.
+async fn open_for_stats(
+    global: &Global,
+    forward_flows: &[String],
+) -> CliResult<(BoxQueue, Option<LagSource>)> {
+    #[cfg(feature = "forward")]
+    if global.redis.is_none() && !global.db.to_str().is_some_and(crate::serve::is_url) {
+        let mut options = workjournal::ConnectOptions::default().read_only(true);
+        if let Ok(token) = std::env::var("WORKJOURNAL_TOKEN") {
+            options = options.token(token);
+        }
+        return Ok(
+            match options
+                .open_file_or_server(&global.db, Config::default())
+                .await?
+            {
+                workjournal::Opened::Served(remote) => (BoxQueue::new(remote), None),
+                workjournal::Opened::Owned(file) => (
+                    BoxQueue::new(file.clone()),
+                    Some(LagSource {
+                        file,
+                        flows: forward_flows.to_vec(),
+                    }),
+                ),
+            },
+        );
+    }
+    let _ = forward_flows;
+    Ok((open_read_only(global).await?, None))
+}
+
+/// The forwarding lag to show: item count and age of the oldest in ms;
+/// `None` when there is no file to read it from, or the file was never
+/// forwarded and no `--forward-flow` asks for it.
+#[cfg(feature = "forward")]
+async fn forward_lag(source: Option<&LagSource>) -> CliResult<Option<(u64, Option<u64>)>> {
+    let Some(source) = source else {
+        return Ok(None);
+    };
+    let flows = (!source.flows.is_empty()).then_some(source.flows.as_slice());
+    let l = workjournal::forward::local_lag(&source.file, flows).await?;
+    Ok((l.forwarded || flows.is_some()).then_some((l.lag.count, l.lag.oldest_age_ms)))
+}
+
+#[cfg(not(feature = "forward"))]
+async fn forward_lag(_source: Option<&LagSource>) -> CliResult<Option<(u64, Option<u64>)>> {
+    Ok(None)
+}
+
+async fn stats(queue: &BoxQueue, json: bool, watch: bool, lag: Option<&LagSource>) -> CliResult {
     if !watch {
-        return print_stats(queue, json, false).await;
+        return print_stats(queue, json, false, lag).await;
     }
     use tokio::signal::unix::{SignalKind, signal};
     let tty = std::io::stdout().is_terminal();
@@ -301,24 +422,40 @@ async fn stats(queue: &BoxQueue, json: bool, watch: bool) -> CliResult {
                     // Clear the screen and home the cursor: a live view.
                     write!(std::io::stdout(), "\x1b[2J\x1b[H").map_err(CliError::output)?;
                 }
-                print_stats(queue, json, !tty && !json).await?;
+                print_stats(queue, json, !tty && !json, lag).await?;
             }
         }
     }
 }
 
-async fn print_stats(queue: &BoxQueue, json: bool, one_line: bool) -> CliResult {
+async fn print_stats(
+    queue: &BoxQueue,
+    json: bool,
+    one_line: bool,
+    lag: Option<&LagSource>,
+) -> CliResult {
     let s = queue.stats().await?;
     let paused = queue.paused_flows().await?;
+    let lag = forward_lag(lag).await?;
     let mut out = std::io::stdout();
     let text = if json {
         let mut v = serde_json::to_value(s)
             .map_err(|e| CliError::new(code::FAILURE, format!("cannot encode stats: {e}")))?;
         v["paused_flows"] = paused.into();
+        v["forward_lag"] = match lag {
+            Some((count, oldest_age_ms)) => {
+                serde_json::json!({ "count": count, "oldest_age_ms": oldest_age_ms })
+            }
+            None => serde_json::Value::Null,
+        };
         v.to_string()
     } else if one_line {
+        let lag = match lag {
+            Some((count, _)) => format!(" forward_lag={count}"),
+            None => String::new(),
+        };
         format!(
-            "backlog={} due={} delayed={} pending={} parked={} dead_letters={} dead_letters_dropped={}",
+            "backlog={} due={} delayed={} pending={} parked={} dead_letters={} dead_letters_dropped={}{lag}",
             s.backlog,
             s.due,
             s.delayed,
@@ -342,8 +479,19 @@ async fn print_stats(queue: &BoxQueue, json: bool, one_line: bool) -> CliResult 
             0 => String::new(),
             n => format!(" ({n} dropped past the cap)"),
         };
+        // The forwarding lag, when there is one to show (SPEC section 11).
+        let lag = match lag {
+            Some((count, age)) => {
+                let oldest = match age {
+                    Some(age) => format!(" (oldest {})", humantime::format_duration(round_ms(age))),
+                    None => String::new(),
+                };
+                format!("\nforward lag   {count} items{oldest}")
+            }
+            None => String::new(),
+        };
         format!(
-            "backlog       {} (due {})\ndelayed       {}\npending       {}{oldest}\nparked        {}\ndead letters  {}{dropped}\npaused flows  {paused}\ndurable       {}",
+            "backlog       {} (due {})\ndelayed       {}\npending       {}{oldest}\nparked        {}\ndead letters  {}{dropped}\npaused flows  {paused}\ndurable       {}{lag}",
             s.backlog,
             s.due,
             s.delayed,
@@ -402,6 +550,7 @@ fn item_json(item: &Item) -> serde_json::Value {
         "payload_bytes": item.payload.len(),
         "deliveries": item.deliveries,
         "enqueued_at_ms": item.enqueued_at_ms,
+        "priority": item.priority,
     })
 }
 

@@ -27,6 +27,8 @@ pub(crate) struct Outgoing {
     pub(crate) enqueued_at_ms: u64,
     /// Its not-before time, for an item that is delayed or in the due lane.
     pub(crate) not_before_ms: Option<u64>,
+    /// Its priority tier (SPEC 3, Priority), kept in Redis.
+    pub(crate) priority: u8,
     /// Its dedup key, while the key's local window is open.
     pub(crate) dedup_key: Option<String>,
     /// True for an item at or below the forwarding mark: it was held
@@ -41,6 +43,9 @@ pub(crate) struct Unforwarded {
     pub(crate) count: u64,
     /// The enqueue time of the oldest of them, ms since the Unix epoch.
     pub(crate) oldest_enqueued_at_ms: Option<u64>,
+    /// Whether a forwarder was ever set up on this file (it has a
+    /// forwarding journal id).
+    pub(crate) forwarded: bool,
 }
 
 /// Whether items of `flow` are forwarded (`None`: every flow).
@@ -100,7 +105,7 @@ impl Tables<'_> {
         for e in self.items()?.range(range).ctx("read items")? {
             let (k, v) = e.ctx("read item")?;
             let id = k.value();
-            let rec: ItemRecord = codec::decode(&format!("items[{id}]"), v.value())?;
+            let rec: ItemRecord = codec::decode_item(&format!("items[{id}]"), v.value())?;
             if !selected(flows, &rec.flow) || self.held(id, &parked)? {
                 continue;
             }
@@ -149,7 +154,7 @@ impl Tables<'_> {
         let mut out = Vec::new();
         let mut bytes = 0usize;
         self.each_waiting(range, flows, |id, rec| {
-            let payload = self.payload(id)?;
+            let payload = self.payload(id, &rec)?;
             let size = payload.len().saturating_add(rec.flow.len());
             if !out.is_empty() && (out.len() >= max_items || bytes.saturating_add(size) > max_bytes)
             {
@@ -162,6 +167,7 @@ impl Tables<'_> {
                 payload,
                 enqueued_at_ms: rec.enqueued_at_ms,
                 not_before_ms: rec.not_before_ms,
+                priority: rec.priority,
                 dedup_key: None,
                 late,
             });
@@ -177,7 +183,14 @@ impl Tables<'_> {
 
     /// What waits to be handed over: count and oldest enqueue time.
     pub(crate) fn forward_lag(&self, flows: Option<&[String]>) -> Result<Unforwarded> {
-        let mut lag = Unforwarded::default();
+        let mut lag = Unforwarded {
+            forwarded: self
+                .meta()?
+                .get(JOURNAL_KEY)
+                .ctx("read journal id")?
+                .is_some(),
+            ..Unforwarded::default()
+        };
         let all = (Bound::Unbounded, Bound::Unbounded);
         if flows.is_none() {
             // Every waiting item is forwarded: count the lanes, and find the
@@ -283,7 +296,10 @@ impl Tables<'_> {
 
 /// The keys of lane entries naming ids in `rest`, taking those ids out of
 /// `rest`; stops once `rest` is empty.
-fn lane_keys(lane: &redb::Table<'_, u64, u64>, rest: &mut BTreeSet<u64>) -> Result<Vec<u64>> {
+fn lane_keys(
+    lane: &redb::Table<'_, (i64, u64), u64>,
+    rest: &mut BTreeSet<u64>,
+) -> Result<Vec<(i64, u64)>> {
     let mut keys = Vec::new();
     if rest.is_empty() {
         return Ok(keys);

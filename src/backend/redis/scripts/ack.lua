@@ -5,27 +5,18 @@
 -- Only an acked id is marked seen: a lost receipt of an item (from before a
 -- retry or reclaim) must not hide its current receipt later in the batch.
 local n, seen = 0, {}
-local sids = { backlog = {}, due = {} }
 local zrem, dels, results = {}, {}, {}
 for i = 3, #ARGV - 2, 3 do
   local id, lease = ARGV[i], ARGV[i + 1]
   if not seen[id] then
-    local f = redis.call('HMGET', item_key(id), 'st', 'ls', 'lane', 'sid')
+    local f = redis.call('HMGET', item_key(id), 'st', 'ls')
     if f[1] == 'pending' and f[2] and tonumber(f[2]) == tonumber(lease) then
       seen[id] = true
-      local list = sids[f[3]]
-      if list and f[4] and f[4] ~= '' then list[#list + 1] = f[4] end
       zrem[#zrem + 1] = pad(id)
       dels[#dels + 1] = item_key(id)
       results[#results + 1] = { id, ARGV[i + 2] }
       n = n + 1
     end
-  end
-end
-for lane, list in pairs(sids) do
-  if #list > 0 then
-    call_chunked('XACK', stream_of(lane), list, GROUP)
-    call_chunked('XDEL', stream_of(lane), list)
   end
 end
 if n > 0 then

@@ -1,6 +1,7 @@
 -- add / add_batch / add_delayed, all or none.
--- ARGV: now, dedup_window_ms, max_backlog ("" = none), then per item five
--- values: flow, payload, has_key ("1"/"0"), key, not_before ("" = backlog).
+-- ARGV: now, dedup_window_ms, max_backlog ("" = none), then per item seven
+-- values: flow, payload, has_key ("1"/"0"), key, not_before ("" = backlog),
+-- priority tier, boost (tier x aging_step in ms: SPEC 3, Priority).
 -- Returns {"full", limit} or {"ok", {id, duplicate(0/1)}...}.
 local now = clock_now()
 local window = tonumber(ARGV[2])
@@ -8,10 +9,10 @@ local limit = ARGV[3]
 
 prune_dedup(now)
 
-local n = (#ARGV - 3) / 5
+local n = (#ARGV - 3) / 7
 local keys = {}
 for i = 0, n - 1 do
-  local b = 4 + i * 5
+  local b = 4 + i * 7
   keys[#keys + 1] = { ARGV[b + 2], ARGV[b + 3] }
 end
 local fresh = count_fresh(keys, now, window)
@@ -21,14 +22,15 @@ if over_capacity(limit, fresh) then return { 'full', limit } end
 
 local out = {}
 for i = 0, n - 1 do
-  local b = 4 + i * 5
+  local b = 4 + i * 7
   local flow, payload, has_key, key, nb = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
+  local pri, boost = ARGV[b + 5], ARGV[b + 6]
   local first = nil
   if has_key == '1' then first = dedup_known(key, now) end
   if first then
     out[#out + 1] = { first, 1 }
   else
-    out[#out + 1] = { new_item(flow, payload, fmt(now), nb, has_key, key, now, window), 0 }
+    out[#out + 1] = { new_item(flow, payload, fmt(now), nb, pri, boost, has_key, key, now, window), 0 }
   end
 end
 if fresh > 0 then wake() end

@@ -2,16 +2,16 @@
 --   list: state, offset, budget, limit, needle ("" for none);
 --         returns {ended (0/1), looked, {row...}}
 --   find: id; returns {row} or {}
--- row = {id, flow, payload, enq, nb, dlv, st, ca, owner, reason, failed}.
--- Every state is walked from the offset in its own order: the unread part
--- of a stream (claim order), a sorted set by rank (delayed, pending), the
+-- row = {id, flow, payload, enq, nb, dlv, st, ca, owner, reason, failed, pri}.
+-- Every state is walked from the offset in its own order: the ready lanes
+-- by rank (claim order), the sorted sets by time (delayed, pending), the
 -- dead list (newest first), the parked lists flow by flow (sorted names).
 local op = ARGV[2]
-local FIELDS = { 'flow', 'payload', 'enq', 'nb', 'dlv', 'st', 'ca', 'owner', 'reason', 'failed' }
+local FIELDS = { 'flow', 'payload', 'enq', 'nb', 'dlv', 'st', 'ca', 'owner', 'reason', 'failed', 'pri' }
 local function fetch(id) return redis.call('HMGET', item_key(id), unpack(FIELDS)) end
 local function row(id, f)
   return { id, f[1] or '', f[2], f[3] or '0', f[4] or '', f[5] or '0', f[6] or '',
-    f[7] or '', f[8] or '', f[9] or '', f[10] or '' }
+    f[7] or '', f[8] or '', f[9] or '', f[10] or '', f[11] or '0' }
 end
 
 if op == 'find' then
@@ -38,67 +38,35 @@ local function offer(id)
 end
 local function chunk() return math.max(1, math.min(200, budget - looked)) end
 
-local function last_delivered(stream)
-  local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', stream)
-  if not ok then return '0-0' end
-  for _, g in ipairs(groups) do
-    local name, last = nil, nil
-    for i = 1, #g - 1, 2 do
-      if g[i] == 'name' then name = g[i + 1] end
-      if g[i] == 'last-delivered-id' then last = g[i + 1] end
-    end
-    if name == GROUP and last then return last end
-  end
-  return '0-0'
-end
-
--- Returns 1 when the stream ran out.
-local function walk_stream(stream)
-  local from = last_delivered(stream)
-  local skip = offset
-  while true do
-    local page = redis.call('XRANGE', stream, '(' .. from, '+', 'COUNT', 200)
-    if #page == 0 then return 1 end
-    for _, e in ipairs(page) do
-      from = e[1]
-      if skip > 0 then
-        skip = skip - 1
-      else
-        if full() then return 0 end
-        local id = entry_field(e[2], 'id')
-        if id then offer(id) else looked = looked + 1 end
-      end
-    end
-  end
-end
-
--- Positions [at, at + n) of a ranked key through `read`; returns 1 when
--- the key ran out.
-local function walk_ranked(read, unpadded)
+-- Positions [at, at + n) of a ranked key through `read`, each member made
+-- an id by `id_of`; returns 1 when the key ran out.
+local function walk_ranked(read, id_of)
   local at = offset
   while not full() do
     local n = chunk()
-    local ids = read(at, at + n - 1)
-    for _, m in ipairs(ids) do
-      if unpadded then offer(m) else offer(unpad(m)) end
+    local members = read(at, at + n - 1)
+    for _, m in ipairs(members) do
+      local id = id_of(m)
+      if id then offer(id) else looked = looked + 1 end
       at = at + 1
     end
-    if #ids < n then return 1 end
+    if #members < n then return 1 end
   end
   return 0
 end
+local function same(m) return m end
 
 local ended = 0
 if state == 'backlog' then
-  ended = walk_stream(K_BACKLOG)
+  ended = walk_ranked(function(a, b) return redis.call('ZRANGE', K_READY, a, b) end, member_id)
 elseif state == 'due' then
-  ended = walk_stream(K_DUE)
+  ended = walk_ranked(function(a, b) return redis.call('ZRANGE', K_READY_DUE, a, b) end, member_id)
 elseif state == 'delayed' then
-  ended = walk_ranked(function(a, b) return redis.call('ZRANGE', K_DELAYED, a, b) end, false)
+  ended = walk_ranked(function(a, b) return redis.call('ZRANGE', K_DELAYED, a, b) end, unpad)
 elseif state == 'pending' then
-  ended = walk_ranked(function(a, b) return redis.call('ZRANGE', K_PENDING, a, b) end, false)
+  ended = walk_ranked(function(a, b) return redis.call('ZRANGE', K_PENDING, a, b) end, unpad)
 elseif state == 'dead_letter' then
-  ended = walk_ranked(function(a, b) return redis.call('LRANGE', K_DEAD, a, b) end, true)
+  ended = walk_ranked(function(a, b) return redis.call('LRANGE', K_DEAD, a, b) end, same)
 elseif state == 'parked' then
   local flows = redis.call('SMEMBERS', K_FLOWS)
   table.sort(flows)

@@ -5,8 +5,16 @@
 local P = KEYS[1]
 local K_SEQ = P .. 'seq'
 local K_LEASE = P .. 'lease'
+-- Schema-1 layout: the ready lanes were streams; only migrate.lua reads them.
 local K_BACKLOG = P .. 'backlog'
 local K_DUE = P .. 'due'
+-- The ready lanes: sorted sets by rank (arrival - tier x aging_step), the
+-- member `<position padded to 20 digits>:<id>`, so that equal ranks go by
+-- position (SPEC 3, Priority).
+local K_READY = P .. 'ready'
+local K_READY_DUE = P .. 'ready:due'
+local K_POS = P .. 'pos'
+local K_CLOCKS = P .. 'clocks'
 local K_DELAYED = P .. 'delayed'
 local K_PENDING = P .. 'pending'
 local K_PAUSED = P .. 'paused'
@@ -20,7 +28,7 @@ local K_WAKE = P .. 'wake'
 local K_OUT_EXP = P .. 'out:exp'
 local K_EVENTS = P .. 'events'
 local K_CLOCK = P .. 'clock'
--- GROUP, PRUNE_LIMIT, MAX_DELIVERIES_REASON and the reply codes (LOST,
+-- PRUNE_LIMIT, MAX_DELIVERIES_REASON and the reply codes (LOST,
 -- DEFAULT_FLOW, DELAYED, DEAD_LETTERED, PARKED) come from Rust, in a prelude
 -- written before this file (`lua_constants` in mod.rs), and so does CLOCK_TOLERANCE
 -- (CLOCK_STEP_TOLERANCE_MS: a smaller move back is noise).
@@ -49,9 +57,28 @@ local function shift_scores(key, back, field)
   end
 end
 
+-- Move a ready lane back by `back`: every rank (which may go below 0, a
+-- rank being arrival - boost) and the lane's latest arrival (`field` of
+-- the clocks hash), so that arrivals after the step still rank behind the
+-- items already waiting and aging keeps counting elapsed time (SPEC 3,
+-- Priority; SPEC 8, Clock steps).
+local function shift_lane(zset, field, back)
+  local all = redis.call('ZRANGE', zset, 0, -1, 'WITHSCORES')
+  for i = 1, #all - 1, 2 do
+    redis.call('ZADD', zset, fmt(tonumber(all[i + 1]) - back), all[i])
+  end
+  local last = redis.call('HGET', K_CLOCKS, field)
+  if last then
+    local t = tonumber(last) - back
+    if t < 0 then t = 0 end
+    redis.call('HSET', K_CLOCKS, field, fmt(t))
+  end
+end
+
 -- SPEC 8, Clock steps: a clock more than the tolerance below the latest
--- time the queue has seen has stepped back; move every timer, claim time
--- and expiry back by the step, so that waits are measured in elapsed time.
+-- time the queue has seen has stepped back; move every timer, claim time,
+-- expiry and ready-lane rank back by the step, so that waits are measured
+-- in elapsed time.
 local function observe_clock(now)
   local high = tonumber(redis.call('GET', K_CLOCK) or '0') or 0
   if high - now > CLOCK_TOLERANCE then
@@ -61,6 +88,8 @@ local function observe_clock(now)
     shift_scores(K_DONE_EXP, back, nil)
     shift_scores(K_DEDUP_EXP, back, nil)
     shift_scores(K_OUT_EXP, back, nil)
+    shift_lane(K_READY, 'backlog', back)
+    shift_lane(K_READY_DUE, 'due', back)
     redis.log(redis.LOG_WARNING, 'workjournal: the clock stepped back ' .. back .. ' ms in ' .. P .. ': timers and leases moved with it')
     redis.call('SET', K_CLOCK, fmt(now))
   elseif now > high then
@@ -138,12 +167,6 @@ local function finish(id, kind, value, now, ttl)
   event(id)
 end
 
-local function stream_of(lane)
-  if lane == 'backlog' then return K_BACKLOG end
-  if lane == 'due' then return K_DUE end
-  return nil
-end
-
 local function entry_field(fields, name)
   if type(fields) ~= 'table' then return nil end
   for i = 1, #fields - 1, 2 do
@@ -152,51 +175,46 @@ local function entry_field(fields, name)
   return nil
 end
 
--- Entries read by the group and not yet acked ("pending" in the PEL).
-local function pel_count(stream)
-  local ok, r = pcall(redis.call, 'XPENDING', stream, GROUP)
-  if ok and type(r) == 'table' and type(r[1]) == 'number' then return r[1] end
-  return 0
+-- The id in a ready-lane member `<position>:<id>`.
+local function member_id(m)
+  local i = string.find(m, ':', 1, true)
+  if not i then return nil end
+  return string.sub(m, i + 1)
 end
 
--- PEL entries whose stream entry still exists. An entry deleted behind the
--- queue's back (an operator's XDEL or XTRIM, eviction) leaves its PEL entry,
--- which XLEN no longer counts: counting it would make the ready count too
--- small, and negative once the item leaves pending. O(pending), and only
--- when the PEL is not empty.
-local function live_pel(stream)
-  local n = pel_count(stream)
-  if n == 0 then return 0 end
-  local ok, list = pcall(redis.call, 'XPENDING', stream, GROUP, '-', '+', n)
-  if not ok or type(list) ~= 'table' then return 0 end
-  local live = 0
-  for _, e in ipairs(list) do
-    if type(e) == 'table' and e[1] then
-      local got = redis.call('XRANGE', stream, e[1], e[1])
-      if #got > 0 then live = live + 1 end
-    end
+-- The position in a ready-lane member.
+local function member_pos(m)
+  local i = string.find(m, ':', 1, true)
+  if not i then return 0 end
+  return tonumber(string.sub(m, 1, i - 1)) or 0
+end
+
+-- SPEC 3, Priority: put `id` into the ready lane `zset`, arriving at
+-- `arrival` or at the lane's latest arrival so far (`field` of the clocks
+-- hash), so that a clock stepping back keeps FIFO. Its rank is the arrival
+-- minus the item's `boost` (tier x aging_step, fixed at add).
+local function enqueue(zset, field, id, arrival)
+  local last = tonumber(redis.call('HGET', K_CLOCKS, field) or '0')
+  if arrival < last then
+    arrival = last
+  elseif arrival > last then
+    redis.call('HSET', K_CLOCKS, field, fmt(arrival))
   end
-  return live
-end
-
--- Items ready to run in one stream: entries not yet delivered to the group.
--- Never negative, whatever was deleted behind the queue's back.
-local function unread(stream)
-  local n = redis.call('XLEN', stream) - live_pel(stream)
-  if n < 0 then return 0 end
-  return n
+  local pos = redis.call('INCR', K_POS)
+  local boost = tonumber(redis.call('HGET', item_key(id), 'boost') or '0')
+  redis.call('ZADD', zset, fmt(arrival - boost), pad(pos) .. ':' .. id)
 end
 
 -- Hand item `id` to `consumer`: pending, deliveries + 1, a new lease.
-local function hand_out(id, lane, sid, now, consumer)
+local function hand_out(id, lane, now, consumer)
   local k = item_key(id)
   local lease = redis.call('INCR', K_LEASE)
   local dlv = redis.call('HINCRBY', k, 'dlv', 1)
   redis.call('HSET', k, 'st', 'pending', 'lane', lane, 'ls', fmt(lease),
-    'ca', fmt(now), 'sid', sid, 'owner', consumer)
+    'ca', fmt(now), 'owner', consumer)
   redis.call('ZADD', K_PENDING, now, pad(id))
-  local f = redis.call('HMGET', k, 'flow', 'payload', 'enq', 'nb')
-  return { id, f[1] or '', f[2] or '', f[3] or '0', f[4] or '', dlv, lane, fmt(now), lease }
+  local f = redis.call('HMGET', k, 'flow', 'payload', 'enq', 'nb', 'pri')
+  return { id, f[1] or '', f[2] or '', f[3] or '0', f[4] or '', dlv, lane, fmt(now), lease, f[5] or '0' }
 end
 
 -- Whether item `id` is pending under lease `lease`.
@@ -205,18 +223,10 @@ local function current(id, lease)
   return f[1] == 'pending' and f[2] and tonumber(f[2]) == tonumber(lease)
 end
 
--- Take a pending item out of pending: ack and delete its stream entry (the
--- streams never hold acked entries, and are never trimmed), drop the lease.
+-- Take a pending item out of pending: drop the lease.
 local function release(id)
-  local k = item_key(id)
-  local f = redis.call('HMGET', k, 'lane', 'sid')
-  local stream = stream_of(f[1])
-  if stream and f[2] and f[2] ~= '' then
-    redis.call('XACK', stream, GROUP, f[2])
-    redis.call('XDEL', stream, f[2])
-  end
   redis.call('ZREM', K_PENDING, pad(id))
-  redis.call('HDEL', k, 'ls', 'ca', 'sid', 'owner')
+  redis.call('HDEL', item_key(id), 'ls', 'ca', 'owner')
 end
 
 local function park_item(id, flow)
@@ -245,37 +255,25 @@ local function bury(id, reason, now, cap, ttl)
   return dropped
 end
 
-local function to_backlog(id)
-  redis.call('XADD', K_BACKLOG, '*', 'id', id)
+local function to_backlog(id, now)
+  enqueue(K_READY, 'backlog', id, now)
   redis.call('HSET', item_key(id), 'st', 'backlog')
 end
 
 -- Move every delayed item due at `now` to the due-lane tail, in
 -- (not_before, id) order. Returns how many moved.
 local function promote(now)
-  local ids = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now)
-  for _, m in ipairs(ids) do
-    local id = unpad(m)
-    redis.call('XADD', K_DUE, '*', 'id', id)
+  local ids = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'WITHSCORES')
+  for i = 1, #ids, 2 do
+    local id = unpad(ids[i])
+    enqueue(K_READY_DUE, 'due', id, tonumber(ids[i + 1]))
     redis.call('HSET', item_key(id), 'st', 'due')
   end
   if #ids > 0 then
     redis.call('ZREMRANGEBYSCORE', K_DELAYED, '-inf', now)
     wake()
   end
-  return #ids
-end
-
--- XREADGROUP ... > on `stream`; recreates the group if it is gone (a
--- restarted Redis without persistence, or a stream deleted by hand).
-local function read_group(stream, consumer, n)
-  local r = redis.pcall('XREADGROUP', 'GROUP', GROUP, consumer, 'COUNT', n, 'STREAMS', stream, '>')
-  if type(r) == 'table' and r.err then
-    if not string.find(r.err, 'NOGROUP', 1, true) then error(r) end
-    redis.call('XGROUP', 'CREATE', stream, GROUP, '0', 'MKSTREAM')
-    r = redis.call('XREADGROUP', 'GROUP', GROUP, consumer, 'COUNT', n, 'STREAMS', stream, '>')
-  end
-  return r
+  return #ids / 2
 end
 
 -- Call `cmd key` with `list` appended, in chunks (Lua's unpack has a limit).
@@ -335,23 +333,27 @@ local function count_fresh(items, now, window)
 end
 
 -- Whether `fresh` new items would push backlog + due + delayed past `limit`
--- ("" = no limit).
+-- ("" = no limit). The ready lanes hold ready items only (a claim takes
+-- the member out), so their sizes are the counts.
 local function over_capacity(limit, fresh)
   if limit == '' or fresh == 0 then return false end
-  local waiting = unread(K_BACKLOG) + unread(K_DUE) + redis.call('ZCARD', K_DELAYED)
+  local waiting = redis.call('ZCARD', K_READY) + redis.call('ZCARD', K_READY_DUE)
+    + redis.call('ZCARD', K_DELAYED)
   return waiting + fresh > tonumber(limit)
 end
 
--- Journal one new item; nb = '' for the backlog. Returns its id.
-local function new_item(flow, payload, enq, nb, has_key, key, now, window)
+-- Journal one new item of tier `pri` (`boost` = tier x aging_step in ms,
+-- SPEC 3, Priority); nb = '' for the backlog. Returns its id.
+local function new_item(flow, payload, enq, nb, pri, boost, has_key, key, now, window)
   local id = fmt(redis.call('INCR', K_SEQ))
   local k = item_key(id)
   redis.call('HSET', k, 'flow', flow, 'payload', payload, 'enq', enq, 'dlv', 0)
+  if pri ~= '0' and pri ~= '' then redis.call('HSET', k, 'pri', pri, 'boost', boost) end
   if nb ~= '' then
     redis.call('HSET', k, 'nb', nb, 'st', 'delayed')
     redis.call('ZADD', K_DELAYED, nb, pad(id))
   else
-    to_backlog(id)
+    to_backlog(id, now)
   end
   if has_key == '1' then
     redis.call('HSET', K_DEDUP, key, id)

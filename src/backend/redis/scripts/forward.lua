@@ -1,8 +1,9 @@
 -- Store and forward (SPEC section 11): take a batch from one origin's
 -- local journal, exactly once, all or none.
 -- ARGV: now, origin, journal, dedup_window_ms, max_backlog ("" = none),
--- then per item eight values: origin_id, late ("1"/"0"), flow, payload,
--- has_key, key, not_before ("" = backlog), enqueued_at.
+-- then per item ten values: origin_id, late ("1"/"0"), flow, payload,
+-- has_key, key, not_before ("" = backlog), enqueued_at, priority tier,
+-- boost (tier x aging_step in ms: SPEC 3, Priority).
 -- The origin's record {ns}:forward:<origin> (hash: journal, mark, taken)
 -- says which local ids it already took: every normal id at or below
 -- `mark`, and the late ids in the set {ns}:forward:late:<origin>. Taken
@@ -23,13 +24,13 @@ local mark = tonumber(redis.call('HGET', K_ORIGIN, 'mark') or '0')
 prune_dedup(now)
 
 -- The items not taken before, in batch (local id) order.
-local n = (#ARGV - 5) / 8
+local n = (#ARGV - 5) / 10
 local todo = {}
 local keys = {}
 local top = mark
 local skipped = 0
 for i = 0, n - 1 do
-  local b = 6 + i * 8
+  local b = 6 + i * 10
   local oid, late = ARGV[b], ARGV[b + 1]
   local taken
   if late == '1' then
@@ -53,10 +54,11 @@ local added, dups = 0, 0
 for _, b in ipairs(todo) do
   local oid, late, flow, payload = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
   local has_key, key, nb, enq = ARGV[b + 4], ARGV[b + 5], ARGV[b + 6], ARGV[b + 7]
+  local pri, boost = ARGV[b + 8], ARGV[b + 9]
   if has_key == '1' and dedup_known(key, now) then
     dups = dups + 1
   else
-    local id = new_item(flow, payload, enq, nb, has_key, key, now, window)
+    local id = new_item(flow, payload, enq, nb, pri, boost, has_key, key, now, window)
     redis.call('HSET', item_key(id), 'origin', origin, 'oid', oid)
     added = added + 1
   end

@@ -55,34 +55,8 @@ for _, p in ipairs(plan) do
     release(id)
     park_item(id, p[3])
   else
-    local f = redis.call('HMGET', item_key(id), 'lane', 'sid')
-    local stream = stream_of(f[1])
-    if stream and f[2] and f[2] ~= '' then
-      -- Move the entry to this consumer in the group's PEL (JUSTID: the
-      -- delivery count lives in the item record, not the PEL).
-      redis.call('XCLAIM', stream, GROUP, consumer, 0, f[2], 'JUSTID')
-    end
-    out[#out + 1] = hand_out(id, f[1] or 'backlog', f[2] or '', now, consumer)
-  end
-end
--- Consumers left behind by handles that died: once their entries were taken
--- over they hold none, and removing a consumer without pending entries loses
--- nothing (a live one is recreated by its next read).
-if #plan > 0 then
-  for _, stream in ipairs({ K_BACKLOG, K_DUE }) do
-    local ok, list = pcall(redis.call, 'XINFO', 'CONSUMERS', stream, GROUP)
-    if ok then
-      for _, c in ipairs(list) do
-        local name, pend = nil, nil
-        for i = 1, #c - 1, 2 do
-          if c[i] == 'name' then name = c[i + 1] end
-          if c[i] == 'pending' then pend = c[i + 1] end
-        end
-        if name and name ~= consumer and pend == 0 then
-          redis.call('XGROUP', 'DELCONSUMER', stream, GROUP, name)
-        end
-      end
-    end
+    local lane = redis.call('HGET', item_key(id), 'lane')
+    out[#out + 1] = hand_out(id, lane or 'backlog', now, consumer)
   end
 end
 if missing > 0 then

@@ -1,8 +1,8 @@
 -- stats. ARGV: now. Returns {backlog, due, pending, delayed, parked, dead,
 -- oldest_claimed_at or "", now, dead letters dropped past the cap}.
 local now = clock_now()
-local due = unread(K_DUE)
-local backlog = unread(K_BACKLOG) + due
+local due = redis.call('ZCARD', K_READY_DUE)
+local backlog = redis.call('ZCARD', K_READY) + due
 local parked = 0
 for _, flow in ipairs(redis.call('SMEMBERS', K_FLOWS)) do
   parked = parked + redis.call('LLEN', parked_key(flow))

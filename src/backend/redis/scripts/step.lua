@@ -8,4 +8,4 @@ if redis.call('EXISTS', item_key(id)) == 0 then
   redis.log(redis.LOG_WARNING, 'workjournal: parked id ' .. id .. ' without an item record in ' .. P)
   return {}
 end
-return { hand_out(id, 'parked', '', now, ARGV[2]) }
+return { hand_out(id, 'parked', now, ARGV[2]) }

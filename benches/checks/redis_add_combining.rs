@@ -4,7 +4,7 @@
 //! harness-started `redis-server` (no persistence). Prints both rates and
 //! how many items each add script call carried (`INFO commandstats`).
 //!
-//! Run: `cargo run --release --example redis_add_combining --features redis,testing [items]`.
+//! Run: `cargo bench --bench redis_add_combining --features redis,testing -- [items]`.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -34,7 +34,9 @@ async fn script_calls(conn: &mut redis::aio::MultiplexedConnection) -> Result<u6
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let items: usize = std::env::args()
-        .nth(1)
+        // `cargo bench` passes `--bench`: the first other argument.
+        .skip(1)
+        .find(|a| !a.starts_with("--"))
         .map(|a| a.parse())
         .transpose()?
         .unwrap_or(64_000);

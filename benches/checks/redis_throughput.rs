@@ -3,7 +3,7 @@
 //! `add_batch` and claim + `ack_batch` in batches of 100, against pipelined
 //! `XADD` and `XREADGROUP` + `XACK` of 100 entries.
 //!
-//! Run: `cargo run --release --example redis_throughput --features redis,testing [items]`;
+//! Run: `cargo bench --bench redis_throughput --features redis,testing -- [items]`;
 //! with `WJ_TLS=1` both run over `rediss://` (the harness's test CA).
 
 use std::time::{Duration, Instant};
@@ -20,7 +20,9 @@ fn rate(n: usize, took: Duration) -> f64 {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let items: usize = std::env::args()
-        .nth(1)
+        // `cargo bench` passes `--bench`: the first other argument.
+        .skip(1)
+        .find(|a| !a.starts_with("--"))
         .map(|a| a.parse())
         .transpose()?
         .unwrap_or(50_000);

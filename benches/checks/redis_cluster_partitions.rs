@@ -4,7 +4,7 @@
 //! primaries). 8 producers add batches of 100, then 8 consumers claim and
 //! `ack_batch` batches of 100.
 //!
-//! Run: `cargo run --release --example redis_cluster_partitions --features redis,testing [items]`.
+//! Run: `cargo bench --bench redis_cluster_partitions --features redis,testing -- [items]`.
 //! On one machine every primary shares its cores with the client, so the
 //! gain shown is a floor of what separate hosts give.
 
@@ -67,7 +67,9 @@ async fn run(queue: Arc<BoxQueue>, items: usize) -> Result<(f64, f64), BoxError>
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let items: usize = std::env::args()
-        .nth(1)
+        // `cargo bench` passes `--bench`: the first other argument.
+        .skip(1)
+        .find(|a| !a.starts_with("--"))
         .map(|a| a.parse())
         .transpose()?
         .unwrap_or(80_000);

@@ -2,7 +2,7 @@
 //! backend, with 1 producer and with 64 concurrent producers. The benchmark
 //! suite in `benches/` does this properly; this is the foundation's check.
 //!
-//! `cargo run --release --example add_rate [SECONDS_PER_CASE]`
+//! `cargo bench --bench add_rate -- [SECONDS_PER_CASE]`
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -51,7 +51,9 @@ async fn run(producers: usize, seconds: f64) -> Result<f64, workjournal::Error> 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let seconds: f64 = std::env::args()
-        .nth(1)
+        // `cargo bench` passes `--bench`: the first other argument.
+        .skip(1)
+        .find(|a| !a.starts_with("--"))
         .map(|s| s.parse())
         .transpose()?
         .unwrap_or(3.0);
