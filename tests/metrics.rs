@@ -176,3 +176,122 @@ async fn the_dashboard_reads_a_redis_queue() {
     }
     q.close().await.unwrap();
 }
+
+/// The dashboard's writes as JSON (SPEC 12.2): step hands the oldest
+/// parked item to the page, which gives it back or acks it; redrive all
+/// and purge answer how many; an unknown action or a form post is refused.
+#[test]
+fn dashboard_actions_step_redrive_and_purge() {
+    let served = Served::start(&["--http", "127.0.0.1:0"]);
+    let http = served.http.clone().unwrap();
+    let bearer = format!("Bearer {}", served.token());
+    let act = |body: &str| {
+        tcp(
+            &http,
+            "POST",
+            "/ui/action",
+            &[
+                ("authorization", &bearer),
+                ("content-type", "application/json"),
+            ],
+            body,
+        )
+    };
+    served.cli(&["pause", "held"]);
+    served.cli(&["add", "--flow", "held", "h1"]);
+    served.cli(&["add", "--flow", "held", "h2"]);
+    // A claim parks them: `work` would; here one step of the page does.
+    let r = act(r#"{"action":"step","flow":"held"}"#);
+    assert_eq!(r.status, 200, "{}", r.body);
+    // Nothing was parked yet (parking happens at a claim): nothing to step.
+    assert!(r.body.contains("nothing parked"), "{}", r.body);
+    let dir = served.dir.path().to_path_buf();
+    let claim = std::process::Command::new(env!("CARGO_BIN_EXE_workjournal"))
+        .current_dir(&dir)
+        .args(&served.target)
+        .args([
+            "work",
+            "--exec",
+            "exit 1",
+            "--max-deliveries",
+            "1",
+            "--until-empty",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        claim.status.success(),
+        "{}",
+        String::from_utf8_lossy(&claim.stderr)
+    );
+    assert_eq!(served.stats()["parked"], 2);
+    let r = act(r#"{"action":"step","flow":"held"}"#);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(v["stepped"]["item"]["payload"]["text"], "h1", "{v}");
+    assert_eq!(served.stats()["pending"], 1);
+    let receipt = v["stepped"]["receipt"].to_string();
+    let r = act(&format!(r#"{{"action":"release","receipt":{receipt}}}"#));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(served.stats()["parked"], 2, "given back to the parked list");
+    let r = act(r#"{"action":"step","flow":"held"}"#);
+    let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+    let receipt = v["stepped"]["receipt"].to_string();
+    let r = act(&format!(r#"{{"action":"ack","receipt":{receipt}}}"#));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let s = served.stats();
+    assert_eq!(
+        (s["parked"].as_u64(), s["pending"].as_u64()),
+        (Some(1), Some(0)),
+        "{s}"
+    );
+
+    // Dead letters: two failures, redrive all, fail again, purge.
+    served.cli(&["add", "bad one"]);
+    served.cli(&["add", "bad two"]);
+    let fail = || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_workjournal"))
+            .current_dir(&dir)
+            .args(&served.target)
+            .args([
+                "work",
+                "--exec",
+                "exit 1",
+                "--max-deliveries",
+                "1",
+                "--until-empty",
+            ])
+            .output()
+            .unwrap();
+        // Exit 10: finished, with items dead-lettered in the run.
+        assert_eq!(
+            out.status.code(),
+            Some(10),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    fail();
+    assert_eq!(served.stats()["dead_letters"], 2);
+    let r = act(r#"{"action":"redrive_all"}"#);
+    assert!(r.body.contains("2 dead letters redriven"), "{}", r.body);
+    assert_eq!(served.stats()["dead_letters"], 0);
+    fail();
+    let r = act(r#"{"action":"purge"}"#);
+    assert!(r.body.contains("2 dead letters deleted"), "{}", r.body);
+    assert_eq!(served.stats()["dead_letters"], 0);
+
+    let r = act(r#"{"action":"explode"}"#);
+    assert_eq!(r.status, 400, "{}", r.body);
+    let form = tcp(
+        &http,
+        "POST",
+        "/ui/action",
+        &[
+            ("authorization", &bearer),
+            ("content-type", "application/x-www-form-urlencoded"),
+        ],
+        "action=purge",
+    );
+    assert_eq!(form.status, 400, "{}", form.body);
+}
