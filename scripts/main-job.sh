@@ -19,9 +19,10 @@
 # A DB with no marker (made by hand or by an older script) counts as queued.
 # Delete DB and its markers to start over.
 #
-# The binary is built into its own target dir (target/main-job), so that it
-# never replaces a binary built with other features; set WORKJOURNAL_BIN to
-# use an existing binary instead.
+# The binary (of the workspace's `workjournal-cli` crate, cli/) is built
+# into its own target dir (target/main-job), so that it never replaces a
+# binary built with other features; set WORKJOURNAL_BIN to use an existing
+# binary instead.
 set -euo pipefail
 
 dir=${1:-/usr/share/doc}
@@ -33,7 +34,7 @@ if [ -n "${WORKJOURNAL_BIN:-}" ]; then
     wj=$WORKJOURNAL_BIN
 else
     target=$root/target/main-job
-    CARGO_TARGET_DIR=$target cargo build --quiet --release --bin workjournal \
+    CARGO_TARGET_DIR=$target cargo build --quiet --release -p workjournal-cli --bin workjournal \
         --manifest-path "$root/Cargo.toml"
     wj=$target/release/workjournal
 fi

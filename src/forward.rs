@@ -149,6 +149,64 @@ pub struct LocalLag {
     /// Whether a [`Forwarder`] was ever set up on this file (it made the
     /// file's forwarding journal id), whatever it has forwarded since.
     pub forwarded: bool,
+    /// Whether a forwarder runs on this file now: true only when read
+    /// through a [`LagSource::forwarder`] (the socket `workjournal forward`
+    /// serves), also before its first batch reached Redis.
+    pub forwarding: bool,
+}
+
+/// Where a server reads the forwarding lag of the queue file it serves
+/// (SPEC sections 10 and 11, route `forward_lag`; see
+/// `Server::forward_lag`, feature `server`). A server
+/// without one answers that it cannot know (a Redis queue, say).
+#[derive(Debug, Clone)]
+pub struct LagSource {
+    file: EmbeddedQueue,
+    flows: Option<Vec<String>>,
+    forwarding: bool,
+}
+
+impl LagSource {
+    /// The lag of `file`, a file no forwarder of this process runs on
+    /// (`workjournal work` or `serve`): counted over the flows a request
+    /// names, else every flow.
+    pub fn file(file: EmbeddedQueue) -> Self {
+        LagSource {
+            file,
+            flows: None,
+            forwarding: false,
+        }
+    }
+
+    /// The lag of `file` while a forwarder of `flows` (empty: every flow,
+    /// as [`Forwarder::flows`]) runs on it in this process: counted over
+    /// those flows unless a request names others, and reported with
+    /// [`LocalLag::forwarding`] set.
+    pub fn forwarder(file: EmbeddedQueue, flows: Vec<String>) -> Self {
+        LagSource {
+            file,
+            flows: (!flows.is_empty()).then_some(flows),
+            forwarding: true,
+        }
+    }
+
+    /// The lag over `flows` (`None` or empty: the source's own flows, see
+    /// [`LagSource::forwarder`]), as [`local_lag`] reads it; the age is in
+    /// ms by the file's clock.
+    ///
+    /// # Errors
+    ///
+    /// The local queue's errors (`Closed`, `Corrupt`, `Decode`, `Io`,
+    /// `Storage`).
+    pub async fn lag(&self, flows: Option<&[String]>) -> Result<LocalLag> {
+        let flows = match flows {
+            Some(f) if !f.is_empty() => Some(f),
+            _ => self.flows.as_deref(),
+        };
+        let mut l = local_lag(&self.file, flows).await?;
+        l.forwarding = self.forwarding;
+        Ok(l)
+    }
 }
 
 /// The forwarding lag of `local` without a Redis connection (SPEC section
@@ -170,6 +228,7 @@ pub async fn local_lag(local: &EmbeddedQueue, flows: Option<&[String]>) -> Resul
             oldest_age_ms: u.oldest_enqueued_at_ms.map(|t| now.saturating_sub(t)),
         },
         forwarded: u.forwarded,
+        forwarding: false,
     })
 }
 
@@ -292,6 +351,12 @@ impl Forwarder {
     /// The origin name.
     pub fn origin(&self) -> &str {
         &self.origin
+    }
+
+    /// Where a server serving this forwarder's file reads its lag: over
+    /// the flows it forwards ([`LagSource::forwarder`]).
+    pub fn lag_source(&self) -> LagSource {
+        LagSource::forwarder(self.local.clone(), self.flows.clone().unwrap_or_default())
     }
 
     /// Hand over the next batch (the items after the mark, in id order), or

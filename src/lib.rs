@@ -28,12 +28,14 @@
 //! Every backend implements [`WorkQueue`]; code written against the trait
 //! runs on any of them. Choose at run time with [`BoxQueue`], or let
 //! `connect` pick the backend from a path or URL (feature `remote`). Other
-//! features: `cli` (default) builds the `workjournal` command (with `server`
-//! and `remote`); `server` serves any queue over HTTP + JSON on a Unix
-//! socket or TCP (docs/API.md); `forward` adds `forward::Forwarder`, which
-//! hands an embedded queue's items over to a Redis queue exactly once
-//! (store and forward); `testing` exposes the conformance cases, the
-//! reference model and the simulated disk ([`testing`], feature `testing`).
+//! features: `server` serves any queue over HTTP + JSON on a Unix socket or
+//! TCP (docs/API.md); `forward` adds `forward::Forwarder`, which hands an
+//! embedded queue's items over to a Redis queue exactly once (store and
+//! forward); `testing` exposes the conformance cases, the reference model
+//! and the simulated disk ([`testing`], feature `testing`). The default is
+//! `embedded` alone. The `workjournal` command is a crate of its own,
+//! `workjournal-cli` (cli/ in the repository), so depending on the library
+//! compiles none of the command's dependencies.
 //!
 //! ## Adding, claiming, acknowledging
 //!

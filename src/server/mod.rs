@@ -323,6 +323,8 @@ impl Listener {
 pub struct Server {
     queue: BoxQueue,
     options: Arc<ServerOptions>,
+    #[cfg(feature = "forward")]
+    lag: Option<crate::forward::LagSource>,
     /// The same queue, counting what it does (SPEC 12.3).
     #[cfg(feature = "dashboard")]
     metered: crate::metered::MeteredQueue<BoxQueue>,
@@ -332,6 +334,9 @@ pub struct Server {
 struct AppState {
     queue: BoxQueue,
     options: Arc<ServerOptions>,
+    /// Where route `forward_lag` reads the served file's lag, if anywhere.
+    #[cfg(feature = "forward")]
+    lag: Option<crate::forward::LagSource>,
     /// `Some(token)` on a TCP router: requests must carry it.
     token: Option<Arc<str>>,
     shutdown: watch::Receiver<bool>,
@@ -351,13 +356,26 @@ impl Server {
                 queue: BoxQueue::new(metered.clone()),
                 options: Arc::new(options),
                 metered,
+                #[cfg(feature = "forward")]
+                lag: None,
             }
         }
         #[cfg(not(feature = "dashboard"))]
         Server {
             queue,
             options: Arc::new(options),
+            #[cfg(feature = "forward")]
+            lag: None,
         }
+    }
+
+    /// Answer route `forward_lag` (SPEC sections 10 and 11) from `source`:
+    /// give it when the served queue is a queue file. Without it the route
+    /// answers `{"lag": null}`: the served queue cannot know.
+    #[cfg(feature = "forward")]
+    pub fn forward_lag(mut self, source: crate::forward::LagSource) -> Self {
+        self.lag = Some(source);
+        self
     }
 
     /// Serve on `listeners` until `shutdown` completes, then stop accepting,
@@ -384,6 +402,8 @@ impl Server {
         let state = AppState {
             queue: self.queue.clone(),
             options: self.options.clone(),
+            #[cfg(feature = "forward")]
+            lag: self.lag.clone(),
             token: None,
             shutdown: stop_rx.clone(),
         };
@@ -921,11 +941,34 @@ async fn execute(state: &AppState, request: Request) -> Response {
             };
             reply(chunk_list(q, w.id, result).await)
         }
+        Request::ForwardLag(r) => reply(forward_lag(state, r).await),
         Request::List(r) => reply(q.list(r.into()).await.map(wire::ItemPageReply::from)),
         Request::Find(i) => reply(q.find(i.id).await.map(|f| wire::FoundReply {
             item: f.map(Into::into),
         })),
     }
+}
+
+/// `forward_lag`: the served file's lag from the server's lag source
+/// ([`Server::forward_lag`]), or `null` without one.
+async fn forward_lag(
+    state: &AppState,
+    request: wire::ForwardLagRequest,
+) -> Result<wire::ForwardLagReply> {
+    #[cfg(feature = "forward")]
+    if let Some(source) = &state.lag {
+        let l = source.lag(request.flows.as_deref()).await?;
+        return Ok(wire::ForwardLagReply {
+            lag: Some(wire::WireForwardLag {
+                count: l.lag.count,
+                oldest_age_ms: l.lag.oldest_age_ms,
+                forwarded: l.forwarded,
+                forwarding: l.forwarding,
+            }),
+        });
+    }
+    let _ = (state, request);
+    Ok(wire::ForwardLagReply { lag: None })
 }
 
 /// Resolves once the server is told to stop.

@@ -15,7 +15,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
-use super::wire::{self, ErrorReply};
+use super::wire::{self, ErrorBody, ErrorReply};
 use crate::error::{Error, Result};
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
@@ -229,6 +229,44 @@ impl RemoteQueue {
         Ok(())
     }
 
+    /// The forwarding lag of the served queue file (SPEC section 11, "Lag
+    /// in `stats`"; route `forward_lag`): the items of `flows` waiting to
+    /// be handed over and the age of the oldest in ms (`None` or empty
+    /// `flows`: the flows the serving forwarder forwards, else every
+    /// flow). `Ok(None)` when the served queue cannot know: it is not a
+    /// queue file (Redis), or the server predates the route.
+    ///
+    /// # Errors
+    ///
+    /// `Backend` when the server is unreachable, or its reply is not a lag
+    /// (malformed, or an age without a count or the other way round); the
+    /// served file's errors (`Corrupt`, `Io`, ...); `Closed` after
+    /// [`close`](WorkQueue::close).
+    #[cfg(feature = "forward")]
+    pub async fn forward_lag(
+        &self,
+        flows: Option<&[String]>,
+    ) -> Result<Option<crate::forward::LocalLag>> {
+        let request = wire::ForwardLagRequest {
+            flows: flows.map(<[String]>::to_vec),
+        };
+        let reply: wire::ForwardLagReply = match self
+            .call_or_refusal("forward_lag", &request, NO_WAIT)
+            .await?
+        {
+            Ok(reply) => reply,
+            // A server older than the route: it cannot tell.
+            Err(body) if body.kind == "not_found" => return Ok(None),
+            Err(body) => return Err(body.into_error()),
+        };
+        lag_of_reply(reply).map_err(|why| {
+            Error::backend(format!(
+                "forward_lag on {}: unreadable reply from the server: {why}",
+                self.inner.endpoint
+            ))
+        })
+    }
+
     fn new(endpoint: Endpoint, options: RemoteOptions) -> Self {
         RemoteQueue {
             inner: Arc::new(Inner {
@@ -327,6 +365,20 @@ impl RemoteQueue {
         req: &Q,
         extra: Duration,
     ) -> Result<R> {
+        self.call_or_refusal(op, req, extra)
+            .await?
+            .map_err(ErrorBody::into_error)
+    }
+
+    /// As [`RemoteQueue::call`], with the server's error reply given back
+    /// as it came (`Ok(Err(body))`), for a caller that treats some kind of
+    /// refusal as an answer.
+    async fn call_or_refusal<Q: Serialize, R: DeserializeOwned>(
+        &self,
+        op: &'static str,
+        req: &Q,
+        extra: Duration,
+    ) -> Result<std::result::Result<R, ErrorBody>> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
@@ -371,7 +423,11 @@ impl RemoteQueue {
         }
     }
 
-    async fn exchange<R: DeserializeOwned>(&self, op: &'static str, body: Bytes) -> Result<R> {
+    async fn exchange<R: DeserializeOwned>(
+        &self,
+        op: &'static str,
+        body: Bytes,
+    ) -> Result<std::result::Result<R, ErrorBody>> {
         let mut fresh_tries = 0;
         let (status, bytes, sender) = loop {
             let (mut sender, reused) = match self.idle_take() {
@@ -409,7 +465,7 @@ impl RemoteQueue {
         };
         self.idle_put(sender);
         if status == StatusCode::OK {
-            return serde_json::from_slice(&bytes).map_err(|e| {
+            return serde_json::from_slice(&bytes).map(Ok).map_err(|e| {
                 Error::backend(format!(
                     "{op} on {}: unreadable reply from the server: {e}",
                     self.inner.endpoint
@@ -417,7 +473,7 @@ impl RemoteQueue {
             });
         }
         match serde_json::from_slice::<ErrorReply>(&bytes) {
-            Ok(reply) => Err(reply.error.into_error()),
+            Ok(reply) => Ok(Err(reply.error)),
             Err(_) => Err(Error::backend(format!(
                 "{op} on {}: server answered {status}: {}",
                 self.inner.endpoint,
@@ -764,8 +820,82 @@ impl WorkQueue for RemoteQueue {
     }
 }
 
+/// The lag a `forward_lag` reply gives, or why it is not one: an age
+/// without a count, or a count without an age.
+#[cfg(feature = "forward")]
+fn lag_of_reply(
+    reply: wire::ForwardLagReply,
+) -> std::result::Result<Option<crate::forward::LocalLag>, String> {
+    let Some(l) = reply.lag else {
+        return Ok(None);
+    };
+    if (l.count == 0) != l.oldest_age_ms.is_none() {
+        return Err(format!(
+            "{} items but oldest age {:?} ms",
+            l.count, l.oldest_age_ms
+        ));
+    }
+    Ok(Some(crate::forward::LocalLag {
+        lag: crate::forward::Lag {
+            count: l.count,
+            oldest_age_ms: l.oldest_age_ms,
+        },
+        forwarded: l.forwarded,
+        forwarding: l.forwarding,
+    }))
+}
+
 fn flow_req(flow: &str) -> wire::FlowRequest {
     wire::FlowRequest {
         flow: flow.to_string(),
+    }
+}
+
+#[cfg(all(test, feature = "forward"))]
+mod tests {
+    use super::*;
+
+    fn decode(json: &str) -> std::result::Result<Option<crate::forward::LocalLag>, String> {
+        let reply: wire::ForwardLagReply =
+            serde_json::from_str(json).map_err(|e| format!("decode: {e}"))?;
+        lag_of_reply(reply)
+    }
+
+    /// Bad `forward_lag` replies are errors, never "no lag" and never a
+    /// panic (SPEC section 10).
+    #[test]
+    fn a_forward_lag_reply_is_read_strictly() {
+        assert_eq!(decode(r#"{"lag":null}"#), Ok(None));
+        let l = decode(
+            r#"{"lag":{"count":2,"oldest_age_ms":1500,"forwarded":true,"forwarding":false},"new":1}"#,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!((l.lag.count, l.lag.oldest_age_ms), (2, Some(1500)));
+        assert!(l.forwarded && !l.forwarding);
+        let l = decode(
+            r#"{"lag":{"count":0,"oldest_age_ms":null,"forwarded":false,"forwarding":true}}"#,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (l.lag.count, l.lag.oldest_age_ms, l.forwarding),
+            (0, None, true)
+        );
+        for bad in [
+            "{}",
+            "null",
+            "[]",
+            r#"{"lag":7}"#,
+            r#"{"lag":{}}"#,
+            r#"{"lag":{"count":1,"forwarded":true,"forwarding":true}}"#,
+            r#"{"lag":{"count":-1,"oldest_age_ms":null,"forwarded":true,"forwarding":true}}"#,
+            r#"{"lag":{"count":1,"oldest_age_ms":null,"forwarded":true,"forwarding":true}}"#,
+            r#"{"lag":{"count":0,"oldest_age_ms":5,"forwarded":true,"forwarding":true}}"#,
+            r#"{"lag":{"count":18446744073709551616,"oldest_age_ms":5,"forwarded":true,"forwarding":true}}"#,
+            r#"{"lag":{"count":1,"oldest_age_ms":5,"forwarded":"yes","forwarding":true}}"#,
+        ] {
+            assert!(decode(bad).is_err(), "{bad} was read as a lag");
+        }
     }
 }

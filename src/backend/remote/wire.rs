@@ -442,6 +442,44 @@ pub struct ChunkList {
     pub finished: bool,
 }
 
+// ---- store and forward (SPEC 11, Lag in `stats`) -------------------------
+
+/// `forward_lag`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardLagRequest {
+    /// Count these flows only (`""` is the default flow). Absent, `null`
+    /// or empty: the flows the serving forwarder forwards, else every flow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flows: Option<Vec<String>>,
+}
+
+/// The forwarding lag of a served queue file, as on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireForwardLag {
+    /// Items of the counted flows waiting to be handed over (backlog, due,
+    /// delayed).
+    pub count: u64,
+    /// Age of the oldest of them by the file's clock, in ms; `null` exactly
+    /// when `count` is 0.
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub oldest_age_ms: Option<u64>,
+    /// Whether a forwarder was ever set up on the file.
+    pub forwarded: bool,
+    /// Whether the serving process is a forwarder of the file.
+    pub forwarding: bool,
+}
+
+/// Reply of `forward_lag`: the lag, or `null` when the served queue cannot
+/// know (it is not a queue file: Redis, say). The field is required, so a
+/// reply without it is unreadable rather than "cannot know".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForwardLagReply {
+    /// The lag, if the served queue is a queue file.
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub lag: Option<WireForwardLag>,
+}
+
 /// Operations without arguments: `{}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -490,11 +528,13 @@ pub enum Request {
     SendChunk(SendChunkRequest),
     Progress(IdRequest),
     WaitChunks(WaitChunksRequest),
+    ForwardLag(ForwardLagRequest),
     List(ListRequest),
     Find(IdRequest),
 }
 
-/// Every operation's route name, in trait order (`POST /v1/<op>`).
+/// Every operation's route name (`POST /v1/<op>`): the trait's methods in
+/// trait order, then `forward_lag`.
 pub const OPS: &[&str] = &[
     "add",
     "add_batch",
@@ -537,6 +577,9 @@ pub const OPS: &[&str] = &[
     "send_chunk",
     "progress",
     "wait_chunks",
+    // Not a trait method: the forwarding lag of a served queue file
+    // (SPEC 11), last for the same reason.
+    "forward_lag",
     // Listing (SPEC 12.1).
     "list",
     "find",
@@ -624,6 +667,7 @@ impl Request {
             "send_chunk" => Request::SendChunk(body(op, bytes)?),
             "progress" => Request::Progress(body(op, bytes)?),
             "wait_chunks" => Request::WaitChunks(body(op, bytes)?),
+            "forward_lag" => Request::ForwardLag(body(op, bytes)?),
             "list" => Request::List(body(op, bytes)?),
             "find" => Request::Find(body(op, bytes)?),
             other => return Err(DecodeError::UnknownOp(other.chars().take(64).collect())),
@@ -677,6 +721,7 @@ impl Request {
             Request::SendChunk(r) => json("send_chunk", r),
             Request::Progress(r) => json("progress", r),
             Request::WaitChunks(r) => json("wait_chunks", r),
+            Request::ForwardLag(r) => json("forward_lag", r),
             Request::List(r) => json("list", r),
             Request::Find(r) => json("find", r),
         }
@@ -694,6 +739,7 @@ impl Request {
                 | "peek"
                 | "parked"
                 | "max_deliveries"
+                | "forward_lag"
         )
     }
 }

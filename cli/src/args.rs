@@ -176,7 +176,8 @@ pub(crate) enum Command {
         wait: Option<Duration>,
     },
     /// Hand the file's items over to the Redis queue at --redis, exactly
-    /// once, until stopped (needs the `forward` feature).
+    /// once, until stopped, serving the file on its socket meanwhile as
+    /// `work` does (needs the `forward` feature).
     Forward(crate::forward::ForwardArgs),
     /// Own the queue and serve it to other processes on a Unix socket (and
     /// TCP with --listen) until Ctrl-C or SIGTERM.

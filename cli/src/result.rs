@@ -77,8 +77,9 @@ pub(crate) async fn print_outcome_detached(
                 closed?;
                 tokio::time::sleep(FILE_POLL.min(left)).await;
             }
-            // Held by a process that serves no socket (a forwarder, a
-            // program of its own): wait for it to let go.
+            // Held by a process that serves no socket (a program of its
+            // own; a `work` or `forward` that could not bind it): wait for
+            // it to let go.
             Err(workjournal::Error::Locked { .. }) => {
                 tokio::time::sleep(FILE_POLL.min(left)).await;
             }

@@ -332,13 +332,22 @@ async fn redrive_all(queue: &BoxQueue) -> CliResult<u64> {
     }
 }
 
-/// Where `stats` reads the forwarding lag (SPEC section 11, "Lag"): the
-/// file itself, when this process opened it (read-only).
+/// Where `stats` reads the forwarding lag (SPEC section 11, "Lag in
+/// `stats`"): the file itself, when this process opened it (read-only), or
+/// the process serving it (`forward`, `work`, `serve`: route
+/// `forward_lag`).
 #[cfg(feature = "forward")]
 struct LagSource {
-    file: workjournal::EmbeddedQueue,
-    /// The flows counted (`--forward-flow`); empty: every flow.
+    from: LagFrom,
+    /// The flows counted (`--forward-flow`); empty: every flow, or over a
+    /// running forwarder's socket the flows it forwards.
     flows: Vec<String>,
+}
+
+#[cfg(feature = "forward")]
+enum LagFrom {
+    File(workjournal::EmbeddedQueue),
+    Served(workjournal::RemoteQueue),
 }
 
 #[cfg(not(feature = "forward"))]
@@ -361,11 +370,17 @@ async fn open_for_stats(
                 .open_file_or_server(&global.db, Config::default())
                 .await?
             {
-                workjournal::Opened::Served(remote) => (BoxQueue::new(remote), None),
+                workjournal::Opened::Served(remote) => (
+                    BoxQueue::new(remote.clone()),
+                    Some(LagSource {
+                        from: LagFrom::Served(remote),
+                        flows: forward_flows.to_vec(),
+                    }),
+                ),
                 workjournal::Opened::Owned(file) => (
                     BoxQueue::new(file.clone()),
                     Some(LagSource {
-                        file,
+                        from: LagFrom::File(file),
                         flows: forward_flows.to_vec(),
                     }),
                 ),
@@ -377,16 +392,24 @@ async fn open_for_stats(
 }
 
 /// The forwarding lag to show: item count and age of the oldest in ms;
-/// `None` when there is no file to read it from, or the file was never
-/// forwarded and no `--forward-flow` asks for it.
+/// `None` when there is no file to read it from (Redis, or a server that
+/// cannot tell), or the file was never forwarded, no forwarder serves it
+/// and no `--forward-flow` asks for it.
 #[cfg(feature = "forward")]
 async fn forward_lag(source: Option<&LagSource>) -> CliResult<Option<(u64, Option<u64>)>> {
     let Some(source) = source else {
         return Ok(None);
     };
     let flows = (!source.flows.is_empty()).then_some(source.flows.as_slice());
-    let l = workjournal::forward::local_lag(&source.file, flows).await?;
-    Ok((l.forwarded || flows.is_some()).then_some((l.lag.count, l.lag.oldest_age_ms)))
+    let l = match &source.from {
+        LagFrom::File(file) => workjournal::forward::local_lag(file, flows).await?,
+        LagFrom::Served(remote) => match remote.forward_lag(flows).await? {
+            Some(l) => l,
+            None => return Ok(None),
+        },
+    };
+    Ok((l.forwarded || l.forwarding || flows.is_some())
+        .then_some((l.lag.count, l.lag.oldest_age_ms)))
 }
 
 #[cfg(not(feature = "forward"))]

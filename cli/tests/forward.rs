@@ -22,6 +22,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+#[path = "../../tests/workload/mod.rs"]
 mod workload;
 
 use workjournal::forward::{ForwardOptions, Forwarder, RunUntil};
@@ -1114,6 +1115,27 @@ async fn stats_shows_the_forwarding_lag_once_the_file_has_been_forwarded() {
     let v = stats_json(&db, &["--forward-flow", ""]);
     assert_eq!(v["forward_lag"]["count"], 0, "{v}");
     assert_eq!(rows(&url, "fleet").await.len(), 3);
+
+    // While `work` serves the file, stats goes through it and still shows
+    // the lag (the file has been forwarded): one item runs, one waits.
+    add(&["add", "four"]);
+    let mut work = workjournal(&db, &["work", "--exec", "sleep 30", "--concurrency", "1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_socket(&db, &mut work);
+    let v = stats_until(&db, "the claim", |v| v["pending"] == 1).await;
+    assert_eq!(v["forward_lag"]["count"], 1, "{v}");
+    assert!(v["forward_lag"]["oldest_age_ms"].is_u64(), "{v}");
+    let text = stats_text(&db);
+    assert!(text.contains("\nforward lag   1 items (oldest "), "{text}");
+    // Stop at once (the command sleeps): a second SIGTERM.
+    sigterm(&work);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    sigterm(&work);
+    assert_eq!(work.wait().unwrap().code(), Some(130));
 }
 
 #[tokio::test]
@@ -1273,4 +1295,223 @@ async fn the_forward_command_waits_for_a_redis_that_is_away_at_start() {
     assert!(stderr.contains("cannot reach Redis yet"), "{stderr}");
     assert!(stderr.contains("done: forwarded 1"), "{stderr}");
     assert_eq!(rows(&url, "fleet").await.len(), 1);
+}
+
+/// Wait until the process serving `db` answers on its socket.
+fn wait_for_socket(db: &Path, child: &mut std::process::Child) {
+    let socket = workjournal::socket_path_for(db);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the process exited before serving {}",
+            socket.display()
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nothing served {} within 30 s",
+            socket.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `stats` (text) of `db`.
+fn stats_text(db: &Path) -> String {
+    let out = workjournal(db, &["stats"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Poll `stats --json` of `db` until `done` holds for it (at most 60 s).
+async fn stats_until(
+    db: &Path,
+    what: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let v = stats_json(db, &[]);
+        if done(&v) {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} never happened: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn sigterm(child: &std::process::Child) {
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
+#[tokio::test]
+async fn a_running_forwarder_serves_the_file_and_stats_shows_its_lag_while_redis_is_away() {
+    let mut server = RedisServer::start().unwrap();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("edge.redb");
+    let run = |args: &[&str]| {
+        let out = workjournal(&db, args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    run(&["add", "one"]);
+    run(&["add", "two", "--flow", "other"]);
+    let added = std::time::Instant::now();
+    // Redis is away when the forwarder starts; the file was never
+    // forwarded before.
+    server.kill();
+    let stderr_path = dir.path().join("forward.stderr");
+    let mut child = forward_command(&db, &url, &["--progress-every", "100ms"])
+        .stdin(Stdio::null())
+        .stderr(std::fs::File::create(&stderr_path).unwrap())
+        .spawn()
+        .unwrap();
+    wait_for_socket(&db, &mut child);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // stats goes through the forwarder's socket and carries the lag.
+    let v = stats_json(&db, &[]);
+    assert_eq!(v["backlog"], 2, "{v}");
+    assert_eq!(v["forward_lag"]["count"], 2, "{v}");
+    let age = v["forward_lag"]["oldest_age_ms"].as_u64().unwrap();
+    assert!(age >= 200, "{v}");
+    assert!(age <= added.elapsed().as_millis() as u64 + 1000, "{v}");
+    let text = stats_text(&db);
+    assert!(text.contains("\nforward lag   2 items (oldest "), "{text}");
+    let v = stats_json(&db, &["--forward-flow", "other"]);
+    assert_eq!(v["forward_lag"]["count"], 1, "{v}");
+
+    // add, peek and pause work beside the forwarder, through its socket.
+    run(&["add", "three"]);
+    let peeked = run(&["peek", "--json"]);
+    let peeked: serde_json::Value = serde_json::from_str(&peeked).unwrap();
+    assert_eq!(peeked.as_array().unwrap().len(), 3, "{peeked}");
+    run(&["pause", "nothing-here"]);
+    run(&["resume", "nothing-here"]);
+    let v = stats_json(&db, &[]);
+    assert_eq!(v["forward_lag"]["count"], 3, "{v}");
+    assert!(child.try_wait().unwrap().is_none(), "the forwarder stopped");
+
+    // Once Redis is back everything arrives, the added item too, and the
+    // lag drains to 0.
+    server.restart().unwrap();
+    let v = stats_until(&db, "the drain", |v| v["forward_lag"]["count"] == 0).await;
+    assert_eq!(
+        v["forward_lag"]["oldest_age_ms"],
+        serde_json::Value::Null,
+        "{v}"
+    );
+    assert_eq!(v["backlog"], 0, "{v}");
+    assert!(stats_text(&db).contains("\nforward lag   0 items"));
+    let mut payloads: Vec<String> = rows(&url, "fleet")
+        .await
+        .iter()
+        .map(|r| r.text("payload").unwrap())
+        .collect();
+    payloads.sort();
+    assert_eq!(payloads, ["one", "three", "two"]);
+
+    sigterm(&child);
+    let status = child.wait().unwrap();
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap();
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("cannot reach Redis yet"), "{stderr}");
+    assert!(stderr.contains("done: forwarded 3"), "{stderr}");
+    assert!(!workjournal::socket_path_for(&db).exists());
+    // Read from the file again: forwarded, nothing left.
+    let v = stats_json(&db, &[]);
+    assert_eq!(v["forward_lag"]["count"], 0, "{v}");
+}
+
+/// A server on a real socket: `forward_lag` answers from its lag source,
+/// counted over the forwarder's flows unless the request names others,
+/// and `None` (cannot know) without one.
+#[tokio::test]
+async fn a_server_answers_forward_lag_from_its_lag_source_and_none_without_one() {
+    use workjournal::forward::LagSource;
+    use workjournal::server::{Listener, Server, ServerOptions, SocketPermissions};
+    use workjournal::{BoxQueue, RemoteOptions, RemoteQueue};
+
+    let dir = tempfile::tempdir().unwrap();
+    let local = edge(dir.path()).await;
+    add_in(&local, "a1", "a").await;
+    add_in(&local, "b1", "b").await;
+    add_in(&local, "b2", "b").await;
+    let serve = |name: &str, source: Option<LagSource>| {
+        let socket = dir.path().join(name);
+        let local = local.clone();
+        async move {
+            let listener = Listener::bind_unix(&socket, &SocketPermissions::default())
+                .await
+                .unwrap();
+            let mut server = Server::new(BoxQueue::new(local), ServerOptions::default());
+            if let Some(source) = source {
+                server = server.forward_lag(source);
+            }
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            tokio::spawn(server.run(vec![listener], async {
+                let _ = stopped.await;
+            }));
+            let client = RemoteQueue::connect_unix(&socket, RemoteOptions::default())
+                .await
+                .unwrap();
+            (client, stop)
+        }
+    };
+    let (plain, _stop1) = serve("plain.sock", Some(LagSource::file(local.clone()))).await;
+    let l = plain.forward_lag(None).await.unwrap().unwrap();
+    assert_eq!(l.lag.count, 3);
+    assert!(l.lag.oldest_age_ms.is_some());
+    assert!(!l.forwarded && !l.forwarding);
+    let b = ["b".to_string()];
+    assert_eq!(
+        plain
+            .forward_lag(Some(&b))
+            .await
+            .unwrap()
+            .unwrap()
+            .lag
+            .count,
+        2
+    );
+
+    let source = LagSource::forwarder(local.clone(), vec!["a".to_string()]);
+    let (fwd, _stop2) = serve("forwarder.sock", Some(source)).await;
+    let l = fwd.forward_lag(None).await.unwrap().unwrap();
+    assert_eq!(l.lag.count, 1);
+    assert!(l.forwarding);
+    assert_eq!(
+        fwd.forward_lag(Some(&b)).await.unwrap().unwrap().lag.count,
+        2
+    );
+    assert_eq!(
+        fwd.forward_lag(Some(&[])).await.unwrap().unwrap().lag.count,
+        1
+    );
+
+    let (none, _stop3) = serve("none.sock", None).await;
+    assert_eq!(none.forward_lag(None).await.unwrap(), None);
+    none.close().await.unwrap();
+    assert!(matches!(none.forward_lag(None).await, Err(Error::Closed)));
 }

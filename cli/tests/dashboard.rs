@@ -84,7 +84,9 @@ async fn browser(driver: &Driver) -> Client {
 }
 
 fn shots() -> PathBuf {
+    // The workspace's target/, beside cli/.
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
         .join("target")
         .join("dashboard");
     std::fs::create_dir_all(&dir).unwrap();

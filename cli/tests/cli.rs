@@ -747,7 +747,7 @@ fn main_job_killed_while_queueing_queues_every_file_once_on_the_rerun() {
     let db = env.path("q.redb");
     std::fs::write(env.path("q.redb.queueing"), b"").unwrap();
     env.ok(&["add", files.join("f0").to_str().unwrap()]);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/main-job.sh");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/main-job.sh");
     let run = || {
         let out = Command::new("bash")
             .arg(script)

@@ -155,10 +155,9 @@ pub(crate) struct Serving {
 }
 
 impl Serving {
-    /// Serve `queue` on `listeners` until [`Serving::stop`].
-    fn start(queue: BoxQueue, listeners: Vec<Listener>, options: ServerOptions) -> Self {
+    /// Run `server` on `listeners` until [`Serving::stop`].
+    fn start(server: Server, listeners: Vec<Listener>) -> Self {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = Server::new(queue, options);
         let done = tokio::spawn(server.run(listeners, async {
             let _ = stopped.await;
         }));
@@ -170,6 +169,73 @@ impl Serving {
         let _ = self.stop.send(());
         if let Ok(Err(e)) = self.done.await {
             tracing::warn!("server: {}", crate::one_line(&e));
+        }
+    }
+}
+
+/// What a server of a queue file knows besides the queue: where route
+/// `forward_lag` reads the file's forwarding lag (SPEC sections 10 and 11).
+#[derive(Default)]
+pub(crate) struct ServedLag {
+    #[cfg(feature = "forward")]
+    source: Option<workjournal::forward::LagSource>,
+}
+
+impl ServedLag {
+    /// The lag of `file`, which no forwarder of this process runs on.
+    #[cfg(feature = "embedded")]
+    pub(crate) fn of_file(file: &workjournal::EmbeddedQueue) -> Self {
+        #[cfg(feature = "forward")]
+        return ServedLag {
+            source: Some(workjournal::forward::LagSource::file(file.clone())),
+        };
+        #[cfg(not(feature = "forward"))]
+        {
+            let _ = file;
+            ServedLag::default()
+        }
+    }
+
+    /// The lag of the file a forwarder of this process runs on.
+    #[cfg(feature = "forward")]
+    pub(crate) fn of_forwarder(source: workjournal::forward::LagSource) -> Self {
+        ServedLag {
+            source: Some(source),
+        }
+    }
+
+    fn give(self, server: Server) -> Server {
+        #[cfg(feature = "forward")]
+        if let Some(source) = self.source {
+            return server.forward_lag(source);
+        }
+        server
+    }
+}
+
+/// Serve `queue`, the queue file `db` this process opened, on the file's
+/// socket (`socket_path_for`) while it runs, so `add`, `stats`, `pause`
+/// ... from other processes go through this process (SPEC section 10,
+/// Discovery): `work` and `forward` do. `None`, after a warning, when the
+/// socket cannot be bound: the caller still runs, and other processes
+/// then find the file locked.
+#[cfg(feature = "embedded")]
+pub(crate) async fn serve_own_file(
+    db: &Path,
+    queue: BoxQueue,
+    max_payload_bytes: usize,
+    lag: ServedLag,
+) -> Option<Serving> {
+    let socket = workjournal::socket_path_for(db);
+    match Listener::bind_unix(&socket, &SocketPermissions::default()).await {
+        Ok(listener) => {
+            let options = ServerOptions::default().max_payload_bytes(max_payload_bytes);
+            let server = lag.give(Server::new(queue, options));
+            Some(Serving::start(server, vec![listener]))
+        }
+        Err(e) => {
+            tracing::warn!("not serving {}: {}", socket.display(), crate::one_line(&e));
+            None
         }
     }
 }
@@ -194,21 +260,10 @@ pub(crate) async fn open_for_work(
         Opened::Served(remote) => Ok((BoxQueue::new(remote), None)),
         #[cfg(feature = "embedded")]
         Opened::Owned(file) => {
+            let lag = ServedLag::of_file(&file);
             let queue = BoxQueue::new(file);
-            let socket = workjournal::socket_path_for(&global.db);
-            match Listener::bind_unix(&socket, &SocketPermissions::default()).await {
-                Ok(listener) => {
-                    let options = ServerOptions::default().max_payload_bytes(max_payload_bytes);
-                    let serving = Serving::start(queue.clone(), vec![listener], options);
-                    Ok((queue, Some(serving)))
-                }
-                Err(e) => {
-                    // Work still runs; other processes then find the file
-                    // locked, as before.
-                    tracing::warn!("not serving {}: {}", socket.display(), crate::one_line(&e));
-                    Ok((queue, None))
-                }
-            }
+            let serving = serve_own_file(&global.db, queue.clone(), max_payload_bytes, lag).await;
+            Ok((queue, serving))
         }
     }
 }
@@ -221,9 +276,10 @@ pub(crate) fn is_url(target: &str) -> bool {
     )
 }
 
-/// The queue file, opened (and so owned) by `serve`.
+/// The queue file, opened (and so owned) by `serve`, and its lag for the
+/// route `forward_lag`.
 #[cfg(feature = "embedded")]
-async fn open_owned_file(global: &Global) -> CliResult<BoxQueue> {
+async fn open_owned_file(global: &Global) -> CliResult<(BoxQueue, ServedLag)> {
     let file = workjournal::EmbeddedQueue::open(&global.db, Config::default())
         .await
         .map_err(|e| match e {
@@ -236,11 +292,12 @@ async fn open_owned_file(global: &Global) -> CliResult<BoxQueue> {
             ),
             other => other.into(),
         })?;
-    Ok(BoxQueue::new(file))
+    let lag = ServedLag::of_file(&file);
+    Ok((BoxQueue::new(file), lag))
 }
 
 #[cfg(not(feature = "embedded"))]
-async fn open_owned_file(_global: &Global) -> CliResult<BoxQueue> {
+async fn open_owned_file(_global: &Global) -> CliResult<(BoxQueue, ServedLag)> {
     Err(CliError::new(
         code::USAGE,
         "--db: this workjournal was built without the embedded feature (rebuild with --features embedded, or pass --redis URL)",
@@ -249,24 +306,30 @@ async fn open_owned_file(_global: &Global) -> CliResult<BoxQueue> {
 
 /// `workjournal serve`.
 pub(crate) async fn serve(global: &Global, args: &ServeArgs) -> CliResult {
-    let (queue, default_socket) = match &global.redis {
+    let (queue, lag, default_socket) = match &global.redis {
         Some(_) => (
             crate::commands::open(global, Config::default()).await?,
+            ServedLag::default(),
             PathBuf::from("./workjournal.sock"),
         ),
-        None => (
-            open_owned_file(global).await?,
-            workjournal::socket_path_for(&global.db),
-        ),
+        None => {
+            let (queue, lag) = open_owned_file(global).await?;
+            (queue, lag, workjournal::socket_path_for(&global.db))
+        }
     };
-    let result = run_serve(&queue, args, default_socket).await;
+    let result = run_serve(&queue, lag, args, default_socket).await;
     let closed = queue.close().await;
     result?;
     closed?;
     Ok(())
 }
 
-async fn run_serve(queue: &BoxQueue, args: &ServeArgs, default_socket: PathBuf) -> CliResult {
+async fn run_serve(
+    queue: &BoxQueue,
+    lag: ServedLag,
+    args: &ServeArgs,
+    default_socket: PathBuf,
+) -> CliResult {
     let socket = args.socket.clone().unwrap_or(default_socket);
     let group = args.socket_group.as_deref().map(group_id).transpose()?;
     let permissions = SocketPermissions {
@@ -316,7 +379,7 @@ async fn run_serve(queue: &BoxQueue, args: &ServeArgs, default_socket: PathBuf) 
         ));
         listeners.push(listener);
     }
-    let serving = Serving::start(queue.clone(), listeners, options);
+    let serving = Serving::start(lag.give(Server::new(queue.clone(), options)), listeners);
     let _ = writeln!(std::io::stderr(), "workjournal: {banner}");
     wait_for_signal().await?;
     serving.stop().await;

@@ -39,7 +39,7 @@ fn blocks(markdown: &str, lang: &str) -> Vec<(usize, String)> {
 }
 
 fn doc() -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/API.md")).unwrap()
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/API.md")).unwrap()
 }
 
 #[test]

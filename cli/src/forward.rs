@@ -50,8 +50,8 @@ pub(crate) async fn forward(_global: &Global, _args: &ForwardArgs) -> CliResult 
 
 #[cfg(feature = "forward")]
 pub(crate) async fn forward(global: &Global, args: &ForwardArgs) -> CliResult {
-    use workjournal::forward::{ForwardOptions, Forwarder, Progress, RunUntil};
-    use workjournal::{Config, EmbeddedQueue, WorkQueue};
+    use workjournal::forward::LagSource;
+    use workjournal::{BoxQueue, Config, EmbeddedQueue, WorkQueue};
 
     let Some(url) = &global.redis else {
         return Err(CliError::new(
@@ -59,11 +59,6 @@ pub(crate) async fn forward(global: &Global, args: &ForwardArgs) -> CliResult {
             "forward needs --redis URL (the fleet's queue) besides --db PATH",
         ));
     };
-    let usage = |e: workjournal::Error| match e {
-        workjournal::Error::InvalidInput(_) => CliError::new(code::USAGE, crate::one_line(&e)),
-        other => other.into(),
-    };
-    let options = crate::commands::redis_options(global).min_replicas(args.min_replicas);
     workjournal::forward::check_origin(&args.origin).map_err(usage)?;
     // Only `add` makes a queue file (SPEC section 9): a mistyped --db is not
     // an empty journal to forward.
@@ -76,15 +71,58 @@ pub(crate) async fn forward(global: &Global, args: &ForwardArgs) -> CliResult {
     let first = std::sync::Arc::new(tokio::sync::Notify::new());
     let second = std::sync::Arc::new(tokio::sync::Notify::new());
     crate::work::signals(first.clone(), second.clone())?;
-    let local = EmbeddedQueue::open(&global.db, Config::default()).await?;
-    let remote = match reach(url, &global.namespace, options, &first, args.progress_every).await {
+    let config = Config::default();
+    let max_payload_bytes = config.get_max_payload_bytes();
+    let local = EmbeddedQueue::open(&global.db, config).await?;
+    // While it runs, `forward` serves the file as `work` does (SPEC 11),
+    // from the start: `add`, `stats` (with the lag), `peek` ... work beside
+    // it even while Redis is away.
+    let lag = LagSource::forwarder(local.clone(), args.flows.clone());
+    let serving = crate::serve::serve_own_file(
+        &global.db,
+        BoxQueue::new(local.clone()),
+        max_payload_bytes,
+        crate::serve::ServedLag::of_forwarder(lag),
+    )
+    .await;
+    let result = run_forward(global, args, url, &local, &first, &second).await;
+    if let Some(serving) = serving {
+        serving.stop().await;
+    }
+    let closed = local.close().await;
+    result?;
+    closed?;
+    Ok(())
+}
+
+/// `InvalidInput` of the forwarder's own checks is a usage error (exit 2).
+#[cfg(feature = "forward")]
+fn usage(e: workjournal::Error) -> CliError {
+    match e {
+        workjournal::Error::InvalidInput(_) => CliError::new(code::USAGE, crate::one_line(&e)),
+        other => other.into(),
+    }
+}
+
+/// Reach Redis, then forward until stopped (or empty); the caller closes
+/// `local`.
+#[cfg(feature = "forward")]
+async fn run_forward(
+    global: &Global,
+    args: &ForwardArgs,
+    url: &str,
+    local: &workjournal::EmbeddedQueue,
+    first: &std::sync::Arc<tokio::sync::Notify>,
+    second: &tokio::sync::Notify,
+) -> CliResult {
+    use workjournal::WorkQueue;
+    use workjournal::forward::{ForwardOptions, Forwarder, Progress, RunUntil};
+
+    let options = crate::commands::redis_options(global).min_replicas(args.min_replicas);
+    let remote = match reach(url, &global.namespace, options, first, args.progress_every).await {
         Some(Ok(r)) => r,
-        Some(Err(e)) => {
-            let _ = local.close().await;
-            return Err(usage(e));
-        }
+        Some(Err(e)) => return Err(usage(e)),
         None => {
-            let _ = local.close().await;
             say("stopped before Redis could be reached: nothing was forwarded");
             return Ok(());
         }
@@ -94,7 +132,6 @@ pub(crate) async fn forward(global: &Global, args: &ForwardArgs) -> CliResult {
             .flows(args.flows.clone())
             .options(ForwardOptions::default().max_batch_items(args.batch as usize)),
         Err(e) => {
-            let _ = local.close().await;
             let _ = remote.close().await;
             return Err(usage(e));
         }
@@ -126,7 +163,6 @@ pub(crate) async fn forward(global: &Global, args: &ForwardArgs) -> CliResult {
         r = forwarder.run(until, stop, report) => Some(r),
         () = second.notified() => None,
     };
-    let closed = local.close().await;
     let _ = remote.close().await;
     match outcome {
         None => Err(CliError::new(
@@ -135,7 +171,6 @@ pub(crate) async fn forward(global: &Global, args: &ForwardArgs) -> CliResult {
         )),
         Some(r) => {
             let p = r?;
-            closed?;
             say(&format!("done: {}", progress_text(&p, started.elapsed())));
             Ok(())
         }
