@@ -216,6 +216,7 @@
 #![warn(unreachable_pub, missing_debug_implementations)]
 
 mod backend;
+mod browse;
 mod clock;
 #[cfg(feature = "embedded")]
 mod codec;
@@ -225,6 +226,8 @@ mod connect;
 mod error;
 mod item;
 mod limit;
+#[cfg(feature = "metrics")]
+pub mod metered;
 mod outcome;
 mod queue;
 pub mod worker;
@@ -242,6 +245,7 @@ pub mod testing;
 #[doc = include_str!("../README.md")]
 mod readme_doctests {}
 
+pub use browse::{ItemPage, ItemState, ListQuery, ListedItem, MAX_LIST_LIMIT, MAX_SEARCH_SCAN};
 pub use clock::{CLOCK_STEP_TOLERANCE_MS, Clock, ManualClock, SharedClock, Sleep, SystemClock};
 pub use config::{
     Config, DEFAULT_AGING_STEP, DEFAULT_DEAD_LETTER_CAP, DEFAULT_DEDUP_WINDOW, DEFAULT_DONE_TTL,
@@ -263,6 +267,8 @@ pub use worker::{
 
 pub use backend::memory::MemoryQueue;
 pub use backend::partitioned::{MAX_PARTITIONS, PartitionedQueue};
+#[cfg(feature = "metrics")]
+pub use metered::{MeteredQueue, Totals};
 
 #[cfg(feature = "embedded")]
 pub use backend::embedded::{EmbeddedOptions, EmbeddedQueue};

@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::browse::{ItemPage, ListQuery, ListedItem};
 use crate::error::Result;
 use crate::item::{
     Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
@@ -577,6 +578,30 @@ pub trait WorkQueue: Send + Sync {
     /// Only the common ones; `Decode` for an unreadable record.
     fn peek(&self, count: usize) -> impl Future<Output = Result<Vec<Item>>> + Send;
 
+    /// One page of the items in `query`'s state, in that state's order,
+    /// without claiming or changing anything (SPEC 12.1): at most
+    /// [`MAX_LIST_LIMIT`](crate::MAX_LIST_LIMIT) items, and with
+    /// [`ListQuery::contains`] at most
+    /// [`MAX_SEARCH_SCAN`](crate::MAX_SEARCH_SCAN) positions looked at. Read
+    /// on from [`ItemPage::next_offset`]; pages read while the queue changes
+    /// may skip or repeat an item that moved.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for a limit of 0; `Decode` for an unreadable record;
+    /// the common ones. Cancel-safe (read only).
+    fn list(&self, query: ListQuery) -> impl Future<Output = Result<ItemPage>> + Send;
+
+    /// Item `id` with its state (SPEC 12.1), or `None` if the queue holds no
+    /// such item (acknowledged, purged, dropped past the dead-letter cap,
+    /// or never added).
+    ///
+    /// # Errors
+    ///
+    /// `Decode` for an unreadable record; the common ones. Cancel-safe
+    /// (read only).
+    fn find(&self, id: u64) -> impl Future<Output = Result<Option<ListedItem>>> + Send;
+
     /// Now, by the queue's clock, in ms since the Unix epoch.
     ///
     /// # Errors
@@ -674,6 +699,8 @@ pub(crate) trait DynWorkQueue: Send + Sync {
     fn backlog_by_flow<'a>(&'a self, sample: usize)
     -> BoxFuture<'a, Result<BTreeMap<String, u64>>>;
     fn peek<'a>(&'a self, count: usize) -> BoxFuture<'a, Result<Vec<Item>>>;
+    fn list<'a>(&'a self, query: ListQuery) -> BoxFuture<'a, Result<ItemPage>>;
+    fn find<'a>(&'a self, id: u64) -> BoxFuture<'a, Result<Option<ListedItem>>>;
     fn now_ms<'a>(&'a self) -> BoxFuture<'a, Result<u64>>;
     fn max_deliveries(&self) -> u32;
     fn compact<'a>(&'a self) -> BoxFuture<'a, Result<bool>>;
@@ -827,6 +854,12 @@ impl<Q: WorkQueue> DynWorkQueue for Q {
     }
     fn peek<'a>(&'a self, count: usize) -> BoxFuture<'a, Result<Vec<Item>>> {
         Box::pin(WorkQueue::peek(self, count))
+    }
+    fn list<'a>(&'a self, query: ListQuery) -> BoxFuture<'a, Result<ItemPage>> {
+        Box::pin(WorkQueue::list(self, query))
+    }
+    fn find<'a>(&'a self, id: u64) -> BoxFuture<'a, Result<Option<ListedItem>>> {
+        Box::pin(WorkQueue::find(self, id))
     }
     fn now_ms<'a>(&'a self) -> BoxFuture<'a, Result<u64>> {
         Box::pin(WorkQueue::now_ms(self))
@@ -990,6 +1023,12 @@ impl WorkQueue for BoxQueue {
     }
     async fn peek(&self, count: usize) -> Result<Vec<Item>> {
         self.inner.peek(count).await
+    }
+    async fn list(&self, query: ListQuery) -> Result<ItemPage> {
+        self.inner.list(query).await
+    }
+    async fn find(&self, id: u64) -> Result<Option<ListedItem>> {
+        self.inner.find(id).await
     }
     async fn now_ms(&self) -> Result<u64> {
         self.inner.now_ms().await

@@ -38,6 +38,15 @@ pub(crate) struct ServeArgs {
     /// --socket-mode says otherwise.
     #[arg(long, value_name = "GROUP")]
     pub(crate) socket_group: Option<String>,
+    /// Serve the web dashboard and /metrics on TCP at ADDR (HOST:PORT; a
+    /// bare PORT or :PORT means 127.0.0.1), behind the token of
+    /// --token-file: open http://ADDR/?token=TOKEN once (SPEC 12).
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) http: Option<String>,
+    /// Show the dashboard without its write controls, and refuse its
+    /// writes (pause, resume, step, redrive, purge). The API is unchanged.
+    #[arg(long, requires = "http")]
+    pub(crate) read_only: bool,
 }
 
 fn parse_mode(s: &str) -> Result<u32, String> {
@@ -345,15 +354,17 @@ async fn run_serve(
                     other => other.into(),
                 })?,
         ];
-    let mut options = ServerOptions::default();
+    let mut options = ServerOptions::default().read_only(args.read_only);
     let mut banner = format!("serving on unix:{}", socket.display());
+    let token_file = args
+        .token_file
+        .clone()
+        .unwrap_or_else(|| socket.with_extension("token"));
+    if args.listen.is_some() || args.http.is_some() {
+        options = options.token(load_or_create_token(&token_file)?);
+    }
     if let Some(listen) = &args.listen {
         let addr = listen_addr(listen)?;
-        let token_file = args
-            .token_file
-            .clone()
-            .unwrap_or_else(|| socket.with_extension("token"));
-        options = options.token(load_or_create_token(&token_file)?);
         let tcp = Listener::bind_tcp(addr).await?;
         let bound = tcp.local_addr().unwrap_or(addr);
         banner.push_str(&format!(
@@ -362,11 +373,36 @@ async fn run_serve(
         ));
         listeners.push(tcp);
     }
+    if let Some(http) = &args.http {
+        let addr = listen_addr(http)?;
+        let (listener, bound) = bind_dashboard(addr).await?;
+        banner.push_str(&format!(
+            "; dashboard and /metrics on http://{bound}/ (open http://{bound}/?token=<the token in {}>){}",
+            token_file.display(),
+            if args.read_only { ", read-only" } else { "" }
+        ));
+        listeners.push(listener);
+    }
     let serving = Serving::start(lag.give(Server::new(queue.clone(), options)), listeners);
     let _ = writeln!(std::io::stderr(), "workjournal: {banner}");
     signals.wait().await;
     serving.stop().await;
     Ok(())
+}
+
+#[cfg(feature = "dashboard")]
+async fn bind_dashboard(addr: SocketAddr) -> CliResult<(Listener, SocketAddr)> {
+    let listener = Listener::bind_dashboard(addr).await?;
+    let bound = listener.local_addr().unwrap_or(addr);
+    Ok((listener, bound))
+}
+
+#[cfg(not(feature = "dashboard"))]
+async fn bind_dashboard(_addr: SocketAddr) -> CliResult<(Listener, SocketAddr)> {
+    Err(CliError::new(
+        code::USAGE,
+        "--http: this workjournal was built without the dashboard feature (rebuild with --features dashboard)",
+    ))
 }
 
 /// Ctrl-C and SIGTERM, listened for from `install` on.

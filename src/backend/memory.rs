@@ -29,6 +29,8 @@ use crate::limit::{FlowLimit, FlowLimits, FlowState, check_limit};
 use crate::outcome::{Chunk, Outcome, OutcomeKind, check_size};
 use crate::queue::WorkQueue;
 
+mod browse;
+
 /// A pending item's lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Lease {
@@ -1548,6 +1550,16 @@ impl WorkQueue for MemoryQueue {
     async fn peek(&self, count: usize) -> Result<Vec<Item>> {
         self.live()?;
         Ok(self.with(|m, now| m.peek(count, now)))
+    }
+
+    async fn list(&self, query: crate::ListQuery) -> Result<crate::ItemPage> {
+        self.live()?;
+        self.with(|m, _| m.list(&query))
+    }
+
+    async fn find(&self, id: u64) -> Result<Option<crate::ListedItem>> {
+        self.live()?;
+        Ok(self.with(|m, _| m.find(id)))
     }
 
     async fn now_ms(&self) -> Result<u64> {

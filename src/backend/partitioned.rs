@@ -40,6 +40,8 @@ use crate::limit::{FlowLimit, FlowLimits};
 use crate::outcome::{Chunk, Outcome};
 use crate::queue::WorkQueue;
 
+mod browse;
+
 /// One logical queue over `n` partition queues (SPEC 6.1). See the module
 /// docs of the source for the routing. Clones share the partitions.
 ///
@@ -721,6 +723,14 @@ impl<Q: WorkQueue> WorkQueue for PartitionedQueue<Q> {
             }
         }
         Ok(all)
+    }
+
+    async fn list(&self, query: crate::ListQuery) -> Result<crate::ItemPage> {
+        self.list_items(query).await
+    }
+
+    async fn find(&self, id: u64) -> Result<Option<crate::ListedItem>> {
+        self.find_item(id).await
     }
 
     async fn now_ms(&self) -> Result<u64> {

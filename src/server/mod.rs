@@ -56,6 +56,13 @@ use crate::error::{Error, Result};
 use crate::queue::{BoxQueue, WorkQueue};
 use crate::wire::{self, ErrorBody, ErrorReply, Request};
 
+#[cfg(feature = "dashboard")]
+mod dashboard;
+#[cfg(feature = "dashboard")]
+pub use dashboard::{
+    FLOW_SAMPLE, HISTORY_SAMPLES, PREVIEW_BYTES, REDRIVE_ALL_MAX, SAMPLE_INTERVAL, TOKEN_COOKIE,
+};
+
 /// Default of [`ServerOptions::header_timeout`]: 10 seconds.
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default of [`ServerOptions::body_timeout`]: 30 seconds.
@@ -76,6 +83,7 @@ pub struct ServerOptions {
     max_wait: Duration,
     token: Option<String>,
     allowed_uids: Option<Vec<u32>>,
+    read_only: bool,
 }
 
 impl Default for ServerOptions {
@@ -87,6 +95,7 @@ impl Default for ServerOptions {
             max_wait: DEFAULT_MAX_WAIT,
             token: None,
             allowed_uids: None,
+            read_only: false,
         }
     }
 }
@@ -135,6 +144,14 @@ impl ServerOptions {
     /// file's permissions let in.
     pub fn allowed_uids(mut self, uids: Vec<u32>) -> Self {
         self.allowed_uids = Some(uids);
+        self
+    }
+
+    /// Serve the dashboard read-only (SPEC 12.2): its write controls are
+    /// left out of the page and `POST /ui/action` answers 403. The API
+    /// routes (`/v1/...`) are not affected. Default: false.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
         self
     }
 
@@ -188,6 +205,9 @@ enum ListenerKind {
         open_to_others: bool,
     },
     Tcp(TcpListener),
+    /// The dashboard and `/metrics` (SPEC 12), on TCP with the token.
+    #[cfg(feature = "dashboard")]
+    Dashboard(TcpListener),
 }
 
 fn io_err(context: String) -> impl FnOnce(std::io::Error) -> Error {
@@ -270,10 +290,29 @@ impl Listener {
         })
     }
 
+    /// Bind the dashboard's TCP listener at `addr` (SPEC 12.2): it serves
+    /// the page at `/`, its assets and JSON routes, and `/metrics`, each
+    /// behind the server's token, and no `/v1` route. Feature `dashboard`.
+    ///
+    /// # Errors
+    ///
+    /// `Io` if binding fails.
+    #[cfg(feature = "dashboard")]
+    pub async fn bind_dashboard(addr: SocketAddr) -> Result<Self> {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(io_err(format!("listen on {addr} for the dashboard")))?;
+        Ok(Listener {
+            kind: ListenerKind::Dashboard(listener),
+        })
+    }
+
     /// The TCP address actually bound (useful with port 0), if TCP.
     pub fn local_addr(&self) -> Option<SocketAddr> {
         match &self.kind {
             ListenerKind::Tcp(l) => l.local_addr().ok(),
+            #[cfg(feature = "dashboard")]
+            ListenerKind::Dashboard(l) => l.local_addr().ok(),
             ListenerKind::Unix { .. } => None,
         }
     }
@@ -286,6 +325,9 @@ pub struct Server {
     options: Arc<ServerOptions>,
     #[cfg(feature = "forward")]
     lag: Option<crate::forward::LagSource>,
+    /// The same queue, counting what it does (SPEC 12.3).
+    #[cfg(feature = "dashboard")]
+    metered: crate::metered::MeteredQueue<BoxQueue>,
 }
 
 #[derive(Clone)]
@@ -304,6 +346,21 @@ impl Server {
     /// A server for `queue`. The server never closes the queue: close it
     /// after [`Server::run`] returns.
     pub fn new(queue: BoxQueue, options: ServerOptions) -> Self {
+        // With the dashboard, every call is metered (SPEC 12.3), and the
+        // recorder that /metrics renders is installed before the first.
+        #[cfg(feature = "dashboard")]
+        {
+            let _ = dashboard::prometheus();
+            let metered = crate::metered::MeteredQueue::new(queue);
+            Server {
+                queue: BoxQueue::new(metered.clone()),
+                options: Arc::new(options),
+                metered,
+                #[cfg(feature = "forward")]
+                lag: None,
+            }
+        }
+        #[cfg(not(feature = "dashboard"))]
         Server {
             queue,
             options: Arc::new(options),
@@ -335,7 +392,7 @@ impl Server {
     ) -> Result<()> {
         let has_tcp = listeners
             .iter()
-            .any(|l| matches!(l.kind, ListenerKind::Tcp(_)));
+            .any(|l| !matches!(l.kind, ListenerKind::Unix { .. }));
         if has_tcp && self.options.token.as_deref().is_none_or(str::is_empty) {
             return Err(Error::invalid(
                 "a TCP listener needs a bearer token (ServerOptions::token)",
@@ -358,6 +415,22 @@ impl Server {
         let graceful = Arc::new(GracefulShutdown::new());
         let mut tasks = tokio::task::JoinSet::new();
         let mut sockets = Vec::new();
+        #[cfg(feature = "dashboard")]
+        let dash_router = {
+            let wanted = listeners
+                .iter()
+                .any(|l| matches!(l.kind, ListenerKind::Dashboard(_)));
+            let token: Arc<str> = Arc::from(self.options.token.as_deref().unwrap_or_default());
+            wanted.then(|| {
+                let dash = Arc::new(dashboard::Dash::new(
+                    self.metered.clone(),
+                    token,
+                    self.options.read_only,
+                ));
+                tasks.spawn(dashboard::sample(dash.clone(), stop_rx.clone()));
+                dashboard::router(dash)
+            })
+        };
         for listener in listeners {
             let stop = stop_rx.clone();
             let graceful = graceful.clone();
@@ -384,6 +457,12 @@ impl Server {
                 ListenerKind::Tcp(listener) => {
                     let router = tcp_router.clone();
                     tasks.spawn(accept_tcp(listener, router, options, graceful, stop));
+                }
+                #[cfg(feature = "dashboard")]
+                ListenerKind::Dashboard(listener) => {
+                    if let Some(router) = dash_router.clone() {
+                        tasks.spawn(accept_tcp(listener, router, options, graceful, stop));
+                    }
                 }
             }
         }
@@ -543,11 +622,27 @@ async fn refuse(mut stream: tokio::net::UnixStream, uid: Option<u32>) {
 }
 
 fn router(state: AppState) -> Router {
-    Router::new()
+    let r = Router::new()
         .route("/v1/openapi.json", get(openapi))
-        .route("/v1/{op}", get(call).post(call))
-        .fallback(not_found)
-        .with_state(state)
+        .route("/v1/{op}", get(call).post(call));
+    #[cfg(feature = "dashboard")]
+    let r = r.route("/metrics", get(api_metrics));
+    r.fallback(not_found).with_state(state)
+}
+
+/// `GET /metrics` on the API listeners (SPEC 12.3): the socket's peer rule
+/// or the TCP token, as for every other route.
+#[cfg(feature = "dashboard")]
+async fn api_metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if let Some(token) = &state.token
+        && !authorized(&headers, token)
+    {
+        return error_response(ErrorBody::plain(
+            "unauthorized",
+            "missing or wrong bearer token (send Authorization: Bearer <token>)",
+        ));
+    }
+    dashboard::render_metrics(&state.queue).await
 }
 
 async fn openapi() -> Response {
@@ -858,6 +953,10 @@ async fn execute(state: &AppState, request: Request) -> Response {
             reply(chunk_list(q, w.id, result).await)
         }
         Request::ForwardLag(r) => reply(forward_lag(state, r).await),
+        Request::List(r) => reply(q.list(r.into()).await.map(wire::ItemPageReply::from)),
+        Request::Find(i) => reply(q.find(i.id).await.map(|f| wire::FoundReply {
+            item: f.map(Into::into),
+        })),
     }
 }
 

@@ -27,6 +27,9 @@ pub const T0: u64 = 1_700_000_000_000;
 
 const NOW: Duration = Duration::ZERO;
 
+mod browse;
+pub use browse::*;
+
 struct Env {
     q: BoxQueue,
     clock: ManualClock,
@@ -2071,6 +2074,11 @@ macro_rules! conformance_case_list {
             stats_count_every_state,
             peek_does_not_claim,
             backlog_by_flow_counts_the_sample,
+            list_shows_each_state,
+            list_pages_cover_the_state_once,
+            list_orders_each_state,
+            list_searches_payload_text,
+            find_names_the_state,
             now_reads_the_queue_clock,
             item_is_handed_out_again_only_after_retry_or_reclaim,
             id_is_stable_through_every_move,

@@ -144,6 +144,9 @@ pub const PER_PARTITION_CASES: &[&str] = &[
     "reclaim_parks_items_of_paused_flows",
     "resume_requeues_parked_oldest_first",
     "stats_count_every_state",
+    // Listing orders hold per partition (SPEC 12.1).
+    "list_orders_each_state",
+    "list_shows_each_state",
     // The priority rank order (tier and aging) holds per partition.
     "higher_priority_runs_first_fifo_within_a_tier",
     "aging_lets_a_waiting_low_tier_overtake",

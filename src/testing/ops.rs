@@ -1307,7 +1307,7 @@ impl System {
                 ));
             }
         }
-        Ok(())
+        compare_lists(self.queue(), model).await
     }
 }
 
@@ -1357,6 +1357,63 @@ async fn run_on(
             .verify(&reference)
             .await
             .map_err(|e| format!("step {n} ({op:?}): {e}"))?;
+    }
+    Ok(())
+}
+
+/// SPEC 12.1 after every step: each state read page by page through `list`
+/// equals the model's, in order, and `find` names every item's state.
+///
+/// # Errors
+///
+/// A description of the first difference.
+async fn compare_lists(q: &BoxQueue, model: &Model) -> Result<(), String> {
+    use crate::browse::{ItemState, ListQuery, ListedItem};
+    // What every backend must agree on (the consumer name is Redis' own).
+    type Key = (
+        crate::item::Item,
+        ItemState,
+        Option<u64>,
+        Option<String>,
+        Option<u64>,
+    );
+    let key = |l: ListedItem| (l.item, l.state, l.claimed_at_ms, l.reason, l.failed_at_ms);
+    for state in ItemState::ALL {
+        let want: Vec<Key> = model
+            .list(&ListQuery::new(state).limit(crate::MAX_LIST_LIMIT))
+            .map_err(|e| format!("model list failed: {e}"))?
+            .items
+            .into_iter()
+            .map(key)
+            .collect();
+        let mut got: Vec<Key> = Vec::new();
+        let mut offset = 0;
+        for _ in 0..10_000 {
+            let page = q
+                .list(ListQuery::new(state).offset(offset).limit(3))
+                .await
+                .map_err(|e| format!("list {state:?} failed: {e}"))?;
+            got.extend(page.items.into_iter().map(key));
+            match page.next_offset {
+                Some(n) => offset = n,
+                None => break,
+            }
+        }
+        if got != want {
+            return Err(format!(
+                "list {state:?}\n  model:  {want:?}\n  system: {got:?}"
+            ));
+        }
+        for (item, ..) in &want {
+            let found = q
+                .find(item.id)
+                .await
+                .map_err(|e| format!("find {} failed: {e}", item.id))?
+                .map(|l| l.state);
+            if found != Some(state) {
+                return Err(format!("find {}: {found:?}, model: {state:?}", item.id));
+            }
+        }
     }
     Ok(())
 }

@@ -816,6 +816,14 @@ impl WorkQueue for EmbeddedQueue {
         expect_reply!(self, Op::Peek(count), Reply::Items(v) => v)
     }
 
+    async fn list(&self, query: crate::ListQuery) -> Result<crate::ItemPage> {
+        expect_reply!(self, Op::List(query), Reply::Page(p) => p)
+    }
+
+    async fn find(&self, id: u64) -> Result<Option<crate::ListedItem>> {
+        expect_reply!(self, Op::Find(id), Reply::Found(f) => f)
+    }
+
     async fn now_ms(&self) -> Result<u64> {
         // The clock needs no writer, but a closed handle answers nothing
         // (SPEC section 8): `closing` is set by `close` on any clone.

@@ -8,6 +8,7 @@
 //! file-wide position counter `seq`; the backlog and the due lane by
 //! (rank, seq), the rank being SPEC 3's priority rank.
 
+mod browse;
 #[cfg(feature = "forward")]
 mod forward;
 mod limits;

@@ -64,6 +64,10 @@ pub(super) enum Op {
     Stats,
     BacklogByFlow(usize),
     Peek(usize),
+    /// SPEC 12.1: one page of a state.
+    List(crate::browse::ListQuery),
+    /// SPEC 12.1: one item by id.
+    Find(u64),
     /// Store and forward (SPEC section 11): the file's journal id.
     #[cfg(feature = "forward")]
     ForwardJournal,
@@ -113,6 +117,8 @@ impl Op {
                 | Op::Outcome(_)
                 | Op::Progress(_)
                 | Op::Chunks(..)
+                | Op::List(_)
+                | Op::Find(_)
         ) || self.is_test_read()
             || self.is_forward_read()
     }
@@ -197,6 +203,8 @@ pub(super) enum Reply {
     /// Chunks after a sequence number, and whether the item has finished.
     Chunks(Vec<Chunk>, bool),
     Limits(Vec<crate::limit::FlowLimits>),
+    Page(crate::browse::ItemPage),
+    Found(Option<crate::browse::ListedItem>),
     #[cfg(feature = "forward")]
     Outgoing(Vec<tables::Outgoing>),
     #[cfg(feature = "forward")]
@@ -367,6 +375,8 @@ fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
         Op::Stats => Reply::Stats(t.stats(now)?),
         Op::BacklogByFlow(n) => Reply::ByFlow(t.backlog_by_flow(*n, now)?),
         Op::Peek(n) => Reply::Items(t.peek(*n, now)?),
+        Op::List(q) => Reply::Page(t.list(q)?),
+        Op::Find(id) => Reply::Found(t.find(*id)?),
         #[cfg(feature = "forward")]
         Op::ForwardJournal => Reply::Count(t.forward_journal()?),
         #[cfg(feature = "forward")]

@@ -153,6 +153,7 @@ use crate::limit::{FlowLimit, FlowLimits, FlowState, RateLimit, check_limit};
 use crate::outcome::{Chunk, Outcome, OutcomeKind, check_size};
 use crate::queue::WorkQueue;
 
+mod browse;
 mod combine;
 mod connection;
 pub(crate) mod forward;
@@ -1846,6 +1847,14 @@ impl WorkQueue for RedisQueue {
             .collect()
     }
 
+    async fn list(&self, query: crate::ListQuery) -> Result<crate::ItemPage> {
+        self.list_items(query).await
+    }
+
+    async fn find(&self, id: u64) -> Result<Option<crate::ListedItem>> {
+        self.find_item(id).await
+    }
+
     async fn now_ms(&self) -> Result<u64> {
         self.check_open()?;
         if let Some(c) = &self.inner.clock {
@@ -1940,6 +1949,7 @@ mod constant_tests {
         let sources = [
             include_str!("scripts/ack.lua"),
             include_str!("scripts/add.lua"),
+            include_str!("scripts/browse.lua"),
             include_str!("scripts/claim.lua"),
             include_str!("scripts/clear_flow.lua"),
             include_str!("scripts/common.lua"),

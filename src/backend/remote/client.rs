@@ -802,6 +802,19 @@ impl WorkQueue for RemoteQueue {
         Ok(r.items.into_iter().map(Into::into).collect())
     }
 
+    async fn list(&self, query: crate::ListQuery) -> Result<crate::ItemPage> {
+        query.check()?;
+        let r: wire::ItemPageReply = self
+            .call("list", &wire::ListRequest::from(&query), NO_WAIT)
+            .await?;
+        Ok(r.into())
+    }
+
+    async fn find(&self, id: u64) -> Result<Option<crate::ListedItem>> {
+        let r: wire::FoundReply = self.call("find", &wire::IdRequest { id }, NO_WAIT).await?;
+        Ok(r.item.map(Into::into))
+    }
+
     async fn now_ms(&self) -> Result<u64> {
         let r: wire::Now = self.call("now", &EMPTY, NO_WAIT).await?;
         Ok(r.now_ms)

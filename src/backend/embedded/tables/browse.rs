@@ -1,0 +1,119 @@
+//! SPEC 12.1 on the embedded file: `list` walks one state's index table
+//! from the offset (no copy of the table), `find` looks an id up in the
+//! id-keyed indexes and, for the lanes keyed by position, in the due lane
+//! and the item's flow's parked list before settling on the backlog.
+
+use redb::ReadableTable;
+
+use super::{Ctx, Tables};
+use crate::browse::{ItemPage, ItemState, ListQuery, ListedItem, Pager};
+use crate::codec::{self, DeadRecord};
+use crate::error::Result;
+
+impl Tables<'_> {
+    /// SPEC 12.1: one page of `query`'s state, in the state's order.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for a limit of 0; `Corrupt` for an index naming a
+    /// missing item; `Decode` for an unreadable record; storage failures.
+    pub(in crate::backend::embedded) fn list(&self, query: &ListQuery) -> Result<ItemPage> {
+        let pager = Pager::new(query)?;
+        let skip = usize::try_from(query.offset).unwrap_or(usize::MAX);
+        let what = "list items";
+        match query.state {
+            ItemState::Backlog | ItemState::Due => {
+                let table = if query.state == ItemState::Backlog {
+                    self.backlog()?
+                } else {
+                    self.due()?
+                };
+                let rows = table.iter().ctx(what)?.skip(skip);
+                pager.fill(rows.map(|row| -> Result<Option<ListedItem>> {
+                    let id = row.ctx(what)?.1.value();
+                    Ok(Some(ListedItem::new(self.item(id)?, query.state)))
+                }))
+            }
+            ItemState::Delayed => {
+                let rows = self.delayed()?.iter().ctx(what)?.skip(skip);
+                pager.fill(rows.map(|row| -> Result<Option<ListedItem>> {
+                    let (_, id) = row.ctx(what)?.0.value();
+                    Ok(Some(ListedItem::new(self.item(id)?, ItemState::Delayed)))
+                }))
+            }
+            ItemState::Pending => {
+                let rows = self.pending_by_time()?.iter().ctx(what)?.skip(skip);
+                pager.fill(rows.map(|row| -> Result<Option<ListedItem>> {
+                    let (at, id) = row.ctx(what)?.0.value();
+                    Ok(Some(ListedItem::pending(self.item(id)?, at, None)))
+                }))
+            }
+            ItemState::Parked => {
+                let rows = self.parked()?.iter().ctx(what)?.skip(skip);
+                pager.fill(rows.map(|row| -> Result<Option<ListedItem>> {
+                    let id = row.ctx(what)?.1.value();
+                    Ok(Some(ListedItem::new(self.item(id)?, ItemState::Parked)))
+                }))
+            }
+            ItemState::DeadLetter => {
+                let rows = self.dead()?.iter().ctx(what)?.rev().skip(skip);
+                pager.fill(rows.map(|row| -> Result<Option<ListedItem>> {
+                    let (k, v) = row.ctx(what)?;
+                    let rec: DeadRecord =
+                        codec::decode(&format!("dead[{}]", k.value()), v.value())?;
+                    Ok(Some(ListedItem::dead(
+                        self.item(rec.id)?,
+                        rec.reason,
+                        rec.failed_at_ms,
+                    )))
+                }))
+            }
+        }
+    }
+
+    /// SPEC 12.1: item `id` and its state.
+    ///
+    /// # Errors
+    ///
+    /// `Decode` for an unreadable record; storage failures.
+    pub(in crate::backend::embedded) fn find(&self, id: u64) -> Result<Option<ListedItem>> {
+        let what = "find an item";
+        if self.items()?.get(id).ctx(what)?.is_none() {
+            return Ok(None);
+        }
+        let item = self.item(id)?;
+        if let Some(lease) = self.lease(id)? {
+            return Ok(Some(ListedItem::pending(item, lease.claimed_at_ms, None)));
+        }
+        if let Some(seq) = self.dead_by_id()?.get(id).ctx(what)? {
+            let seq = seq.value();
+            if let Some(v) = self.dead()?.get(seq).ctx(what)? {
+                let rec: DeadRecord = codec::decode(&format!("dead[{seq}]"), v.value())?;
+                return Ok(Some(ListedItem::dead(item, rec.reason, rec.failed_at_ms)));
+            }
+        }
+        if let Some(nb) = item.not_before_ms
+            && self.delayed()?.get((nb, id)).ctx(what)?.is_some()
+        {
+            return Ok(Some(ListedItem::new(item, ItemState::Delayed)));
+        }
+        for row in self.due()?.iter().ctx(what)? {
+            if row.ctx(what)?.1.value() == id {
+                return Ok(Some(ListedItem::new(item, ItemState::Due)));
+            }
+        }
+        let flow = item.flow.clone();
+        for row in self
+            .parked()?
+            .range((flow.as_str(), 0u64)..=(flow.as_str(), u64::MAX))
+            .ctx(what)?
+        {
+            if row.ctx(what)?.1.value() == id {
+                return Ok(Some(ListedItem::new(item, ItemState::Parked)));
+            }
+        }
+        // Every stored item is in exactly one state: the backlog is what
+        // is left.
+        Ok(Some(ListedItem::new(item, ItemState::Backlog)))
+    }
+}

@@ -1,0 +1,88 @@
+//! SPEC 12.1 on Redis: `list` and `find` in one read-only script
+//! (`scripts/browse.lua`), so a page is one consistent look at the keys.
+
+use std::sync::LazyLock;
+
+use redis::{Script, Value};
+
+use super::RedisQueue;
+use super::reply::{self, array, at, bytes, opt_uint, text, uint};
+use crate::browse::{ItemPage, ItemState, ListQuery, ListedItem, MAX_SEARCH_SCAN};
+use crate::error::{Error, Result};
+
+static BROWSE: LazyLock<Script> =
+    LazyLock::new(|| super::script(include_str!("scripts/browse.lua")));
+
+/// The state an item hash's `st` field names.
+fn state_of(st: &str) -> Result<ItemState> {
+    Ok(match st {
+        "backlog" => ItemState::Backlog,
+        "due" => ItemState::Due,
+        "delayed" => ItemState::Delayed,
+        "pending" => ItemState::Pending,
+        "parked" => ItemState::Parked,
+        "dead" => ItemState::DeadLetter,
+        other => {
+            return Err(Error::Decode {
+                what: "redis item state".into(),
+                detail: format!("unknown state {other:?}"),
+            });
+        }
+    })
+}
+
+/// `{id, flow, payload, enq, nb, dlv, st, ca, owner, reason, failed, pri}`.
+fn listed(v: &Value) -> Result<ListedItem> {
+    let item = reply::item(v, 11)?;
+    let a = array(v, "listed item")?;
+    let state = state_of(&text(at(a, 6, "listed item")?, "state")?)?;
+    Ok(match state {
+        ItemState::Pending => {
+            let owner = text(at(a, 8, "listed item")?, "owner")?;
+            ListedItem::pending(
+                item,
+                opt_uint(at(a, 7, "listed item")?, "claimed_at")?.unwrap_or(0),
+                (!owner.is_empty()).then_some(owner),
+            )
+        }
+        ItemState::DeadLetter => ListedItem::dead(
+            item,
+            String::from_utf8_lossy(&bytes(at(a, 9, "listed item")?, "reason")?).into_owned(),
+            opt_uint(at(a, 10, "listed item")?, "failed_at")?.unwrap_or(0),
+        ),
+        other => ListedItem::new(item, other),
+    })
+}
+
+impl RedisQueue {
+    /// SPEC 12.1: one page of `query`'s state.
+    pub(super) async fn list_items(&self, query: ListQuery) -> Result<ItemPage> {
+        query.check()?;
+        let budget = query.budget().min(MAX_SEARCH_SCAN);
+        let args = vec![
+            b"list".to_vec(),
+            query.state.name().as_bytes().to_vec(),
+            super::n_arg(usize::try_from(query.offset).unwrap_or(usize::MAX)),
+            super::n_arg(budget),
+            super::n_arg(query.effective_limit()),
+            query.contains.clone().unwrap_or_default(),
+        ];
+        let v = self.run("list", &BROWSE, args, false).await?;
+        let a = array(&v, "list")?;
+        let ended = uint(at(a, 0, "list")?, "list ended")? == 1;
+        let looked = uint(at(a, 1, "list")?, "list looked")?;
+        let items = array(at(a, 2, "list")?, "list items")?
+            .iter()
+            .map(listed)
+            .collect::<Result<Vec<_>>>()?;
+        let next = (!ended).then(|| query.offset.saturating_add(looked));
+        Ok(ItemPage::new(items, next))
+    }
+
+    /// SPEC 12.1: item `id` and its state.
+    pub(super) async fn find_item(&self, id: u64) -> Result<Option<ListedItem>> {
+        let args = vec![b"find".to_vec(), id.to_string().into_bytes()];
+        let v = self.run("find", &BROWSE, args, false).await?;
+        array(&v, "find")?.first().map(listed).transpose()
+    }
+}

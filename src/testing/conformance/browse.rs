@@ -1,0 +1,210 @@
+//! Conformance cases of SPEC 12.1: `list` and `find`.
+
+use std::collections::BTreeSet;
+
+use super::{Factory, T0, add, claim, claim_one, env, in_flow, invalid, item};
+use crate::browse::{ItemState, ListQuery, ListedItem, MAX_LIST_LIMIT};
+use crate::queue::{BoxQueue, WorkQueue};
+
+/// Every page of `query`'s state, read on until `next_offset` is `None`.
+async fn all_pages(q: &BoxQueue, query: ListQuery) -> Vec<ListedItem> {
+    let mut out = Vec::new();
+    let mut offset = query.get_offset();
+    for _ in 0..1000 {
+        let page = q.list(query.clone().offset(offset)).await.unwrap();
+        assert!(page.items.len() <= query.get_limit().min(MAX_LIST_LIMIT));
+        out.extend(page.items);
+        match page.next_offset {
+            Some(n) => {
+                assert!(n > offset, "next_offset {n} does not move past {offset}");
+                offset = n;
+            }
+            None => return out,
+        }
+    }
+    panic!("list never reached the end of the state");
+}
+
+fn id_set(items: &[ListedItem]) -> BTreeSet<u64> {
+    items.iter().map(|l| l.item.id).collect()
+}
+
+/// SPEC 12.1: each state lists exactly its items, with what the state
+/// adds (claim time, dead-letter reason and time), and changes nothing.
+pub async fn list_shows_each_state(f: &dyn Factory) {
+    let e = env(f).await;
+    let q = &e.q;
+    let pending = add(q, "pending").await;
+    let c = claim_one(q).await;
+    assert_eq!(c.item.id, pending);
+    let dead = add(q, "dead").await;
+    let d = claim_one(q).await;
+    q.dead_letter(d.receipt, "boom").await.unwrap();
+    let backlog = add(q, "backlog").await;
+    let delayed = q
+        .add_delayed(item("delayed"), T0 + 60_000)
+        .await
+        .unwrap()
+        .id;
+    let due = q.add_delayed(item("due"), T0 - 1).await.unwrap().id;
+    assert_eq!(q.promote_due().await.unwrap(), 1);
+    q.pause("held").await.unwrap();
+    let parked = q.add(in_flow("parked", "held")).await.unwrap().id;
+    // The due item comes first, then the parked one is parked by the claim.
+    let got = claim(q, 1).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].item.id, due);
+    let due2 = q.add_delayed(item("due2"), T0 - 1).await.unwrap().id;
+    q.promote_due().await.unwrap();
+    let before = q.stats().await.unwrap();
+
+    let list = |state| async move { all_pages(q, ListQuery::new(state).limit(10)).await };
+    let b = list(ItemState::Backlog).await;
+    assert!(id_set(&b).contains(&backlog), "backlog: {b:?}");
+    assert!(b.iter().all(|l| l.state == ItemState::Backlog));
+    let du = list(ItemState::Due).await;
+    assert_eq!(id_set(&du), BTreeSet::from([due2]));
+    let dl = list(ItemState::Delayed).await;
+    assert_eq!(id_set(&dl), BTreeSet::from([delayed]));
+    assert_eq!(dl[0].item.not_before_ms, Some(T0 + 60_000));
+    let p = list(ItemState::Pending).await;
+    assert_eq!(id_set(&p), BTreeSet::from([pending, due]));
+    assert!(p.iter().all(|l| l.claimed_at_ms == Some(T0)));
+    let pk = list(ItemState::Parked).await;
+    let pk_ids = id_set(&pk);
+    assert!(
+        pk_ids.contains(&parked) || id_set(&b).contains(&parked),
+        "parked: {pk:?}"
+    );
+    let dd = list(ItemState::DeadLetter).await;
+    assert_eq!(id_set(&dd), BTreeSet::from([dead]));
+    assert_eq!(dd[0].reason.as_deref(), Some("boom"));
+    assert_eq!(dd[0].failed_at_ms, Some(T0));
+    assert_eq!(dd[0].item.payload, b"dead");
+    // Every item is listed once, in one state, and listing changed nothing.
+    let total = b.len() + du.len() + dl.len() + p.len() + pk.len() + dd.len();
+    assert_eq!(total, 7);
+    assert_eq!(q.stats().await.unwrap(), before);
+}
+
+/// SPEC 12.1: pages of at most `limit` items cover the state exactly once,
+/// in the state's order, and the last page says it is the last.
+pub async fn list_pages_cover_the_state_once(f: &dyn Factory) {
+    let e = env(f).await;
+    let q = &e.q;
+    let mut ids = Vec::new();
+    for i in 0..7 {
+        ids.push(add(q, &format!("item {i}")).await);
+    }
+    let listed = all_pages(q, ListQuery::new(ItemState::Backlog).limit(3)).await;
+    let got: Vec<u64> = listed.iter().map(|l| l.item.id).collect();
+    assert_eq!(id_set(&listed), ids.iter().copied().collect(), "{got:?}");
+    assert_eq!(got.len(), ids.len(), "an item listed twice: {got:?}");
+    // Past the end: an empty last page.
+    let past = q
+        .list(ListQuery::new(ItemState::Backlog).offset(100).limit(3))
+        .await
+        .unwrap();
+    assert!(past.items.is_empty());
+    assert_eq!(past.next_offset, None);
+    // An empty state.
+    let none = q.list(ListQuery::new(ItemState::Pending)).await.unwrap();
+    assert!(none.items.is_empty());
+    assert_eq!(none.next_offset, None);
+    invalid(q.list(ListQuery::new(ItemState::Backlog).limit(0)).await);
+    // A huge limit is lowered, not refused.
+    let big = q
+        .list(ListQuery::new(ItemState::Backlog).limit(usize::MAX))
+        .await
+        .unwrap();
+    assert_eq!(big.items.len(), 7);
+}
+
+/// SPEC 12.1: the claim order per state, oldest claim first for pending
+/// and newest first for dead letters (per partition on a partitioned
+/// queue).
+pub async fn list_orders_each_state(f: &dyn Factory) {
+    let e = env(f).await;
+    let q = &e.q;
+    let a = add(q, "a").await;
+    let b = add(q, "b").await;
+    let c = add(q, "c").await;
+    let first = claim_one(q).await;
+    e.clock.advance(std::time::Duration::from_millis(5));
+    let second = claim_one(q).await;
+    let pending = all_pages(q, ListQuery::new(ItemState::Pending).limit(1)).await;
+    let order: Vec<u64> = pending.iter().map(|l| l.item.id).collect();
+    assert_eq!(order, vec![a, b]);
+    assert_eq!(pending[1].claimed_at_ms, Some(T0 + 5));
+    q.dead_letter(first.receipt, "one").await.unwrap();
+    q.dead_letter(second.receipt, "two").await.unwrap();
+    let dead = all_pages(q, ListQuery::new(ItemState::DeadLetter).limit(1)).await;
+    let order: Vec<u64> = dead.iter().map(|l| l.item.id).collect();
+    assert_eq!(order, vec![b, a], "dead letters newest first");
+    let backlog = all_pages(q, ListQuery::new(ItemState::Backlog).limit(1)).await;
+    assert_eq!(
+        backlog.iter().map(|l| l.item.id).collect::<Vec<_>>(),
+        vec![c]
+    );
+}
+
+/// SPEC 12.1: `contains` keeps items whose payload holds the bytes, and a
+/// search also reads on with `next_offset`.
+pub async fn list_searches_payload_text(f: &dyn Factory) {
+    let e = env(f).await;
+    let q = &e.q;
+    let one = add(q, "invoice 1 for ACME").await;
+    add(q, "receipt 7").await;
+    let two = add(q, "late invoice 2").await;
+    let found = all_pages(
+        q,
+        ListQuery::new(ItemState::Backlog)
+            .limit(10)
+            .contains("invoice"),
+    )
+    .await;
+    assert_eq!(id_set(&found), BTreeSet::from([one, two]));
+    let none = all_pages(q, ListQuery::new(ItemState::Backlog).contains("nothing")).await;
+    assert!(none.is_empty());
+    // An empty needle keeps everything.
+    let all = all_pages(q, ListQuery::new(ItemState::Backlog).contains("")).await;
+    assert_eq!(all.len(), 3);
+}
+
+/// SPEC 12.1: `find` names an item's state, and `None` once it is gone.
+pub async fn find_names_the_state(f: &dyn Factory) {
+    let e = env(f).await;
+    let q = &e.q;
+    let first = add(q, "first").await;
+    let c = claim_one(q).await;
+    let waiting = add(q, "waiting").await;
+    let found = q.find(waiting).await.unwrap().unwrap();
+    assert_eq!(found.state, ItemState::Backlog);
+    assert_eq!(found.item.payload, b"waiting");
+    let p = q.find(first).await.unwrap().unwrap();
+    assert_eq!(p.state, ItemState::Pending);
+    assert_eq!(p.claimed_at_ms, Some(T0));
+    q.dead_letter(c.receipt, "broken").await.unwrap();
+    let d = q.find(first).await.unwrap().unwrap();
+    assert_eq!(d.state, ItemState::DeadLetter);
+    assert_eq!(d.reason.as_deref(), Some("broken"));
+    let later = q.add_delayed(item("later"), T0 + 1_000).await.unwrap().id;
+    assert_eq!(
+        q.find(later).await.unwrap().unwrap().state,
+        ItemState::Delayed
+    );
+    q.pause("held").await.unwrap();
+    let held = q.add(in_flow("held item", "held")).await.unwrap().id;
+    let c = claim(q, 10).await;
+    assert_eq!(
+        c.iter().map(|c| c.item.id).collect::<Vec<_>>(),
+        vec![waiting]
+    );
+    assert_eq!(
+        q.find(held).await.unwrap().unwrap().state,
+        ItemState::Parked
+    );
+    q.ack(c[0].receipt).await.unwrap();
+    assert_eq!(q.find(waiting).await.unwrap(), None);
+    assert_eq!(q.find(u64::MAX).await.unwrap(), None);
+}
