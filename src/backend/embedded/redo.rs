@@ -25,11 +25,11 @@
 //! checkpoint is durable every record before it is dead at once, and the
 //! log is written again from offset 0: this is the log's truncation, and it
 //! happens only after a durable checkpoint. A checkpoint runs after a batch
-//! (its replies already sent) once the log holds 4 MiB or 8192 operations
-//! or the last checkpoint is 2 s old ([`Policy`]), at every open (after the
-//! replay) and at close.
-//! An idle queue does not checkpoint until it writes again or closes, so it
-//! writes nothing (SPEC 8, Idle).
+//! that wrote (before its replies, which it does not change) once the log
+//! holds 4 MiB or 8192 operations or the last checkpoint is 2 s old
+//! ([`Policy`]), at every open (after the replay) and at close. An idle
+//! queue does not checkpoint until it writes again or closes, so it writes
+//! nothing (SPEC 8, Idle).
 //!
 //! # Replay
 //!

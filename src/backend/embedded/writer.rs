@@ -928,7 +928,7 @@ impl Store {
         }
     }
 
-    /// After a batch (its replies sent): checkpoint if the log holds
+    /// After a batch that wrote: checkpoint if the log holds
     /// enough, or the last checkpoint is old enough (module `redo`). A
     /// failure is logged; the next operation reopens the database.
     fn maybe_checkpoint(&mut self) {
@@ -990,13 +990,13 @@ pub(super) fn run(
             match msg {
                 Msg::Req(r) => reqs.push(r),
                 Msg::Compact(reply) => {
-                    run_batch(&mut store, &wake, std::mem::take(&mut reqs));
+                    let _ = run_batch(&mut store, &wake, std::mem::take(&mut reqs));
                     let result = compact(&mut store);
                     store.note(&result);
                     let _ = reply.send(result);
                 }
                 Msg::Close(reply) => {
-                    run_batch(&mut store, &wake, std::mem::take(&mut reqs));
+                    let _ = run_batch(&mut store, &wake, std::mem::take(&mut reqs));
                     close_reply = Some(reply);
                     break 'outer;
                 }
@@ -1005,8 +1005,7 @@ pub(super) fn run(
                 next = rx.try_recv().ok();
             }
         }
-        run_batch(&mut store, &wake, reqs);
-        store.maybe_checkpoint();
+        let _ = run_batch(&mut store, &wake, reqs);
     }
     rx.close();
     close_checkpoint(&mut store);
@@ -1060,7 +1059,8 @@ fn close_checkpoint(store: &mut Store) {
     }
 }
 
-fn run_batch(store: &mut Store, wake: &Notify, reqs: Vec<Request>) {
+/// Run one batch and answer its callers; returns whether it wrote.
+fn run_batch(store: &mut Store, wake: &Notify, reqs: Vec<Request>) -> bool {
     // A claim whose caller has gone (its future was dropped) is not run, so
     // that it strands nothing in pending.
     let reqs: Vec<Request> = reqs
@@ -1068,7 +1068,7 @@ fn run_batch(store: &mut Store, wake: &Notify, reqs: Vec<Request>) {
         .filter(|r| !(r.op.hands_out() && r.reply.is_closed()))
         .collect();
     if reqs.is_empty() {
-        return;
+        return false;
     }
     let (ops, replies): (Vec<(Op, u64)>, Vec<_>) =
         reqs.into_iter().map(|r| ((r.op, r.now), r.reply)).unzip();
@@ -1125,10 +1125,17 @@ fn run_batch(store: &mut Store, wake: &Notify, reqs: Vec<Request>) {
     // with its own empty claim, and claim again, without end.
     if changed {
         wake.notify_waiters();
+        // Only after a write, so that an idle queue writes nothing (SPEC 8,
+        // Idle); before the replies, so that a caller that saw this
+        // operation return sees no write it caused afterwards. The batch
+        // is durable already (its record is synced): a failed checkpoint
+        // changes no reply.
+        store.maybe_checkpoint();
     }
     for (reply, result) in replies.into_iter().zip(results) {
         let _ = reply.send(result);
     }
+    changed
 }
 
 #[cfg(test)]
