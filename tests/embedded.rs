@@ -543,12 +543,14 @@ async fn a_new_file_is_created_where_hard_links_are_refused() {
     let id = q.add(NewItem::new(b"kept".to_vec())).await.unwrap().id;
     q.close().await.unwrap();
     drop(q);
-    // Only the queue file is left: the temporary one was renamed into place.
-    let names: Vec<String> = std::fs::read_dir(dir.path())
+    // Only the queue file and its redo log are left: the temporary one was
+    // renamed into place.
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(names, vec!["q.redb".to_string()]);
+    names.sort();
+    assert_eq!(names, vec!["q.redb".to_string(), "q.redb-redo".to_string()]);
     let q = EmbeddedQueue::open_with(&path, Config::default(), options)
         .await
         .unwrap();
