@@ -26,8 +26,8 @@ mod workload;
 use workjournal::testing::Location;
 use workjournal::testing::faults::{DiskImage, EIO, ENOSPC, Hit, SimDisk, SimFile};
 use workjournal::{
-    ClaimFrom, Clock, Config, EmbeddedOptions, EmbeddedQueue, Error, ManualClock, NewItem,
-    Receipt, WorkQueue,
+    ClaimFrom, Clock, Config, EmbeddedOptions, EmbeddedQueue, Error, ManualClock, NewItem, Receipt,
+    WorkQueue,
 };
 use workload::{Op, Rng, agree_with_twin, apply, draw, seed_from_env};
 
@@ -375,7 +375,10 @@ async fn a_fault_on_the_log_or_the_queue_file_fails_the_operation_and_the_queue_
                 }
             }
             if file == SimFile::Log {
-                assert_eq!(failed, 3, "{what}: an add whose log append failed returned Ok");
+                assert_eq!(
+                    failed, 3,
+                    "{what}: an add whose log append failed returned Ok"
+                );
             }
             disk.fail_syncs(None);
             disk.fail_writes(None);
@@ -383,7 +386,10 @@ async fn a_fault_on_the_log_or_the_queue_file_fails_the_operation_and_the_queue_
             acked.push(q.add(NewItem::new(b"after".to_vec())).await.unwrap().id);
             let locs = q.locations().await.unwrap();
             for id in &acked {
-                assert!(locs.contains_key(id), "{what}: acknowledged item {id} is gone");
+                assert!(
+                    locs.contains_key(id),
+                    "{what}: acknowledged item {id} is gone"
+                );
             }
             assert!(
                 locs.len() <= acked.len() + failed,

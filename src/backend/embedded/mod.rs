@@ -531,11 +531,12 @@ impl EmbeddedQueue {
             context: format!("open {}", path.display()),
             source,
         })?;
-        let log: Box<dyn LogFile> =
-            match (&first as &dyn std::any::Any).downcast_ref::<crate::testing::faults::SimBackend>() {
-                Some(sim) => Box::new(sim.log_file()),
-                None => Box::new(redo::MemLog::default()),
-            };
+        let log: Box<dyn LogFile> = match (&first as &dyn std::any::Any)
+            .downcast_ref::<crate::testing::faults::SimBackend>()
+        {
+            Some(sim) => Box::new(sim.log_file()),
+            None => Box::new(redo::MemLog::default()),
+        };
         let mut first = Some(first);
         let verify_on_open = options.verify_on_open;
         Self::start(
@@ -596,40 +597,38 @@ impl EmbeddedQueue {
         let closing = claim.closing_flag();
         std::thread::Builder::new()
             .name("workjournal-writer".into())
-            .spawn(
-                move || {
-                    let opened = open_log()
-                        .map(redo::Log::new)
-                        .map_err(|source| Error::Io {
-                            context: format!("open the redo log of {}", thread_path.display()),
-                            source,
-                        })
-                        .and_then(|mut log| {
-                            writer::open_database(&mut build, &mut log, &thread_path, limits)
-                                .map(|db| (db, log))
-                        });
-                    match opened {
-                        Ok((db, log)) => {
-                            let _ = ready_tx.send(Ok(()));
-                            writer::run(
-                                db,
-                                build,
-                                log,
-                                policy,
-                                thread_path,
-                                rx,
-                                limits,
-                                thread_wake,
-                                claim,
-                            );
-                        }
-                        Err(e) => {
-                            drop(claim);
-                            let _ = ready_tx.send(Err(e));
-                        }
+            .spawn(move || {
+                let opened = open_log()
+                    .map(redo::Log::new)
+                    .map_err(|source| Error::Io {
+                        context: format!("open the redo log of {}", thread_path.display()),
+                        source,
+                    })
+                    .and_then(|mut log| {
+                        writer::open_database(&mut build, &mut log, &thread_path, limits)
+                            .map(|db| (db, log))
+                    });
+                match opened {
+                    Ok((db, log)) => {
+                        let _ = ready_tx.send(Ok(()));
+                        writer::run(
+                            db,
+                            build,
+                            log,
+                            policy,
+                            thread_path,
+                            rx,
+                            limits,
+                            thread_wake,
+                            claim,
+                        );
                     }
-                },
-            )
+                    Err(e) => {
+                        drop(claim);
+                        let _ = ready_tx.send(Err(e));
+                    }
+                }
+            })
             .map_err(|source| Error::Io {
                 context: "start the writer thread".into(),
                 source,

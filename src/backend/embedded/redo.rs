@@ -958,9 +958,15 @@ mod tests {
         assert_eq!(first, b"first");
         let (second, end2) = log.read_record(42, end).unwrap().unwrap();
         assert_eq!(second, b"second");
-        assert!(log.read_record(42, end2).unwrap().is_none(), "zeros end the log");
+        assert!(
+            log.read_record(42, end2).unwrap().is_none(),
+            "zeros end the log"
+        );
         assert!(log.read_record(41, 0).unwrap().is_none(), "another tag");
-        assert!(log.read_record(42, 1).unwrap().is_none(), "not a record start");
+        assert!(
+            log.read_record(42, 1).unwrap().is_none(),
+            "not a record start"
+        );
         assert_eq!(file.len().unwrap(), GROW_BYTES, "grown in one step");
         for at in 0..end2 as usize {
             let copy = MemLog::default();

@@ -610,8 +610,7 @@ fn replay(db: &Database, log: &Log, tag: u64, mut at: u64) -> Result<u64> {
     while let Some((body, end)) = log.read_record(tag, at)? {
         let batch = redo::decode_batch(&body)?;
         let mut txn = db.begin_write().ctx("begin replay")?;
-        txn.set_durability(Durability::None)
-            .ctx("set durability")?;
+        txn.set_durability(Durability::None).ctx("set durability")?;
         let ran = run_txn(
             &txn,
             batch.limits,
@@ -619,10 +618,12 @@ fn replay(db: &Database, log: &Log, tag: u64, mut at: u64) -> Result<u64> {
             batch.now,
             batch.ops.iter().map(|(op, t)| (op, *t)),
         )
-        .and_then(|ran| match (ran.poisoned, ran.done.into_iter().find_map(|r| r.err())) {
-            (Some((_, e)), _) | (None, Some(e)) => Err(e),
-            (None, None) => Ok(()),
-        })
+        .and_then(
+            |ran| match (ran.poisoned, ran.done.into_iter().find_map(|r| r.err())) {
+                (Some((_, e)), _) | (None, Some(e)) => Err(e),
+                (None, None) => Ok(()),
+            },
+        )
         .and_then(|()| Tables::open(&txn, batch.limits)?.set_redo_at(end));
         if let Err(e) = ran {
             let _ = txn.abort();
@@ -733,8 +734,7 @@ fn open_and_recover(
         let mut txn = db.begin_write().ctx("begin recovery")?;
         // Durable with the checkpoint below: a crash before it leaves the
         // file as it was (a schema-1 file stays schema 1).
-        txn.set_durability(Durability::None)
-            .ctx("set durability")?;
+        txn.set_durability(Durability::None).ctx("set durability")?;
         let names: Vec<String> = txn
             .list_tables()
             .ctx("list tables")?
