@@ -178,9 +178,11 @@ impl EmbeddedOptions {
         self
     }
 
-    /// Checkpoint the redo log once it holds this many operations: bounds
-    /// the replay at an open after a crash (each costs about as much as
-    /// the operation did). At least 1. Default: 8192.
+    /// Checkpoint the redo log once it holds this many operations (an add
+    /// of n items, an ack or touch of n receipts and a claim of count n
+    /// count n each): bounds the replay at an open after a crash, each
+    /// costing about as much as the operation did. At least 1. Default:
+    /// 8192.
     pub fn checkpoint_ops(mut self, ops: u64) -> Self {
         self.checkpoint.ops = ops.max(1);
         self

@@ -312,8 +312,8 @@ impl Log {
         }
     }
 
-    /// Append the record whose body is `self.buf` (holding `ops`
-    /// operations) and sync it. On failure the log is broken until the
+    /// Append the record whose body is `self.buf` (holding operations of
+    /// [`weight`] `ops` in all) and sync it. On failure the log is broken until the
     /// next checkpoint.
     pub(super) fn append(&mut self, ops: u64) -> io::Result<()> {
         let result = self.try_append();
@@ -490,6 +490,22 @@ pub(super) fn begin_batch(out: &mut Vec<u8>, limits: &Limits, latest: u64, now: 
     w.u(u64::from(limits.aging_step.subsec_nanos()));
     w.u(latest);
     w.u(now);
+}
+
+/// What replaying `op` costs, in single-item operations: the items of an
+/// add, the receipts of a batch ack or touch, the count of a claim or
+/// reclaim; 1 for the rest. [`Policy::ops`] counts these, so that a few
+/// large batches cannot leave a long replay.
+pub(super) fn weight(op: &Op) -> u64 {
+    let n = match op {
+        Op::Add(items) => items.len(),
+        Op::AckBatch(rs) | Op::Touch(rs) => rs.len(),
+        Op::Claim { count, .. } | Op::Reclaim { count, .. } => *count,
+        #[cfg(feature = "forward")]
+        Op::ForwardDone { ids, .. } => ids.len(),
+        _ => 1,
+    };
+    n.max(1) as u64
 }
 
 /// Append one operation (with its time) to a batch body; false (and

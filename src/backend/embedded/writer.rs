@@ -547,7 +547,7 @@ fn execute(
         let mut logged = 0u64;
         for (&i, r) in active.iter().zip(&ran.done) {
             if r.is_ok() && redo::encode_op(&mut log.buf, &reqs[i].0, reqs[i].1) {
-                logged += 1;
+                logged += redo::weight(&reqs[i].0);
             }
         }
         let end = log.end_after(log.buf.len());
