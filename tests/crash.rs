@@ -21,7 +21,9 @@ use workjournal::testing::StateCounts;
 mod workload;
 
 use workjournal::testing::Location;
-use workjournal::{ClaimFrom, Config, EmbeddedQueue, NewItem, Receipt, RetryOutcome, WorkQueue};
+use workjournal::{
+    ClaimFrom, Config, EmbeddedOptions, EmbeddedQueue, NewItem, Receipt, RetryOutcome, WorkQueue,
+};
 use workload::{Rng, seed_from_env};
 
 /// Set in the child: the queue file to work on.
@@ -233,7 +235,14 @@ fn child_process_entry() {
     say("");
     say("opening");
     rt.block_on(async move {
-        let q = match EmbeddedQueue::open(&path, Config::default()).await {
+        // Checkpoints of the redo log every 1, 4 or 32 operations, or at
+        // the defaults: kills land before, inside and after them, and on
+        // a log written from its start again.
+        let options = match seed % 4 {
+            0 => EmbeddedOptions::default(),
+            k => EmbeddedOptions::default().checkpoint_ops([1, 4, 32][k as usize - 1]),
+        };
+        let q = match EmbeddedQueue::open_with(&path, Config::default(), options).await {
             Ok(q) => q,
             Err(e) => {
                 say(&format!("FATAL open {e}"));

@@ -266,21 +266,64 @@ async fn a_newer_schema_is_refused_with_a_clear_error() {
     }
 }
 
+/// Copy the queue file and its redo log as they are now (a process crash
+/// leaves the page cache, so this is what the next open finds).
+fn crash_copy(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::copy(from, to).unwrap();
+    let log = |p: &std::path::Path| {
+        let mut s = p.as_os_str().to_os_string();
+        s.push("-redo");
+        std::path::PathBuf::from(s)
+    };
+    std::fs::copy(log(from), log(to)).unwrap();
+}
+
+// SPEC 6, the redo log: an operation is on disk once its record is synced.
+// What a crash leaves of a real file (redb at its last checkpoint, the
+// log holding the rest) opens with every operation replayed; a log left
+// by another file of the same name is never replayed into a new one; and
+// the `redo_log` key, which schema-2 builds of the priority change refused,
+// is this build's own.
 #[tokio::test]
-async fn a_file_on_a_redo_log_is_refused_with_a_clear_error() {
-    // SPEC 6: a later build that commits through a redo log sets the meta
-    // key `redo_log`; this build must not open such a file at all.
+async fn a_crash_copy_replays_the_log_and_a_stale_log_is_ignored() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("q.redb");
     let clock = ManualClock::new(T0);
     let q = open(&path, &clock).await;
-    q.add(NewItem::new(b"kept".to_vec())).await.unwrap();
-    q.close().await.unwrap();
-    set_meta(&path, "redo_log", 1);
-    match EmbeddedQueue::open(&path, config(&clock)).await {
-        Err(Error::Decode { detail, .. }) => assert!(detail.contains("redo log"), "{detail}"),
-        other => panic!("expected Decode, got {other:?}"),
+    let mut ids = Vec::new();
+    for i in 0..5u8 {
+        ids.push(q.add(NewItem::new(vec![i; 700])).await.unwrap().id);
     }
+    let held = q.claim(2, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    q.ack(held[0].receipt).await.unwrap();
+    let crashed = dir.path().join("crashed.redb");
+    crash_copy(&path, &crashed);
+    q.close().await.unwrap();
+
+    let c = open(&crashed, &clock).await;
+    let st = c.stats().await.unwrap();
+    assert_eq!((st.backlog, st.pending), (3, 1), "{st:?}");
+    let orphan = c.reclaim_stale(Duration::from_secs(3600), 5).await.unwrap();
+    assert_eq!(orphan[0].item.id, held[1].item.id);
+    c.close().await.unwrap();
+
+    // A new queue where the crashed one's log still lies: nothing of it.
+    let fresh = dir.path().join("fresh.redb");
+    let mut stale = fresh.as_os_str().to_os_string();
+    stale.push("-redo");
+    let mut old_log = crashed.as_os_str().to_os_string();
+    old_log.push("-redo");
+    std::fs::copy(&old_log, &stale).unwrap();
+    let f = open(&fresh, &clock).await;
+    assert_eq!(f.stats().await.unwrap().backlog, 0, "a stale log replayed");
+    f.close().await.unwrap();
+
+    // A clean close leaves the queue file complete by itself.
+    std::fs::remove_file(&old_log).unwrap();
+    let again = open(&crashed, &clock).await;
+    let st = again.stats().await.unwrap();
+    assert_eq!((st.backlog, st.pending), (3, 1), "{st:?}");
+    again.close().await.unwrap();
 }
 
 #[tokio::test]
@@ -543,12 +586,14 @@ async fn a_new_file_is_created_where_hard_links_are_refused() {
     let id = q.add(NewItem::new(b"kept".to_vec())).await.unwrap().id;
     q.close().await.unwrap();
     drop(q);
-    // Only the queue file is left: the temporary one was renamed into place.
-    let names: Vec<String> = std::fs::read_dir(dir.path())
+    // Only the queue file and its redo log are left: the temporary one was
+    // renamed into place.
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(names, vec!["q.redb".to_string()]);
+    names.sort();
+    assert_eq!(names, vec!["q.redb".to_string(), "q.redb-redo".to_string()]);
     let q = EmbeddedQueue::open_with(&path, Config::default(), options)
         .await
         .unwrap();

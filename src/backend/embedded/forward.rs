@@ -21,7 +21,7 @@ use crate::error::Result;
 impl EmbeddedQueue {
     /// This file's forwarding journal id (random, made on first use).
     pub(crate) async fn forward_journal(&self) -> Result<u64> {
-        expect_reply!(self, Op::ForwardJournal, Reply::Count(n) => n)
+        expect_reply!(self, Op::ForwardJournal(fastrand::u64(1..)), Reply::Count(n) => n)
     }
 
     /// The next items to hand over under mark `key`, in id order, bounded

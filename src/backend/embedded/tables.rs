@@ -100,9 +100,11 @@ pub(super) const LIMIT_TIMERS: TableDefinition<(u64, &str), ()> =
     TableDefinition::new("limit_timers");
 pub(super) const SCHEMA_VERSION_KEY: &str = "schema_version";
 pub(super) const SCHEMA_VERSION: u64 = 2;
-/// Set by a later build whose commits go through a redo log: this build
-/// cannot read such a file and refuses to open it (SPEC section 6).
+/// The tag of the redo log generation the file's records go under: random,
+/// new at every checkpoint (module `redo`, SPEC section 6).
 pub(super) const REDO_LOG_KEY: &str = "redo_log";
+/// The offset in the redo log of the first record this file does not hold.
+pub(super) const REDO_AT_KEY: &str = "redo_at";
 pub(super) const NEXT_ID: &str = "next_id";
 pub(super) const NEXT_SEQ: &str = "next_seq";
 const NEXT_LEASE: &str = "next_lease";
@@ -493,13 +495,34 @@ impl<'t> Tables<'t> {
             .map(|v| v.value()))
     }
 
-    /// Whether a later build has put the file on a redo log.
-    pub(super) fn has_redo_log(&self) -> Result<bool> {
-        Ok(self
-            .meta()?
-            .get(REDO_LOG_KEY)
-            .ctx("read redo log marker")?
-            .is_some())
+    /// The redo log's tag and the offset of the first record this file
+    /// does not hold; `None` for a file never written through the log.
+    pub(super) fn redo_state(&self) -> Result<Option<(u64, u64)>> {
+        let meta = self.meta()?;
+        let Some(tag) = meta.get(REDO_LOG_KEY).ctx("read redo log tag")? else {
+            return Ok(None);
+        };
+        let at = meta
+            .get(REDO_AT_KEY)
+            .ctx("read redo log offset")?
+            .map_or(0, |v| v.value());
+        Ok(Some((tag.value(), at)))
+    }
+
+    /// A checkpoint: the log's new tag, and nothing of it held yet.
+    pub(super) fn set_redo(&mut self, tag: u64, at: u64) -> Result<()> {
+        let meta = self.meta_mut()?;
+        meta.insert(REDO_LOG_KEY, tag).ctx("write redo log tag")?;
+        meta.insert(REDO_AT_KEY, at).ctx("write redo log offset")?;
+        Ok(())
+    }
+
+    /// This transaction holds the log up to `at` (its own record's end).
+    pub(super) fn set_redo_at(&mut self, at: u64) -> Result<()> {
+        self.meta_mut()?
+            .insert(REDO_AT_KEY, at)
+            .ctx("write redo log offset")?;
+        Ok(())
     }
 
     /// SPEC 3, Priority: put `id` (of tier `tier`) into `lane` (the
@@ -1921,7 +1944,16 @@ impl<'t> Tables<'t> {
             Ok(out)
         }
         let mut out = BTreeMap::new();
-        out.insert(META.name().to_string(), rows(self.meta()?)?);
+        // The redo log's tag and offset differ between two files of one
+        // state (they depend on when each checkpointed): left out.
+        let meta = rows(self.meta()?)?
+            .into_iter()
+            .filter(|r| {
+                !r.starts_with(&format!("{REDO_LOG_KEY:?} ="))
+                    && !r.starts_with(&format!("{REDO_AT_KEY:?} ="))
+            })
+            .collect();
+        out.insert(META.name().to_string(), meta);
         out.insert(ITEMS.name().to_string(), rows(self.items()?)?);
         out.insert(PAYLOADS.name().to_string(), rows(self.payloads()?)?);
         out.insert(BACKLOG.name().to_string(), rows(self.backlog()?)?);

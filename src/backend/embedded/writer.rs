@@ -12,6 +12,7 @@ use redb::{Database, Durability, TableHandle};
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::migrate;
+use super::redo::{self, Log};
 use super::tables::{self, Ctx, Limits, Tables};
 use crate::error::{Error, Result};
 use crate::item::{
@@ -68,9 +69,10 @@ pub(super) enum Op {
     List(crate::browse::ListQuery),
     /// SPEC 12.1: one item by id.
     Find(u64),
-    /// Store and forward (SPEC section 11): the file's journal id.
+    /// Store and forward (SPEC section 11): the file's journal id, made
+    /// from the candidate (random, drawn by the caller) on first use.
     #[cfg(feature = "forward")]
-    ForwardJournal,
+    ForwardJournal(u64),
     /// The next items to hand over under a mark key.
     #[cfg(feature = "forward")]
     ForwardRead {
@@ -378,7 +380,7 @@ fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
         Op::List(q) => Reply::Page(t.list(q)?),
         Op::Find(id) => Reply::Found(t.find(*id)?),
         #[cfg(feature = "forward")]
-        Op::ForwardJournal => Reply::Count(t.forward_journal()?),
+        Op::ForwardJournal(candidate) => Reply::Count(t.forward_journal(*candidate)?),
         #[cfg(feature = "forward")]
         Op::ForwardRead {
             key,
@@ -416,13 +418,78 @@ fn changed_nothing(e: &Error) -> bool {
     )
 }
 
+/// What the transaction body did with a batch.
+struct Ran {
+    /// Each operation's result, in order, up to a poisoning one.
+    done: Vec<Result<Reply>>,
+    /// The operation (by position) that failed after it may have written.
+    poisoned: Option<(usize, Error)>,
+    /// Whether anything was written.
+    dirty: bool,
+    /// Whether a clock step back moved the stored times.
+    rebased: bool,
+}
+
+/// The body of every write transaction, live and at the replay of the redo
+/// log alike: move the stored times back after a clock step (from `latest`,
+/// the latest reading this process had seen), purge expired markers as of
+/// `now` (the batch's time), apply each operation at its own time, note the
+/// clock. Given the same file state and the same arguments it writes the
+/// same changes, which is what makes the replay exact.
+fn run_txn<'o>(
+    txn: &redb::WriteTransaction,
+    limits: Limits,
+    latest: u64,
+    now: u64,
+    ops: impl Iterator<Item = (&'o Op, u64)>,
+) -> Result<Ran> {
+    let mut t = Tables::open(txn, limits)?;
+    let rebased = t.observe_clock(latest, now)?;
+    t.purge_expired(now)?;
+    let mut done = Vec::new();
+    let mut poisoned = None;
+    for (k, (op, at)) in ops.enumerate() {
+        match apply(&mut t, op, at) {
+            Ok(r) => done.push(Ok(r)),
+            Err(e) if changed_nothing(&e) => done.push(Err(e)),
+            Err(e) => {
+                poisoned = Some((k, e));
+                break;
+            }
+        }
+    }
+    if poisoned.is_none() {
+        t.note_clock(now)?;
+    }
+    Ok(Ran {
+        done,
+        poisoned,
+        dirty: t.is_dirty(),
+        rebased,
+    })
+}
+
+/// How a batch ended.
+struct Executed {
+    results: Vec<Result<Reply>>,
+    /// A commit changed (or may have changed) the file: wake waiters.
+    changed: bool,
+    /// redb's commit failed after the log took the batch: redb may be
+    /// behind the log, so it must be opened again with a replay.
+    behind: bool,
+}
+
 /// Run `reqs` in as few write transactions as possible: normally one. An
 /// operation that fails after it may have written aborts the transaction; it
 /// gets its error and the others run again without it. A transaction in
 /// which nothing was written (an empty claim, a reclaim or promotion that
 /// found nothing, reads) is aborted rather than committed: it costs no
-/// write and no fsync (SPEC 8, Idle). Returns the results and whether a
-/// commit changed the file.
+/// write and no fsync (SPEC 8, Idle).
+///
+/// A transaction that wrote is made durable by the redo log (module
+/// `redo`): its record is appended and synced, then redb commits without a
+/// sync. A failed append aborts the transaction (redb never holds what the
+/// log may lack) and leaves the log broken until the next checkpoint.
 ///
 /// `latest` is the latest time (ms) this process has seen: a clock more than
 /// the tolerance below it, or below the file's own latest commit time, has
@@ -430,13 +497,15 @@ fn changed_nothing(e: &Error) -> bool {
 /// the step (SPEC 8, Clock steps).
 fn execute(
     db: &Database,
+    log: &mut Log,
     limits: Limits,
     reqs: &[(Op, u64)],
     latest: u64,
-) -> (Vec<Result<Reply>>, bool) {
+) -> Executed {
     let mut results: Vec<Option<Result<Reply>>> = reqs.iter().map(|_| None).collect();
     let mut active: Vec<usize> = (0..reqs.len()).collect();
     let mut changed = false;
+    let mut behind = false;
     while !active.is_empty() {
         let fail_all = |results: &mut Vec<Option<Result<Reply>>>, active: &[usize], e: Error| {
             for &i in active {
@@ -450,68 +519,88 @@ fn execute(
                 break;
             }
         };
-        if let Err(e) = txn
-            .set_durability(Durability::Immediate)
-            .ctx("set durability")
-        {
+        if let Err(e) = txn.set_durability(Durability::None).ctx("set durability") {
             fail_all(&mut results, &active, e);
             break;
         }
-        let mut done: Vec<(usize, Result<Reply>)> = Vec::with_capacity(active.len());
-        let mut poisoned: Option<(usize, Error)> = None;
-        let mut dirty = false;
-        let mut rebased = false;
-        let opened = Tables::open(&txn, limits).and_then(|mut t| {
-            let now = active.iter().map(|&i| reqs[i].1).max().unwrap_or(0);
-            rebased = t.observe_clock(latest, now)?;
-            t.purge_expired(now)?;
-            for &i in &active {
-                let (op, now) = &reqs[i];
-                match apply(&mut t, op, *now) {
-                    Ok(r) => done.push((i, Ok(r))),
-                    Err(e) if changed_nothing(&e) => done.push((i, Err(e))),
-                    Err(e) => {
-                        poisoned = Some((i, e));
-                        break;
-                    }
-                }
+        let now = active.iter().map(|&i| reqs[i].1).max().unwrap_or(0);
+        let ran = match run_txn(
+            &txn,
+            limits,
+            latest,
+            now,
+            active.iter().map(|&i| (&reqs[i].0, reqs[i].1)),
+        ) {
+            Ok(ran) => ran,
+            Err(e) => {
+                let _ = txn.abort();
+                fail_all(&mut results, &active, e);
+                break;
             }
-            if poisoned.is_none() {
-                t.note_clock(now)?;
-            }
-            dirty = t.is_dirty();
-            Ok(())
-        });
-        if let Err(e) = opened {
+        };
+        if let Some((k, e)) = ran.poisoned {
             let _ = txn.abort();
-            fail_all(&mut results, &active, e);
-            break;
-        }
-        if let Some((i, e)) = poisoned {
-            let _ = txn.abort();
+            let i = active.remove(k);
             results[i] = Some(Err(e));
-            active.retain(|&j| j != i);
             continue;
         }
         // Commit only what changed something, and never a batch of reads
         // alone (unless it found the clock stepped back and moved the
         // stored times, which must not be lost).
         let writes = active.iter().any(|&i| !reqs[i].0.is_read());
-        let dirty = rebased || (dirty && writes);
-        let finished = if dirty {
-            txn.commit().ctx("commit")
-        } else {
-            txn.abort().ctx("end read")
-        };
-        // A failed commit may have happened all the same: wake waiters.
-        changed = dirty;
-        match finished {
+        if !(ran.rebased || (ran.dirty && writes)) {
+            let finished = txn.abort().ctx("end read");
+            match finished {
+                Ok(()) => {
+                    for (&i, r) in active.iter().zip(ran.done) {
+                        results[i] = Some(r);
+                    }
+                }
+                Err(e) => fail_all(&mut results, &active, e),
+            }
+            break;
+        }
+        // The record: the operations that succeeded (a failed one changed
+        // nothing), each with its time; reads write nothing and are left
+        // out.
+        redo::begin_batch(&mut log.buf, &limits, latest, now);
+        let mut logged = 0u64;
+        for (&i, r) in active.iter().zip(&ran.done) {
+            if r.is_ok() && redo::encode_op(&mut log.buf, &reqs[i].0, reqs[i].1) {
+                logged += redo::weight(&reqs[i].0);
+            }
+        }
+        let end = log.end_after(log.buf.len());
+        if let Err(e) = Tables::open(&txn, limits).and_then(|mut t| t.set_redo_at(end)) {
+            let _ = txn.abort();
+            fail_all(&mut results, &active, e);
+            break;
+        }
+        if let Err(source) = log.append(logged) {
+            let _ = txn.abort();
+            fail_all(
+                &mut results,
+                &active,
+                Error::Io {
+                    context: "append to the redo log".into(),
+                    source,
+                },
+            );
+            break;
+        }
+        // From here the batch is durable; a failed commit may have
+        // happened all the same (and will at the replay): wake waiters.
+        changed = true;
+        match txn.commit().ctx("commit") {
             Ok(()) => {
-                for (i, r) in done {
+                for (&i, r) in active.iter().zip(ran.done) {
                     results[i] = Some(r);
                 }
             }
-            Err(e) => fail_all(&mut results, &active, e),
+            Err(e) => {
+                behind = true;
+                fail_all(&mut results, &active, e);
+            }
         }
         break;
     }
@@ -519,7 +608,107 @@ fn execute(
         .into_iter()
         .map(|r| r.unwrap_or_else(|| Err(Error::corrupt("operation was not run"))))
         .collect();
-    (results, changed)
+    Executed {
+        results,
+        changed,
+        behind,
+    }
+}
+
+/// Apply the records of the redo log under `tag` from offset `at` on, each
+/// in its own non-durable transaction through [`run_txn`], as the live path
+/// ran it; stops where the log ends (a torn, damaged, zeroed or older
+/// record). Returns the number of records replayed.
+///
+/// # Errors
+///
+/// `Io` if the log cannot be read; `Decode` for a whole record this build
+/// cannot read; `Corrupt` if an operation fails at replay (the live path
+/// logged it only after it succeeded); storage failures.
+fn replay(db: &Database, log: &Log, tag: u64, mut at: u64) -> Result<u64> {
+    let mut records = 0;
+    while let Some((body, end)) = log.read_record(tag, at)? {
+        let batch = redo::decode_batch(&body)?;
+        let mut txn = db.begin_write().ctx("begin replay")?;
+        txn.set_durability(Durability::None).ctx("set durability")?;
+        let ran = run_txn(
+            &txn,
+            batch.limits,
+            batch.latest,
+            batch.now,
+            batch.ops.iter().map(|(op, t)| (op, *t)),
+        )
+        .and_then(
+            |ran| match (ran.poisoned, ran.done.into_iter().find_map(|r| r.err())) {
+                (Some((_, e)), _) | (None, Some(e)) => Err(e),
+                (None, None) => Ok(()),
+            },
+        )
+        .and_then(|()| Tables::open(&txn, batch.limits)?.set_redo_at(end));
+        if let Err(e) = ran {
+            let _ = txn.abort();
+            return Err(match e {
+                e @ (Error::Io { .. } | Error::Storage { .. }) => e,
+                other => Error::corrupt(format!(
+                    "the redo log record at offset {at} does not replay: {other}"
+                )),
+            });
+        }
+        txn.commit().ctx("commit replay")?;
+        at = end;
+        records += 1;
+    }
+    Ok(records)
+}
+
+/// A checkpoint: one durable redb commit (with quick repair, so that an
+/// open after a crash need not walk the file) that stores a fresh log tag
+/// and `redo_at = 0`, after which the log is written from its start again.
+/// With `orphan` it also marks every pending item as orphaned (the open's
+/// own recovery); with `clock`, it saves that latest clock reading (close).
+/// With `force` false it commits only if the log holds records or the clock
+/// needed saving. Returns the orphans marked.
+fn checkpoint(
+    db: &Database,
+    log: &mut Log,
+    limits: Limits,
+    orphan: bool,
+    clock: Option<u64>,
+    force: bool,
+) -> Result<u64> {
+    let mut txn = db.begin_write().ctx("begin checkpoint")?;
+    txn.set_durability(Durability::Immediate)
+        .ctx("set durability")?;
+    txn.set_quick_repair(true);
+    let tag = redo::new_tag();
+    let prepared = (|| -> Result<(u64, bool)> {
+        let mut t = Tables::open(&txn, limits)?;
+        let orphans = if orphan { t.orphan_all_pending()? } else { 0 };
+        let saved = match clock {
+            Some(latest) if latest > 0 => t.save_clock(latest)?,
+            _ => false,
+        };
+        let needed = force || saved || orphans > 0 || log.has_records();
+        if needed {
+            t.set_redo(tag, 0)?;
+        }
+        Ok((orphans, needed))
+    })();
+    match prepared {
+        Ok((orphans, true)) => {
+            txn.commit().ctx("commit checkpoint")?;
+            log.reset(tag);
+            Ok(orphans)
+        }
+        Ok((orphans, false)) => {
+            txn.abort().ctx("end checkpoint")?;
+            Ok(orphans)
+        }
+        Err(e) => {
+            let _ = txn.abort();
+            Err(e)
+        }
+    }
 }
 
 fn panic_error(what: &str) -> Error {
@@ -533,21 +722,25 @@ fn panic_error(what: &str) -> Error {
 pub(super) type Build =
     Box<dyn FnMut() -> std::result::Result<Database, redb::DatabaseError> + Send>;
 
-/// Open (or create) the file and run recovery: check the schema, mark every
-/// pending item as orphaned. Runs on the writer thread.
+/// Open (or create) the file and run recovery: check the schema (migrating
+/// an older one), replay the redo log's tail, mark every pending item as
+/// orphaned, checkpoint. Runs on the writer thread.
 pub(super) fn open_database(
     build: &mut Build,
+    log: &mut Log,
     path: &std::path::Path,
     limits: Limits,
 ) -> Result<Database> {
-    open_and_recover(build, path, limits, true)
+    open_and_recover(build, log, path, limits, true)
 }
 
-/// Open and check the schema; with `orphan`, mark every pending item as
-/// belonging to a process that is gone. A reopen by the same process after
-/// an I/O error does not: its consumers still hold their claims.
+/// Open, check the schema, replay the log and checkpoint; with `orphan`,
+/// mark every pending item as belonging to a process that is gone. A reopen
+/// by the same process after an I/O error does not: its consumers still
+/// hold their claims.
 fn open_and_recover(
     build: &mut Build,
+    log: &mut Log,
     path: &std::path::Path,
     limits: Limits,
     orphan: bool,
@@ -557,8 +750,11 @@ fn open_and_recover(
         Ok(Err(e)) => return Err(open_error(e, path)),
         Err(_) => return Err(panic_error("open")),
     };
-    let recovered = catch_unwind(AssertUnwindSafe(|| -> Result<u64> {
-        let txn = db.begin_write().ctx("begin recovery")?;
+    let recovered = catch_unwind(AssertUnwindSafe(|| -> Result<(u64, u64)> {
+        let mut txn = db.begin_write().ctx("begin recovery")?;
+        // Durable with the checkpoint below: a crash before it leaves the
+        // file as it was (a schema-1 file stays schema 1).
+        txn.set_durability(Durability::None).ctx("set durability")?;
         let names: Vec<String> = txn
             .list_tables()
             .ctx("list tables")?
@@ -571,16 +767,10 @@ fn open_and_recover(
                 names.join(", ")
             )));
         }
-        let (version, redo_log) = {
+        let (version, redo) = {
             let t = Tables::open(&txn, limits)?;
-            (t.schema_version()?, t.has_redo_log()?)
+            (t.schema_version()?, t.redo_state()?)
         };
-        if redo_log {
-            return Err(Error::Decode {
-                what: format!("schema of {}", path.display()),
-                detail: "the file commits through a redo log (it was written by a newer build); this build cannot read it: upgrade workjournal".to_string(),
-            });
-        }
         match version {
             None => Tables::open(&txn, limits)?.set_schema_version(tables::SCHEMA_VERSION)?,
             Some(v) if v > tables::SCHEMA_VERSION => {
@@ -592,22 +782,27 @@ fn open_and_recover(
                     ),
                 });
             }
-            // SPEC 6: an older schema migrates in this very transaction.
+            // SPEC 6: an older schema migrates in this very transaction
+            // (made durable by the open's checkpoint below).
             Some(1) => {
                 migrate::schema1_to_2(&txn, limits.aging_step)?;
                 tracing::info!(path = %path.display(), "migrated the queue file from schema 1 to 2");
             }
             Some(_) => {}
         }
-        let orphans = {
-            let mut t = Tables::open(&txn, limits)?;
-            if orphan { t.orphan_all_pending()? } else { 0 }
-        };
         txn.commit().ctx("commit recovery")?;
-        Ok(orphans)
+        let replayed = match redo {
+            Some((tag, at)) => replay(&db, log, tag, at)?,
+            None => 0,
+        };
+        let orphans = checkpoint(&db, log, limits, orphan, None, true)?;
+        Ok((orphans, replayed))
     }));
     match recovered {
-        Ok(Ok(orphans)) => {
+        Ok(Ok((orphans, replayed))) => {
+            if replayed > 0 {
+                tracing::info!(records = replayed, "replayed the redo log");
+            }
             if orphans > 0 {
                 tracing::info!(
                     orphans,
@@ -663,14 +858,22 @@ struct Store {
     /// `None` after an I/O error, until a reopen succeeds.
     db: Option<Database>,
     build: Build,
+    /// The redo log every commit goes through.
+    log: Log,
     path: PathBuf,
     limits: Limits,
     /// An operation failed with an I/O or storage error: before the next
     /// one, check whether redb has poisoned itself.
     suspect: bool,
+    /// redb may be behind the log (its commit or a checkpoint failed):
+    /// before the next operation, open it again and replay.
+    behind: bool,
     /// The latest time (ms, queue clock) an operation brought, for noticing
     /// a clock step back (SPEC 8, Clock steps).
     latest: u64,
+    /// When the last checkpoint was made.
+    checkpointed: std::time::Instant,
+    policy: redo::Policy,
 }
 
 /// Whether `db` refuses all work after an earlier I/O error (redb then
@@ -690,25 +893,49 @@ fn poisoned(db: &Database) -> bool {
 }
 
 impl Store {
-    /// The database, reopened first if an I/O error has poisoned it, so
-    /// that the queue carries on once the fault (a full disk, a failing
-    /// device) clears, without the caller reopening it.
+    /// The database, reopened first if an I/O error has poisoned it (or a
+    /// failed commit left it behind the log), and checkpointed first if a
+    /// log append failed, so that the queue carries on once the fault (a
+    /// full disk, a failing device) clears, without the caller reopening it.
     fn ready(&mut self) -> Result<&mut Database> {
-        if self.suspect {
-            if self.db.as_ref().is_some_and(poisoned) {
+        if self.suspect || self.behind {
+            if self.behind || self.db.as_ref().is_some_and(poisoned) {
                 // Dropped before the reopen, which needs the file lock.
                 self.db = None;
             }
             if self.db.is_none() {
-                let db = open_and_recover(&mut self.build, &self.path, self.limits, false)
-                    .map_err(|e| Error::Io {
-                        context: format!("reopen {} after an i/o error", self.path.display()),
-                        source: std::io::Error::other(e),
-                    })?;
+                let db = open_and_recover(
+                    &mut self.build,
+                    &mut self.log,
+                    &self.path,
+                    self.limits,
+                    false,
+                )
+                .map_err(|e| Error::Io {
+                    context: format!("reopen {} after an i/o error", self.path.display()),
+                    source: std::io::Error::other(e),
+                })?;
                 tracing::warn!(path = %self.path.display(), "reopened after an i/o error");
                 self.db = Some(db);
+                self.checkpointed = std::time::Instant::now();
             }
             self.suspect = false;
+            self.behind = false;
+        }
+        if self.log.is_broken() {
+            let db = self
+                .db
+                .as_ref()
+                .ok_or_else(|| Error::corrupt("the database is not open"))?;
+            let done = catch_unwind(AssertUnwindSafe(|| {
+                checkpoint(db, &mut self.log, self.limits, false, None, true)
+            }))
+            .unwrap_or_else(|_| Err(panic_error("a checkpoint")));
+            if let Err(e) = done {
+                self.suspect = true;
+                return Err(e);
+            }
+            self.checkpointed = std::time::Instant::now();
         }
         self.db
             .as_mut()
@@ -720,12 +947,43 @@ impl Store {
             self.suspect = true;
         }
     }
+
+    /// After a batch that wrote: checkpoint if the log holds
+    /// enough, or the last checkpoint is old enough (module `redo`). A
+    /// failure is logged; the next operation reopens the database.
+    fn maybe_checkpoint(&mut self) {
+        if !self.log.has_records()
+            || self.suspect
+            || self.behind
+            || !(self.log.checkpoint_due(&self.policy)
+                || self.checkpointed.elapsed() >= self.policy.interval)
+        {
+            return;
+        }
+        let Some(db) = self.db.as_ref() else {
+            return;
+        };
+        let done = catch_unwind(AssertUnwindSafe(|| {
+            checkpoint(db, &mut self.log, self.limits, false, None, false)
+        }))
+        .unwrap_or_else(|_| Err(panic_error("a checkpoint")));
+        match done {
+            Ok(_) => self.checkpointed = std::time::Instant::now(),
+            Err(e) => {
+                tracing::warn!(error = %e, "checkpoint failed; the queue file is reopened before the next operation");
+                self.behind = true;
+            }
+        }
+    }
 }
 
 /// The writer loop. Returns when every handle is gone or on `Close`.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn run(
     db: Database,
     build: Build,
+    log: Log,
+    policy: redo::Policy,
     path: PathBuf,
     mut rx: mpsc::UnboundedReceiver<Msg>,
     limits: Limits,
@@ -735,10 +993,14 @@ pub(super) fn run(
     let mut store = Store {
         db: Some(db),
         build,
+        log,
         path,
         limits,
         suspect: false,
+        behind: false,
         latest: 0,
+        checkpointed: std::time::Instant::now(),
+        policy,
     };
     let mut close_reply = None;
     'outer: while let Some(first) = rx.blocking_recv() {
@@ -748,18 +1010,13 @@ pub(super) fn run(
             match msg {
                 Msg::Req(r) => reqs.push(r),
                 Msg::Compact(reply) => {
-                    run_batch(&mut store, &wake, std::mem::take(&mut reqs));
-                    let result = store.ready().and_then(|db| {
-                        match catch_unwind(AssertUnwindSafe(|| db.compact())) {
-                            Ok(r) => r.ctx("compact"),
-                            Err(_) => Err(panic_error("compact")),
-                        }
-                    });
+                    let _ = run_batch(&mut store, &wake, std::mem::take(&mut reqs));
+                    let result = compact(&mut store);
                     store.note(&result);
                     let _ = reply.send(result);
                 }
                 Msg::Close(reply) => {
-                    run_batch(&mut store, &wake, std::mem::take(&mut reqs));
+                    let _ = run_batch(&mut store, &wake, std::mem::take(&mut reqs));
                     close_reply = Some(reply);
                     break 'outer;
                 }
@@ -768,10 +1025,10 @@ pub(super) fn run(
                 next = rx.try_recv().ok();
             }
         }
-        run_batch(&mut store, &wake, reqs);
+        let _ = run_batch(&mut store, &wake, reqs);
     }
     rx.close();
-    save_clock(&mut store);
+    close_checkpoint(&mut store);
     drop(store);
     drop(claim);
     if let Some(reply) = close_reply {
@@ -779,38 +1036,51 @@ pub(super) fn run(
     }
 }
 
-/// At close: one commit (if the file's is older) of the latest time this
-/// process saw, so that a clock step back while the process is down is
-/// measured from it at the next open (SPEC 8, Clock steps). Best effort: a
-/// failure leaves the file's own latest commit time, a little older.
-fn save_clock(store: &mut Store) {
-    let (latest, limits) = (store.latest, store.limits);
-    if latest == 0 {
-        return;
-    }
-    let Ok(db) = store.ready() else {
-        return;
-    };
-    let saved = catch_unwind(AssertUnwindSafe(|| -> Result<()> {
-        let mut txn = db.begin_write().ctx("begin write transaction")?;
-        txn.set_durability(Durability::Immediate)
-            .ctx("set durability")?;
-        let wrote = Tables::open(&txn, limits).and_then(|mut t| t.save_clock(latest));
-        match wrote {
-            Ok(true) => txn.commit().ctx("commit clock"),
-            Ok(false) => txn.abort().ctx("end read"),
-            Err(e) => {
-                let _ = txn.abort();
-                Err(e)
-            }
-        }
-    }));
-    if !matches!(saved, Ok(Ok(()))) {
-        tracing::debug!("the latest clock reading was not saved at close");
+/// `compact`: checkpoint first (redb compacts durable state only), then
+/// let redb move pages to the front of the file and shrink it.
+fn compact(store: &mut Store) -> Result<bool> {
+    let limits = store.limits;
+    store.ready()?;
+    let Store { db, log, .. } = store;
+    let db = db
+        .as_mut()
+        .ok_or_else(|| Error::corrupt("the database is not open"))?;
+    match catch_unwind(AssertUnwindSafe(|| -> Result<bool> {
+        checkpoint(db, log, limits, false, None, false)?;
+        db.compact().ctx("compact")
+    })) {
+        Ok(r) => r,
+        Err(_) => Err(panic_error("compact")),
     }
 }
 
-fn run_batch(store: &mut Store, wake: &Notify, reqs: Vec<Request>) {
+/// At close: a last checkpoint, so that the file alone holds the whole
+/// queue and the next open replays nothing, with the latest time this
+/// process saw (if the file's is older), so that a clock step back while
+/// the process is down is measured from it at the next open (SPEC 8, Clock
+/// steps). Skipped when neither is needed (an idle close writes nothing).
+/// Best effort: after a failure the next open replays the log.
+fn close_checkpoint(store: &mut Store) {
+    let (latest, limits) = (store.latest, store.limits);
+    if store.ready().is_err() {
+        return;
+    }
+    let Store {
+        db: Some(db), log, ..
+    } = store
+    else {
+        return;
+    };
+    let saved = catch_unwind(AssertUnwindSafe(|| {
+        checkpoint(db, log, limits, false, Some(latest), false)
+    }));
+    if !matches!(saved, Ok(Ok(_))) {
+        tracing::debug!("the last checkpoint at close failed; the next open replays the redo log");
+    }
+}
+
+/// Run one batch and answer its callers; returns whether it wrote.
+fn run_batch(store: &mut Store, wake: &Notify, reqs: Vec<Request>) -> bool {
     // A claim whose caller has gone (its future was dropped) is not run, so
     // that it strands nothing in pending.
     let reqs: Vec<Request> = reqs
@@ -818,7 +1088,7 @@ fn run_batch(store: &mut Store, wake: &Notify, reqs: Vec<Request>) {
         .filter(|r| !(r.op.hands_out() && r.reply.is_closed()))
         .collect();
     if reqs.is_empty() {
-        return;
+        return false;
     }
     let (ops, replies): (Vec<(Op, u64)>, Vec<_>) =
         reqs.into_iter().map(|r| ((r.op, r.now), r.reply)).unzip();
@@ -831,18 +1101,37 @@ fn run_batch(store: &mut Store, wake: &Notify, reqs: Vec<Request>) {
     } else {
         latest.max(now)
     };
-    let (results, changed) = match store.ready() {
-        Ok(db) => match catch_unwind(AssertUnwindSafe(|| execute(&*db, limits, &ops, latest))) {
-            Ok(out) => out,
-            // The commit may or may not have happened: wake the waiters.
-            Err(_) => (
-                ops.iter()
-                    .map(|_| Err(panic_error("a transaction")))
-                    .collect(),
-                true,
-            ),
-        },
-        Err(e) => {
+    let ready = store.ready().map(|_| ());
+    let (results, changed) = match (ready, &store.db) {
+        (Ok(()), Some(db)) => {
+            let log = &mut store.log;
+            match catch_unwind(AssertUnwindSafe(|| execute(db, log, limits, &ops, latest))) {
+                Ok(out) => {
+                    if out.behind {
+                        store.behind = true;
+                    }
+                    (out.results, out.changed)
+                }
+                // The commit may or may not have happened: wake the
+                // waiters, and reopen with a replay before the next batch.
+                Err(_) => {
+                    store.behind = true;
+                    (
+                        ops.iter()
+                            .map(|_| Err(panic_error("a transaction")))
+                            .collect(),
+                        true,
+                    )
+                }
+            }
+        }
+        (Ok(()), None) => (
+            ops.iter()
+                .map(|_| Err(Error::corrupt("the database is not open")))
+                .collect(),
+            false,
+        ),
+        (Err(e), _) => {
             store.suspect = true;
             (ops.iter().map(|_| Err(e.duplicate())).collect(), false)
         }
@@ -856,10 +1145,17 @@ fn run_batch(store: &mut Store, wake: &Notify, reqs: Vec<Request>) {
     // with its own empty claim, and claim again, without end.
     if changed {
         wake.notify_waiters();
+        // Only after a write, so that an idle queue writes nothing (SPEC 8,
+        // Idle); before the replies, so that a caller that saw this
+        // operation return sees no write it caused afterwards. The batch
+        // is durable already (its record is synced): a failed checkpoint
+        // changes no reply.
+        store.maybe_checkpoint();
     }
     for (reply, result) in replies.into_iter().zip(results) {
         let _ = reply.send(result);
     }
+    changed
 }
 
 #[cfg(test)]

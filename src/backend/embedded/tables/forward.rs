@@ -62,12 +62,14 @@ impl Tables<'_> {
         self.counter(key, 0)
     }
 
-    /// The file's forwarding journal id, made (random, non-zero) on first use.
-    pub(crate) fn forward_journal(&mut self) -> Result<u64> {
+    /// The file's forwarding journal id, made on first use from
+    /// `candidate` (random, non-zero, drawn by the caller so that a replay
+    /// of the redo log makes the same one).
+    pub(crate) fn forward_journal(&mut self, candidate: u64) -> Result<u64> {
         if let Some(v) = self.meta()?.get(JOURNAL_KEY).ctx("read journal id")? {
             return Ok(v.value());
         }
-        let id = fastrand::u64(1..);
+        let id = candidate.max(1);
         self.meta_mut()?
             .insert(JOURNAL_KEY, id)
             .ctx("write journal id")?;
