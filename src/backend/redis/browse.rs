@@ -31,7 +31,8 @@ fn state_of(st: &str) -> Result<ItemState> {
     })
 }
 
-/// `{id, flow, payload, enq, nb, dlv, st, ca, owner, reason, failed, pri}`.
+/// `{id, flow, payload, enq, nb, dlv, st, ca, owner, reason, failed, pri,
+/// cost}`: the tier at 11 and the cost right after it, as `reply::item` reads.
 fn listed(v: &Value) -> Result<ListedItem> {
     let item = reply::item(v, 11)?;
     let a = array(v, "listed item")?;

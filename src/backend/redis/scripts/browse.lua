@@ -2,16 +2,16 @@
 --   list: state, offset, budget, limit, needle ("" for none);
 --         returns {ended (0/1), looked, {row...}}
 --   find: id; returns {row} or {}
--- row = {id, flow, payload, enq, nb, dlv, st, ca, owner, reason, failed, pri}.
+-- row = {id, flow, payload, enq, nb, dlv, st, ca, owner, reason, failed, pri, cost}.
 -- Every state is walked from the offset in its own order: the ready lanes
 -- by rank (claim order), the sorted sets by time (delayed, pending), the
 -- dead list (newest first), the parked lists flow by flow (sorted names).
 local op = ARGV[2]
-local FIELDS = { 'flow', 'payload', 'enq', 'nb', 'dlv', 'st', 'ca', 'owner', 'reason', 'failed', 'pri' }
+local FIELDS = { 'flow', 'payload', 'enq', 'nb', 'dlv', 'st', 'ca', 'owner', 'reason', 'failed', 'pri', 'cost' }
 local function fetch(id) return redis.call('HMGET', item_key(id), unpack(FIELDS)) end
 local function row(id, f)
   return { id, f[1] or '', f[2], f[3] or '0', f[4] or '', f[5] or '0', f[6] or '',
-    f[7] or '', f[8] or '', f[9] or '', f[10] or '', f[11] or '0' }
+    f[7] or '', f[8] or '', f[9] or '', f[10] or '', f[11] or '0', f[12] or '1' }
 end
 
 if op == 'find' then
