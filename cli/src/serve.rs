@@ -266,6 +266,27 @@ async fn run_serve(queue: &BoxQueue, args: &ServeArgs, default_socket: PathBuf) 
             .unwrap_or(if group.is_some() { 0o660 } else { 0o600 }),
         group,
     };
+    // TCP (and its token) first: a failure there (a port in use, a token
+    // file readable by others) then leaves no socket file behind, and the
+    // socket is made only once nothing else can fail.
+    let mut options = ServerOptions::default();
+    let mut tcp = None;
+    let mut tcp_banner = String::new();
+    if let Some(listen) = &args.listen {
+        let addr = listen_addr(listen)?;
+        let token_file = args
+            .token_file
+            .clone()
+            .unwrap_or_else(|| socket.with_extension("token"));
+        let listener = Listener::bind_tcp(addr).await?;
+        options = options.token(load_or_create_token(&token_file)?);
+        let bound = listener.local_addr().unwrap_or(addr);
+        tcp_banner = format!(
+            " and http://{bound} (bearer token in {})",
+            token_file.display()
+        );
+        tcp = Some(listener);
+    }
     let mut listeners =
         vec![
             Listener::bind_unix(&socket, &permissions)
@@ -278,23 +299,8 @@ async fn run_serve(queue: &BoxQueue, args: &ServeArgs, default_socket: PathBuf) 
                     other => other.into(),
                 })?,
         ];
-    let mut options = ServerOptions::default();
-    let mut banner = format!("serving on unix:{}", socket.display());
-    if let Some(listen) = &args.listen {
-        let addr = listen_addr(listen)?;
-        let token_file = args
-            .token_file
-            .clone()
-            .unwrap_or_else(|| socket.with_extension("token"));
-        options = options.token(load_or_create_token(&token_file)?);
-        let tcp = Listener::bind_tcp(addr).await?;
-        let bound = tcp.local_addr().unwrap_or(addr);
-        banner.push_str(&format!(
-            " and http://{bound} (bearer token in {})",
-            token_file.display()
-        ));
-        listeners.push(tcp);
-    }
+    listeners.extend(tcp);
+    let banner = format!("serving on unix:{}{tcp_banner}", socket.display());
     let serving = Serving::start(queue.clone(), listeners, options);
     let _ = writeln!(std::io::stderr(), "workjournal: {banner}");
     wait_for_signal().await?;
