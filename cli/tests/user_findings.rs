@@ -110,3 +110,50 @@ fn serve_on_a_port_in_use_fails_and_leaves_no_socket() {
     );
     drop(busy);
 }
+
+// Failed: a dead-letter reason was printed raw: `result ID` wrote every line
+// of it to stderr (not one line), and escape sequences from the command's
+// stderr reached the terminal through `work`, `dead-letters` and `result`.
+#[test]
+fn dead_letter_reasons_print_as_one_escaped_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("q.redb");
+    assert!(wj_in(&db, &["add", "x"]).status.success());
+    let exec = r#"printf 'first\n\033]0;retitled\007\033[31mred\tend\n' >&2; exit 1"#;
+    let work = wj_in(
+        &db,
+        &[
+            "work",
+            "--exec",
+            exec,
+            "--max-deliveries",
+            "1",
+            "--until-empty",
+        ],
+    );
+    assert_eq!(work.status.code(), Some(10));
+    let dead = wj_in(&db, &["dead-letters"]);
+    let result = wj_in(&db, &["result", "1"]);
+    assert_eq!(result.status.code(), Some(10));
+    for (what, bytes) in [
+        ("work", &work.stderr),
+        ("dead-letters", &dead.stdout),
+        ("result", &result.stderr),
+    ] {
+        let text = String::from_utf8_lossy(bytes);
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            "{what} printed control characters: {text:?}"
+        );
+        assert!(text.contains("red end"), "{what}: {text:?}");
+    }
+    let err = String::from_utf8_lossy(&result.stderr);
+    assert_eq!(err.lines().count(), 1, "{err:?}");
+    assert!(err.contains(r"\u{1b}[31mred end"), "{err:?}");
+    // The JSON keeps the whole reason, unaltered.
+    let json = wj_in(&db, &["dead-letters", "--json"]);
+    let list: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let reason = list[0]["reason"].as_str().unwrap();
+    assert!(reason.contains("\u{1b}[31mred\tend"), "{reason:?}");
+    assert!(reason.contains("first"), "{reason:?}");
+}
