@@ -157,3 +157,25 @@ fn dead_letter_reasons_print_as_one_escaped_line() {
     assert!(reason.contains("\u{1b}[31mred\tend"), "{reason:?}");
     assert!(reason.contains("first"), "{reason:?}");
 }
+
+// Failed: `workjournal --db /dev/null add x` replaced /dev/null with a
+// regular file (its length of 0 read as "no queue yet") and said it added
+// the item; a FIFO was replaced the same way (SPEC 8, Creating a file).
+#[test]
+fn a_db_that_is_a_fifo_is_refused_and_left_alone() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("q.fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo (coreutils) is needed for this test");
+    assert!(made.success());
+    let out = wj_in(&fifo, &["add", "x"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err:?}");
+    assert!(err.contains("not a regular file"), "{err:?}");
+    let kind = std::fs::symlink_metadata(&fifo).unwrap().file_type();
+    assert!(kind.is_fifo(), "the FIFO was replaced");
+}
