@@ -9,8 +9,8 @@ const EXIT_CODES: &str = "\
 Exit codes:
   0    success (also: output cut short by a closed pipe; work stopped by Ctrl-C,
        SIGTERM or SIGHUP)
-  1    any other failure (disk, permissions, --db names a directory or a path
-       in a missing directory)
+  1    any other failure (disk, permissions, --db names a directory, a device
+       or FIFO, or a path in a missing directory)
   2    usage: bad flag, duration, time or --redis URL; a backend this build lacks
   3    an input file is missing or unreadable; no queue file (every command
        but add and serve, which alone create one)
