@@ -9,11 +9,11 @@ const EXIT_CODES: &str = "\
 Exit codes:
   0    success (also: output cut short by a closed pipe; work stopped by Ctrl-C,
        SIGTERM or SIGHUP)
-  1    any other failure (disk, permissions, --db names a directory or a path
-       in a missing directory)
+  1    any other failure (disk, permissions, --db names a directory, a device
+       or FIFO, or a path in a missing directory)
   2    usage: bad flag, duration, time or --redis URL; a backend this build lacks
   3    an input file is missing or unreadable; no queue file (every command
-       but add, which alone creates one)
+       but add and serve, which alone create one)
   4    the queue file is locked by another process that serves no socket
        (serve: another process owns it)
   5    the queue file is corrupt (not a queue, or damaged)
@@ -46,8 +46,8 @@ pub(crate) struct Cli {
 /// Where the queue lives.
 #[derive(Debug, Args)]
 pub(crate) struct Global {
-    /// The queue file (embedded backend), created by the first `add`; every
-    /// other command refuses a missing one. When a `workjournal serve` or
+    /// The queue file (embedded backend), created by the first `add` (or by
+    /// `serve`); every other command refuses a missing one. When a `workjournal serve` or
     /// `work` process serves it, every command goes through that process.
     /// Also takes unix:SOCKET or http://HOST:PORT (a server; token in
     /// WORKJOURNAL_TOKEN).
@@ -270,8 +270,9 @@ pub(crate) struct ExecArgs {
     /// WORKJOURNAL_FLOW, WORKJOURNAL_DELIVERY in its environment. Exit 0 acks.
     /// Its stdout is ours; its stderr is captured: on failure its end becomes
     /// the reason, and a successful command's stderr is discarded. It dies
-    /// with the worker, however the worker dies.
-    #[arg(long, value_name = "CMD")]
+    /// with the worker, however the worker dies. An empty or blank CMD is
+    /// refused (it would ack every item without doing anything).
+    #[arg(long, value_name = "CMD", value_parser = parse_exec)]
     pub(crate) exec: String,
     /// Kill a command (and all it started) still running after this long;
     /// that is a failed attempt. Default: no limit.
@@ -343,6 +344,18 @@ pub(crate) fn parse_lease(s: &str) -> Result<Duration, String> {
         ));
     }
     Ok(d)
+}
+
+/// An `--exec` command: anything but empty or blank. `sh -c ''` exits 0, so
+/// an unset variable in `--exec "$CMD"` would ack (and so delete) every item
+/// without running anything (SPEC section 9).
+pub(crate) fn parse_exec(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        return Err(
+            "the command is empty; it would ack every item without running anything".to_string(),
+        );
+    }
+    Ok(s.to_string())
 }
 
 /// A `--timeout`: a duration above zero.

@@ -250,7 +250,7 @@ async fn one(queue: &BoxQueue, command: Command) -> CliResult {
             } else {
                 for d in dead {
                     // The reason's first line is its summary (SPEC section 9).
-                    let reason = d.reason.lines().next().unwrap_or_default();
+                    let reason = reason_line(&d.reason);
                     writeln!(
                         out,
                         "{}\t{}\t{}\t{}\t{}",
@@ -258,7 +258,7 @@ async fn one(queue: &BoxQueue, command: Command) -> CliResult {
                         show_flow(&d.item.flow),
                         d.item.deliveries,
                         rfc3339(d.failed_at_ms),
-                        reason.replace(['\r', '\t'], " ")
+                        reason
                     )
                     .map_err(CliError::output)?;
                 }
@@ -637,6 +637,23 @@ fn round_ms(ms: u64) -> Duration {
 
 fn show_flow(flow: &str) -> &str {
     if flow.is_empty() { "-" } else { flow }
+}
+
+/// The summary of a failure text or dead-letter reason for a terminal: its
+/// first line, tabs and carriage returns as spaces and every other control
+/// character escaped, so a command's stderr cannot move the cursor, retitle
+/// the terminal or add lines to a one-line message (SPEC section 9).
+pub(crate) fn reason_line(reason: &str) -> String {
+    let first = reason.lines().next().unwrap_or_default();
+    let mut out = String::with_capacity(first.len());
+    for c in first.chars() {
+        match c {
+            '\t' | '\r' => out.push(' '),
+            c if c.is_control() => out.extend(c.escape_default()),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// The payload as one line of at most 80 characters, control characters

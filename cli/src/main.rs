@@ -12,9 +12,9 @@
 //! | code | meaning |
 //! |---|---|
 //! | 0 | success (also: output cut short by a closed pipe; `work` stopped by Ctrl-C, SIGTERM or SIGHUP after a graceful shutdown) |
-//! | 1 | any other failure (disk, permissions, `--db` naming a directory or a path in a missing directory, a failed `step` command) |
+//! | 1 | any other failure (disk, permissions, `--db` naming a directory, a device or FIFO, or a path in a missing directory, a failed `step` command) |
 //! | 2 | usage: unknown flag, bad duration, time or `--redis` URL, conflicting flags, a backend this build lacks |
-//! | 3 | an input file is missing or unreadable; no queue file (every command but `add`, which alone creates one) |
+//! | 3 | an input file is missing or unreadable; no queue file (every command but `add` and `serve`, which alone create one) |
 //! | 4 | the queue file is locked by another process that serves no socket (or `serve` found it already open) |
 //! | 5 | the queue file is corrupt (not a queue, damaged), or holds records this version cannot read |
 //! | 6 | Redis or the serving process is unreachable or failed |

@@ -114,7 +114,12 @@ fn print(outcome: Option<Outcome>, id: u64, wait: Duration, none_code: u8) -> Cl
         }
         OutcomeKind::DeadLettered { reason } => Err(CliError::new(
             code::DEAD_LETTERED,
-            format!("item {id} was dead-lettered: {reason}"),
+            // One line (its summary, control characters escaped); the whole
+            // reason is in `dead-letters --json`.
+            format!(
+                "item {id} was dead-lettered: {}",
+                crate::commands::reason_line(&reason)
+            ),
         )),
     }
 }

@@ -342,6 +342,39 @@ async fn run_serve(
             .unwrap_or(if group.is_some() { 0o660 } else { 0o600 }),
         group,
     };
+    // TCP, the dashboard and the token first: a failure there (a port in
+    // use, a token file readable by others) then leaves no socket file
+    // behind, and the socket is made only once nothing else can fail.
+    let mut options = ServerOptions::default().read_only(args.read_only);
+    let token_file = args
+        .token_file
+        .clone()
+        .unwrap_or_else(|| socket.with_extension("token"));
+    let mut others = Vec::new();
+    let mut tcp_banner = String::new();
+    if let Some(listen) = &args.listen {
+        let addr = listen_addr(listen)?;
+        let tcp = Listener::bind_tcp(addr).await?;
+        let bound = tcp.local_addr().unwrap_or(addr);
+        tcp_banner.push_str(&format!(
+            " and http://{bound} (bearer token in {})",
+            token_file.display()
+        ));
+        others.push(tcp);
+    }
+    if let Some(http) = &args.http {
+        let addr = listen_addr(http)?;
+        let (listener, bound) = bind_dashboard(addr).await?;
+        tcp_banner.push_str(&format!(
+            "; dashboard and /metrics on http://{bound}/ (open http://{bound}/?token=<the token in {}>){}",
+            token_file.display(),
+            if args.read_only { ", read-only" } else { "" }
+        ));
+        others.push(listener);
+    }
+    if args.listen.is_some() || args.http.is_some() {
+        options = options.token(load_or_create_token(&token_file)?);
+    }
     let mut listeners =
         vec![
             Listener::bind_unix(&socket, &permissions)
@@ -354,35 +387,8 @@ async fn run_serve(
                     other => other.into(),
                 })?,
         ];
-    let mut options = ServerOptions::default().read_only(args.read_only);
-    let mut banner = format!("serving on unix:{}", socket.display());
-    let token_file = args
-        .token_file
-        .clone()
-        .unwrap_or_else(|| socket.with_extension("token"));
-    if args.listen.is_some() || args.http.is_some() {
-        options = options.token(load_or_create_token(&token_file)?);
-    }
-    if let Some(listen) = &args.listen {
-        let addr = listen_addr(listen)?;
-        let tcp = Listener::bind_tcp(addr).await?;
-        let bound = tcp.local_addr().unwrap_or(addr);
-        banner.push_str(&format!(
-            " and http://{bound} (bearer token in {})",
-            token_file.display()
-        ));
-        listeners.push(tcp);
-    }
-    if let Some(http) = &args.http {
-        let addr = listen_addr(http)?;
-        let (listener, bound) = bind_dashboard(addr).await?;
-        banner.push_str(&format!(
-            "; dashboard and /metrics on http://{bound}/ (open http://{bound}/?token=<the token in {}>){}",
-            token_file.display(),
-            if args.read_only { ", read-only" } else { "" }
-        ));
-        listeners.push(listener);
-    }
+    listeners.extend(others);
+    let banner = format!("serving on unix:{}{tcp_banner}", socket.display());
     let serving = Serving::start(lag.give(Server::new(queue.clone(), options)), listeners);
     let _ = writeln!(std::io::stderr(), "workjournal: {banner}");
     signals.wait().await;

@@ -30,9 +30,10 @@ fn log_line(bar: Option<&ProgressBar>, line: &str) {
     }
 }
 
-/// The first line of a failure text, for a log line.
-fn first_line(text: &str) -> &str {
-    text.lines().next().unwrap_or_default()
+/// The first line of a failure text, for a log line (control characters
+/// escaped).
+fn first_line(text: &str) -> String {
+    crate::commands::reason_line(text)
 }
 
 #[derive(Default)]

@@ -721,6 +721,11 @@ async fn call(
         ));
     }
     if method == Method::GET && !Request::is_read_only_op(&op) {
+        // An unknown name is 404 however it is asked for, not "send it as
+        // POST" (SPEC section 10).
+        if let Err(e @ wire::DecodeError::UnknownOp(_)) = Request::decode(&op, b"{}") {
+            return error_response(ErrorBody::plain("not_found", e.to_string()));
+        }
         return error_response(ErrorBody::plain(
             "bad_request",
             format!("{op} changes the queue: send it as POST"),

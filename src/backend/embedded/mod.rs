@@ -286,6 +286,25 @@ fn claim_path(path: &Path) -> Result<PathBuf> {
     Ok(dir.join(file))
 }
 
+/// A queue file is a regular file (or does not exist yet). A device, FIFO
+/// or socket at `path` is refused before anything touches it: a length of 0
+/// would otherwise read as "no file yet", so the new queue would be renamed
+/// over it (`/dev/null` replaced by a regular file), and opening a FIFO
+/// blocks until a writer comes (SPEC section 8, Creating a file).
+/// Directories are left to the open, which names them.
+fn refuse_special_file(path: &Path) -> Result<()> {
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() && !m.is_dir() => Err(Error::Io {
+            context: format!("open {}", path.display()),
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a regular file (a device, FIFO or socket); a queue file must be one",
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Make a new, empty queue file at `path` (if there is none, or only an
 /// empty one) without a moment where a crash leaves a half-made file there.
 /// redb initialises a file in place and writes its magic number last, so a
@@ -396,6 +415,7 @@ impl EmbeddedQueue {
         options: EmbeddedOptions,
     ) -> Result<Self> {
         let path = claim_path(path.as_ref())?;
+        refuse_special_file(&path)?;
         let claim = PathClaim::take(path.clone()).await?;
         let file = path.clone();
         let log_of = path.clone();
