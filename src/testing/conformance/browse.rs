@@ -254,7 +254,9 @@ pub async fn list_and_find_show_items_held_by_a_flow_limit(f: &dyn Factory) {
         ("r2", "r"),
         ("z1", "z"),
     ] {
-        ids.insert(p, q.add(in_flow(p, flow)).await.unwrap().id);
+        // r2 costs 2 permits: the listing carries the cost.
+        let cost = if p == "r2" { 2 } else { 1 };
+        ids.insert(p, q.add(in_flow(p, flow).cost(cost)).await.unwrap().id);
     }
     let got = claim(q, 10).await;
     assert_eq!(id_set_of(&got), BTreeSet::from([ids["c1"], ids["r1"]]));
@@ -343,6 +345,14 @@ pub async fn list_and_find_show_items_held_by_a_flow_limit(f: &dyn Factory) {
         q.find(ids["c3"]).await.unwrap().unwrap().item.payload,
         b"c3"
     );
+    assert_eq!(q.find(ids["r2"]).await.unwrap().unwrap().item.cost, 2);
+    let costs: Vec<(u64, u32)> = all_pages(q, ListQuery::new(ItemState::Backlog))
+        .await
+        .iter()
+        .map(|l| (l.item.id, l.item.cost))
+        .filter(|(_, c)| *c != 1)
+        .collect();
+    assert_eq!(costs, vec![(ids["r2"], 2)]);
     // Listing changed nothing.
     assert_eq!(q.stats().await.unwrap(), s);
 
