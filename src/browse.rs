@@ -27,9 +27,11 @@ pub const MAX_SEARCH_SCAN: usize = 5_000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ItemState {
-    /// Ready, in the backlog lane: claim (add) order.
+    /// Ready, in the backlog lane: claim (add) order, then the items held
+    /// by flow limits, flow by flow ([`ListedItem::held`]).
     Backlog,
-    /// Ready, in the due lane (timers whose time has come): claim order.
+    /// Ready, in the due lane (timers whose time has come): claim order,
+    /// then the items held by flow limits, flow by flow.
     Due,
     /// Waiting for `not_before_ms`: soonest first, then by id.
     Delayed,
@@ -206,6 +208,13 @@ pub struct ListedItem {
     pub reason: Option<String>,
     /// Dead letter: when, ms since the Unix epoch.
     pub failed_at_ms: Option<u64>,
+    /// Backlog or due: the item waits in its flow's held lane (SPEC 3,
+    /// Flow limits: the flow has a limit record), listed after the shared
+    /// lane's items (SPEC 12.1). `false` in every other state, and for an
+    /// item of a limited flow still in the shared lane (no claim met it
+    /// since the limit was set).
+    #[serde(default)]
+    pub held: bool,
 }
 
 impl ListedItem {
@@ -218,6 +227,16 @@ impl ListedItem {
             consumer: None,
             reason: None,
             failed_at_ms: None,
+            held: false,
+        }
+    }
+
+    /// A ready item (`state` backlog or due) waiting in its flow's held
+    /// lane when `held` (SPEC 3, Flow limits).
+    pub(crate) fn ready(item: Item, state: ItemState, held: bool) -> Self {
+        ListedItem {
+            held,
+            ..ListedItem::new(item, state)
         }
     }
 

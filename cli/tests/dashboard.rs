@@ -1,7 +1,7 @@
 //! The dashboard of `workjournal serve --http` (SPEC 12.2) in a real
 //! headless Chromium driven through chromedriver: the page's counts match
 //! `stats`, a redrive moves a dead letter back, pause and resume change a
-//! flow, a request without the token is refused, and read-only mode hides
+//! flow, an item a flow limit holds shows with a held tag, a request without the token is refused, and read-only mode hides
 //! the controls and refuses writes. Screenshots go to target/dashboard/.
 
 mod support;
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use support::{Served, tcp, wait_for};
-use workjournal::{ClaimFrom, Config, ItemState, NewItem, WorkQueue};
+use workjournal::{ClaimFrom, Config, FlowLimit, ItemState, NewItem, WorkQueue};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
@@ -325,6 +325,49 @@ async fn the_page_shows_the_queue_and_acts_on_it() {
     })
     .await;
     until_text(&c, "#flows tr[data-flow=held] td.flow-state", "paused").await;
+
+    // An item a flow limit holds (SPEC 12.1): listed in the backlog with a
+    // held tag, on the JSON route and on the page.
+    q.set_flow_limit("capped", FlowLimit::Concurrency(Some(1)))
+        .await
+        .unwrap();
+    q.add(NewItem::new(b"capped 1".to_vec()).flow("capped"))
+        .await
+        .unwrap();
+    let waiting = q
+        .add(NewItem::new(b"capped 2".to_vec()).flow("capped"))
+        .await
+        .unwrap()
+        .id;
+    let taken = q.claim(50, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert!(
+        taken.iter().all(|t| t.item.id != waiting),
+        "the cap holds it"
+    );
+    let found = q.find(waiting).await.unwrap().unwrap();
+    assert_eq!((found.state, found.held), (ItemState::Backlog, true));
+    let bearer = format!("Bearer {token}");
+    let listed = tcp(
+        &http,
+        "GET",
+        "/ui/items?state=backlog&q=capped",
+        &[("Authorization", bearer.as_str())],
+        "",
+    );
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    let page: serde_json::Value = serde_json::from_str(&listed.body).unwrap();
+    assert_eq!(page["items"][0]["id"], waiting, "{page}");
+    assert_eq!(page["items"][0]["held"], true, "{page}");
+    let search = c.find(Locator::Css("#search-text")).await.unwrap();
+    search.clear().await.unwrap();
+    search.send_keys("capped").await.unwrap();
+    click(&c, "#search button[type=submit]").await;
+    let tag = format!("#items tr[data-id=\"{waiting}\"] span.badge.held");
+    until("the held tag", || async {
+        c.find(Locator::Css(&tag)).await.is_ok()
+    })
+    .await;
+    assert_eq!(text_of(&c, &tag).await, "held");
 
     // An error shows in one line.
     c.execute(

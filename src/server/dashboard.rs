@@ -567,6 +567,8 @@ struct ShownItem {
     consumer: Option<String>,
     reason: Option<String>,
     failed_at_ms: Option<u64>,
+    /// Waits in its flow's held lane (SPEC 3, Flow limits).
+    held: bool,
     payload: Preview,
 }
 
@@ -585,6 +587,7 @@ impl From<ListedItem> for ShownItem {
             consumer: l.consumer,
             reason: l.reason,
             failed_at_ms: l.failed_at_ms,
+            held: l.held,
         }
     }
 }

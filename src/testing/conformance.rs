@@ -2079,6 +2079,7 @@ macro_rules! conformance_case_list {
             list_orders_each_state,
             list_searches_payload_text,
             find_names_the_state,
+            list_and_find_show_items_held_by_a_flow_limit,
             now_reads_the_queue_clock,
             item_is_handed_out_again_only_after_retry_or_reclaim,
             id_is_stable_through_every_move,

@@ -147,6 +147,7 @@ pub const PER_PARTITION_CASES: &[&str] = &[
     // Listing orders hold per partition (SPEC 12.1).
     "list_orders_each_state",
     "list_shows_each_state",
+    "list_and_find_show_items_held_by_a_flow_limit",
     // The priority rank order (tier and aging) holds per partition.
     "higher_priority_runs_first_fifo_within_a_tier",
     "aging_lets_a_waiting_low_tier_overtake",

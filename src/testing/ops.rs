@@ -1376,8 +1376,21 @@ async fn compare_lists(q: &BoxQueue, model: &Model) -> Result<(), String> {
         Option<u64>,
         Option<String>,
         Option<u64>,
+        bool,
     );
-    let key = |l: ListedItem| (l.item, l.state, l.claimed_at_ms, l.reason, l.failed_at_ms);
+    let key = |l: ListedItem| {
+        (
+            l.item,
+            l.state,
+            l.claimed_at_ms,
+            l.reason,
+            l.failed_at_ms,
+            l.held,
+        )
+    };
+    // Every item `stats` counts is listed in its state (held ones too).
+    let stats = q.stats().await.map_err(|e| format!("stats failed: {e}"))?;
+    let mut listed = std::collections::BTreeMap::new();
     for state in ItemState::ALL {
         let want: Vec<Key> = model
             .list(&ListQuery::new(state).limit(crate::MAX_LIST_LIMIT))
@@ -1404,16 +1417,43 @@ async fn compare_lists(q: &BoxQueue, model: &Model) -> Result<(), String> {
                 "list {state:?}\n  model:  {want:?}\n  system: {got:?}"
             ));
         }
-        for (item, ..) in &want {
+        listed.insert(state, got.len() as u64);
+        for (item, _, _, _, _, held) in &want {
             let found = q
                 .find(item.id)
                 .await
                 .map_err(|e| format!("find {} failed: {e}", item.id))?
-                .map(|l| l.state);
-            if found != Some(state) {
-                return Err(format!("find {}: {found:?}, model: {state:?}", item.id));
+                .map(|l| (l.state, l.held));
+            if found != Some((state, *held)) {
+                return Err(format!(
+                    "find {}: {found:?}, model: {:?}",
+                    item.id,
+                    (state, *held)
+                ));
             }
         }
+    }
+    let n = |s: ItemState| listed.get(&s).copied().unwrap_or(0);
+    let counted = (
+        stats.backlog,
+        stats.due,
+        stats.delayed,
+        stats.pending,
+        stats.parked,
+        stats.dead_letters,
+    );
+    let shown = (
+        n(ItemState::Backlog) + n(ItemState::Due),
+        n(ItemState::Due),
+        n(ItemState::Delayed),
+        n(ItemState::Pending),
+        n(ItemState::Parked),
+        n(ItemState::DeadLetter),
+    );
+    if counted != shown {
+        return Err(format!(
+            "listed per state {shown:?}, stats count {counted:?} (backlog, due, delayed, pending, parked, dead letters)"
+        ));
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! SPEC 12.1 on the reference model: `list` and `find`, read straight from
-//! the model's collections.
+//! the model's collections (the ready lanes followed by the flows' held
+//! lanes).
 
 use super::Model;
 use crate::browse::{ItemPage, ItemState, ListQuery, ListedItem, Pager};
@@ -22,18 +23,33 @@ impl Model {
                 .map(|i| ListedItem::new(i, state)))
         };
         match query.state {
-            ItemState::Backlog => pager.fill(
-                self.backlog
-                    .iter()
-                    .skip(skip)
-                    .map(|(_, id)| plain(id, ItemState::Backlog)),
-            ),
-            ItemState::Due => pager.fill(
-                self.due
-                    .iter()
-                    .skip(skip)
-                    .map(|(_, id)| plain(id, ItemState::Due)),
-            ),
+            ItemState::Backlog | ItemState::Due => {
+                let (shared, li) = if query.state == ItemState::Backlog {
+                    (&self.backlog, 1u8)
+                } else {
+                    (&self.due, 0u8)
+                };
+                // SPEC 12.1: the shared lane in rank order, then the held
+                // lanes flow by flow (name order), each in rank order.
+                let held = self.held.values().flat_map(move |m| {
+                    m.range((li, i64::MIN, 0)..=(li, i64::MAX, u64::MAX))
+                        .map(|(_, id)| (*id, true))
+                });
+                pager.fill(
+                    shared
+                        .values()
+                        .map(|id| (*id, false))
+                        .chain(held)
+                        .skip(skip)
+                        .map(|(id, held)| -> Result<Option<ListedItem>> {
+                            Ok(self
+                                .items
+                                .get(&id)
+                                .cloned()
+                                .map(|i| ListedItem::ready(i, query.state, held)))
+                        }),
+                )
+            }
             ItemState::Delayed => pager.fill(
                 self.delayed
                     .iter()
@@ -86,6 +102,19 @@ impl Model {
         }
         if let Some((_, reason, at)) = self.dead.iter().find(|(d, _, _)| *d == id) {
             return Some(ListedItem::dead(item, reason.clone(), *at));
+        }
+        // SPEC 3, Flow limits: an item in its flow's held lane.
+        if let Some((k, _)) = self
+            .held
+            .get(&item.flow)
+            .and_then(|m| m.iter().find(|(_, d)| **d == id))
+        {
+            let state = if k.0 == 0 {
+                ItemState::Due
+            } else {
+                ItemState::Backlog
+            };
+            return Some(ListedItem::ready(item, state, true));
         }
         let state = if self.backlog.values().any(|d| *d == id) {
             ItemState::Backlog

@@ -1,5 +1,6 @@
 //! SPEC 12.1 on Redis: `list` and `find` in one read-only script
-//! (`scripts/browse.lua`), so a page is one consistent look at the keys.
+//! (`scripts/browse.lua`), so a page is one consistent look at the keys; a
+//! ready lane reads on into the flows' held lanes (SPEC 3, Flow limits).
 
 use std::sync::LazyLock;
 
@@ -32,11 +33,16 @@ fn state_of(st: &str) -> Result<ItemState> {
 }
 
 /// `{id, flow, payload, enq, nb, dlv, st, ca, owner, reason, failed, pri,
-/// cost}`: the tier at 11 and the cost right after it, as `reply::item` reads.
+/// cost, held}`.
 fn listed(v: &Value) -> Result<ListedItem> {
     let item = reply::item(v, 11)?;
     let a = array(v, "listed item")?;
     let state = state_of(&text(at(a, 6, "listed item")?, "state")?)?;
+    // SPEC 12.1: waits in its flow's held lane (SPEC 3, Flow limits).
+    let held = match a.get(13) {
+        None => false,
+        Some(h) => text(h, "held")? == "1",
+    };
     Ok(match state {
         ItemState::Pending => {
             let owner = text(at(a, 8, "listed item")?, "owner")?;
@@ -51,6 +57,7 @@ fn listed(v: &Value) -> Result<ListedItem> {
             String::from_utf8_lossy(&bytes(at(a, 9, "listed item")?, "reason")?).into_owned(),
             opt_uint(at(a, 10, "listed item")?, "failed_at")?.unwrap_or(0),
         ),
+        ItemState::Backlog | ItemState::Due => ListedItem::ready(item, state, held),
         other => ListedItem::new(item, other),
     })
 }

@@ -1340,6 +1340,10 @@ pub struct WireListedItem {
     pub reason: Option<String>,
     /// Dead letter: when, ms since the Unix epoch.
     pub failed_at_ms: Option<u64>,
+    /// Backlog or due: waits in its flow's held lane (SPEC 3, Flow limits;
+    /// SPEC 12.1). Absent reads as `false`.
+    #[serde(default)]
+    pub held: bool,
 }
 
 impl From<crate::browse::ListedItem> for WireListedItem {
@@ -1351,6 +1355,7 @@ impl From<crate::browse::ListedItem> for WireListedItem {
             consumer: l.consumer,
             reason: l.reason,
             failed_at_ms: l.failed_at_ms,
+            held: l.held,
         }
     }
 }
@@ -1364,6 +1369,7 @@ impl From<WireListedItem> for crate::browse::ListedItem {
             consumer: w.consumer,
             reason: w.reason,
             failed_at_ms: w.failed_at_ms,
+            held: w.held,
         }
     }
 }

@@ -129,7 +129,12 @@
         var td = el("td"); if (!readOnly) { td.appendChild(el("input", { type: "checkbox", "class": "pick", value: String(it.id), "aria-label": "select " + it.id })); } return td;
       }
       case "id": return el("td", { "class": "num" }, it.id);
-      case "flow": return el("td", {}, it.flow);
+      case "flow": {
+        // SPEC 12.1: an item waiting in its flow's held lane (a flow limit).
+        var fl = el("td", {}, it.flow);
+        if (it.held) { fl.appendChild(document.createTextNode(" ")); fl.appendChild(el("span", { "class": "badge held", title: "held by its flow's limits" }, "held")); }
+        return fl;
+      }
       case "payload": return el("td", { "class": "payload" }, payloadText(it.payload));
       case "claimed": return el("td", { title: when(it.claimed_at_ms) }, ago(it.claimed_at_ms, now));
       case "due": return el("td", { title: when(it.not_before_ms) }, when(it.not_before_ms) + " (" + ago(it.not_before_ms, now) + ")");

@@ -208,3 +208,175 @@ pub async fn find_names_the_state(f: &dyn Factory) {
     assert_eq!(q.find(waiting).await.unwrap(), None);
     assert_eq!(q.find(u64::MAX).await.unwrap(), None);
 }
+
+/// SPEC 12.1 with SPEC 3, Flow limits: the items a flow limit holds (a
+/// concurrency cap reached, a rate used up, a back-off) are listed in
+/// their state after the shared lane's items, flow by flow, marked held;
+/// pages cover them once; `find` names their state and the mark.
+pub async fn list_and_find_show_items_held_by_a_flow_limit(f: &dyn Factory) {
+    use crate::limit::{FlowLimit, RateLimit};
+    use std::time::Duration;
+    let e = env(f).await;
+    let q = &e.q;
+    // x1 is in the shared lane before its flow's limit: the claim that
+    // meets it moves it to the held lane.
+    let x1 = q.add(in_flow("x1", "x")).await.unwrap().id;
+    q.set_flow_limit("c", FlowLimit::Concurrency(Some(1)))
+        .await
+        .unwrap();
+    q.set_flow_limit(
+        "r",
+        FlowLimit::Rate(Some(RateLimit::new(1, Duration::from_secs(60)))),
+    )
+    .await
+    .unwrap();
+    q.back_off("z", Duration::from_secs(30)).await.unwrap();
+    q.back_off("x", Duration::from_secs(30)).await.unwrap();
+    let listed = q
+        .list(ListQuery::new(ItemState::Backlog))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(
+        listed
+            .iter()
+            .map(|l| (l.item.id, l.held))
+            .collect::<Vec<_>>(),
+        vec![(x1, false)],
+        "x1 is still in the shared lane"
+    );
+    let mut ids = std::collections::BTreeMap::new();
+    for (p, flow) in [
+        ("c1", "c"),
+        ("c2", "c"),
+        ("c3", "c"),
+        ("r1", "r"),
+        ("r2", "r"),
+        ("z1", "z"),
+    ] {
+        // r2 costs 2 permits: the listing carries the cost.
+        let cost = if p == "r2" { 2 } else { 1 };
+        ids.insert(p, q.add(in_flow(p, flow).cost(cost)).await.unwrap().id);
+    }
+    let got = claim(q, 10).await;
+    assert_eq!(id_set_of(&got), BTreeSet::from([ids["c1"], ids["r1"]]));
+    let b1 = add(q, "b1").await;
+    let b2 = add(q, "b2").await;
+    let d1 = q.add_delayed(item("d1"), T0 - 1).await.unwrap().id;
+    let z2 = q.add_delayed(in_flow("z2", "z"), T0 - 1).await.unwrap().id;
+    q.promote_due().await.unwrap();
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.backlog, s.due, s.pending, s.limited), (9, 2, 2, 6));
+
+    // The shared lane in claim order, then the held lanes by flow name.
+    let want_backlog = vec![
+        (b1, false),
+        (b2, false),
+        (ids["c2"], true),
+        (ids["c3"], true),
+        (ids["r2"], true),
+        (x1, true),
+        (ids["z1"], true),
+    ];
+    for limit in [1, 2, 3, 50] {
+        let b = all_pages(q, ListQuery::new(ItemState::Backlog).limit(limit)).await;
+        assert!(b.iter().all(|l| l.state == ItemState::Backlog), "{b:?}");
+        assert_eq!(
+            b.iter().map(|l| (l.item.id, l.held)).collect::<Vec<_>>(),
+            want_backlog,
+            "backlog in pages of {limit}"
+        );
+        let d = all_pages(q, ListQuery::new(ItemState::Due).limit(limit)).await;
+        assert!(d.iter().all(|l| l.state == ItemState::Due), "{d:?}");
+        assert_eq!(
+            d.iter().map(|l| (l.item.id, l.held)).collect::<Vec<_>>(),
+            vec![(d1, false), (z2, true)],
+            "due in pages of {limit}"
+        );
+    }
+    assert_eq!(
+        want_backlog.len() as u64,
+        s.backlog - s.due,
+        "the listing covers what stats counts"
+    );
+    // An offset into the held lanes, and past them.
+    let page = q
+        .list(ListQuery::new(ItemState::Backlog).offset(4).limit(2))
+        .await
+        .unwrap();
+    assert_eq!(
+        page.items.iter().map(|l| l.item.id).collect::<Vec<_>>(),
+        vec![ids["r2"], x1]
+    );
+    assert_eq!(page.next_offset, Some(6));
+    let past = q
+        .list(ListQuery::new(ItemState::Backlog).offset(7))
+        .await
+        .unwrap();
+    assert!(past.items.is_empty());
+    assert_eq!(past.next_offset, None);
+    // A search reaches into the held lanes.
+    let found = all_pages(q, ListQuery::new(ItemState::Backlog).contains("2")).await;
+    assert_eq!(
+        found.iter().map(|l| l.item.id).collect::<Vec<_>>(),
+        vec![b2, ids["c2"], ids["r2"]]
+    );
+    let found = all_pages(q, ListQuery::new(ItemState::Due).contains("z")).await;
+    assert_eq!(
+        found.iter().map(|l| l.item.id).collect::<Vec<_>>(),
+        vec![z2]
+    );
+
+    // find names the real state and the mark.
+    for (id, state, held) in [
+        (ids["c2"], ItemState::Backlog, true),
+        (ids["r2"], ItemState::Backlog, true),
+        (ids["z1"], ItemState::Backlog, true),
+        (x1, ItemState::Backlog, true),
+        (z2, ItemState::Due, true),
+        (b1, ItemState::Backlog, false),
+        (d1, ItemState::Due, false),
+        (ids["c1"], ItemState::Pending, false),
+    ] {
+        let l = q.find(id).await.unwrap().unwrap();
+        assert_eq!((l.state, l.held), (state, held), "find {id}");
+    }
+    assert_eq!(
+        q.find(ids["c3"]).await.unwrap().unwrap().item.payload,
+        b"c3"
+    );
+    assert_eq!(q.find(ids["r2"]).await.unwrap().unwrap().item.cost, 2);
+    let costs: Vec<(u64, u32)> = all_pages(q, ListQuery::new(ItemState::Backlog))
+        .await
+        .iter()
+        .map(|l| (l.item.id, l.item.cost))
+        .filter(|(_, c)| *c != 1)
+        .collect();
+    assert_eq!(costs, vec![(ids["r2"], 2)]);
+    // Listing changed nothing.
+    assert_eq!(q.stats().await.unwrap(), s);
+
+    // Once the flows run again, their items leave the held lanes.
+    for c in &got {
+        q.ack(c.receipt).await.unwrap();
+    }
+    for round in 0.. {
+        assert!(round < 20, "the held items never ran");
+        e.clock.advance(Duration::from_secs(60));
+        let more = claim(q, 10).await;
+        if more.is_empty() {
+            break;
+        }
+        for c in more {
+            q.ack(c.receipt).await.unwrap();
+        }
+    }
+    for state in [ItemState::Backlog, ItemState::Due] {
+        assert!(all_pages(q, ListQuery::new(state)).await.is_empty());
+    }
+    assert_eq!(q.find(ids["c3"]).await.unwrap(), None);
+}
+
+fn id_set_of(claimed: &[crate::item::Claimed]) -> BTreeSet<u64> {
+    claimed.iter().map(|c| c.item.id).collect()
+}

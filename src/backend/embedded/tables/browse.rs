@@ -1,9 +1,10 @@
 //! SPEC 12.1 on the embedded file: `list` walks one state's index table
 //! from the offset (no copy of the table), `find` looks an id up in the
-//! id-keyed indexes and, for the lanes keyed by position, in the due lane
-//! and the item's flow's parked list before settling on the backlog.
+//! id-keyed indexes and, for the lanes keyed by position, in the item's
+//! flow's held lanes, the due lane and the flow's parked list before
+//! settling on the backlog.
 
-use redb::ReadableTable;
+use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::{Ctx, Tables};
 use crate::browse::{ItemPage, ItemState, ListQuery, ListedItem, Pager};
@@ -23,15 +24,31 @@ impl Tables<'_> {
         let what = "list items";
         match query.state {
             ItemState::Backlog | ItemState::Due => {
-                let table = if query.state == ItemState::Backlog {
-                    self.backlog()?
+                let (table, li) = if query.state == ItemState::Backlog {
+                    (self.backlog()?, 1u8)
                 } else {
-                    self.due()?
+                    (self.due()?, 0u8)
                 };
-                let rows = table.iter().ctx(what)?.skip(skip);
-                pager.fill(rows.map(|row| -> Result<Option<ListedItem>> {
-                    let id = row.ctx(what)?.1.value();
-                    Ok(Some(ListedItem::new(self.item(id)?, query.state)))
+                // SPEC 12.1: the shared lane in rank order, then the held
+                // lanes flow by flow; an offset past the shared lane skips
+                // it whole (its length is one read).
+                let shared_len = usize::try_from(table.len().ctx(what)?).unwrap_or(usize::MAX);
+                let shared = table
+                    .iter()
+                    .ctx(what)?
+                    .map(|row| -> Result<(u64, bool)> { Ok((row.ctx(what)?.1.value(), false)) });
+                let held = self
+                    .held_ids(li)?
+                    .map(|id| -> Result<(u64, bool)> { Ok((id?, true)) });
+                let positions: Box<dyn Iterator<Item = Result<(u64, bool)>>> = if skip >= shared_len
+                {
+                    Box::new(held.skip(skip - shared_len))
+                } else {
+                    Box::new(shared.skip(skip).chain(held))
+                };
+                pager.fill(positions.map(|p| -> Result<Option<ListedItem>> {
+                    let (id, held) = p?;
+                    Ok(Some(ListedItem::ready(self.item(id)?, query.state, held)))
                 }))
             }
             ItemState::Delayed => {
@@ -96,6 +113,15 @@ impl Tables<'_> {
             && self.delayed()?.get((nb, id)).ctx(what)?.is_some()
         {
             return Ok(Some(ListedItem::new(item, ItemState::Delayed)));
+        }
+        // SPEC 3, Flow limits: an item in its flow's held lane.
+        if let Some(li) = self.held_lane_of(&item.flow, id)? {
+            let state = if li == 0 {
+                ItemState::Due
+            } else {
+                ItemState::Backlog
+            };
+            return Ok(Some(ListedItem::ready(item, state, true)));
         }
         for row in self.due()?.iter().ctx(what)? {
             if row.ctx(what)?.1.value() == id {

@@ -399,6 +399,55 @@ impl<'t> Tables<'t> {
             .collect())
     }
 
+    /// SPEC 12.1: the ids waiting in the held lanes of lane `li` (0 due,
+    /// 1 backlog), flow by flow in name order, each in rank order: one
+    /// range read per flow with a limit record, nothing copied.
+    ///
+    /// # Errors
+    ///
+    /// Storage failures, as the iterator's items.
+    pub(super) fn held_ids<'s>(&'s self, li: u8) -> Result<impl Iterator<Item = Result<u64>> + 's> {
+        let what = "list held items";
+        let held = self.held_t()?;
+        let flows = self.flow_limits_t()?.iter().ctx(what)?;
+        Ok(
+            flows.flat_map(move |row| -> Box<dyn Iterator<Item = Result<u64>> + 's> {
+                let lane = row.ctx(what).and_then(|(k, _)| {
+                    let flow = k.value();
+                    let lo: HeldKey<'_> = (flow, li, i64::MIN, 0);
+                    let hi: HeldKey<'_> = (flow, li, i64::MAX, u64::MAX);
+                    held.range(lo..=hi).ctx(what)
+                });
+                match lane {
+                    Ok(r) => Box::new(r.map(move |e| e.ctx(what).map(|(_, v)| v.value()))),
+                    Err(e) => Box::new(std::iter::once(Err(e))),
+                }
+            }),
+        )
+    }
+
+    /// SPEC 12.1: the held lane (0 due, 1 backlog) of `flow` holding `id`,
+    /// if any; walks that flow's held lanes only.
+    ///
+    /// # Errors
+    ///
+    /// Storage failures.
+    pub(super) fn held_lane_of(&self, flow: &str, id: u64) -> Result<Option<u8>> {
+        let what = "find a held item";
+        if flow.is_empty() || !self.has_limits()? || self.limit_rec(flow)?.is_none() {
+            return Ok(None);
+        }
+        let lo: HeldKey<'_> = (flow, 0, i64::MIN, 0);
+        let hi: HeldKey<'_> = (flow, 1, i64::MAX, u64::MAX);
+        for entry in self.held_t()?.range(lo..=hi).ctx(what)? {
+            let (k, v) = entry.ctx(what)?;
+            if v.value() == id {
+                return Ok(Some(k.value().1));
+            }
+        }
+        Ok(None)
+    }
+
     /// Stats: (held items, of them in the due lane, held by limits now).
     pub(super) fn held_counts(&self, now: u64) -> Result<(u64, u64, u64)> {
         if !self.has_limits()? {

@@ -2,23 +2,30 @@
 --   list: state, offset, budget, limit, needle ("" for none);
 --         returns {ended (0/1), looked, {row...}}
 --   find: id; returns {row} or {}
--- row = {id, flow, payload, enq, nb, dlv, st, ca, owner, reason, failed, pri, cost}.
+-- row = {id, flow, payload, enq, nb, dlv, st, ca, owner, reason, failed, pri,
+--        cost, held (1/0)}.
 -- Every state is walked from the offset in its own order: the ready lanes
--- by rank (claim order), the sorted sets by time (delayed, pending), the
--- dead list (newest first), the parked lists flow by flow (sorted names).
+-- by rank (claim order), then the held lanes of their lane flow by flow
+-- (sorted names, each by rank; SPEC 3, Flow limits), the sorted sets by
+-- time (delayed, pending), the dead list (newest first), the parked lists
+-- flow by flow (sorted names).
 local op = ARGV[2]
-local FIELDS = { 'flow', 'payload', 'enq', 'nb', 'dlv', 'st', 'ca', 'owner', 'reason', 'failed', 'pri', 'cost' }
+local FIELDS = { 'flow', 'payload', 'enq', 'nb', 'dlv', 'st', 'ca', 'owner', 'reason', 'failed', 'pri', 'cost',
+  'hl' }
 local function fetch(id) return redis.call('HMGET', item_key(id), unpack(FIELDS)) end
-local function row(id, f)
+local function row(id, f, held)
+  local h = '0'
+  if held then h = '1' end
   return { id, f[1] or '', f[2], f[3] or '0', f[4] or '', f[5] or '0', f[6] or '',
-    f[7] or '', f[8] or '', f[9] or '', f[10] or '', f[11] or '0', f[12] or '1' }
+    f[7] or '', f[8] or '', f[9] or '', f[10] or '', f[11] or '0', f[12] or '1', h }
 end
 
 if op == 'find' then
   local id = ARGV[3]
   local f = fetch(id)
   if not f[2] then return {} end
-  return { row(id, f) }
+  -- `hl` marks an item in its flow's held lane (set by lim_hold).
+  return { row(id, f, (f[6] == 'backlog' or f[6] == 'due') and f[13] == '1') }
 end
 
 local state = ARGV[3]
@@ -29,19 +36,20 @@ local needle = ARGV[7]
 local out = {}
 local looked = 0
 local function full() return #out >= limit or looked >= budget end
-local function offer(id)
+local function offer(id, held)
   looked = looked + 1
   local f = fetch(id)
   if not f[2] then return end
   if needle ~= '' and not string.find(f[2], needle, 1, true) then return end
-  out[#out + 1] = row(id, f)
+  out[#out + 1] = row(id, f, held)
 end
 local function chunk() return math.max(1, math.min(200, budget - looked)) end
 
--- Positions [at, at + n) of a ranked key through `read`, each member made
--- an id by `id_of`; returns 1 when the key ran out.
-local function walk_ranked(read, id_of)
-  local at = offset
+-- Positions [at, at + n) of a ranked key through `read` from position
+-- `from` (default the offset), each member made an id by `id_of`; returns
+-- 1 when the key ran out.
+local function walk_ranked(read, id_of, from)
+  local at = from or offset
   while not full() do
     local n = chunk()
     local members = read(at, at + n - 1)
@@ -56,11 +64,55 @@ local function walk_ranked(read, id_of)
 end
 local function same(m) return m end
 
+-- The held lanes `li` (0 due, 1 backlog) of every flow with a limit record,
+-- by flow name, each by rank, from position `skip` of them all; returns 1
+-- when they ran out.
+local function walk_held(li, skip)
+  if not any_limits() then return 1 end
+  local flows = redis.call('SMEMBERS', K_LIMITS)
+  table.sort(flows)
+  for _, flow in ipairs(flows) do
+    local key = held_key(flow, li)
+    local len = redis.call('ZCARD', key)
+    if skip >= len then
+      skip = skip - len
+    else
+      local at = skip
+      skip = 0
+      while at < len and not full() do
+        local n = chunk()
+        local members = redis.call('ZRANGE', key, at, at + n - 1)
+        if #members == 0 then break end
+        for _, m in ipairs(members) do
+          local id = member_id(m)
+          if id then offer(id, true) else looked = looked + 1 end
+          at = at + 1
+        end
+      end
+      if full() then return 0 end
+    end
+  end
+  return 1
+end
+
+-- A ready lane: the shared sorted set `zset`, then the held lanes `li`;
+-- an offset past the shared lane skips it whole (ZCARD).
+local function walk_ready(zset, li)
+  local len = redis.call('ZCARD', zset)
+  if offset < len then
+    local e = walk_ranked(function(a, b) return redis.call('ZRANGE', zset, a, b) end, member_id)
+    if e == 0 then return 0 end
+    if full() then return 0 end
+    return walk_held(li, 0)
+  end
+  return walk_held(li, offset - len)
+end
+
 local ended = 0
 if state == 'backlog' then
-  ended = walk_ranked(function(a, b) return redis.call('ZRANGE', K_READY, a, b) end, member_id)
+  ended = walk_ready(K_READY, 1)
 elseif state == 'due' then
-  ended = walk_ranked(function(a, b) return redis.call('ZRANGE', K_READY_DUE, a, b) end, member_id)
+  ended = walk_ready(K_READY_DUE, 0)
 elseif state == 'delayed' then
   ended = walk_ranked(function(a, b) return redis.call('ZRANGE', K_DELAYED, a, b) end, unpad)
 elseif state == 'pending' then

@@ -321,9 +321,12 @@ end
 -- Whether any flow has a limit record.
 local function any_limits() return redis.call('EXISTS', K_LIMITS) == 1 end
 
--- Put ready-lane member `m` (score `score`) of `flow` into its held lane.
+-- Put ready-lane member `m` (score `score`) of `flow` into its held lane;
+-- the item hash's `hl` says so to `find` (SPEC 12.1).
 local function lim_hold(flow, st, li, score, m)
   redis.call('ZADD', held_key(flow, li), score, m)
+  local id = member_id(m)
+  if id and redis.call('EXISTS', item_key(id)) == 1 then redis.call('HSET', item_key(id), 'hl', '1') end
   st.held = st.held + 1
   redis.call('INCR', K_HELD_N)
   if li == 0 then redis.call('INCR', K_HELD_DUE_N) end
@@ -331,6 +334,8 @@ end
 
 local function lim_unhold(flow, st, li, m)
   redis.call('ZREM', held_key(flow, li), m)
+  local id = member_id(m)
+  if id then redis.call('HDEL', item_key(id), 'hl') end
   st.held = st.held - 1
   if st.held < 0 then st.held = 0 end
   redis.call('DECR', K_HELD_N)
