@@ -1191,28 +1191,7 @@ async fn finish_not_attempted<Q: WorkQueue>(shared: &Shared<Q>, receipt: Receipt
         *until = (*until).max(Instant::now() + wait);
     }
     tracing::warn!(error = %text, "item not attempted: the worker failed");
-    let result = match shared.queue.now_ms().await {
-        Ok(now) => {
-            let not_before_ms = now.saturating_add(ms(wait));
-            shared
-                .persist("release", || shared.queue.release(receipt, not_before_ms))
-                .await
-                .map(|()| not_before_ms)
-        }
-        Err(e) => Err(e),
-    };
-    match result {
-        Ok(not_before_ms) => {
-            shared.report().released += 1;
-            shared.emit(Event::Released {
-                id: receipt.id,
-                delivery: receipt.delivery,
-                not_before_ms,
-                reason: text,
-            });
-        }
-        Err(e) => lost_or_error(shared, receipt, "release", e),
-    }
+    release_for(shared, receipt, wait, text).await;
 }
 
 /// The handler asked to back the item's flow off for `d` (SPEC 9, Worker):
@@ -1234,9 +1213,20 @@ async fn finish_back_off<Q: WorkQueue>(
             error: e.to_string(),
         });
     }
+    release_for(shared, receipt, d, text).await;
+}
+
+/// Give the item back without spending its delivery, due `wait` from now
+/// by the queue's clock, and report it as released (or lost).
+async fn release_for<Q: WorkQueue>(
+    shared: &Shared<Q>,
+    receipt: Receipt,
+    wait: Duration,
+    text: String,
+) {
     let result = match shared.queue.now_ms().await {
         Ok(now) => {
-            let not_before_ms = now.saturating_add(ms(d));
+            let not_before_ms = now.saturating_add(ms(wait));
             shared
                 .persist("release", || shared.queue.release(receipt, not_before_ms))
                 .await
