@@ -1,7 +1,8 @@
 //! The dashboard of `workjournal serve --http` (SPEC 12.2) in a real
 //! headless Chromium driven through chromedriver: the page's counts match
 //! `stats`, a redrive moves a dead letter back, pause and resume change a
-//! flow, an item a flow limit holds shows with a held tag, a request without the token is refused, and read-only mode hides
+//! flow, an item a flow limit holds shows with a held tag, a rate-limited
+//! flow shows as limited and is backed off and lifted from the page, a request without the token is refused, and read-only mode hides
 //! the controls and refuses writes. Screenshots go to target/dashboard/.
 
 mod support;
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use support::{Served, tcp, wait_for};
-use workjournal::{ClaimFrom, Config, FlowLimit, ItemState, NewItem, WorkQueue};
+use workjournal::{ClaimFrom, Config, FlowLimit, ItemState, NewItem, RateLimit, WorkQueue};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
@@ -141,15 +142,23 @@ where
     }
 }
 
+/// Click `css`, finding it again when the page's refresh (every 1.5 s)
+/// replaced it between the find and the click (a stale element).
 async fn click(c: &Client, css: &str) {
-    c.wait()
-        .at_most(Duration::from_secs(20))
-        .for_element(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("no {css}: {e}"))
-        .click()
-        .await
-        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let e = c
+            .wait()
+            .at_most(Duration::from_secs(20))
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("no {css}: {e}"));
+        match e.click().await {
+            Ok(()) => return,
+            Err(err) => assert!(Instant::now() < deadline, "cannot click {css}: {err}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// A queue with something in every state the page shows; returns the id
@@ -369,6 +378,52 @@ async fn the_page_shows_the_queue_and_acts_on_it() {
     .await;
     assert_eq!(text_of(&c, &tag).await, "held");
 
+    // A rate-limited flow (SPEC 12.2): shown as limited with its rate;
+    // "back off 30s" backs it off, "lift" lifts it, and `flow_limits`
+    // agrees each time.
+    q.set_flow_limit(
+        "slow",
+        FlowLimit::Rate(Some(RateLimit::new(5, Duration::from_secs(60)))),
+    )
+    .await
+    .unwrap();
+    q.add(NewItem::new(b"slow 1".to_vec()).flow("slow"))
+        .await
+        .unwrap();
+    until_text(&c, "#flows tr[data-flow=slow] td.flow-state", "limited").await;
+    let limits = text_of(&c, "#flows tr[data-flow=slow] td.flow-limits").await;
+    assert!(limits.contains("rate 5 per 60 s"), "{limits}");
+    until_text(&c, "#flows tr[data-flow=capped] td.flow-state", "limited").await;
+    let capped = text_of(&c, "#flows tr[data-flow=capped] td.flow-limits").await;
+    assert!(capped.contains("cap 1"), "{capped}");
+    assert!(capped.contains("holding now"), "{capped}");
+    click(&c, "#flows button[data-action=back_off][data-flow=slow]").await;
+    until("the back-off", || async {
+        q.flow_limits()
+            .await
+            .unwrap()
+            .iter()
+            .any(|l| l.flow == "slow" && l.backoff_until_ms.is_some() && l.blocked)
+    })
+    .await;
+    until_text(&c, "#flows tr[data-flow=slow] td.flow-state", "backed_off").await;
+    shot(&c, "backed_off.png").await;
+    click(&c, "#flows button[data-action=lift][data-flow=slow]").await;
+    until("the lift", || async {
+        q.flow_limits()
+            .await
+            .unwrap()
+            .iter()
+            .any(|l| l.flow == "slow" && l.backoff_until_ms.is_none() && l.rate.is_some())
+    })
+    .await;
+    until_text(&c, "#flows tr[data-flow=slow] td.flow-state", "limited").await;
+    c.find(Locator::Css(
+        "#flows button[data-action=back_off][data-flow=slow]",
+    ))
+    .await
+    .unwrap();
+
     // An error shows in one line.
     c.execute(
         "document.querySelector('#pause-flow').value = 'bad\\tname';",
@@ -413,10 +468,25 @@ async fn read_only_hides_the_controls_and_refuses_writes() {
     let http = served.http.clone().unwrap();
     let token = served.token();
     let dead = fill(&served).await;
+    let q = workjournal::connect(
+        &format!("unix:{}", served.socket().display()),
+        Config::default(),
+    )
+    .await
+    .unwrap();
+    q.set_flow_limit(
+        "slow",
+        FlowLimit::Rate(Some(RateLimit::new(5, Duration::from_secs(60)))),
+    )
+    .await
+    .unwrap();
+    q.back_off("slow", Duration::from_secs(600)).await.unwrap();
     let c = browser(&driver).await;
     login(&c, &http, &token).await;
     until_text(&c, "#count-dead_letters b", "1").await;
     until_text(&c, "#flows tr[data-flow=held] td.flow-state", "paused").await;
+    // A backed-off flow is shown, without its lift control.
+    until_text(&c, "#flows tr[data-flow=slow] td.flow-state", "backed_off").await;
     click(&c, "#tabs button[data-state=dead_letter]").await;
     text_of(&c, &format!("#items tr[data-id=\"{dead}\"]")).await;
     assert_eq!(text_of(&c, "#mode").await, "read-only");
@@ -448,6 +518,24 @@ async fn read_only_hides_the_controls_and_refuses_writes() {
     assert_eq!(r.status, 403, "{}", r.body);
     assert!(r.body.contains("read-only"), "{}", r.body);
     assert_eq!(served.stats()["dead_letters"], 1);
+    let r = tcp(
+        &http,
+        "POST",
+        "/ui/action",
+        &[
+            ("authorization", &bearer),
+            ("content-type", "application/json"),
+        ],
+        "{\"action\":\"lift\",\"flow\":\"slow\"}",
+    );
+    assert_eq!(r.status, 403, "{}", r.body);
+    let slow = q.flow_limits().await.unwrap();
+    assert!(
+        slow.iter()
+            .any(|l| l.flow == "slow" && l.backoff_until_ms.is_some()),
+        "{slow:?}"
+    );
+    q.close().await.unwrap();
     // And without the token, reads are refused too.
     let r = tcp(&http, "GET", "/ui/items?state=dead_letter", &[], "");
     assert_eq!(r.status, 401);

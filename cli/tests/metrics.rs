@@ -77,6 +77,28 @@ fn metrics_over_the_socket_match_stats() {
     );
 }
 
+/// SPEC 12.3: a served queue file has a lag source (the one route
+/// `forward_lag` reads), so each scrape sets the forwarding lag gauge from
+/// it; a Redis queue has none and shows no such series (below).
+#[test]
+fn metrics_show_the_forwarding_lag_of_a_served_file() {
+    let served = Served::start(&[]);
+    wait_for("the socket", || served.socket().exists());
+    served.cli(&["add", "one"]);
+    served.cli(&["add", "--flow", "f", "two"]);
+    let lag = unix(&served.socket(), "POST", "/v1/forward_lag", "{}");
+    assert_eq!(lag.status, 200, "{}", lag.body);
+    let v: serde_json::Value = serde_json::from_str(&lag.body).unwrap();
+    let count = v["lag"]["count"].as_f64();
+    assert!(count.is_some(), "{v}");
+    let m = unix(&served.socket(), "GET", "/metrics", "").body;
+    assert_eq!(
+        sample(&m, "workjournal_forward_lag_items{target=\"redis\"}"),
+        count,
+        "{v}\n{m}"
+    );
+}
+
 #[test]
 fn metrics_on_tcp_need_the_token() {
     let served = Served::start(&["--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"]);
@@ -174,6 +196,8 @@ async fn the_dashboard_reads_a_redis_queue() {
             "{state}: {stats}\n{m}"
         );
     }
+    // No lag source on a Redis queue: no forwarding lag series.
+    assert!(!m.contains("workjournal_forward_lag_items"), "{m}");
     q.close().await.unwrap();
 }
 

@@ -28,6 +28,7 @@ use super::{error_response, json_response, same_token, stopped};
 use crate::browse::{ItemState, ListQuery, ListedItem};
 use crate::error::{Error, Result};
 use crate::item::{Receipt, Stats};
+use crate::limit::{FlowLimit, FlowLimits};
 use crate::metered::{MeteredQueue, OPERATION_DURATION, Totals, record_stats};
 use crate::queue::{BoxQueue, WorkQueue};
 use crate::wire::{ErrorBody, WireReceipt};
@@ -49,6 +50,14 @@ pub const FLOW_SAMPLE: usize = 1000;
 pub const PREVIEW_BYTES: usize = 256;
 /// The most dead letters one "redrive all" moves; more take another click.
 pub const REDRIVE_ALL_MAX: usize = 10_000;
+/// The back-off of the flow table's "back off" control when the action
+/// names no `seconds`: 30 s (SPEC 12.2).
+pub const BACK_OFF_DEFAULT: Duration = Duration::from_secs(30);
+/// The longest back-off one action sets: one day (SPEC 12.2).
+pub const BACK_OFF_MAX: Duration = Duration::from_secs(86_400);
+/// The `target` label the server gives `workjournal_forward_lag_items`
+/// for the file it serves (SPEC 12.3): forwarding hands items to Redis.
+pub const FORWARD_LAG_TARGET: &str = "redis";
 
 /// One sample of the charts.
 #[derive(Debug, Clone, Copy)]
@@ -66,11 +75,26 @@ pub(super) struct Dash {
     token: Arc<str>,
     read_only: bool,
     history: Mutex<VecDeque<Sample>>,
+    lag: Option<Lag>,
 }
 
+/// Where `/metrics` reads the served file's forwarding lag (SPEC 12.3):
+/// the server's lag source, when it has one.
+#[cfg(feature = "forward")]
+pub(super) type Lag = crate::forward::LagSource;
+/// Without store and forward there is no lag to read.
+#[cfg(not(feature = "forward"))]
+pub(super) type Lag = std::convert::Infallible;
+
 impl Dash {
-    pub(super) fn new(metered: MeteredQueue<BoxQueue>, token: Arc<str>, read_only: bool) -> Self {
+    pub(super) fn new(
+        metered: MeteredQueue<BoxQueue>,
+        token: Arc<str>,
+        read_only: bool,
+        lag: Option<Lag>,
+    ) -> Self {
         Dash {
+            lag,
             queue: BoxQueue::new(metered.clone()),
             metered,
             token,
@@ -160,7 +184,7 @@ pub(super) async fn sample(dash: Arc<Dash>, mut stop: watch::Receiver<bool>) {
 
 /// `/metrics` in Prometheus text format, for any router whose caller has
 /// been let in.
-pub(super) async fn render_metrics(queue: &BoxQueue) -> Response {
+pub(super) async fn render_metrics(queue: &BoxQueue, lag: Option<&Lag>) -> Response {
     let Some(handle) = prometheus() else {
         return error_response(ErrorBody::plain(
             "closed",
@@ -171,6 +195,16 @@ pub(super) async fn render_metrics(queue: &BoxQueue) -> Response {
     if let Ok(s) = queue.stats().await {
         record_stats(&s);
     }
+    // The forwarding lag, from the same source as route `forward_lag`;
+    // no source, no series.
+    #[cfg(feature = "forward")]
+    if let Some(source) = lag
+        && let Ok(l) = source.lag(None).await
+    {
+        crate::metered::record_forward_lag(FORWARD_LAG_TARGET, l.lag.count);
+    }
+    #[cfg(not(feature = "forward"))]
+    let _ = lag;
     handle.run_upkeep();
     (
         [(
@@ -404,17 +438,19 @@ async fn metrics_route(State(dash): State<Arc<Dash>>, headers: HeaderMap) -> Res
     if !let_in(&headers, &dash.token) {
         return unauthorized();
     }
-    render_metrics(&dash.queue).await
+    render_metrics(&dash.queue, dash.lag.as_ref()).await
 }
 
 #[derive(Debug, Serialize)]
 struct FlowRow {
     flow: String,
-    /// `running` or `paused`; a later rule (rate limits, back-off) adds
-    /// its own state here, and its controls to `actions`.
+    /// `paused`, else `backed_off` (a back-off in force), else `limited`
+    /// (a rate limit or a concurrency cap), else `running`.
     state: &'static str,
     backlog: u64,
     parked: u64,
+    /// The flow's limits (SPEC 3, Flow limits), when it has any in force.
+    limits: Option<FlowLimits>,
     actions: Vec<&'static str>,
 }
 
@@ -451,31 +487,47 @@ async fn overview_of(dash: &Dash) -> Result<Overview> {
     let now_ms = q.now_ms().await?;
     let by_flow = q.backlog_by_flow(FLOW_SAMPLE).await?;
     let paused = q.paused_flows().await?;
+    let limits: std::collections::BTreeMap<String, FlowLimits> = q
+        .flow_limits()
+        .await?
+        .into_iter()
+        .map(|l| (l.flow.clone(), l))
+        .collect();
+    let mut names: std::collections::BTreeSet<String> = by_flow.keys().cloned().collect();
+    names.extend(paused.iter().cloned());
+    names.extend(limits.keys().cloned());
     let mut flows = Vec::new();
-    for (flow, backlog) in &by_flow {
-        if paused.contains(flow) {
-            continue;
+    for flow in names {
+        let is_paused = paused.contains(&flow);
+        let limit = limits.get(&flow).cloned();
+        let backed_off = limit
+            .as_ref()
+            .is_some_and(|l| l.backoff_until_ms.is_some_and(|t| t > now_ms));
+        let state = if is_paused {
+            "paused"
+        } else if backed_off {
+            "backed_off"
+        } else if limit.is_some() {
+            "limited"
+        } else {
+            "running"
+        };
+        let mut actions = Vec::new();
+        if !flow.is_empty() {
+            if is_paused {
+                actions.extend(["resume", "step"]);
+            } else {
+                actions.push("pause");
+            }
+            actions.push(if backed_off { "lift" } else { "back_off" });
         }
         flows.push(FlowRow {
-            flow: flow.clone(),
-            state: "running",
-            backlog: *backlog,
-            parked: 0,
-            actions: if flow.is_empty() {
-                Vec::new()
-            } else {
-                vec!["pause"]
-            },
-        });
-    }
-    for flow in paused {
-        let parked = q.parked(&flow).await?;
-        flows.push(FlowRow {
             backlog: by_flow.get(&flow).copied().unwrap_or(0),
+            parked: if is_paused { q.parked(&flow).await? } else { 0 },
             flow,
-            state: "paused",
-            parked,
-            actions: vec!["resume", "step"],
+            state,
+            limits: limit,
+            actions,
         });
     }
     flows.sort_by(|a, b| a.flow.cmp(&b.flow));
@@ -668,6 +720,9 @@ struct Action {
     ids: Vec<u64>,
     #[serde(default)]
     receipt: Option<WireReceipt>,
+    /// For `back_off`: how long, in seconds (default 30, at most a day).
+    #[serde(default)]
+    seconds: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -768,6 +823,27 @@ async fn run_action(q: &BoxQueue, a: Action) -> Result<Done> {
                 }),
             }
         }
+        "back_off" => {
+            let flow = flow_of(&a)?;
+            let d = a.seconds.map_or(BACK_OFF_DEFAULT, Duration::from_secs);
+            if d.is_zero() || d > BACK_OFF_MAX {
+                return Err(Error::invalid(format!(
+                    "back_off takes 1 to {} seconds",
+                    BACK_OFF_MAX.as_secs()
+                )));
+            }
+            q.back_off(flow, d).await?;
+            Ok(done(format!(
+                "flow {flow:?} backed off for {} s",
+                d.as_secs()
+            )))
+        }
+        "lift" => {
+            let flow = flow_of(&a)?;
+            q.set_flow_limit(flow, FlowLimit::BackOffUntil(None))
+                .await?;
+            Ok(done(format!("flow {flow:?}: back-off lifted")))
+        }
         "ack" => {
             let r = receipt_of(&a)?;
             q.ack(r).await?;
@@ -830,7 +906,7 @@ async fn run_action(q: &BoxQueue, a: Action) -> Result<Done> {
             Ok(done(format!("{n} dead letters deleted")))
         }
         other => Err(Error::invalid(format!(
-            "no action named {:?} (pause, resume, step, ack, release, redrive, redrive_all, purge)",
+            "no action named {:?} (pause, resume, step, back_off, lift, ack, release, redrive, redrive_all, purge)",
             other.chars().take(64).collect::<String>()
         ))),
     }

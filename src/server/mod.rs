@@ -60,7 +60,8 @@ use crate::wire::{self, ErrorBody, ErrorReply, Request};
 mod dashboard;
 #[cfg(feature = "dashboard")]
 pub use dashboard::{
-    FLOW_SAMPLE, HISTORY_SAMPLES, PREVIEW_BYTES, REDRIVE_ALL_MAX, SAMPLE_INTERVAL, TOKEN_COOKIE,
+    BACK_OFF_DEFAULT, BACK_OFF_MAX, FLOW_SAMPLE, FORWARD_LAG_TARGET, HISTORY_SAMPLES,
+    PREVIEW_BYTES, REDRIVE_ALL_MAX, SAMPLE_INTERVAL, TOKEN_COOKIE,
 };
 
 /// Default of [`ServerOptions::header_timeout`]: 10 seconds.
@@ -422,10 +423,15 @@ impl Server {
                 .any(|l| matches!(l.kind, ListenerKind::Dashboard(_)));
             let token: Arc<str> = Arc::from(self.options.token.as_deref().unwrap_or_default());
             wanted.then(|| {
+                #[cfg(feature = "forward")]
+                let lag = self.lag.clone();
+                #[cfg(not(feature = "forward"))]
+                let lag = None;
                 let dash = Arc::new(dashboard::Dash::new(
                     self.metered.clone(),
                     token,
                     self.options.read_only,
+                    lag,
                 ));
                 tasks.spawn(dashboard::sample(dash.clone(), stop_rx.clone()));
                 dashboard::router(dash)
@@ -642,7 +648,11 @@ async fn api_metrics(State(state): State<AppState>, headers: HeaderMap) -> Respo
             "missing or wrong bearer token (send Authorization: Bearer <token>)",
         ));
     }
-    dashboard::render_metrics(&state.queue).await
+    #[cfg(feature = "forward")]
+    let lag = state.lag.as_ref();
+    #[cfg(not(feature = "forward"))]
+    let lag = None;
+    dashboard::render_metrics(&state.queue, lag).await
 }
 
 async fn openapi() -> Response {

@@ -76,16 +76,29 @@
     chart($("#chart-rate"), [{ cls: "added", values: added }, { cls: "acked", values: acked }, { cls: "failed", values: failed }], " /s");
     chart($("#chart-backlog"), [{ cls: "backlog", values: backlog }], " items");
   }
+  // SPEC 12.2: the flow table's controls, and a flow's limits in one line.
+  var actionLabels = { back_off: "back off 30s", lift: "lift back-off" };
+  var nowMs = 0;
+  function limitsText(l, now) {
+    if (!l) { return ""; }
+    var parts = [];
+    if (l.rate) { parts.push("rate " + l.rate.permits + " per " + (l.rate.period_ms / 1000) + " s (" + l.permits_used + " used)"); }
+    if (l.concurrency !== null && l.concurrency !== undefined) { parts.push("cap " + l.concurrency + " (" + l.pending + " pending)"); }
+    if (l.backoff_until_ms !== null && l.backoff_until_ms !== undefined && l.backoff_until_ms > now) { parts.push("backed off " + Math.ceil((l.backoff_until_ms - now) / 1000) + " s more"); }
+    parts.push(l.held + " held" + (l.blocked ? ", holding now" : ""));
+    return parts.join(" · ");
+  }
   function flowRow(f) {
     var tr = el("tr", { "data-flow": f.flow });
     tr.appendChild(el("td", {}, f.flow === "" ? "(default)" : f.flow));
     tr.appendChild(el("td", { "class": "flow-state" }, f.state));
     tr.appendChild(el("td", { "class": "num" }, f.backlog));
     tr.appendChild(el("td", { "class": "num" }, f.parked));
+    tr.appendChild(el("td", { "class": "flow-limits" }, limitsText(f.limits, nowMs)));
     var td = el("td");
     if (!readOnly) {
       (f.actions || []).forEach(function (a) {
-        var b = el("button", { "data-action": a, "data-flow": f.flow }, a);
+        var b = el("button", { "data-action": a, "data-flow": f.flow }, actionLabels[a] || a);
         b.addEventListener("click", function () { act({ action: a, flow: f.flow }); });
         td.appendChild(b); td.appendChild(document.createTextNode(" "));
       });
@@ -102,6 +115,7 @@
       setCount("oldest", s.oldest_pending_age_ms === null ? "–" : ago(o.now_ms - s.oldest_pending_age_ms, o.now_ms).replace(" ago", ""));
       $("#updated").textContent = "updated " + when(o.now_ms);
       drawCharts(o.history);
+      nowMs = o.now_ms;
       var tb = $("#flows tbody");
       while (tb.firstChild) { tb.removeChild(tb.firstChild); }
       o.flows.forEach(function (f) { tb.appendChild(flowRow(f)); });
