@@ -109,7 +109,20 @@ impl<'t> Tables<'t> {
 
     /// Put the heads and timer entries of `flow` right for `rec` at `now`
     /// and store it, or drop the record once nothing is set or held.
-    pub(super) fn settle(&mut self, flow: &str, mut rec: LimitRecord, now: u64) -> Result<()> {
+    pub(super) fn settle(&mut self, flow: &str, rec: LimitRecord, now: u64) -> Result<()> {
+        self.settle_record(flow, rec, now, true)
+    }
+
+    /// [`Tables::settle`], dropping an idle record only if `drop_idle`: a
+    /// clock step keeps every record, as the reference model and the Redis
+    /// backend do, so that items added next go where theirs go.
+    fn settle_record(
+        &mut self,
+        flow: &str,
+        mut rec: LimitRecord,
+        now: u64,
+        drop_idle: bool,
+    ) -> Result<()> {
         let st = state(&rec);
         let idle = st.idle(now);
         let may = st.claimable(now);
@@ -150,7 +163,7 @@ impl<'t> Tables<'t> {
             }
             rec.timer = want;
         }
-        if idle {
+        if idle && drop_idle {
             self.flow_limits_mut()?
                 .remove(flow)
                 .ctx("delete flow limit")?;
@@ -531,7 +544,7 @@ impl<'t> Tables<'t> {
                 heads: [None, None],
                 timer: None,
             };
-            self.settle(&flow, rec, now)?;
+            self.settle_record(&flow, rec, now, false)?;
         }
         Ok(())
     }
