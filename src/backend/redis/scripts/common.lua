@@ -41,7 +41,8 @@ local K_LIMIT_TIMERS = P .. 'limits-timers'
 local K_HELD_N = P .. 'limits-held'
 local K_HELD_DUE_N = P .. 'limits-held-due'
 -- PRUNE_LIMIT, MAX_DELIVERIES_REASON and the reply codes (LOST,
--- DEFAULT_FLOW, DELAYED, DEAD_LETTERED, PARKED) come from Rust, in a prelude
+-- DEFAULT_FLOW, DELAYED, DEAD_LETTERED, PARKED) and EVENTS_KEPT (entries the
+-- events stream keeps, all of which a waiter reads) come from Rust, in a prelude
 -- written before this file (`lua_constants` in scripts.rs), and so does CLOCK_TOLERANCE
 -- (CLOCK_STEP_TOLERANCE_MS: a smaller move back is noise).
 
@@ -152,7 +153,7 @@ local function wake_tail() return stream_tail(K_WAKE) end
 -- Outcomes and progress (SPEC 3). A signal on the events stream wakes every
 -- `wait_outcome` and `wait_chunks` (trimmed to 64 entries; holds no data).
 local function event(id)
-  redis.call('XADD', K_EVENTS, 'MAXLEN', '64', '*', 'id', id)
+  redis.call('XADD', K_EVENTS, 'MAXLEN', EVENTS_KEPT, '*', 'id', id)
 end
 
 local function events_tail() return stream_tail(K_EVENTS) end
@@ -184,7 +185,7 @@ local function finish(id, kind, value, now, ttl)
     redis.call('ZADD', K_OUT_EXP, now + ttl, pad(id))
     -- A small outcome rides on its signal, so a waiter needs no second read.
     if #value <= 1024 then
-      redis.call('XADD', K_EVENTS, 'MAXLEN', '64', '*', 'id', id, 'kind', kind,
+      redis.call('XADD', K_EVENTS, 'MAXLEN', EVENTS_KEPT, '*', 'id', id, 'kind', kind,
         'value', value, 'at', fmt(now))
       return
     end
@@ -403,19 +404,6 @@ local function enqueue(zset, field, id, arrival, now)
   redis.call('ZADD', zset, fmt(arrival - boost), member)
 end
 
--- Hand item `id` to `consumer`: pending, deliveries + 1, a new lease.
-local function hand_out(id, lane, now, consumer)
-  local k = item_key(id)
-  local lease = redis.call('INCR', K_LEASE)
-  local dlv = redis.call('HINCRBY', k, 'dlv', 1)
-  redis.call('HSET', k, 'st', 'pending', 'lane', lane, 'ls', fmt(lease),
-    'ca', fmt(now), 'owner', consumer)
-  redis.call('ZADD', K_PENDING, now, pad(id))
-  local f = redis.call('HMGET', k, 'flow', 'payload', 'enq', 'nb', 'pri', 'cost')
-  lim_pending(f[1], 1, now)
-  return { id, f[1] or '', f[2] or '', f[3] or '0', f[4] or '', dlv, lane, fmt(now), lease, f[5] or '0', f[6] or '1' }
-end
-
 -- Whether item `id` is pending under lease `lease`.
 local function current(id, lease)
   local f = redis.call('HMGET', item_key(id), 'st', 'ls')
@@ -487,6 +475,41 @@ local function call_chunked(cmd, key, list, extra)
       redis.call(cmd, key, unpack(list, i, last))
     end
     i = last + 1
+  end
+end
+
+-- Handing items out (claim, step, reclaim_stale): the one place an item
+-- becomes pending. The hand-outs of one script share one read and one
+-- write of the lease counter and one write of the pending index:
+-- `hand_outs_begin` before the first, `hand_outs_end` after the last.
+local HAND_OUT_FIELDS = { 'flow', 'payload', 'enq', 'nb', 'dlv', 'pri', 'cost' }
+local H = nil
+local function hand_outs_begin(now, consumer)
+  H = { lease = tonumber(redis.call('GET', K_LEASE) or '0'), zadd = {},
+    now = now, snow = fmt(now), consumer = consumer }
+end
+
+-- Hand item `id` to the consumer: pending, deliveries + 1, a new lease.
+-- `f` holds its HAND_OUT_FIELDS (nil: read here). `counted`: the caller
+-- has already counted it as pending in its flow's limit record (claim
+-- does, as it charges the flow's permits).
+local function hand_out(id, lane, f, counted)
+  f = f or redis.call('HMGET', item_key(id), unpack(HAND_OUT_FIELDS))
+  H.lease = H.lease + 1
+  local dlv = (tonumber(f[5]) or 0) + 1
+  redis.call('HSET', item_key(id), 'dlv', dlv, 'st', 'pending', 'lane', lane,
+    'ls', fmt(H.lease), 'ca', H.snow, 'owner', H.consumer)
+  H.zadd[#H.zadd + 1] = H.now
+  H.zadd[#H.zadd + 1] = pad(id)
+  if not counted then lim_pending(f[1], 1, H.now) end
+  return { id, f[1] or '', f[2] or '', f[3] or '0', f[4] or '', dlv, lane, H.snow, H.lease,
+    f[6] or '0', f[7] or '1' }
+end
+
+local function hand_outs_end()
+  if #H.zadd > 0 then
+    redis.call('SET', K_LEASE, fmt(H.lease))
+    call_chunked('ZADD', K_PENDING, H.zadd)
   end
 end
 
