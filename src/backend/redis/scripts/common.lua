@@ -57,6 +57,30 @@ local function pad(id) return string.format('%020d', tonumber(id)) end
 local function unpad(m) return string.format('%d', tonumber(m)) end
 local function fmt(n) return string.format('%d', n) end
 
+-- Call `cmd key` with `list` appended, in chunks (Lua's unpack has a limit).
+local function call_chunked(cmd, key, list, extra)
+  local i = 1
+  while i <= #list do
+    local last = math.min(i + 999, #list)
+    if extra then
+      redis.call(cmd, key, extra, unpack(list, i, last))
+    else
+      redis.call(cmd, key, unpack(list, i, last))
+    end
+    i = last + 1
+  end
+end
+
+-- DEL the keys of `list`, in chunks.
+local function del_chunked(list)
+  local i = 1
+  while i <= #list do
+    local last = math.min(i + 999, #list)
+    redis.call('DEL', unpack(list, i, last))
+    i = last + 1
+  end
+end
+
 -- Move every member's score of sorted set `key` back by `back` (not below
 -- 0); `field`, if given, is the item-hash field that mirrors the score.
 local function shift_scores(key, back, field)
@@ -174,23 +198,57 @@ local function prune_outcomes(now)
   if #ms > 0 then redis.call('ZREM', K_OUT_EXP, unpack(ms)) end
 end
 
--- Keep how item `id` finished (`kind` done or dead, `value` the result or
--- reason) for `ttl` ms; 0 keeps nothing. Wakes the waiters. The caller
--- prunes expired outcomes once per script (`prune_outcomes`).
-local function finish(id, kind, value, now, ttl)
-  forget_outcome(id)
+-- The most outcomes one signal on the events stream carries.
+local OUTCOMES_PER_SIGNAL = 100
+
+-- Keep how each item of `list` ({id, value} pairs) finished (`kind` done or
+-- dead, `value` the result or reason) for `ttl` ms; 0 keeps nothing. Wakes
+-- the waiters: one signal per OUTCOMES_PER_SIGNAL items, a group `id`
+-- [`kind`, `value`, `at`] per item (a small outcome rides on its signal,
+-- so a waiter needs no second read). Per item one HSET; the expiry index,
+-- deletions and signals are written once per call. The caller prunes
+-- expired outcomes once per script (`prune_outcomes`).
+local function finish_all(list, kind, now, ttl)
+  if #list == 0 then return end
   ttl = tonumber(ttl) or 0
-  if ttl > 0 then
-    redis.call('HSET', out_key(id), 'kind', kind, 'value', value, 'at', fmt(now))
-    redis.call('ZADD', K_OUT_EXP, now + ttl, pad(id))
-    -- A small outcome rides on its signal, so a waiter needs no second read.
-    if #value <= 1024 then
-      redis.call('XADD', K_EVENTS, 'MAXLEN', EVENTS_KEPT, '*', 'id', id, 'kind', kind,
-        'value', value, 'at', fmt(now))
-      return
+  local at = fmt(now)
+  local index, gone, signal = {}, {}, {}
+  for i, r in ipairs(list) do
+    local id, value = r[1], r[2]
+    if ttl > 0 then
+      -- The hash has no fields but these three: HSET replaces the old outcome.
+      redis.call('HSET', out_key(id), 'kind', kind, 'value', value, 'at', at)
+      index[#index + 1] = now + ttl
+      index[#index + 1] = pad(id)
+    else
+      gone[#gone + 1] = out_key(id)
+      index[#index + 1] = pad(id)
+    end
+    signal[#signal + 1] = 'id'
+    signal[#signal + 1] = id
+    if ttl > 0 and #value <= 1024 then
+      signal[#signal + 1] = 'kind'
+      signal[#signal + 1] = kind
+      signal[#signal + 1] = 'value'
+      signal[#signal + 1] = value
+      signal[#signal + 1] = 'at'
+      signal[#signal + 1] = at
+    end
+    if #signal >= OUTCOMES_PER_SIGNAL * 8 or i == #list then
+      redis.call('XADD', K_EVENTS, 'MAXLEN', EVENTS_KEPT, '*', unpack(signal))
+      signal = {}
     end
   end
-  event(id)
+  if ttl > 0 then
+    call_chunked('ZADD', K_OUT_EXP, index)
+  else
+    del_chunked(gone)
+    call_chunked('ZREM', K_OUT_EXP, index)
+  end
+end
+
+local function finish(id, kind, value, now, ttl)
+  finish_all({ { id, value } }, kind, now, ttl)
 end
 
 local function entry_field(fields, name)
@@ -464,20 +522,6 @@ local function promote(now)
   return #ids / 2
 end
 
--- Call `cmd key` with `list` appended, in chunks (Lua's unpack has a limit).
-local function call_chunked(cmd, key, list, extra)
-  local i = 1
-  while i <= #list do
-    local last = math.min(i + 999, #list)
-    if extra then
-      redis.call(cmd, key, extra, unpack(list, i, last))
-    else
-      redis.call(cmd, key, unpack(list, i, last))
-    end
-    i = last + 1
-  end
-end
-
 -- Handing items out (claim, step, reclaim_stale): the one place an item
 -- becomes pending. The hand-outs of one script share one read and one
 -- write of the lease counter and one write of the pending index:
@@ -565,18 +609,66 @@ local function over_capacity(limit, fresh)
   return waiting + fresh > tonumber(limit)
 end
 
+-- Journaling new items (add, add_batch, add_delayed, forward): the one
+-- place an item is created. While no flow has a limit record, the adds of
+-- one script share one read and one write of the id and position counters
+-- and of the backlog clock, and one ZADD to the backlog: per item one HSET.
+-- With limits, each item goes through `to_backlog` (its flow may hold it).
+-- `adds_begin` before the first, `adds_end` after the last.
+local A = nil
+local function adds_begin(now)
+  A = { now = now, fast = not any_limits(), ready = {} }
+  if A.fast then
+    A.seq0 = tonumber(redis.call('GET', K_SEQ) or '0')
+    A.seq = A.seq0
+    A.pos0 = tonumber(redis.call('GET', K_POS) or '0')
+    A.pos = A.pos0
+    A.last = tonumber(redis.call('HGET', K_CLOCKS, 'backlog') or '0')
+    A.arrival = math.max(now, A.last)
+  end
+end
+
 -- Journal one new item of tier `pri` (`boost` = tier x aging_step in ms,
 -- SPEC 3, Priority); nb = '' for the backlog. Returns its id.
 local function new_item(flow, payload, enq, nb, pri, boost, has_key, key, now, window, cost)
-  local id = fmt(redis.call('INCR', K_SEQ))
-  local k = item_key(id)
-  redis.call('HSET', k, 'flow', flow, 'payload', payload, 'enq', enq, 'dlv', 0)
-  if cost and cost ~= '' and cost ~= '1' then redis.call('HSET', k, 'cost', cost) end
-  if pri ~= '0' and pri ~= '' then redis.call('HSET', k, 'pri', pri, 'boost', boost) end
-  if nb ~= '' then
-    redis.call('HSET', k, 'nb', nb, 'st', 'delayed')
-    redis.call('ZADD', K_DELAYED, nb, pad(id))
+  local id
+  if A.fast then
+    A.seq = A.seq + 1
+    id = fmt(A.seq)
   else
+    id = fmt(redis.call('INCR', K_SEQ))
+  end
+  local k = item_key(id)
+  local f = { 'flow', flow, 'payload', payload, 'enq', enq, 'dlv', 0 }
+  if cost and cost ~= '' and cost ~= '1' then
+    f[#f + 1] = 'cost'
+    f[#f + 1] = cost
+  end
+  local b = 0
+  if pri ~= '0' and pri ~= '' then
+    f[#f + 1] = 'pri'
+    f[#f + 1] = pri
+    f[#f + 1] = 'boost'
+    f[#f + 1] = boost
+    b = tonumber(boost) or 0
+  end
+  if nb ~= '' then
+    f[#f + 1] = 'nb'
+    f[#f + 1] = nb
+    f[#f + 1] = 'st'
+    f[#f + 1] = 'delayed'
+    redis.call('HSET', k, unpack(f))
+    redis.call('ZADD', K_DELAYED, nb, pad(id))
+  elseif A.fast then
+    f[#f + 1] = 'st'
+    f[#f + 1] = 'backlog'
+    redis.call('HSET', k, unpack(f))
+    -- As `enqueue` ranks it: arrival - boost, member <position>:<id>.
+    A.pos = A.pos + 1
+    A.ready[#A.ready + 1] = fmt(A.arrival - b)
+    A.ready[#A.ready + 1] = pad(A.pos) .. ':' .. id
+  else
+    redis.call('HSET', k, unpack(f))
     to_backlog(id, now)
   end
   if has_key == '1' then
@@ -584,4 +676,14 @@ local function new_item(flow, payload, enq, nb, pri, boost, has_key, key, now, w
     redis.call('ZADD', K_DEDUP_EXP, now + window, key)
   end
   return id
+end
+
+local function adds_end()
+  if not A.fast then return end
+  if A.seq > A.seq0 then redis.call('SET', K_SEQ, fmt(A.seq)) end
+  if A.pos > A.pos0 then
+    redis.call('SET', K_POS, fmt(A.pos))
+    if A.arrival > A.last then redis.call('HSET', K_CLOCKS, 'backlog', fmt(A.arrival)) end
+    call_chunked('ZADD', K_READY, A.ready)
+  end
 end
