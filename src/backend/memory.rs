@@ -58,6 +58,18 @@ pub enum Location {
     DeadLetter,
 }
 
+impl Location {
+    /// Where an item in a flow's held lane counts (SPEC 3, Flow limits):
+    /// in the due lane (`due`) or the backlog it was held from.
+    pub(crate) fn held(due: bool) -> Location {
+        if due {
+            Location::Due
+        } else {
+            Location::Backlog
+        }
+    }
+}
+
 /// The reference state machine: every operation of SPEC section 3 as a plain
 /// synchronous method taking `now_ms` (ms since the Unix epoch).
 #[derive(Debug, Clone)]
@@ -1153,14 +1165,7 @@ impl Model {
         out.extend(self.backlog.values().map(|id| (*id, Location::Backlog)));
         out.extend(self.due.values().map(|id| (*id, Location::Due)));
         for m in self.held.values() {
-            out.extend(m.iter().map(|(k, id)| {
-                let at = if k.0 == 0 {
-                    Location::Due
-                } else {
-                    Location::Backlog
-                };
-                (*id, at)
-            }));
+            out.extend(m.iter().map(|(k, id)| (*id, Location::held(k.0 == 0))));
         }
         out.extend(self.delayed.iter().map(|(_, id)| (*id, Location::Delayed)));
         out.extend(self.pending.keys().map(|id| (*id, Location::Pending)));
