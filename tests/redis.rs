@@ -1047,7 +1047,7 @@ async fn redis_hand_outs_share_one_lease_counter() {
         assert_eq!(c.receipt.delivery, 2);
         assert_eq!(c.claimed_at_ms, T0 + 61_000);
     }
-    let mut conn = raw(&url).await;
+    let mut conn = raw_connection(&url).await.unwrap();
     let counter: u64 = redis::cmd("GET")
         .arg(format!("{{{ns}}}:lease"))
         .query_async(&mut conn)
