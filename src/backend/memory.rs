@@ -57,6 +57,18 @@ pub enum Location {
     DeadLetter,
 }
 
+impl Location {
+    /// Where an item in a flow's held lane counts (SPEC 3, Flow limits):
+    /// in the due lane (`due`) or the backlog it was held from.
+    pub(crate) fn held(due: bool) -> Location {
+        if due {
+            Location::Due
+        } else {
+            Location::Backlog
+        }
+    }
+}
+
 /// The reference state machine: every operation of SPEC section 3 as a plain
 /// synchronous method taking `now_ms` (ms since the Unix epoch).
 #[derive(Debug, Clone)]

@@ -101,14 +101,7 @@ impl Model {
         out.extend(self.backlog.values().map(|id| (*id, Location::Backlog)));
         out.extend(self.due.values().map(|id| (*id, Location::Due)));
         for m in self.held.values() {
-            out.extend(m.iter().map(|(k, id)| {
-                let at = if k.0 == 0 {
-                    Location::Due
-                } else {
-                    Location::Backlog
-                };
-                (*id, at)
-            }));
+            out.extend(m.iter().map(|(k, id)| (*id, Location::held(k.0 == 0))));
         }
         out.extend(self.delayed.iter().map(|(_, id)| (*id, Location::Delayed)));
         out.extend(self.pending.keys().map(|id| (*id, Location::Pending)));
