@@ -501,6 +501,9 @@ struct Inner {
     options: RedisOptions,
     scripts: Scripts,
     closed: AtomicBool,
+    /// Wakes blocking waits at `close()` (SPEC 8): a wait's `XREAD BLOCK`
+    /// would otherwise end only with its round, up to 10 s later.
+    close_signal: tokio::sync::Notify,
     /// Concurrent adds waiting to share one script call.
     combiner: combine::Combiner,
 }
@@ -813,6 +816,7 @@ impl RedisQueue {
             options,
             scripts: Scripts::new(),
             closed: AtomicBool::new(false),
+            close_signal: tokio::sync::Notify::new(),
             combiner: combine::Combiner::default(),
         };
         let mut queue = RedisQueue {
@@ -1122,6 +1126,12 @@ impl RedisQueue {
         block: Duration,
         timer: Option<crate::clock::Sleep>,
     ) -> Result<Option<Value>> {
+        // Registered before the flag is read, so a close() in between is
+        // not missed.
+        let closing = self.inner.close_signal.notified();
+        tokio::pin!(closing);
+        closing.as_mut().enable();
+        self.check_open()?;
         let mut conn = match self.take_blocker() {
             Some(c) => c,
             None => {
@@ -1181,6 +1191,8 @@ impl RedisQueue {
                 // connection (closing it ends the block) rather than reuse it.
                 Ok(None)
             }
+            // As for the timer: the connection is dropped, ending the block.
+            _ = closing => Err(Error::Closed),
         }
     }
 
@@ -1878,6 +1890,7 @@ impl WorkQueue for RedisQueue {
 
     async fn close(&self) -> Result<()> {
         self.inner.closed.store(true, Ordering::Release);
+        self.inner.close_signal.notify_waiters();
         self.inner
             .blockers
             .lock()
