@@ -60,6 +60,24 @@ workjournal::on_server_and_cluster!(
     a_claim_does_not_walk_a_held_flows_items,
 );
 
+/// A queue with `options`' short timeouts, for a test of what happens
+/// once its server is gone: connecting (to every node of a cluster, within
+/// the same short bound) is tried again for up to 20 s while the machine
+/// is busy, as it is not what such a test is about.
+async fn connect_patiently(url: &str, ns: &str, options: RedisOptions) -> RedisQueue {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match RedisQueue::connect(url, ns, Config::default(), options.clone()).await {
+            Ok(q) => return q,
+            Err(e) if Instant::now() < deadline => {
+                assert!(matches!(e, Error::Backend { .. }), "{e:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("could not connect within 20 s: {e}"),
+        }
+    }
+}
+
 /// This process's shared server or cluster.
 fn shared_url(kind: RedisKind) -> String {
     kind.shared_url().unwrap()
@@ -261,9 +279,7 @@ async fn killed_redis_fails_within_the_timeout_and_works_after_restart(kind: Red
     let options = RedisOptions::default()
         .connect_timeout(Duration::from_millis(300))
         .response_timeout(Duration::from_millis(500));
-    let q = RedisQueue::connect(&url, "faults", Config::default(), options)
-        .await
-        .unwrap();
+    let q = connect_patiently(&url, "faults", options).await;
     q.add(NewItem::new(b"before".to_vec())).await.unwrap();
     let node = server.kill_serving("faults").unwrap();
     for _ in 0..3 {
@@ -367,9 +383,7 @@ async fn stopped_redis_fails_every_call_within_the_bound_and_works_after_sigcont
     // what three connect tries (4.5 s) would take.
     let bound = Duration::from_secs(2);
     let slack = Duration::from_secs(1);
-    let q = RedisQueue::connect(&url, "stopped", Config::default(), options.clone())
-        .await
-        .unwrap();
+    let q = connect_patiently(&url, "stopped", options.clone()).await;
     q.add(NewItem::new(b"before".to_vec())).await.unwrap();
     let stopped = Stopped::stop(&pid);
     let started = Instant::now();
@@ -400,9 +414,7 @@ async fn stopped_redis_fails_every_call_within_the_bound_and_works_after_sigcont
         }
     };
     assert_eq!(stats.backlog, 1);
-    let again = RedisQueue::connect(&url, "stopped", Config::default(), options)
-        .await
-        .unwrap();
+    let again = connect_patiently(&url, "stopped", options).await;
     let got = again
         .claim(1, Duration::ZERO, ClaimFrom::All)
         .await
@@ -814,12 +826,7 @@ async fn a_namespace_of_the_stream_layout_moves_to_ranked_lanes_at_connect(kind:
 }
 
 /// The member of the ready lane `lane` naming item `id`.
-async fn lane_member(
-    conn: &mut RawConnection,
-    ns: &str,
-    lane: &str,
-    id: u64,
-) -> String {
+async fn lane_member(conn: &mut RawConnection, ns: &str, lane: &str, id: u64) -> String {
     let members: Vec<String> = redis::cmd("ZRANGE")
         .arg(format!("{{{ns}}}:{lane}"))
         .arg(0)
@@ -1014,13 +1021,9 @@ async fn a_claim_does_not_walk_a_held_flows_items(kind: RedisKind) {
         "srem",
         "time",
     ];
-    let before = conn.command_calls("held", &every)
-        .await
-        .unwrap();
+    let before = conn.command_calls("held", &every).await.unwrap();
     let got = q.claim(10, Duration::ZERO, ClaimFrom::All).await.unwrap();
-    let after = conn.command_calls("held", &every)
-        .await
-        .unwrap();
+    let after = conn.command_calls("held", &every).await.unwrap();
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].item.payload, b"cool");
     assert!(

@@ -105,8 +105,8 @@ async fn killing_the_primary_mid_workload_loses_no_acknowledged_add() {
         cluster.nodes()[primary].is_running(),
         "adds succeeded with min_replicas 1 while the new primary had no replica"
     );
-    let new_primary = tokio::task::block_in_place(|| cluster.primary_of(&format!("{{{ns}}}:seq")))
-        .unwrap();
+    let new_primary =
+        tokio::task::block_in_place(|| cluster.primary_of(&format!("{{{ns}}}:seq"))).unwrap();
     assert_ne!(new_primary, primary, "the replica did not take over");
     assert_eq!(new_primary, replica);
     let mut claimed = BTreeSet::new();

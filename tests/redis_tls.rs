@@ -370,7 +370,9 @@ async fn cluster_over_tls_refuses_a_client_without_its_ca() {
     }
     // The plain port of the same node speaks no TLS: a `rediss://` client
     // does not fall back to plain text.
-    let plain = cluster.url().replace("redis+cluster://", "rediss+cluster://");
+    let plain = cluster
+        .url()
+        .replace("redis+cluster://", "rediss+cluster://");
     let err = RedisQueue::connect(
         &plain,
         &fresh_namespace(),

@@ -26,11 +26,11 @@ pub mod redis_target;
 #[cfg(feature = "redis")]
 pub use redis_cluster::{RedisCluster, RedisClusterFactory, RedisClusterOptions};
 #[cfg(feature = "redis")]
-pub use redis_target::{RawConnection, RedisDeployment, RedisKind, raw_connection};
-#[cfg(feature = "redis")]
 pub use redis_server::{
     RedisFactory, RedisServer, RedisServerOptions, TestCertificates, command_calls,
 };
+#[cfg(feature = "redis")]
+pub use redis_target::{RawConnection, RedisDeployment, RedisKind, raw_connection};
 
 #[cfg(feature = "embedded")]
 pub mod faults;

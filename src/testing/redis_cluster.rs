@@ -274,17 +274,20 @@ impl RedisCluster {
         let port = self.running_port()?;
         let slot: i64 = query(port, redis::cmd("CLUSTER").arg("KEYSLOT").arg(key))?;
         let mut found = None;
-        settle(&format!("every node naming one primary of slot {slot}"), || {
-            let mut views = self
-                .nodes
-                .iter()
-                .filter(|n| n.is_running())
-                .map(|n| self.primary_in_view_of(n.port(), slot).ok().flatten());
-            let first = views.next().flatten();
-            let agreed = first.is_some() && views.all(|v| v == first);
-            found = first;
-            Ok(agreed)
-        })?;
+        settle(
+            &format!("every node naming one primary of slot {slot}"),
+            || {
+                let mut views = self
+                    .nodes
+                    .iter()
+                    .filter(|n| n.is_running())
+                    .map(|n| self.primary_in_view_of(n.port(), slot).ok().flatten());
+                let first = views.next().flatten();
+                let agreed = first.is_some() && views.all(|v| v == first);
+                found = first;
+                Ok(agreed)
+            },
+        )?;
         found.ok_or_else(|| other(format!("no node serves slot {slot} as primary")))
     }
 

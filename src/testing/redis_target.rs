@@ -54,12 +54,12 @@ impl RedisKind {
     /// As [`RedisServer::start`] or [`RedisCluster::start`].
     pub fn start_private(self, aof_always: bool) -> io::Result<RedisDeployment> {
         Ok(match self {
-            RedisKind::Server => RedisDeployment::Server(RedisServer::start_with(
-                RedisServerOptions {
+            RedisKind::Server => {
+                RedisDeployment::Server(RedisServer::start_with(RedisServerOptions {
                     aof_always,
                     ..Default::default()
-                },
-            )?),
+                })?)
+            }
             RedisKind::Cluster => {
                 RedisDeployment::Cluster(RedisCluster::start_with(RedisClusterOptions {
                     primaries: 3,
@@ -74,6 +74,8 @@ impl RedisKind {
 
 /// A deployment started for one test by [`RedisKind::start_private`].
 /// Dropping it kills every node and removes their dirs.
+// One per test, so the size difference of the variants costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum RedisDeployment {
     /// One server.
