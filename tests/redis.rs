@@ -27,9 +27,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use workjournal::testing::redis_server::fresh_namespace;
-use workjournal::testing::{
-    RawConnection, RedisKind, RedisServer, RedisServerOptions, raw_connection,
-};
+use workjournal::testing::{RawConnection, RedisKind, RedisServer, RedisServerOptions};
 use workjournal::{
     ClaimFrom, Config, Error, ManualClock, NewItem, RedisOptions, RedisQueue, WorkQueue,
 };
@@ -83,8 +81,9 @@ fn shared_url(kind: RedisKind) -> String {
     kind.shared_url().unwrap()
 }
 
+/// A raw connection to the server or cluster at `url`.
 async fn raw(url: &str) -> RawConnection {
-    raw_connection(url).await.unwrap()
+    RawConnection::open(url).await.unwrap()
 }
 
 async fn two_handles_promoting_and_claiming_deliver_each_item_once(kind: RedisKind) {

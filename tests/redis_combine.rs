@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use workjournal::testing::redis_server::fresh_namespace;
-use workjournal::testing::{RedisKind, raw_connection};
+use workjournal::testing::{RawConnection, RedisKind};
 use workjournal::{ClaimFrom, Config, NewItem, RedisOptions, RedisQueue, WorkQueue};
 
 workjournal::on_server_and_cluster!(
@@ -24,7 +24,7 @@ workjournal::on_server_and_cluster!(
 /// Script calls (`EVALSHA` and `EVAL`) the node serving namespace `ns` has
 /// run, from `INFO commandstats`.
 async fn script_calls(url: &str, ns: &str) -> u64 {
-    let mut conn = raw_connection(url).await.unwrap();
+    let mut conn = RawConnection::open(url).await.unwrap();
     conn.command_calls(ns, &["evalsha", "eval"]).await.unwrap()
 }
 

@@ -15,7 +15,7 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 use crate::testing::redis_cluster::shared_cluster_url;
-use crate::testing::redis_server::{calls_in_commandstats, shared_server_url};
+use crate::testing::redis_server::{calls_in_commandstats, raw_connection, shared_server_url};
 use crate::testing::{RedisCluster, RedisClusterOptions, RedisServer, RedisServerOptions};
 
 /// Which deployment a shared Redis test body runs against.
@@ -152,32 +152,32 @@ impl std::fmt::Debug for RawConnection {
     }
 }
 
-/// A raw connection to the deployment at `url`, a URL as
-/// [`RedisQueue::connect`](crate::RedisQueue::connect) takes it
-/// (`redis+cluster://` for a cluster).
-///
-/// # Errors
-///
-/// The client's error if the URL is malformed or nothing answers within 5 s.
-pub async fn raw_connection(url: &str) -> RedisResult<RawConnection> {
-    for (cluster, plain) in [
-        ("redis+cluster://", "redis://"),
-        ("rediss+cluster://", "rediss://"),
-    ] {
-        if let Some(rest) = url.strip_prefix(cluster) {
-            let client = redis::cluster::ClusterClient::builder(vec![format!("{plain}{rest}")])
-                .connection_timeout(Duration::from_secs(5))
-                .build()?;
-            return Ok(RawConnection::Cluster(client.get_async_connection().await?));
-        }
-    }
-    let client = redis::Client::open(url)?;
-    Ok(RawConnection::Server(
-        client.get_multiplexed_async_connection().await?,
-    ))
-}
-
 impl RawConnection {
+    /// A raw connection to the deployment at `url`, a URL as
+    /// [`RedisQueue::connect`](crate::RedisQueue::connect) takes it
+    /// (`redis+cluster://` for a cluster); to one server, it is
+    /// [`raw_connection`](crate::testing::raw_connection)'s, with its long
+    /// response timeout.
+    ///
+    /// # Errors
+    ///
+    /// The client's error if the URL is malformed or nothing answers.
+    pub async fn open(url: &str) -> RedisResult<RawConnection> {
+        for (cluster, plain) in [
+            ("redis+cluster://", "redis://"),
+            ("rediss+cluster://", "rediss://"),
+        ] {
+            if let Some(rest) = url.strip_prefix(cluster) {
+                let client = redis::cluster::ClusterClient::builder(vec![format!("{plain}{rest}")])
+                    .connection_timeout(Duration::from_secs(5))
+                    .response_timeout(Duration::from_secs(60))
+                    .build()?;
+                return Ok(RawConnection::Cluster(client.get_async_connection().await?));
+            }
+        }
+        Ok(RawConnection::Server(raw_connection(url).await?))
+    }
+
     /// Run `cmd`, which names no key (`INFO`, `KEYS`), on the node that
     /// serves namespace `ns` (its slot's primary in a cluster).
     ///
