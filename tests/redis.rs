@@ -1033,3 +1033,75 @@ async fn a_claim_does_not_walk_a_held_flows_items(kind: RedisKind) {
     let s = q.stats().await.unwrap();
     assert_eq!((s.backlog, s.limited), (5000, 5000));
 }
+
+/// Failed as a design: claim.lua handed items out with code of its own
+/// beside `hand_out` in common.lua (used by step and reclaim_stale). Now
+/// every script that makes an item pending goes through the one
+/// `hand_out`: claim, step and reclaim_stale take their leases from the
+/// one counter in call order, write each item's delivery and claim time,
+/// and index it in `{ns}:pending` at its claim time.
+#[tokio::test]
+async fn redis_hand_outs_share_one_lease_counter() {
+    let url = shared_url();
+    let ns = fresh_namespace();
+    let clock = ManualClock::new(T0);
+    let q = connect(&url, &ns, Config::default().clock(clock.clone())).await;
+    q.add_batch(vec![
+        NewItem::new(b"a".to_vec()),
+        NewItem::new(b"b".to_vec()),
+    ])
+    .await
+    .unwrap();
+    q.pause("cold").await.unwrap();
+    q.add(NewItem::new(b"c".to_vec()).flow("cold"))
+        .await
+        .unwrap();
+    let claimed = q.claim(10, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!(claimed.len(), 2, "the paused flow's item is parked");
+    assert_eq!(q.parked("cold").await.unwrap(), 1);
+    clock.advance(Duration::from_secs(1));
+    let stepped = q.step("cold").await.unwrap().unwrap();
+    // Resumed, so that reclaim_stale hands the stepped item out again
+    // rather than parking it.
+    q.resume("cold").await.unwrap();
+    clock.advance(Duration::from_secs(60));
+    let reclaimed = q.reclaim(Duration::from_secs(30), 10).await.unwrap();
+    assert!(reclaimed.dead_lettered.is_empty());
+    assert_eq!(reclaimed.claimed.len(), 3);
+
+    let mut leases: Vec<u64> = claimed.iter().map(|c| c.receipt.lease).collect();
+    leases.push(stepped.receipt.lease);
+    leases.extend(reclaimed.claimed.iter().map(|c| c.receipt.lease));
+    assert!(
+        leases.windows(2).all(|w| w[0] < w[1]),
+        "leases not in call order: {leases:?}"
+    );
+    assert_eq!(stepped.receipt.delivery, 1);
+    assert_eq!(stepped.claimed_at_ms, T0 + 1_000);
+    for c in &reclaimed.claimed {
+        assert_eq!(c.receipt.delivery, 2);
+        assert_eq!(c.claimed_at_ms, T0 + 61_000);
+    }
+    let mut conn = raw_connection(&url).await.unwrap();
+    let counter: u64 = redis::cmd("GET")
+        .arg(format!("{{{ns}}}:lease"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(Some(&counter), leases.last());
+    let pending: Vec<(String, f64)> = redis::cmd("ZRANGE")
+        .arg(format!("{{{ns}}}:pending"))
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 3);
+    assert!(pending.iter().all(|(_, at)| *at == (T0 + 61_000) as f64));
+    for c in &reclaimed.claimed {
+        q.ack(c.receipt).await.unwrap();
+    }
+    assert_eq!(q.stats().await.unwrap().pending, 0);
+    q.close().await.unwrap();
+}

@@ -60,8 +60,8 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default of [`RedisOptions::replica_timeout`]: 1 s.
 pub const DEFAULT_REPLICA_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Events one `wait_outcome` / `wait_chunks` round reads at most (the
-/// stream keeps 64).
+/// Events one `wait_outcome` / `wait_chunks` round reads at most, and the
+/// entries the events stream keeps (the scripts get it as `EVENTS_KEPT`).
 const EVENTS_PER_READ: usize = 64;
 
 /// The longest single `XREAD BLOCK` of a waiting claim; a longer wait loops.
