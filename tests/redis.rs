@@ -56,6 +56,7 @@ workjournal::on_server_and_cluster!(
     endless_timeouts_do_not_overflow,
     done_markers_live_in_the_expiry_set_alone,
     a_claim_does_not_walk_a_held_flows_items,
+    redis_hand_outs_share_one_lease_counter,
 );
 
 /// A queue with `options`' short timeouts, for a test of what happens
@@ -1040,9 +1041,8 @@ async fn a_claim_does_not_walk_a_held_flows_items(kind: RedisKind) {
 /// `hand_out`: claim, step and reclaim_stale take their leases from the
 /// one counter in call order, write each item's delivery and claim time,
 /// and index it in `{ns}:pending` at its claim time.
-#[tokio::test]
-async fn redis_hand_outs_share_one_lease_counter() {
-    let url = shared_url();
+async fn redis_hand_outs_share_one_lease_counter(kind: RedisKind) {
+    let url = shared_url(kind);
     let ns = fresh_namespace();
     let clock = ManualClock::new(T0);
     let q = connect(&url, &ns, Config::default().clock(clock.clone())).await;
@@ -1082,7 +1082,7 @@ async fn redis_hand_outs_share_one_lease_counter() {
         assert_eq!(c.receipt.delivery, 2);
         assert_eq!(c.claimed_at_ms, T0 + 61_000);
     }
-    let mut conn = raw_connection(&url).await.unwrap();
+    let mut conn = raw(&url).await;
     let counter: u64 = redis::cmd("GET")
         .arg(format!("{{{ns}}}:lease"))
         .query_async(&mut conn)
