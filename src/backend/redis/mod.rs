@@ -82,6 +82,9 @@ struct Inner {
     options: RedisOptions,
     scripts: Scripts,
     closed: AtomicBool,
+    /// Wakes blocking waits at `close()` (SPEC 8): a wait's `XREAD BLOCK`
+    /// would otherwise end only with its round, up to 10 s later.
+    close_signal: tokio::sync::Notify,
     /// Concurrent adds waiting to share one script call.
     combiner: combine::Combiner,
 }

@@ -11,7 +11,7 @@ use super::reply::{array, bytes};
 use super::tls::connect_what;
 use super::{BLOCK_ROUND, EVENTS_PER_READ, RedisQueue, bounded};
 use crate::config::ms;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::outcome::{Outcome, OutcomeKind};
 
 impl RedisQueue {
@@ -46,6 +46,12 @@ impl RedisQueue {
         block: Duration,
         timer: Option<crate::clock::Sleep>,
     ) -> Result<Option<Value>> {
+        // Registered before the flag is read, so a close() in between is
+        // not missed.
+        let closing = self.inner.close_signal.notified();
+        tokio::pin!(closing);
+        closing.as_mut().enable();
+        self.check_open()?;
         let mut conn = match self.take_blocker() {
             Some(c) => c,
             None => {
@@ -105,6 +111,8 @@ impl RedisQueue {
                 // connection (closing it ends the block) rather than reuse it.
                 Ok(None)
             }
+            // As for the timer: the connection is dropped, ending the block.
+            _ = closing => Err(Error::Closed),
         }
     }
 
