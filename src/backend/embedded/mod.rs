@@ -136,6 +136,8 @@ pub struct EmbeddedOptions {
     checkpoint: redo::Policy,
     #[cfg(feature = "testing")]
     refuse_hard_links: bool,
+    #[cfg(feature = "testing")]
+    inline_writer: bool,
 }
 
 impl Default for EmbeddedOptions {
@@ -147,6 +149,8 @@ impl Default for EmbeddedOptions {
             checkpoint: redo::Policy::default(),
             #[cfg(feature = "testing")]
             refuse_hard_links: false,
+            #[cfg(feature = "testing")]
+            inline_writer: false,
         }
     }
 }
@@ -159,6 +163,22 @@ impl EmbeddedOptions {
     #[doc(hidden)]
     pub fn refuse_hard_links(mut self, refuse: bool) -> Self {
         self.refuse_hard_links = refuse;
+        self
+    }
+
+    /// Test support (feature `testing`; only
+    /// [`EmbeddedQueue::open_on_backend_with_options`] reads it): run the
+    /// writer on the caller's thread instead of its own. Each call is a
+    /// batch of one, through the same transactions, redo log and
+    /// checkpoints; there is no thread start per open and no thread
+    /// hand-off per call, which is most of a fuzz execution's cost. A call
+    /// blocks the async runtime while it runs, and concurrent callers do
+    /// not share a group commit, so this is for single-task tests (the
+    /// fuzz targets). Default: false.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn inline_writer(mut self, inline: bool) -> Self {
+        self.inline_writer = inline;
         self
     }
 
@@ -237,6 +257,10 @@ struct Inner {
     closing: Arc<AtomicBool>,
     /// Opened with [`EmbeddedOptions::read_only`]: only reads are run.
     read_only: bool,
+    /// The writer on the caller's thread
+    /// ([`EmbeddedOptions::inline_writer`]); `tx` is then unused.
+    #[cfg(feature = "testing")]
+    inline: Option<std::sync::Mutex<writer::Inline>>,
 }
 
 impl Drop for Inner {
@@ -570,7 +594,7 @@ impl EmbeddedQueue {
         };
         let mut first = Some(first);
         let verify_on_open = options.verify_on_open;
-        Self::start(
+        Self::start_on_backend(
             config,
             path,
             claim,
@@ -592,9 +616,56 @@ impl EmbeddedQueue {
             }),
             Box::new(move || Ok(log)),
             options.checkpoint,
-            false,
+            options.inline_writer,
         )
         .await
+    }
+
+    /// As [`EmbeddedQueue::start`], with the writer on the caller's thread
+    /// when `inline` ([`EmbeddedOptions::inline_writer`]).
+    #[cfg(feature = "testing")]
+    async fn start_on_backend(
+        config: Config,
+        path: PathBuf,
+        claim: PathClaim,
+        build: writer::Build,
+        open_log: LogOpen,
+        policy: redo::Policy,
+        inline: bool,
+    ) -> Result<Self> {
+        if !inline {
+            return Self::start(config, path, claim, build, open_log, policy, false).await;
+        }
+        let limits = limits_of(&config);
+        let clock = config
+            .clock
+            .clone()
+            .unwrap_or_else(|| Arc::new(SystemClock));
+        let wake = Arc::new(Notify::new());
+        let closing = claim.closing_flag();
+        let writer = writer::Inline::open(
+            build,
+            open_log,
+            policy,
+            path.clone(),
+            limits,
+            wake.clone(),
+            claim,
+        )?;
+        // Nothing receives: every message goes to `inline` instead.
+        let (tx, _) = mpsc::unbounded_channel();
+        Ok(EmbeddedQueue {
+            inner: Arc::new(Inner {
+                tx,
+                clock,
+                wake,
+                path,
+                closing,
+                read_only: false,
+                max_deliveries: limits.max_deliveries,
+                inline: Some(std::sync::Mutex::new(writer)),
+            }),
+        })
     }
 
     async fn start(
@@ -606,16 +677,7 @@ impl EmbeddedQueue {
         policy: redo::Policy,
         read_only: bool,
     ) -> Result<Self> {
-        let limits = Limits {
-            max_deliveries: config.max_deliveries,
-            done_ttl_ms: ms(config.done_ttl),
-            result_ttl_ms: ms(config.result_ttl),
-            dedup_window_ms: ms(config.dedup_window),
-            dead_letter_cap: config.dead_letter_cap,
-            max_backlog: config.max_backlog,
-            max_payload_bytes: config.max_payload_bytes,
-            aging_step: config.aging_step,
-        };
+        let limits = limits_of(&config);
         let clock = config
             .clock
             .clone()
@@ -674,6 +736,8 @@ impl EmbeddedQueue {
                 closing,
                 read_only,
                 max_deliveries: limits.max_deliveries,
+                #[cfg(feature = "testing")]
+                inline: None,
             }),
         })
     }
@@ -700,12 +764,37 @@ impl EmbeddedQueue {
         }
         let (reply, rx) = oneshot::channel();
         let now = self.inner.clock.now_ms();
+        #[cfg(feature = "testing")]
+        if let Some(inline) = &self.inner.inline {
+            lock(inline).call(Request { op, now, reply });
+            return rx.await.map_err(|_| Error::Closed)?;
+        }
         self.inner
             .tx
             .send(Msg::Req(Request { op, now, reply }))
             .map_err(|_| Error::Closed)?;
         rx.await.map_err(|_| Error::Closed)?
     }
+}
+
+/// The limits the writer enforces, from the queue's config.
+fn limits_of(config: &Config) -> Limits {
+    Limits {
+        max_deliveries: config.max_deliveries,
+        done_ttl_ms: ms(config.done_ttl),
+        result_ttl_ms: ms(config.result_ttl),
+        dedup_window_ms: ms(config.dedup_window),
+        dead_letter_cap: config.dead_letter_cap,
+        max_backlog: config.max_backlog,
+        max_payload_bytes: config.max_payload_bytes,
+        aging_step: config.aging_step,
+    }
+}
+
+/// The inline writer, also after a caller panicked holding it.
+#[cfg(feature = "testing")]
+fn lock(inline: &std::sync::Mutex<writer::Inline>) -> std::sync::MutexGuard<'_, writer::Inline> {
+    inline.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn unexpected(reply: Reply) -> Error {
@@ -980,6 +1069,10 @@ impl WorkQueue for EmbeddedQueue {
 
     async fn compact(&self) -> Result<bool> {
         self.writable("compact")?;
+        #[cfg(feature = "testing")]
+        if let Some(inline) = &self.inner.inline {
+            return lock(inline).compact();
+        }
         let (reply, rx) = oneshot::channel();
         self.inner
             .tx
@@ -990,6 +1083,10 @@ impl WorkQueue for EmbeddedQueue {
 
     async fn close(&self) -> Result<()> {
         self.inner.closing.store(true, Ordering::Release);
+        #[cfg(feature = "testing")]
+        if let Some(inline) = &self.inner.inline {
+            lock(inline).close();
+        }
         let (reply, rx) = oneshot::channel();
         if self.inner.tx.send(Msg::Close(reply)).is_ok() {
             let _ = rx.await;
