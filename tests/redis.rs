@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use workjournal::testing::redis_server::{fresh_namespace, shared_server_url};
-use workjournal::testing::{RedisServer, RedisServerOptions};
+use workjournal::testing::{RedisServer, RedisServerOptions, raw_connection};
 use workjournal::{
     ClaimFrom, Config, Error, ManualClock, NewItem, RedisOptions, RedisQueue, WorkQueue,
 };
@@ -25,14 +25,6 @@ async fn connect(url: &str, ns: &str, config: Config) -> RedisQueue {
 
 fn shared_url() -> String {
     shared_server_url().unwrap()
-}
-
-async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(url)
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -114,7 +106,7 @@ async fn late_ack_from_a_reclaimed_handle_is_lease_lost() {
     assert_eq!(a.ack_batch(vec![first]).await.unwrap(), 0);
     assert_eq!(a.stats().await.unwrap().pending, 1);
     // The item names its new owner.
-    let mut conn = raw(&url).await;
+    let mut conn = raw_connection(&url).await.unwrap();
     let owner: String = redis::cmd("HGET")
         .arg(format!("{{{ns}}}:item:1"))
         .arg("owner")
@@ -285,7 +277,7 @@ async fn killed_redis_fails_within_the_timeout_and_works_after_restart() {
 }
 
 async fn info_field(url: &str, section: &str, field: &str) -> String {
-    let mut conn = raw(url).await;
+    let mut conn = raw_connection(url).await.unwrap();
     let info: String = redis::cmd("INFO")
         .arg(section)
         .query_async(&mut conn)
@@ -412,7 +404,7 @@ async fn min_replicas_succeeds_with_a_replica_and_reports_the_shortfall_without(
         .await
         .unwrap();
     let added = q.add(NewItem::new(b"replicated".to_vec())).await.unwrap();
-    let mut conn = raw(&replica.url()).await;
+    let mut conn = raw_connection(&replica.url()).await.unwrap();
     let flow: Option<Vec<u8>> = redis::cmd("HGET")
         .arg(format!("{{repl}}:item:{}", added.id))
         .arg("payload")
@@ -449,7 +441,7 @@ async fn blocking_claim_wakes_on_add_and_is_quiet_while_idle() {
             .is_empty()
     );
     // Idle: a claim waiting 2 s sends a handful of commands, not a poll loop.
-    let mut admin = raw(&url).await;
+    let mut admin = raw_connection(&url).await.unwrap();
     let before = client_requests(&mut admin).await;
     let got = q
         .claim(1, Duration::from_secs(2), ClaimFrom::All)
@@ -506,7 +498,7 @@ async fn records_deleted_behind_the_queues_back_are_skipped_not_fatal() {
     for i in 1..=4u8 {
         q.add(NewItem::new(vec![i])).await.unwrap();
     }
-    let mut conn = raw(&url).await;
+    let mut conn = raw_connection(&url).await.unwrap();
     // Someone deletes item 2's record behind the queue's back.
     let _: () = redis::cmd("DEL")
         .arg(format!("{{{ns}}}:item:2"))
@@ -654,7 +646,7 @@ async fn expired_outcomes_are_pruned_with_their_progress_and_chunks() {
             .await
             .unwrap();
     }
-    let mut conn = raw(&url).await;
+    let mut conn = raw_connection(&url).await.unwrap();
     let count = |pattern: String| {
         let mut conn = conn.clone();
         async move {
@@ -691,7 +683,7 @@ async fn a_namespace_of_the_stream_layout_moves_to_ranked_lanes_at_connect() {
     // ready items in the backlog, one claimed, one in the due lane).
     let url = shared_url();
     let ns = fresh_namespace();
-    let mut conn = raw(&url).await;
+    let mut conn = raw_connection(&url).await.unwrap();
     let p = format!("{{{ns}}}:");
     for (id, st, enq) in [
         (1, "backlog", T0 - 3_000),
@@ -826,7 +818,7 @@ async fn stats_stay_true_when_a_ready_lane_member_is_removed() {
         ids.push(q.add(NewItem::new(vec![i])).await.unwrap().id);
     }
     let held = q.claim(4, Duration::ZERO, ClaimFrom::All).await.unwrap();
-    let mut conn = raw(&url).await;
+    let mut conn = raw_connection(&url).await.unwrap();
     let m = lane_member(&mut conn, &ns, "ready", ids[7]).await;
     let n: u64 = redis::cmd("ZREM")
         .arg(format!("{{{ns}}}:ready"))
@@ -869,7 +861,7 @@ async fn stats_stay_true_when_an_item_hash_is_deleted() {
     q.add(NewItem::new(b"one".to_vec())).await.unwrap();
     let ready = q.add(NewItem::new(b"two".to_vec())).await.unwrap().id;
     let held = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
-    let mut conn = raw(&url).await;
+    let mut conn = raw_connection(&url).await.unwrap();
     for id in [ready, held[0].item.id] {
         let n: u64 = redis::cmd("DEL")
             .arg(format!("{{{ns}}}:item:{id}"))
@@ -932,7 +924,7 @@ async fn done_markers_live_in_the_expiry_set_alone() {
     q.mark_done(7, "email").await.unwrap();
     assert!(q.was_done(7, "email").await.unwrap());
     assert!(!q.was_done(7, "sms").await.unwrap());
-    let mut conn = raw(&url).await;
+    let mut conn = raw_connection(&url).await.unwrap();
     let exists: u64 = redis::cmd("EXISTS")
         .arg(format!("{{{ns}}}:done"))
         .query_async(&mut conn)
@@ -966,7 +958,7 @@ async fn a_claim_does_not_walk_a_held_flows_items() {
     q.add(NewItem::new(b"cool".to_vec()).flow("cool"))
         .await
         .unwrap();
-    let mut conn = raw(&url).await;
+    let mut conn = raw_connection(&url).await.unwrap();
     let every = [
         "zrange",
         "zpopmin",

@@ -14,11 +14,7 @@ use workjournal::{ClaimFrom, Config, NewItem, RedisOptions, RedisQueue, WorkQueu
 
 /// Script calls the server has run (`EVALSHA` and `EVAL`), from `INFO commandstats`.
 async fn script_calls(url: &str) -> u64 {
-    let mut conn = redis::Client::open(url)
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut conn = workjournal::testing::raw_connection(url).await.unwrap();
     workjournal::testing::command_calls(&mut conn, &["evalsha", "eval"])
         .await
         .unwrap()

@@ -510,6 +510,22 @@ pub fn shared_server_url() -> io::Result<String> {
     Ok(url)
 }
 
+/// A plain connection to `url` for reading and writing raw keys in tests.
+/// Its response timeout is long (60 s): redis-rs' default of 500 ms fails a
+/// large reply (a big `XPENDING`, `SCAN` of a full namespace) on a loaded
+/// machine, and a check must not mistake that for an empty answer.
+///
+/// # Errors
+///
+/// The connection's: a bad URL, a server that does not answer.
+pub async fn raw_connection(url: &str) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+    let config =
+        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(60)));
+    redis::Client::open(url)?
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+}
+
 /// How many times the server has run each of `commands` (lower-case names,
 /// such as `evalsha`), added up, from `INFO commandstats`: a count of
 /// requests for tests that bound how many a backend sends. A command the

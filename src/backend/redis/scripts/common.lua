@@ -42,7 +42,7 @@ local K_HELD_N = P .. 'limits-held'
 local K_HELD_DUE_N = P .. 'limits-held-due'
 -- PRUNE_LIMIT, MAX_DELIVERIES_REASON and the reply codes (LOST,
 -- DEFAULT_FLOW, DELAYED, DEAD_LETTERED, PARKED) come from Rust, in a prelude
--- written before this file (`lua_constants` in mod.rs), and so does CLOCK_TOLERANCE
+-- written before this file (`lua_constants` in scripts.rs), and so does CLOCK_TOLERANCE
 -- (CLOCK_STEP_TOLERANCE_MS: a smaller move back is noise).
 
 local function item_key(id) return P .. 'item:' .. id end

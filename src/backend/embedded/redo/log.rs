@@ -1,0 +1,250 @@
+//! The redo log's framing: records appended (each synced before its
+//! callers hear back) and read back whole or not at all. A record is a
+//! 32-byte header (magic `WJRL`, body length u32, tag u64, the record's own
+//! offset u64, xxh3-64 checksum u64 over the header's first 24 bytes and the
+//! body; little endian) and the body (module `record`).
+
+use std::io;
+
+use super::file::LogFile;
+use super::{CHECKPOINT_BYTES, Policy};
+use crate::error::{Error, Result};
+
+/// The log grows in steps of this many bytes.
+pub(super) const GROW_BYTES: u64 = 1 << 20;
+/// A record's header, in bytes.
+const HEADER: usize = 32;
+const MAGIC: [u8; 4] = *b"WJRL";
+/// Largest record body accepted at replay (a header claiming more is torn).
+const MAX_BODY: u64 = u32::MAX as u64;
+
+/// The writer's side of the log: where the next record goes and under
+/// which tag.
+#[derive(Debug)]
+pub(in crate::backend::embedded) struct Log {
+    file: Box<dyn LogFile>,
+    /// The tag of the current generation (the `redo_log` of the last
+    /// checkpoint); 0 before the first.
+    tag: u64,
+    /// Where the next record goes.
+    pos: u64,
+    /// The file's length as last known.
+    len: Option<u64>,
+    /// Operations logged since the last checkpoint.
+    ops: u64,
+    /// An append failed: checkpoint before the next one.
+    broken: bool,
+    /// The next record, reused between batches.
+    pub(in crate::backend::embedded) buf: Vec<u8>,
+}
+
+impl Log {
+    pub(in crate::backend::embedded) fn new(file: Box<dyn LogFile>) -> Self {
+        Log {
+            file,
+            tag: 0,
+            pos: 0,
+            len: None,
+            ops: 0,
+            broken: false,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Whether an append failed since the last checkpoint.
+    pub(in crate::backend::embedded) fn is_broken(&self) -> bool {
+        self.broken
+    }
+
+    /// The offset just past a record with a body of `body` bytes appended
+    /// now.
+    pub(in crate::backend::embedded) fn end_after(&self, body: usize) -> u64 {
+        self.pos + (HEADER + body) as u64
+    }
+
+    /// Whether a checkpoint is due by size or operation count.
+    pub(in crate::backend::embedded) fn checkpoint_due(&self, policy: &Policy) -> bool {
+        self.pos >= policy.bytes || self.ops >= policy.ops
+    }
+
+    /// Whether anything was logged since the last checkpoint.
+    pub(in crate::backend::embedded) fn has_records(&self) -> bool {
+        self.pos > 0
+    }
+
+    /// A checkpoint under `tag` is durable: write from the start again.
+    pub(in crate::backend::embedded) fn reset(&mut self, tag: u64) {
+        self.tag = tag;
+        self.pos = 0;
+        self.ops = 0;
+        self.broken = false;
+        if self.buf.capacity() > CHECKPOINT_BYTES as usize {
+            self.buf = Vec::new();
+        }
+    }
+
+    /// Append the record whose body is `self.buf` (holding operations of
+    /// [`weight`] `ops` in all) and sync it. On failure the log is broken until the
+    /// next checkpoint.
+    pub(in crate::backend::embedded) fn append(&mut self, ops: u64) -> io::Result<()> {
+        let result = self.try_append();
+        match result {
+            Ok(()) => {
+                self.pos = self.end_after(self.buf.len());
+                self.ops += ops.max(1);
+            }
+            Err(_) => self.broken = true,
+        }
+        result
+    }
+
+    fn try_append(&mut self) -> io::Result<()> {
+        let body_len = u32::try_from(self.buf.len())
+            .map_err(|_| io::Error::other("a redo record over 4 GiB"))?;
+        let end = self.end_after(self.buf.len());
+        let len = match self.len {
+            Some(l) => l,
+            None => self.file.len()?,
+        };
+        self.len = Some(len);
+        if end > len {
+            // Grow with zeros, so the appends that follow overwrite
+            // allocated blocks and their syncs have no metadata to write.
+            let target = end.div_ceil(GROW_BYTES) * GROW_BYTES;
+            let zeros = vec![0u8; 64 * 1024];
+            let mut at = len;
+            while at < target {
+                let n = (target - at).min(zeros.len() as u64) as usize;
+                self.file.write(at, &zeros[..n])?;
+                at += n as u64;
+            }
+            self.len = Some(target);
+        }
+        let mut record = Vec::with_capacity(HEADER + self.buf.len());
+        record.extend_from_slice(&header(body_len, self.tag, self.pos, &self.buf));
+        record.extend_from_slice(&self.buf);
+        self.file.write(self.pos, &record)?;
+        self.file.sync_data()
+    }
+
+    /// The record under `tag` at `offset`, whole, with the offset after
+    /// it; `None` where the log ends (a zeroed, torn, bit-flipped or older
+    /// record, or the end of the file).
+    ///
+    /// # Errors
+    ///
+    /// `Io` if the file cannot be read.
+    pub(in crate::backend::embedded) fn read_record(
+        &self,
+        tag: u64,
+        offset: u64,
+    ) -> Result<Option<(Vec<u8>, u64)>> {
+        let io_err = |source| Error::Io {
+            context: "read the redo log".into(),
+            source,
+        };
+        let len = self.file.len().map_err(io_err)?;
+        if offset.checked_add(HEADER as u64).is_none_or(|e| e > len) {
+            return Ok(None);
+        }
+        let mut head = [0u8; HEADER];
+        self.file.read(offset, &mut head).map_err(io_err)?;
+        let word = |r: std::ops::Range<usize>| {
+            let mut b = [0u8; 8];
+            b[..r.len()].copy_from_slice(&head[r]);
+            u64::from_le_bytes(b)
+        };
+        let body_len = word(4..8);
+        if head[0..4] != MAGIC
+            || word(8..16) != tag
+            || word(16..24) != offset
+            || body_len > MAX_BODY
+            || offset + HEADER as u64 + body_len > len
+        {
+            return Ok(None);
+        }
+        let mut body = vec![0u8; body_len as usize];
+        self.file
+            .read(offset + HEADER as u64, &mut body)
+            .map_err(io_err)?;
+        if checksum(&head[..24], &body) != word(24..32) {
+            return Ok(None);
+        }
+        Ok(Some((body, offset + HEADER as u64 + body_len)))
+    }
+}
+
+fn checksum(head: &[u8], body: &[u8]) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(head);
+    h.update(body);
+    h.digest()
+}
+
+fn header(body_len: u32, tag: u64, offset: u64, body: &[u8]) -> [u8; HEADER] {
+    let mut head = [0u8; HEADER];
+    head[0..4].copy_from_slice(&MAGIC);
+    head[4..8].copy_from_slice(&body_len.to_le_bytes());
+    head[8..16].copy_from_slice(&tag.to_le_bytes());
+    head[16..24].copy_from_slice(&offset.to_le_bytes());
+    let sum = checksum(&head[..24], body);
+    head[24..32].copy_from_slice(&sum.to_le_bytes());
+    head
+}
+
+/// A fresh, non-zero log tag.
+pub(in crate::backend::embedded) fn new_tag() -> u64 {
+    fastrand::u64(1..)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::embedded::redo::MemLog;
+
+    #[test]
+    fn a_record_reads_back_only_whole_and_under_its_tag() {
+        let file = MemLog::default();
+        let mut log = Log::new(Box::new(file.clone()));
+        log.reset(42);
+        log.buf = b"first".to_vec();
+        log.append(1).unwrap();
+        log.buf = b"second".to_vec();
+        log.append(1).unwrap();
+        let (first, end) = log.read_record(42, 0).unwrap().unwrap();
+        assert_eq!(first, b"first");
+        let (second, end2) = log.read_record(42, end).unwrap().unwrap();
+        assert_eq!(second, b"second");
+        assert!(
+            log.read_record(42, end2).unwrap().is_none(),
+            "zeros end the log"
+        );
+        assert!(log.read_record(41, 0).unwrap().is_none(), "another tag");
+        assert!(
+            log.read_record(42, 1).unwrap().is_none(),
+            "not a record start"
+        );
+        assert_eq!(file.len().unwrap(), GROW_BYTES, "grown in one step");
+        for at in 0..end2 as usize {
+            let copy = MemLog::default();
+            let mut bytes = vec![0u8; end2 as usize];
+            file.read(0, &mut bytes).unwrap();
+            bytes[at] ^= 0x10;
+            copy.write(0, &bytes).unwrap();
+            let damaged = Log::new(Box::new(copy));
+            let whole = |o| damaged.read_record(42, o).unwrap();
+            if at < end as usize {
+                assert!(whole(0).is_none(), "flip at {at} in the first record");
+            } else {
+                assert!(whole(0).is_some());
+                assert!(whole(end).is_none(), "flip at {at} in the second record");
+            }
+        }
+        // After a checkpoint the log starts over, under the new tag.
+        log.reset(43);
+        log.buf = b"third".to_vec();
+        log.append(1).unwrap();
+        assert_eq!(log.read_record(43, 0).unwrap().unwrap().0, b"third");
+        assert!(log.read_record(42, 0).unwrap().is_none());
+    }
+}

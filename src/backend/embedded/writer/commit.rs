@@ -1,0 +1,410 @@
+//! Group commit: a batch of callers' operations as one redb write
+//! transaction made durable by one redo record (module `redo`), the
+//! transaction body that the live path and the replay share, and the
+//! checkpoint that makes redb durable and lets the log start over.
+
+use redb::{Database, Durability};
+
+use super::{Op, Reply};
+use crate::backend::embedded::redo::{self, Log};
+use crate::backend::embedded::tables::{Ctx, Limits, Tables};
+use crate::error::{Error, Result};
+
+fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
+    Ok(match op {
+        Op::Add(items) => Reply::Added(t.add(items, now)?),
+        Op::Promote => Reply::Count(t.promote_due(now)?),
+        Op::Claim { count, from } => {
+            let claimed = t.claim(*count, *from, now)?;
+            // An empty claim is followed by a wait until the next timer:
+            // read it in this transaction rather than in another one.
+            let next_due = if claimed.is_empty() {
+                t.next_wake()?
+            } else {
+                None
+            };
+            Reply::Claim { claimed, next_due }
+        }
+        Op::Ack(r, result) => {
+            t.ack(r, result, now)?;
+            Reply::Unit
+        }
+        Op::Outcome(id) => Reply::Outcome(t.outcome(*id, now)?),
+        Op::SetProgress(r, p) => {
+            t.set_progress(r, p)?;
+            Reply::Unit
+        }
+        Op::SendChunk(r, c) => Reply::Count(t.send_chunk(r, c)?),
+        Op::Progress(id) => Reply::Bytes(t.progress(*id, now)?),
+        Op::Chunks(id, after) => {
+            let (chunks, finished) = t.chunks_after(*id, *after, now)?;
+            Reply::Chunks(chunks, finished)
+        }
+        Op::AckBatch(rs) => Reply::Count(t.ack_batch(rs, now)?),
+        Op::Touch(rs) => {
+            t.touch(rs, now)?;
+            Reply::Unit
+        }
+        Op::Retry(r, nb) => Reply::Retry(t.retry(r, *nb, now)?),
+        Op::Release(r, nb) => {
+            t.release(r, *nb, now)?;
+            Reply::Unit
+        }
+        Op::DeadLetter(r, reason) => {
+            t.dead_letter(r, reason, now)?;
+            Reply::Unit
+        }
+        Op::Reclaim { min_idle_ms, count } => {
+            Reply::Reclaimed(t.reclaim_stale(*min_idle_ms, *count, now)?)
+        }
+        Op::Pause(f) => {
+            t.pause(f)?;
+            Reply::Unit
+        }
+        Op::Resume(f) => Reply::Count(t.resume(f, now)?),
+        Op::Park(r) => {
+            t.park(r, now)?;
+            Reply::Unit
+        }
+        Op::Step(f) => Reply::Step(t.step(f, now)?),
+        Op::ClearFlow(f) => Reply::Count(t.clear_flow(f)?),
+        Op::MarkDone(id, step) => {
+            t.mark_done(*id, step, now)?;
+            Reply::Unit
+        }
+        Op::Redrive(id) => Reply::Bool(t.redrive(*id, now)?),
+        Op::PurgeDead => Reply::Count(t.purge_dead_letters()?),
+        Op::NextDue => Reply::Due(t.next_due()?),
+        Op::Parked(f) => Reply::Count(t.parked_count(f)?),
+        Op::PausedFlows => Reply::Flows(t.paused_flows()?),
+        Op::SetFlowLimit(f, l) => {
+            t.set_flow_limit(f, *l, now)?;
+            Reply::Unit
+        }
+        Op::FlowLimits => Reply::Limits(t.flow_limits_list(now)?),
+        Op::WasDone(id, step) => Reply::Bool(t.was_done(*id, step, now)?),
+        Op::DeadLetters(n) => Reply::Dead(t.dead_letters(*n)?),
+        Op::Stats => Reply::Stats(t.stats(now)?),
+        Op::BacklogByFlow(n) => Reply::ByFlow(t.backlog_by_flow(*n, now)?),
+        Op::Peek(n) => Reply::Items(t.peek(*n, now)?),
+        Op::List(q) => Reply::Page(t.list(q)?),
+        Op::Find(id) => Reply::Found(t.find(*id)?),
+        #[cfg(feature = "forward")]
+        Op::ForwardJournal(candidate) => Reply::Count(t.forward_journal(*candidate)?),
+        #[cfg(feature = "forward")]
+        Op::ForwardRead {
+            key,
+            flows,
+            max_items,
+            max_bytes,
+            late,
+        } => Reply::Outgoing(t.forward_read(
+            key,
+            flows.as_deref(),
+            *max_items,
+            *max_bytes,
+            *late,
+            now,
+        )?),
+        #[cfg(feature = "forward")]
+        Op::ForwardDone { key, ids, mark } => Reply::Count(t.forward_done(key, ids, *mark)?),
+        #[cfg(feature = "forward")]
+        Op::ForwardLag(flows) => Reply::Lag(t.forward_lag(flows.as_deref())?),
+        #[cfg(feature = "testing")]
+        Op::Locations => Reply::Locations(t.locations()?),
+        #[cfg(feature = "testing")]
+        Op::Dump => Reply::Dump(t.dump()?),
+        #[cfg(feature = "testing")]
+        Op::Audit => Reply::Audit(t.audit()?),
+    })
+}
+
+/// Errors an operation returns before it changes anything: the transaction
+/// can go on with the other callers' operations.
+fn changed_nothing(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::LeaseLost { .. } | Error::InvalidInput(_) | Error::Full { .. }
+    )
+}
+
+/// What the transaction body did with a batch.
+pub(super) struct Ran {
+    /// Each operation's result, in order, up to a poisoning one.
+    pub(super) done: Vec<Result<Reply>>,
+    /// The operation (by position) that failed after it may have written.
+    pub(super) poisoned: Option<(usize, Error)>,
+    /// Whether anything was written.
+    pub(super) dirty: bool,
+    /// Whether a clock step back moved the stored times.
+    pub(super) rebased: bool,
+}
+
+/// The body of every write transaction, live and at the replay of the redo
+/// log alike: move the stored times back after a clock step (from `latest`,
+/// the latest reading this process had seen), purge expired markers as of
+/// `now` (the batch's time), apply each operation at its own time, note the
+/// clock. Given the same file state and the same arguments it writes the
+/// same changes, which is what makes the replay exact.
+pub(super) fn run_txn<'o>(
+    txn: &redb::WriteTransaction,
+    limits: Limits,
+    latest: u64,
+    now: u64,
+    ops: impl Iterator<Item = (&'o Op, u64)>,
+) -> Result<Ran> {
+    let mut t = Tables::open(txn, limits)?;
+    let rebased = t.observe_clock(latest, now)?;
+    t.purge_expired(now)?;
+    let mut done = Vec::new();
+    let mut poisoned = None;
+    for (k, (op, at)) in ops.enumerate() {
+        match apply(&mut t, op, at) {
+            Ok(r) => done.push(Ok(r)),
+            Err(e) if changed_nothing(&e) => done.push(Err(e)),
+            Err(e) => {
+                poisoned = Some((k, e));
+                break;
+            }
+        }
+    }
+    if poisoned.is_none() {
+        t.note_clock(now)?;
+    }
+    Ok(Ran {
+        done,
+        poisoned,
+        dirty: t.is_dirty(),
+        rebased,
+    })
+}
+
+/// How a batch ended.
+pub(super) struct Executed {
+    pub(super) results: Vec<Result<Reply>>,
+    /// A commit changed (or may have changed) the file: wake waiters.
+    pub(super) changed: bool,
+    /// redb's commit failed after the log took the batch: redb may be
+    /// behind the log, so it must be opened again with a replay.
+    pub(super) behind: bool,
+}
+
+/// Run `reqs` in as few write transactions as possible: normally one. An
+/// operation that fails after it may have written aborts the transaction; it
+/// gets its error and the others run again without it. A transaction in
+/// which nothing was written (an empty claim, a reclaim or promotion that
+/// found nothing, reads) is aborted rather than committed: it costs no
+/// write and no fsync (SPEC 8, Idle).
+///
+/// A transaction that wrote is made durable by the redo log (module
+/// `redo`): its record is appended and synced, then redb commits without a
+/// sync. A failed append aborts the transaction (redb never holds what the
+/// log may lack) and leaves the log broken until the next checkpoint.
+///
+/// `latest` is the latest time (ms) this process has seen: a clock more than
+/// the tolerance below it, or below the file's own latest commit time, has
+/// stepped back, and the transaction first moves the stored times back by
+/// the step (SPEC 8, Clock steps).
+pub(super) fn execute(
+    db: &Database,
+    log: &mut Log,
+    limits: Limits,
+    reqs: &[(Op, u64)],
+    latest: u64,
+) -> Executed {
+    let mut results: Vec<Option<Result<Reply>>> = reqs.iter().map(|_| None).collect();
+    let mut active: Vec<usize> = (0..reqs.len()).collect();
+    let mut changed = false;
+    let mut behind = false;
+    while !active.is_empty() {
+        let fail_all = |results: &mut Vec<Option<Result<Reply>>>, active: &[usize], e: Error| {
+            for &i in active {
+                results[i] = Some(Err(e.duplicate()));
+            }
+        };
+        let mut txn = match db.begin_write().ctx("begin write transaction") {
+            Ok(t) => t,
+            Err(e) => {
+                fail_all(&mut results, &active, e);
+                break;
+            }
+        };
+        if let Err(e) = txn.set_durability(Durability::None).ctx("set durability") {
+            fail_all(&mut results, &active, e);
+            break;
+        }
+        let now = active.iter().map(|&i| reqs[i].1).max().unwrap_or(0);
+        let ran = match run_txn(
+            &txn,
+            limits,
+            latest,
+            now,
+            active.iter().map(|&i| (&reqs[i].0, reqs[i].1)),
+        ) {
+            Ok(ran) => ran,
+            Err(e) => {
+                let _ = txn.abort();
+                fail_all(&mut results, &active, e);
+                break;
+            }
+        };
+        if let Some((k, e)) = ran.poisoned {
+            let _ = txn.abort();
+            let i = active.remove(k);
+            results[i] = Some(Err(e));
+            continue;
+        }
+        // Commit only what changed something, and never a batch of reads
+        // alone (unless it found the clock stepped back and moved the
+        // stored times, which must not be lost).
+        let writes = active.iter().any(|&i| !reqs[i].0.is_read());
+        if !(ran.rebased || (ran.dirty && writes)) {
+            let finished = txn.abort().ctx("end read");
+            match finished {
+                Ok(()) => {
+                    for (&i, r) in active.iter().zip(ran.done) {
+                        results[i] = Some(r);
+                    }
+                }
+                Err(e) => fail_all(&mut results, &active, e),
+            }
+            break;
+        }
+        // The record: the operations that succeeded (a failed one changed
+        // nothing), each with its time; reads write nothing and are left
+        // out.
+        redo::begin_batch(&mut log.buf, &limits, latest, now);
+        let mut logged = 0u64;
+        for (&i, r) in active.iter().zip(&ran.done) {
+            if r.is_ok() && redo::encode_op(&mut log.buf, &reqs[i].0, reqs[i].1) {
+                logged += redo::weight(&reqs[i].0);
+            }
+        }
+        let end = log.end_after(log.buf.len());
+        if let Err(e) = Tables::open(&txn, limits).and_then(|mut t| t.set_redo_at(end)) {
+            let _ = txn.abort();
+            fail_all(&mut results, &active, e);
+            break;
+        }
+        if let Err(source) = log.append(logged) {
+            let _ = txn.abort();
+            fail_all(
+                &mut results,
+                &active,
+                Error::Io {
+                    context: "append to the redo log".into(),
+                    source,
+                },
+            );
+            break;
+        }
+        // From here the batch is durable; a failed commit may have
+        // happened all the same (and will at the replay): wake waiters.
+        changed = true;
+        match txn.commit().ctx("commit") {
+            Ok(()) => {
+                for (&i, r) in active.iter().zip(ran.done) {
+                    results[i] = Some(r);
+                }
+            }
+            Err(e) => {
+                behind = true;
+                fail_all(&mut results, &active, e);
+            }
+        }
+        break;
+    }
+    let results = results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(Error::corrupt("operation was not run"))))
+        .collect();
+    Executed {
+        results,
+        changed,
+        behind,
+    }
+}
+
+/// A checkpoint: one durable redb commit (with quick repair, so that an
+/// open after a crash need not walk the file) that stores a fresh log tag
+/// and `redo_at = 0`, after which the log is written from its start again.
+/// With `orphan` it also marks every pending item as orphaned (the open's
+/// own recovery); with `clock`, it saves that latest clock reading (close).
+/// With `force` false it commits only if the log holds records or the clock
+/// needed saving. Returns the orphans marked.
+pub(super) fn checkpoint(
+    db: &Database,
+    log: &mut Log,
+    limits: Limits,
+    orphan: bool,
+    clock: Option<u64>,
+    force: bool,
+) -> Result<u64> {
+    let mut txn = db.begin_write().ctx("begin checkpoint")?;
+    txn.set_durability(Durability::Immediate)
+        .ctx("set durability")?;
+    txn.set_quick_repair(true);
+    let tag = redo::new_tag();
+    let prepared = (|| -> Result<(u64, bool)> {
+        let mut t = Tables::open(&txn, limits)?;
+        let orphans = if orphan { t.orphan_all_pending()? } else { 0 };
+        let saved = match clock {
+            Some(latest) if latest > 0 => t.save_clock(latest)?,
+            _ => false,
+        };
+        let needed = force || saved || orphans > 0 || log.has_records();
+        if needed {
+            t.set_redo(tag, 0)?;
+        }
+        Ok((orphans, needed))
+    })();
+    match prepared {
+        Ok((orphans, true)) => {
+            txn.commit().ctx("commit checkpoint")?;
+            log.reset(tag);
+            Ok(orphans)
+        }
+        Ok((orphans, false)) => {
+            txn.abort().ctx("end checkpoint")?;
+            Ok(orphans)
+        }
+        Err(e) => {
+            let _ = txn.abort();
+            Err(e)
+        }
+    }
+}
+
+pub(super) fn panic_error(what: &str) -> Error {
+    Error::corrupt(format!(
+        "the storage engine panicked during {what}; the file is likely damaged"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::changed_nothing;
+
+    /// A record whose encoding fails, as a bincode `Encode` impl may.
+    struct Unencodable;
+
+    impl bincode::Encode for Unencodable {
+        fn encode<E: bincode::enc::Encoder>(
+            &self,
+            _encoder: &mut E,
+        ) -> Result<(), bincode::error::EncodeError> {
+            Err(bincode::error::EncodeError::Other("refused"))
+        }
+    }
+
+    // Failed: an encoding failure was `InvalidInput`, which group commit
+    // reads as "wrote nothing" and so committed whatever the operation had
+    // written before it.
+    #[test]
+    fn an_encoding_failure_aborts_the_transaction() {
+        let Err(e) = crate::codec::encode(&Unencodable) else {
+            panic!("an unencodable record encoded");
+        };
+        assert!(!changed_nothing(&e), "{e:?} would be committed around");
+    }
+}

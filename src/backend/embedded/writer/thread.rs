@@ -1,0 +1,430 @@
+//! The writer loop: takes the requests that have arrived as one batch (up
+//! to [`MAX_BATCH`]), runs it, answers each caller, checkpoints when the
+//! policy says so, and after an I/O error reopens (with a replay) before
+//! the next batch, so that the queue carries on once the fault clears.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use redb::Database;
+use tokio::sync::{Notify, mpsc};
+
+use super::commit::{checkpoint, execute, panic_error};
+use super::open::{Build, PathClaim, open_and_recover};
+use super::{Msg, Op, Request};
+use crate::backend::embedded::redo::{self, Log};
+use crate::backend::embedded::tables::{Ctx, Limits};
+use crate::error::{Error, Result};
+
+/// Most operations one transaction takes; more wait for the next one.
+const MAX_BATCH: usize = 512;
+
+/// The database and how to open it again.
+struct Store {
+    /// `None` after an I/O error, until a reopen succeeds.
+    db: Option<Database>,
+    build: Build,
+    /// The redo log every commit goes through.
+    log: Log,
+    path: PathBuf,
+    limits: Limits,
+    /// An operation failed with an I/O or storage error: before the next
+    /// one, check whether redb has poisoned itself.
+    suspect: bool,
+    /// redb may be behind the log (its commit or a checkpoint failed):
+    /// before the next operation, open it again and replay.
+    behind: bool,
+    /// The latest time (ms, queue clock) an operation brought, for noticing
+    /// a clock step back (SPEC 8, Clock steps).
+    latest: u64,
+    /// When the last checkpoint was made.
+    checkpointed: std::time::Instant,
+    policy: redo::Policy,
+}
+
+/// Whether `db` refuses all work after an earlier I/O error (redb then
+/// answers every call with `PreviousIo` until it is dropped and reopened).
+fn poisoned(db: &Database) -> bool {
+    match catch_unwind(AssertUnwindSafe(|| db.begin_write())) {
+        Ok(Ok(txn)) => {
+            let _ = txn.abort();
+            false
+        }
+        Ok(Err(redb::TransactionError::Storage(
+            redb::StorageError::PreviousIo | redb::StorageError::Io(_),
+        ))) => true,
+        Ok(Err(_)) => false,
+        Err(_) => true,
+    }
+}
+
+impl Store {
+    /// A store over a database that `open_database` has just opened.
+    fn new(
+        db: Database,
+        build: Build,
+        log: Log,
+        policy: redo::Policy,
+        path: PathBuf,
+        limits: Limits,
+    ) -> Self {
+        Store {
+            db: Some(db),
+            build,
+            log,
+            path,
+            limits,
+            suspect: false,
+            behind: false,
+            latest: 0,
+            checkpointed: std::time::Instant::now(),
+            policy,
+        }
+    }
+
+    /// The database, reopened first if an I/O error has poisoned it (or a
+    /// failed commit left it behind the log), and checkpointed first if a
+    /// log append failed, so that the queue carries on once the fault (a
+    /// full disk, a failing device) clears, without the caller reopening it.
+    fn ready(&mut self) -> Result<&mut Database> {
+        if self.suspect || self.behind {
+            if self.behind || self.db.as_ref().is_some_and(poisoned) {
+                // Dropped before the reopen, which needs the file lock.
+                self.db = None;
+            }
+            if self.db.is_none() {
+                let db = open_and_recover(
+                    &mut self.build,
+                    &mut self.log,
+                    &self.path,
+                    self.limits,
+                    false,
+                )
+                .map_err(|e| Error::Io {
+                    context: format!("reopen {} after an i/o error", self.path.display()),
+                    source: std::io::Error::other(e),
+                })?;
+                tracing::warn!(path = %self.path.display(), "reopened after an i/o error");
+                self.db = Some(db);
+                self.checkpointed = std::time::Instant::now();
+            }
+            self.suspect = false;
+            self.behind = false;
+        }
+        if self.log.is_broken() {
+            let db = self
+                .db
+                .as_ref()
+                .ok_or_else(|| Error::corrupt("the database is not open"))?;
+            let done = catch_unwind(AssertUnwindSafe(|| {
+                checkpoint(db, &mut self.log, self.limits, false, None, true)
+            }))
+            .unwrap_or_else(|_| Err(panic_error("a checkpoint")));
+            if let Err(e) = done {
+                self.suspect = true;
+                return Err(e);
+            }
+            self.checkpointed = std::time::Instant::now();
+        }
+        self.db
+            .as_mut()
+            .ok_or_else(|| Error::corrupt("the database is not open"))
+    }
+
+    fn note<T>(&mut self, result: &Result<T>) {
+        if matches!(result, Err(Error::Io { .. } | Error::Storage { .. })) {
+            self.suspect = true;
+        }
+    }
+
+    /// After a batch that wrote: checkpoint if the log holds
+    /// enough, or the last checkpoint is old enough (module `redo`). A
+    /// failure is logged; the next operation reopens the database.
+    fn maybe_checkpoint(&mut self) {
+        if !self.log.has_records()
+            || self.suspect
+            || self.behind
+            || !(self.log.checkpoint_due(&self.policy)
+                || self.checkpointed.elapsed() >= self.policy.interval)
+        {
+            return;
+        }
+        let Some(db) = self.db.as_ref() else {
+            return;
+        };
+        let done = catch_unwind(AssertUnwindSafe(|| {
+            checkpoint(db, &mut self.log, self.limits, false, None, false)
+        }))
+        .unwrap_or_else(|_| Err(panic_error("a checkpoint")));
+        match done {
+            Ok(_) => self.checkpointed = std::time::Instant::now(),
+            Err(e) => {
+                tracing::warn!(error = %e, "checkpoint failed; the queue file is reopened before the next operation");
+                self.behind = true;
+            }
+        }
+    }
+}
+
+/// The writer loop. Returns when every handle is gone or on `Close`.
+#[allow(clippy::too_many_arguments)]
+pub(in crate::backend::embedded) fn run(
+    db: Database,
+    build: Build,
+    log: Log,
+    policy: redo::Policy,
+    path: PathBuf,
+    mut rx: mpsc::UnboundedReceiver<Msg>,
+    limits: Limits,
+    wake: Arc<Notify>,
+    claim: PathClaim,
+) {
+    let mut store = Store::new(db, build, log, policy, path, limits);
+    let mut close_reply = None;
+    'outer: while let Some(first) = rx.blocking_recv() {
+        let mut reqs: Vec<Request> = Vec::new();
+        let mut next = Some(first);
+        while let Some(msg) = next.take() {
+            match msg {
+                Msg::Req(r) => reqs.push(r),
+                Msg::Compact(reply) => {
+                    let _ = run_batch(&mut store, &wake, std::mem::take(&mut reqs));
+                    let result = compact(&mut store);
+                    store.note(&result);
+                    let _ = reply.send(result);
+                }
+                Msg::Close(reply) => {
+                    let _ = run_batch(&mut store, &wake, std::mem::take(&mut reqs));
+                    close_reply = Some(reply);
+                    break 'outer;
+                }
+            }
+            if reqs.len() < MAX_BATCH {
+                next = rx.try_recv().ok();
+            }
+        }
+        let _ = run_batch(&mut store, &wake, reqs);
+    }
+    rx.close();
+    close_checkpoint(&mut store);
+    drop(store);
+    drop(claim);
+    if let Some(reply) = close_reply {
+        let _ = reply.send(());
+    }
+}
+
+/// `compact`: checkpoint first (redb compacts durable state only), then
+/// let redb move pages to the front of the file and shrink it.
+fn compact(store: &mut Store) -> Result<bool> {
+    let limits = store.limits;
+    store.ready()?;
+    let Store { db, log, .. } = store;
+    let db = db
+        .as_mut()
+        .ok_or_else(|| Error::corrupt("the database is not open"))?;
+    match catch_unwind(AssertUnwindSafe(|| -> Result<bool> {
+        checkpoint(db, log, limits, false, None, false)?;
+        db.compact().ctx("compact")
+    })) {
+        Ok(r) => r,
+        Err(_) => Err(panic_error("compact")),
+    }
+}
+
+/// At close: a last checkpoint, so that the file alone holds the whole
+/// queue and the next open replays nothing, with the latest time this
+/// process saw (if the file's is older), so that a clock step back while
+/// the process is down is measured from it at the next open (SPEC 8, Clock
+/// steps). Skipped when neither is needed (an idle close writes nothing).
+/// Best effort: after a failure the next open replays the log.
+fn close_checkpoint(store: &mut Store) {
+    let (latest, limits) = (store.latest, store.limits);
+    if store.ready().is_err() {
+        return;
+    }
+    let Store {
+        db: Some(db), log, ..
+    } = store
+    else {
+        return;
+    };
+    let saved = catch_unwind(AssertUnwindSafe(|| {
+        checkpoint(db, log, limits, false, Some(latest), false)
+    }));
+    if !matches!(saved, Ok(Ok(_))) {
+        tracing::debug!("the last checkpoint at close failed; the next open replays the redo log");
+    }
+}
+
+/// Run one batch and answer its callers; returns whether it wrote.
+fn run_batch(store: &mut Store, wake: &Notify, reqs: Vec<Request>) -> bool {
+    // A claim whose caller has gone (its future was dropped) is not run, so
+    // that it strands nothing in pending.
+    let reqs: Vec<Request> = reqs
+        .into_iter()
+        .filter(|r| !(r.op.hands_out() && r.reply.is_closed()))
+        .collect();
+    if reqs.is_empty() {
+        return false;
+    }
+    let (ops, replies): (Vec<(Op, u64)>, Vec<_>) =
+        reqs.into_iter().map(|r| ((r.op, r.now), r.reply)).unzip();
+    let limits = store.limits;
+    let latest = store.latest;
+    let now = ops.iter().map(|(_, now)| *now).max().unwrap_or(0);
+    // After a step back the clock's new reading is the latest from now on.
+    store.latest = if crate::clock::step_back(latest, now).is_some() {
+        now
+    } else {
+        latest.max(now)
+    };
+    let ready = store.ready().map(|_| ());
+    let (results, changed) = match (ready, &store.db) {
+        (Ok(()), Some(db)) => {
+            let log = &mut store.log;
+            match catch_unwind(AssertUnwindSafe(|| execute(db, log, limits, &ops, latest))) {
+                Ok(out) => {
+                    if out.behind {
+                        store.behind = true;
+                    }
+                    (out.results, out.changed)
+                }
+                // The commit may or may not have happened: wake the
+                // waiters, and reopen with a replay before the next batch.
+                Err(_) => {
+                    store.behind = true;
+                    (
+                        ops.iter()
+                            .map(|_| Err(panic_error("a transaction")))
+                            .collect(),
+                        true,
+                    )
+                }
+            }
+        }
+        (Ok(()), None) => (
+            ops.iter()
+                .map(|_| Err(Error::corrupt("the database is not open")))
+                .collect(),
+            false,
+        ),
+        (Err(e), _) => {
+            store.suspect = true;
+            (ops.iter().map(|_| Err(e.duplicate())).collect(), false)
+        }
+    };
+    for r in &results {
+        store.note(r);
+    }
+    // Only a commit that changed the file can give a waiting claim
+    // something to take (or a new timer to wait for). Waking waiters after
+    // a transaction that changed nothing made a waiting claim wake itself
+    // with its own empty claim, and claim again, without end.
+    if changed {
+        wake.notify_waiters();
+        // Only after a write, so that an idle queue writes nothing (SPEC 8,
+        // Idle); before the replies, so that a caller that saw this
+        // operation return sees no write it caused afterwards. The batch
+        // is durable already (its record is synced): a failed checkpoint
+        // changes no reply.
+        store.maybe_checkpoint();
+    }
+    for (reply, result) in replies.into_iter().zip(results) {
+        let _ = reply.send(result);
+    }
+    changed
+}
+
+/// The writer without its thread (test support, feature `testing`; see
+/// `EmbeddedOptions::inline_writer`): the caller's thread runs each
+/// operation as a batch of one, through the same [`run_batch`] and
+/// checkpoints as the writer thread, so a fuzz execution pays no thread
+/// start and no two thread hand-offs per call. Dropping it closes the
+/// queue as the thread does when the last handle goes.
+#[cfg(feature = "testing")]
+pub(in crate::backend::embedded) struct Inline {
+    /// `None` once closed.
+    open: Option<(Store, PathClaim)>,
+    wake: Arc<Notify>,
+}
+
+#[cfg(feature = "testing")]
+impl Inline {
+    /// Open (with recovery, as the writer thread does) on this thread.
+    ///
+    /// # Errors
+    ///
+    /// As `open_database`, and `Io` if the redo log cannot be opened.
+    pub(in crate::backend::embedded) fn open(
+        mut build: Build,
+        open_log: impl FnOnce() -> std::io::Result<Box<dyn redo::LogFile>>,
+        policy: redo::Policy,
+        path: PathBuf,
+        limits: Limits,
+        wake: Arc<Notify>,
+        claim: PathClaim,
+    ) -> Result<Self> {
+        let mut log = open_log().map(Log::new).map_err(|source| Error::Io {
+            context: format!("open the redo log of {}", path.display()),
+            source,
+        })?;
+        let db = super::open_database(&mut build, &mut log, &path, limits)?;
+        Ok(Inline {
+            open: Some((Store::new(db, build, log, policy, path, limits), claim)),
+            wake,
+        })
+    }
+
+    /// Run one request and answer it (`Closed` once closed, as a send to a
+    /// finished writer thread gives).
+    pub(in crate::backend::embedded) fn call(&mut self, req: Request) {
+        match &mut self.open {
+            Some((store, _)) => {
+                run_batch(store, &self.wake, vec![req]);
+            }
+            None => {
+                let _ = req.reply.send(Err(Error::Closed));
+            }
+        }
+    }
+
+    /// As the writer thread's `Compact` message.
+    ///
+    /// # Errors
+    ///
+    /// `Closed` once closed; as `compact` otherwise.
+    pub(in crate::backend::embedded) fn compact(&mut self) -> Result<bool> {
+        let (store, _) = self.open.as_mut().ok_or(Error::Closed)?;
+        let result = compact(store);
+        store.note(&result);
+        result
+    }
+
+    /// As the writer thread's end: the last checkpoint, then the file is
+    /// let go. Later calls get `Closed`.
+    pub(in crate::backend::embedded) fn close(&mut self) {
+        if let Some((mut store, claim)) = self.open.take() {
+            close_checkpoint(&mut store);
+            drop(store);
+            drop(claim);
+        }
+    }
+}
+
+#[cfg(feature = "testing")]
+impl std::fmt::Debug for Inline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inline")
+            .field("open", &self.open.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(feature = "testing")]
+impl Drop for Inline {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
