@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use arbitrary::{Arbitrary, Unstructured};
 
+use crate::EmbeddedQueue;
 use crate::backend::embedded::codec::{self, DeadRecord, ItemRecord, ItemRecordV1, LeaseRecord};
 use crate::backend::memory::Location;
 use crate::clock::ManualClock;
@@ -26,18 +27,10 @@ use crate::error::Error;
 use crate::item::{ClaimFrom, NewItem, Receipt, Stats};
 use crate::queue::{BoxFuture, BoxQueue, WorkQueue};
 use crate::testing::faults::SimDisk;
-use crate::testing::ops::{Op, Reference, START_MS, Setup, System, Target};
-use crate::{Config, EmbeddedOptions, EmbeddedQueue};
+use crate::testing::ops::{self, Op, Reference, START_MS, Setup, System, Target};
 
-/// Most ops one `crash_recovery` input runs, so one execution stays short.
+/// Most ops one fuzz input runs, so one execution stays short.
 pub const MAX_OPS: usize = 64;
-
-/// Most ops one `ops_vs_model` input runs. Every step there is followed by
-/// the full comparison (stats, a recount, every state listed page by page
-/// and every item found), whose calls grow with the items held, so an
-/// execution's cost grows with the square of its length: 32 steps cost
-/// about a third of 64.
-pub const MAX_MODEL_OPS: usize = 32;
 
 /// How long one queue call of a fuzz target may take before it counts as a
 /// hang (wall-clock time; generous, the fuzzer's own timeout is the backstop).
@@ -103,7 +96,7 @@ pub fn decode_record(bytes: &[u8]) {
 pub struct OpsInput {
     /// The limits.
     pub setup: Setup,
-    /// The sequence (at most [`MAX_MODEL_OPS`] are run).
+    /// The sequence (at most [`MAX_OPS`] are run).
     pub ops: Vec<Op>,
 }
 
@@ -120,107 +113,11 @@ pub fn ops_vs_model(data: &[u8]) {
     let Ok(input) = OpsInput::arbitrary_take_rest(Unstructured::new(data)) else {
         return;
     };
-    let ops = &input.ops[..input.ops.len().min(MAX_MODEL_OPS)];
-    if let Err(e) = runtime().block_on(ops_on_sim_disk(&input.setup, ops)) {
+    let ops = &input.ops[..input.ops.len().min(MAX_OPS)];
+    if let Err(e) = runtime().block_on(ops::run_embedded_in_memory(disk_name(), &input.setup, ops))
+    {
         panic!("embedded backend differs from the model: {e}");
     }
-}
-
-/// How the fuzz targets open the embedded backend on a [`SimDisk`]: the
-/// writer on this thread (no thread start per open, no hand-off per call;
-/// the same transactions, redo log and checkpoints), and the whole-file
-/// integrity check at open as asked.
-async fn open_sim(
-    disk: &SimDisk,
-    name: &str,
-    config: Config,
-    verify: bool,
-) -> crate::Result<EmbeddedQueue> {
-    let mut backend = Some(disk.backend());
-    EmbeddedQueue::open_on_backend_with_options(
-        name,
-        move || {
-            backend.take().ok_or_else(|| {
-                std::io::Error::other(
-                    "this storage backend cannot be opened twice: open the queue again",
-                )
-            })
-        },
-        config,
-        EmbeddedOptions::default()
-            .verify_on_open(verify)
-            .inline_writer(true),
-    )
-    .await
-}
-
-/// The embedded backend on a [`SimDisk`], with close-and-reopen on the same
-/// disk and the file's recount: what `ops::EmbeddedTarget::in_memory`
-/// offers, opened with [`open_sim`].
-struct SimTarget {
-    disk: SimDisk,
-    name: String,
-    config: Config,
-    queue: EmbeddedQueue,
-    boxed: BoxQueue,
-}
-
-impl Target for SimTarget {
-    fn queue(&self) -> &BoxQueue {
-        &self.boxed
-    }
-
-    fn can_reopen(&self) -> bool {
-        true
-    }
-
-    fn reopen(&mut self) -> BoxFuture<'_, crate::Result<()>> {
-        Box::pin(async move {
-            self.queue.close().await?;
-            // No whole-file integrity check at open: this file is never
-            // damaged (`open_damaged_file` fuzzes that check).
-            let queue = open_sim(&self.disk, &self.name, self.config.clone(), false).await?;
-            self.boxed = BoxQueue::new(queue.clone());
-            self.queue = queue;
-            Ok(())
-        })
-    }
-
-    fn recount(&self) -> BoxFuture<'_, Option<crate::Result<BTreeMap<u64, Location>>>> {
-        Box::pin(async move { Some(self.queue.audit().await) })
-    }
-}
-
-/// The body of [`ops_vs_model`]: `ops` from `setup` on the embedded backend
-/// (a fresh [`SimDisk`]) and on the model in lock step, with the checks of
-/// [`System::verify`] after every step (the comparison
-/// `ops::run_embedded_in_memory` makes, on the writer of [`open_sim`]).
-async fn ops_on_sim_disk(setup: &Setup, ops: &[Op]) -> Result<(), String> {
-    let clock = ManualClock::new(START_MS);
-    let config = setup.config().clock(clock.clone());
-    let disk = SimDisk::new();
-    let name = disk_name();
-    let queue = open_sim(&disk, &name, config.clone(), false)
-        .await
-        .map_err(|e| format!("open: {e}"))?;
-    let target = SimTarget {
-        disk,
-        name,
-        config,
-        boxed: BoxQueue::new(queue.clone()),
-        queue,
-    };
-    let mut reference = Reference::new(setup, true, true);
-    let mut system = System::new(Box::new(target), clock, true);
-    system.check(&reference).await?;
-    for (n, op) in ops.iter().enumerate() {
-        let _ = reference.apply(op);
-        system
-            .verify(&reference)
-            .await
-            .map_err(|e| format!("step {n} ({op:?}): {e}"))?;
-    }
-    Ok(())
 }
 
 /// Damage to a queue file.
@@ -315,10 +212,7 @@ pub fn let_redb_panics_be_caught() {
 
 /// Target `open_damaged_file`: a valid queue file with bytes flipped or cut
 /// off; opening it, `stats`, `claim` and the other calls give errors or
-/// work, never a panic and never a hang. The writer runs on this thread
-/// ([`open_sim`]): a call that never returns (a loop inside redb) is
-/// caught by libFuzzer's `-timeout`, one that waits for ever by the
-/// 20 s limit per call.
+/// work, never a panic and never a hang.
 ///
 /// # Panics
 ///
@@ -346,7 +240,7 @@ pub fn open_damaged_file(data: &[u8]) {
         // a file, without the file system's calls and fsyncs.
         let disk = SimDisk::from_image(bytes);
         let name = disk_name();
-        let open = open_sim(&disk, &name, config, damage.verify);
+        let open = EmbeddedQueue::open_on_backend(&name, disk.backend(), config, damage.verify);
         let Ok(q) = timed("open", open).await else {
             return;
         };
@@ -449,7 +343,7 @@ async fn crash_run(input: &CrashInput) -> Result<(), String> {
     let clock = ManualClock::new(START_MS);
     let config = input.setup.config().clock(clock.clone());
     let disk = SimDisk::new();
-    let queue = open_sim(&disk, &disk_name(), config.clone(), true)
+    let queue = EmbeddedQueue::open_on_backend(&disk_name(), disk.backend(), config.clone(), true)
         .await
         .map_err(|e| format!("open a fresh disk: {e}"))?;
     if let Some(n) = input.fail_after {
@@ -490,9 +384,14 @@ async fn crash_run(input: &CrashInput) -> Result<(), String> {
     let _ = queue.close().await;
     drop(system);
     let (image, _) = disk.after_power_loss(input.keep_seed);
-    let reopened = open_sim(&SimDisk::from_image(image), &disk_name(), config, true)
-        .await
-        .map_err(|e| format!("the file does not open after the cut: {e}"))?;
+    let reopened = EmbeddedQueue::open_on_backend(
+        &disk_name(),
+        SimDisk::from_image(image).backend(),
+        config,
+        true,
+    )
+    .await
+    .map_err(|e| format!("the file does not open after the cut: {e}"))?;
     let located = reopened
         .audit()
         .await

@@ -64,10 +64,6 @@ struct Inner {
     closing: Arc<AtomicBool>,
     /// Opened with [`EmbeddedOptions::read_only`]: only reads are run.
     read_only: bool,
-    /// The writer on the caller's thread
-    /// ([`EmbeddedOptions::inline_writer`]); `tx` is then unused.
-    #[cfg(feature = "testing")]
-    inline: Option<std::sync::Mutex<writer::Inline>>,
 }
 
 impl Drop for Inner {
@@ -120,23 +116,12 @@ impl EmbeddedQueue {
         }
         let (reply, rx) = oneshot::channel();
         let now = self.inner.clock.now_ms();
-        #[cfg(feature = "testing")]
-        if let Some(inline) = &self.inner.inline {
-            lock(inline).call(Request { op, now, reply });
-            return rx.await.map_err(|_| Error::Closed)?;
-        }
         self.inner
             .tx
             .send(Msg::Req(Request { op, now, reply }))
             .map_err(|_| Error::Closed)?;
         rx.await.map_err(|_| Error::Closed)?
     }
-}
-
-/// The inline writer, also after a caller panicked holding it.
-#[cfg(feature = "testing")]
-fn lock(inline: &std::sync::Mutex<writer::Inline>) -> std::sync::MutexGuard<'_, writer::Inline> {
-    inline.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn unexpected(reply: Reply) -> Error {
@@ -369,10 +354,6 @@ impl WorkQueue for EmbeddedQueue {
 
     async fn compact(&self) -> Result<bool> {
         self.writable("compact")?;
-        #[cfg(feature = "testing")]
-        if let Some(inline) = &self.inner.inline {
-            return lock(inline).compact();
-        }
         let (reply, rx) = oneshot::channel();
         self.inner
             .tx
@@ -383,10 +364,6 @@ impl WorkQueue for EmbeddedQueue {
 
     async fn close(&self) -> Result<()> {
         self.inner.closing.store(true, Ordering::Release);
-        #[cfg(feature = "testing")]
-        if let Some(inline) = &self.inner.inline {
-            lock(inline).close();
-        }
         let (reply, rx) = oneshot::channel();
         if self.inner.tx.send(Msg::Close(reply)).is_ok() {
             let _ = rx.await;

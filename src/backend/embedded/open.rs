@@ -192,7 +192,7 @@ impl EmbeddedQueue {
         };
         let mut first = Some(first);
         let verify_on_open = options.verify_on_open;
-        Self::start_on_backend(
+        Self::start(
             config,
             path,
             claim,
@@ -214,56 +214,9 @@ impl EmbeddedQueue {
             }),
             Box::new(move || Ok(log)),
             options.checkpoint,
-            options.inline_writer,
+            false,
         )
         .await
-    }
-
-    /// As [`EmbeddedQueue::start`], with the writer on the caller's thread
-    /// when `inline` ([`EmbeddedOptions::inline_writer`]).
-    #[cfg(feature = "testing")]
-    async fn start_on_backend(
-        config: Config,
-        path: PathBuf,
-        claim: PathClaim,
-        build: writer::Build,
-        open_log: LogOpen,
-        policy: redo::Policy,
-        inline: bool,
-    ) -> Result<Self> {
-        if !inline {
-            return Self::start(config, path, claim, build, open_log, policy, false).await;
-        }
-        let limits = limits_of(&config);
-        let clock = config
-            .clock
-            .clone()
-            .unwrap_or_else(|| Arc::new(SystemClock));
-        let wake = Arc::new(Notify::new());
-        let closing = claim.closing_flag();
-        let writer = writer::Inline::open(
-            build,
-            open_log,
-            policy,
-            path.clone(),
-            limits,
-            wake.clone(),
-            claim,
-        )?;
-        // Nothing receives: every message goes to `inline` instead.
-        let (tx, _) = mpsc::unbounded_channel();
-        Ok(EmbeddedQueue {
-            inner: Arc::new(Inner {
-                tx,
-                clock,
-                wake,
-                path,
-                closing,
-                read_only: false,
-                max_deliveries: limits.max_deliveries,
-                inline: Some(std::sync::Mutex::new(writer)),
-            }),
-        })
     }
 
     async fn start(
@@ -275,7 +228,16 @@ impl EmbeddedQueue {
         policy: redo::Policy,
         read_only: bool,
     ) -> Result<Self> {
-        let limits = limits_of(&config);
+        let limits = Limits {
+            max_deliveries: config.max_deliveries,
+            done_ttl_ms: ms(config.done_ttl),
+            result_ttl_ms: ms(config.result_ttl),
+            dedup_window_ms: ms(config.dedup_window),
+            dead_letter_cap: config.dead_letter_cap,
+            max_backlog: config.max_backlog,
+            max_payload_bytes: config.max_payload_bytes,
+            aging_step: config.aging_step,
+        };
         let clock = config
             .clock
             .clone()
@@ -334,23 +296,7 @@ impl EmbeddedQueue {
                 closing,
                 read_only,
                 max_deliveries: limits.max_deliveries,
-                #[cfg(feature = "testing")]
-                inline: None,
             }),
         })
-    }
-}
-
-/// The limits the writer enforces, from the queue's config.
-fn limits_of(config: &Config) -> Limits {
-    Limits {
-        max_deliveries: config.max_deliveries,
-        done_ttl_ms: ms(config.done_ttl),
-        result_ttl_ms: ms(config.result_ttl),
-        dedup_window_ms: ms(config.dedup_window),
-        dead_letter_cap: config.dead_letter_cap,
-        max_backlog: config.max_backlog,
-        max_payload_bytes: config.max_payload_bytes,
-        aging_step: config.aging_step,
     }
 }

@@ -15,8 +15,6 @@ pub struct EmbeddedOptions {
     pub(super) checkpoint: redo::Policy,
     #[cfg(feature = "testing")]
     refuse_hard_links: bool,
-    #[cfg(feature = "testing")]
-    pub(super) inline_writer: bool,
 }
 
 impl Default for EmbeddedOptions {
@@ -28,8 +26,6 @@ impl Default for EmbeddedOptions {
             checkpoint: redo::Policy::default(),
             #[cfg(feature = "testing")]
             refuse_hard_links: false,
-            #[cfg(feature = "testing")]
-            inline_writer: false,
         }
     }
 }
@@ -42,22 +38,6 @@ impl EmbeddedOptions {
     #[doc(hidden)]
     pub fn refuse_hard_links(mut self, refuse: bool) -> Self {
         self.refuse_hard_links = refuse;
-        self
-    }
-
-    /// Test support (feature `testing`; only
-    /// [`EmbeddedQueue::open_on_backend_with_options`](super::EmbeddedQueue::open_on_backend_with_options)
-    /// reads it): run the writer on the caller's thread instead of its
-    /// own. Each call is a batch of one, through the same transactions,
-    /// redo log and checkpoints; there is no thread start per open and no
-    /// thread hand-off per call, which is much of a fuzz execution's cost.
-    /// A call blocks the async runtime while it runs, and concurrent
-    /// callers do not share a group commit, so this is for single-task
-    /// tests (the fuzz targets). Default: false.
-    #[cfg(feature = "testing")]
-    #[doc(hidden)]
-    pub fn inline_writer(mut self, inline: bool) -> Self {
-        self.inline_writer = inline;
         self
     }
 

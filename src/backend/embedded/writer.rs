@@ -30,8 +30,6 @@ use crate::item::{
 use crate::outcome::{Chunk, Outcome};
 
 pub(super) use open::{Build, PathClaim, open_database};
-#[cfg(feature = "testing")]
-pub(super) use thread::Inline;
 pub(super) use thread::run;
 
 /// One operation of the contract, with its arguments.

@@ -60,29 +60,6 @@ fn poisoned(db: &Database) -> bool {
 }
 
 impl Store {
-    /// A store over a database that `open_database` has just opened.
-    fn new(
-        db: Database,
-        build: Build,
-        log: Log,
-        policy: redo::Policy,
-        path: PathBuf,
-        limits: Limits,
-    ) -> Self {
-        Store {
-            db: Some(db),
-            build,
-            log,
-            path,
-            limits,
-            suspect: false,
-            behind: false,
-            latest: 0,
-            checkpointed: std::time::Instant::now(),
-            policy,
-        }
-    }
-
     /// The database, reopened first if an I/O error has poisoned it (or a
     /// failed commit left it behind the log), and checkpointed first if a
     /// log append failed, so that the queue carries on once the fault (a
@@ -180,7 +157,18 @@ pub(in crate::backend::embedded) fn run(
     wake: Arc<Notify>,
     claim: PathClaim,
 ) {
-    let mut store = Store::new(db, build, log, policy, path, limits);
+    let mut store = Store {
+        db: Some(db),
+        build,
+        log,
+        path,
+        limits,
+        suspect: false,
+        behind: false,
+        latest: 0,
+        checkpointed: std::time::Instant::now(),
+        policy,
+    };
     let mut close_reply = None;
     'outer: while let Some(first) = rx.blocking_recv() {
         let mut reqs: Vec<Request> = Vec::new();
@@ -335,96 +323,4 @@ fn run_batch(store: &mut Store, wake: &Notify, reqs: Vec<Request>) -> bool {
         let _ = reply.send(result);
     }
     changed
-}
-
-/// The writer without its thread (test support, feature `testing`; see
-/// `EmbeddedOptions::inline_writer`): the caller's thread runs each
-/// operation as a batch of one, through the same [`run_batch`] and
-/// checkpoints as the writer thread, so a fuzz execution pays no thread
-/// start and no two thread hand-offs per call. Dropping it closes the
-/// queue as the thread does when the last handle goes.
-#[cfg(feature = "testing")]
-pub(in crate::backend::embedded) struct Inline {
-    /// `None` once closed.
-    open: Option<(Store, PathClaim)>,
-    wake: Arc<Notify>,
-}
-
-#[cfg(feature = "testing")]
-impl Inline {
-    /// Open (with recovery, as the writer thread does) on this thread.
-    ///
-    /// # Errors
-    ///
-    /// As `open_database`, and `Io` if the redo log cannot be opened.
-    pub(in crate::backend::embedded) fn open(
-        mut build: Build,
-        open_log: impl FnOnce() -> std::io::Result<Box<dyn redo::LogFile>>,
-        policy: redo::Policy,
-        path: PathBuf,
-        limits: Limits,
-        wake: Arc<Notify>,
-        claim: PathClaim,
-    ) -> Result<Self> {
-        let mut log = open_log().map(Log::new).map_err(|source| Error::Io {
-            context: format!("open the redo log of {}", path.display()),
-            source,
-        })?;
-        let db = super::open_database(&mut build, &mut log, &path, limits)?;
-        Ok(Inline {
-            open: Some((Store::new(db, build, log, policy, path, limits), claim)),
-            wake,
-        })
-    }
-
-    /// Run one request and answer it (`Closed` once closed, as a send to a
-    /// finished writer thread gives).
-    pub(in crate::backend::embedded) fn call(&mut self, req: Request) {
-        match &mut self.open {
-            Some((store, _)) => {
-                run_batch(store, &self.wake, vec![req]);
-            }
-            None => {
-                let _ = req.reply.send(Err(Error::Closed));
-            }
-        }
-    }
-
-    /// As the writer thread's `Compact` message.
-    ///
-    /// # Errors
-    ///
-    /// `Closed` once closed; as `compact` otherwise.
-    pub(in crate::backend::embedded) fn compact(&mut self) -> Result<bool> {
-        let (store, _) = self.open.as_mut().ok_or(Error::Closed)?;
-        let result = compact(store);
-        store.note(&result);
-        result
-    }
-
-    /// As the writer thread's end: the last checkpoint, then the file is
-    /// let go. Later calls get `Closed`.
-    pub(in crate::backend::embedded) fn close(&mut self) {
-        if let Some((mut store, claim)) = self.open.take() {
-            close_checkpoint(&mut store);
-            drop(store);
-            drop(claim);
-        }
-    }
-}
-
-#[cfg(feature = "testing")]
-impl std::fmt::Debug for Inline {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Inline")
-            .field("open", &self.open.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
-#[cfg(feature = "testing")]
-impl Drop for Inline {
-    fn drop(&mut self) {
-        self.close();
-    }
 }
