@@ -21,11 +21,16 @@ pub mod redis_server;
 pub mod redis_cluster;
 
 #[cfg(feature = "redis")]
+pub mod redis_target;
+
+#[cfg(feature = "redis")]
 pub use redis_cluster::{RedisCluster, RedisClusterFactory, RedisClusterOptions};
 #[cfg(feature = "redis")]
 pub use redis_server::{
     RedisFactory, RedisServer, RedisServerOptions, TestCertificates, command_calls, raw_connection,
 };
+#[cfg(feature = "redis")]
+pub use redis_target::{RawConnection, RedisDeployment, RedisKind};
 
 #[cfg(feature = "embedded")]
 pub mod faults;

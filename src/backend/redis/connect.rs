@@ -75,6 +75,7 @@ impl RedisQueue {
             options,
             scripts: Scripts::new(),
             closed: AtomicBool::new(false),
+            close_signal: tokio::sync::Notify::new(),
             combiner: combine::Combiner::default(),
         };
         let mut queue = RedisQueue {

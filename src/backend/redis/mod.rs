@@ -60,8 +60,8 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default of [`RedisOptions::replica_timeout`]: 1 s.
 pub const DEFAULT_REPLICA_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Events one `wait_outcome` / `wait_chunks` round reads at most (the
-/// stream keeps 64).
+/// Events one `wait_outcome` / `wait_chunks` round reads at most, and the
+/// entries the events stream keeps (the scripts get it as `EVENTS_KEPT`).
 const EVENTS_PER_READ: usize = 64;
 
 /// The longest single `XREAD BLOCK` of a waiting claim; a longer wait loops.
@@ -82,6 +82,9 @@ struct Inner {
     options: RedisOptions,
     scripts: Scripts,
     closed: AtomicBool,
+    /// Wakes blocking waits at `close()` (SPEC 8): a wait's `XREAD BLOCK`
+    /// would otherwise end only with its round, up to 10 s later.
+    close_signal: tokio::sync::Notify,
     /// Concurrent adds waiting to share one script call.
     combiner: combine::Combiner,
 }

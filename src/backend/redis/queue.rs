@@ -616,6 +616,7 @@ impl WorkQueue for RedisQueue {
 
     async fn close(&self) -> Result<()> {
         self.inner.closed.store(true, Ordering::Release);
+        self.inner.close_signal.notify_waiters();
         self.inner
             .blockers
             .lock()

@@ -4,7 +4,7 @@
 
 use redis::{Script, Value};
 
-use super::{MAX_LUA_MS, RedisQueue, bounded};
+use super::{EVENTS_PER_READ, MAX_LUA_MS, RedisQueue, bounded};
 use crate::clock::CLOCK_STEP_TOLERANCE_MS;
 use crate::config::ms;
 use crate::error::{Error, Result};
@@ -32,7 +32,8 @@ fn lua_constants() -> String {
          local MAX_DELIVERIES_REASON = {MAX_DELIVERIES_REASON:?}\n\
          local LOST, DEFAULT_FLOW, PARKED = {LOST}, {DEFAULT_FLOW}, {PARKED}\n\
          local DELAYED, DEAD_LETTERED = {DELAYED}, {DEAD_LETTERED}\n\
-         local CLOCK_TOLERANCE = {CLOCK_STEP_TOLERANCE_MS}\n"
+         local CLOCK_TOLERANCE = {CLOCK_STEP_TOLERANCE_MS}\n\
+         local EVENTS_KEPT = {EVENTS_PER_READ}\n"
     )
 }
 
@@ -222,6 +223,7 @@ mod constant_tests {
                 super::MAX_DELIVERIES_REASON,
                 "return -1",
                 "return { -1 }",
+                "'MAXLEN', '64'",
             ] {
                 assert!(!source.contains(copied), "a script copies {copied:?}");
             }
@@ -229,5 +231,36 @@ mod constant_tests {
         let prelude = super::lua_constants();
         assert!(prelude.contains(&format!("local PRUNE_LIMIT = {}", super::PRUNE_LIMIT)));
         assert!(prelude.contains(&format!("{:?}", super::MAX_DELIVERIES_REASON)));
+        assert!(prelude.contains(&format!("local EVENTS_KEPT = {}", super::EVENTS_PER_READ)));
+    }
+
+    // Failed: claim.lua had a hand-out of its own (its batched lease and
+    // pending-index writes) beside `hand_out` in common.lua, which step
+    // and reclaim_stale used, so a change to what a claimed item carries
+    // had two homes. Every script that makes an item pending now goes
+    // through the one `hand_out`; `redis_hand_outs_share_one_lease_counter`
+    // in tests/redis.rs checks what the three hand out.
+    #[test]
+    fn one_hand_out_makes_every_item_pending() {
+        let common = include_str!("scripts/common.lua");
+        assert_eq!(common.matches("'st', 'pending'").count(), 1);
+        assert_eq!(common.matches("local function hand_out(").count(), 1);
+        for (name, source) in [
+            ("claim", include_str!("scripts/claim.lua")),
+            ("step", include_str!("scripts/step.lua")),
+            ("reclaim", include_str!("scripts/reclaim.lua")),
+        ] {
+            assert!(source.contains("hand_out("), "{name} does not use hand_out");
+            assert!(
+                source.contains("hand_outs_end()"),
+                "{name} never ends its hand-outs"
+            );
+            for own in ["'st', 'pending'", "K_LEASE", "K_PENDING, zadd"] {
+                assert!(
+                    !source.contains(own),
+                    "{name} hands out by itself ({own:?})"
+                );
+            }
+        }
     }
 }

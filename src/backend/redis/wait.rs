@@ -11,7 +11,7 @@ use super::reply::{array, bytes};
 use super::tls::connect_what;
 use super::{BLOCK_ROUND, EVENTS_PER_READ, RedisQueue, bounded};
 use crate::config::ms;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::outcome::{Outcome, OutcomeKind};
 
 impl RedisQueue {
@@ -46,6 +46,12 @@ impl RedisQueue {
         block: Duration,
         timer: Option<crate::clock::Sleep>,
     ) -> Result<Option<Value>> {
+        // Registered before the flag is read, so a close() in between is
+        // not missed.
+        let closing = self.inner.close_signal.notified();
+        tokio::pin!(closing);
+        closing.as_mut().enable();
+        self.check_open()?;
         let mut conn = match self.take_blocker() {
             Some(c) => c,
             None => {
@@ -105,6 +111,8 @@ impl RedisQueue {
                 // connection (closing it ends the block) rather than reuse it.
                 Ok(None)
             }
+            // As for the timer: the connection is dropped, ending the block.
+            _ = closing => Err(Error::Closed),
         }
     }
 
@@ -124,9 +132,12 @@ impl RedisQueue {
 }
 
 /// The outcome of item `id` if an entry of the events `XREAD` reply `v`
-/// carries it (`id`, `kind`, `value`, `at`: an outcome whose result or
-/// reason is at most 1 KiB). `None` for anything else, malformed replies
-/// included: the caller then reads the outcome itself.
+/// carries it. An entry is a run of groups, each starting with field `id`
+/// (one group per item the script finished, SPEC 3, Outcomes and
+/// progress); a group with `kind`, `value` and `at` carries an outcome
+/// whose result or reason is at most 1 KiB, a bare `id` is a signal only.
+/// `None` for anything else, malformed replies included: the caller then
+/// reads the outcome itself.
 pub(super) fn outcome_in_events(v: &Value, id: u64) -> Option<Outcome> {
     let want = id.to_string().into_bytes();
     let streams = array(v, "events").ok()?;
@@ -143,32 +154,46 @@ pub(super) fn outcome_in_events(v: &Value, id: u64) -> Option<Outcome> {
         else {
             continue;
         };
-        let field = |name: &str| {
-            fields
-                .chunks(2)
-                .find(|kv| {
-                    kv.first().and_then(|k| bytes(k, "field").ok()).as_deref()
-                        == Some(name.as_bytes())
-                })
-                .and_then(|kv| kv.get(1))
-                .and_then(|v| bytes(v, "field").ok())
-        };
-        if field("id").as_deref() != Some(want.as_slice()) {
-            continue;
+        let pairs: Vec<(Vec<u8>, Vec<u8>)> = fields
+            .chunks(2)
+            .filter_map(|kv| {
+                let k = bytes(kv.first()?, "field").ok()?;
+                let v = bytes(kv.get(1)?, "field").ok()?;
+                Some((k, v))
+            })
+            .collect();
+        let mut start = 0;
+        while start < pairs.len() {
+            let end = pairs
+                .iter()
+                .skip(start + 1)
+                .position(|(k, _)| k == b"id")
+                .map_or(pairs.len(), |i| start + 1 + i);
+            let group = pairs.get(start..end).unwrap_or_default();
+            start = end;
+            let field = |name: &str| {
+                group
+                    .iter()
+                    .find(|(k, _)| k == name.as_bytes())
+                    .map(|(_, v)| v.clone())
+            };
+            if field("id").as_deref() != Some(want.as_slice()) {
+                continue;
+            }
+            let (Some(kind), Some(value), Some(at)) = (field("kind"), field("value"), field("at"))
+            else {
+                continue;
+            };
+            let at_ms = std::str::from_utf8(&at).ok()?.parse().ok()?;
+            let kind = match kind.as_slice() {
+                b"done" => OutcomeKind::Done { result: value },
+                b"dead" => OutcomeKind::DeadLettered {
+                    reason: String::from_utf8_lossy(&value).into_owned(),
+                },
+                _ => return None,
+            };
+            return Some(Outcome { id, kind, at_ms });
         }
-        let (Some(kind), Some(value), Some(at)) = (field("kind"), field("value"), field("at"))
-        else {
-            continue;
-        };
-        let at_ms = std::str::from_utf8(&at).ok()?.parse().ok()?;
-        let kind = match kind.as_slice() {
-            b"done" => OutcomeKind::Done { result: value },
-            b"dead" => OutcomeKind::DeadLettered {
-                reason: String::from_utf8_lossy(&value).into_owned(),
-            },
-            _ => return None,
-        };
-        return Some(Outcome { id, kind, at_ms });
     }
     None
 }
@@ -221,5 +246,21 @@ mod tests {
             "id", "8", "kind", "done", "value", "x", "at", "soon",
         ]]);
         assert_eq!(outcome_in_events(&bad_time, 8), None);
+    }
+
+    // An ack batch signals all its outcomes in one entry: a group per item,
+    // each starting with `id`, bare for a large result.
+    #[test]
+    fn outcomes_of_a_batch_are_read_from_one_signal() {
+        let v = events(vec![vec![
+            "id", "7", "kind", "done", "value", "seven", "at", "40", "id", "8", "id", "9", "kind",
+            "dead", "value", "nine", "at", "41",
+        ]]);
+        let seven = outcome_in_events(&v, 7).unwrap();
+        assert_eq!((seven.result(), seven.at_ms), (Some(&b"seven"[..]), 40));
+        assert_eq!(outcome_in_events(&v, 8), None);
+        let nine = outcome_in_events(&v, 9).unwrap();
+        assert_eq!((nine.reason(), nine.at_ms), (Some("nine"), 41));
+        assert_eq!(outcome_in_events(&v, 10), None);
     }
 }
