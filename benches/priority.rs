@@ -8,8 +8,53 @@ mod common;
 use common::{EMBEDDED, PAYLOAD_BYTES, REDIS};
 use criterion::{Throughput, criterion_main};
 use workjournal::testing::RedisServer;
+use workjournal::{ClaimFrom, WorkQueue};
+
+/// Items in the backlog before a profile's claims start.
+const PROFILE_BACKLOG: u64 = 20_000;
+
+/// `WJ_PROFILE=tiers:rounds` fills an embedded queue with
+/// `PROFILE_BACKLOG` items spread over `tiers` tiers, runs just `rounds`
+/// claims of 100 each followed by their `ack_batch`, and exits: for
+/// `valgrind --tool=callgrind`, where the difference between two values of
+/// `rounds` gives the cost of a round without the setup and the fill.
+fn profile(spec: &str) {
+    let (tiers, rounds) = spec.split_once(':').expect("WJ_PROFILE=tiers:rounds");
+    let tiers: u8 = tiers.parse().expect("WJ_PROFILE tiers");
+    let rounds: u64 = rounds.parse().expect("WJ_PROFILE rounds");
+    assert!(
+        rounds * 100 <= PROFILE_BACKLOG,
+        "at most {} rounds",
+        PROFILE_BACKLOG / 100
+    );
+    let rt = common::runtime();
+    let dir = common::temp_dir();
+    let body = common::payload(PAYLOAD_BYTES);
+    rt.block_on(async {
+        let q = common::embedded(dir.path(), "profile").await;
+        common::fill_tiers(&q, PROFILE_BACKLOG, &body, tiers).await;
+        let start = std::time::Instant::now();
+        for _ in 0..rounds {
+            let got = q
+                .claim(100, std::time::Duration::ZERO, ClaimFrom::All)
+                .await
+                .expect("claim");
+            assert_eq!(got.len(), 100, "backlog ran dry");
+            let n = q
+                .ack_batch(got.iter().map(|c| c.receipt).collect())
+                .await
+                .expect("ack_batch");
+            assert_eq!(n, 100);
+        }
+        eprintln!("{tiers} tiers: {rounds} rounds in {:?}", start.elapsed());
+    });
+}
 
 fn benches() {
+    if let Ok(spec) = std::env::var("WJ_PROFILE") {
+        profile(&spec);
+        return;
+    }
     let mut c = common::criterion();
     let rt = common::runtime();
     let dir = common::temp_dir();

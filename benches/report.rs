@@ -265,6 +265,7 @@ fn main() {
         }
     }
     forwarding_rows(&r);
+    worker_rows(&r);
     println!();
     println!("ratio: how many times better workjournal is (its throughput over the other's,");
     println!("or the other's time, size or lateness over its own); above 1 = workjournal ahead.");
@@ -306,6 +307,34 @@ fn forwarding_rows(r: &Results) {
     ] {
         if let Some(v) = get(r, w, FORWARD) {
             println!("| {label} | {} | - | - |", v.show());
+        }
+    }
+}
+
+/// The command's worker (cli/benches/work.rs, issue 13 item 4): `work
+/// --exec true` over 5 000 items against `xargs -P N -n1` of `true` and of
+/// `sh -c true` (what `--exec true` runs), whole runs in ms.
+const WORK: &str = "workjournal-cli";
+const WORK_OTHERS: &[(&str, &str)] = &[
+    ("xargs-true", "xargs -n1 true"),
+    ("xargs-sh-c-true", "xargs -n1 sh -c true"),
+];
+
+fn worker_rows(r: &Results) {
+    for n in [2, 8] {
+        let key = format!("work_exec_true_c{n}");
+        let Some(ours) = get(r, &key, WORK) else {
+            continue;
+        };
+        for (other, label) in WORK_OTHERS {
+            if let Some(x) = get(r, &key, other) {
+                println!(
+                    "| work --exec true, 5 000 items, --concurrency {n} | cli: {} | {label} -P{n}: {} | {:.2}x |",
+                    ours.show(),
+                    x.show(),
+                    ratio(ours, x)
+                );
+            }
         }
     }
 }
@@ -472,6 +501,15 @@ fn targets(r: &Results) {
         true,
         "x",
     );
+    for n in [2, 8] {
+        verdict(
+            &format!("work --exec true, --concurrency {n}, vs xargs -P{n} true (issue 13)"),
+            rat(&format!("work_exec_true_c{n}"), WORK, "xargs-true"),
+            0.8,
+            true,
+            "x",
+        );
+    }
     for (key, label) in WORKLOADS.iter().take(5) {
         verdict(
             &format!("embedded vs SQLite WAL (level or better), {label}"),

@@ -598,6 +598,15 @@ async fn locations_names_every_item_once() {
 /// Redis faults (SPEC section 4): a `redis-server` with AOF `appendfsync
 /// always` killed with SIGKILL under a concurrent workload, and connections
 /// cut in the middle of a script call.
+///
+/// On one server only (issue 17 lists why): the kill cycles restart the
+/// one server under a workload and recount every key with `KEYS` and
+/// `XPENDING` on a plain connection; on a cluster the same promise (no
+/// acknowledged add lost with `appendfsync always`) is
+/// tests/redis_cluster.rs `killing_the_primary_mid_workload_loses_no_acknowledged_add`.
+/// The connection cuts go through a TCP proxy in front of the server, and
+/// a cluster client leaves any proxy at once for the node addresses that
+/// `CLUSTER SLOTS` names.
 #[cfg(feature = "redis")]
 mod redis_faults {
     use std::collections::{BTreeMap, BTreeSet};
@@ -609,7 +618,7 @@ mod redis_faults {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
     use workjournal::testing::{Location, StateCounts};
-    use workjournal::testing::{RedisServer, RedisServerOptions};
+    use workjournal::testing::{RedisServer, RedisServerOptions, raw_connection};
     use workjournal::{
         ClaimFrom, Clock, Config, Error, ManualClock, NewItem, Receipt, RedisOptions, RedisQueue,
         WorkQueue,
@@ -622,19 +631,6 @@ mod redis_faults {
         RedisOptions::default()
             .connect_timeout(Duration::from_millis(300))
             .response_timeout(Duration::from_millis(1000))
-    }
-
-    /// A plain connection for reading raw keys. Its response timeout is
-    /// long: redis-rs' default of 500 ms fails a large XPENDING on a loaded
-    /// machine, and a check must not mistake that for an empty PEL.
-    async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
-        let config =
-            redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(60)));
-        redis::Client::open(url)
-            .unwrap()
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .unwrap()
     }
 
     /// Every key of namespace `ns`, prefix removed.
@@ -681,7 +677,7 @@ mod redis_faults {
     /// inconsistency found (an item whose `st` disagrees with its index, a
     /// delivered stream entry whose item is not pending).
     async fn recount(url: &str, ns: &str) -> (BTreeMap<u64, Vec<Location>>, Vec<String>) {
-        let mut conn = raw(url).await;
+        let mut conn = raw_connection(url).await.unwrap();
         let p = format!("{{{ns}}}:");
         let mut locs: BTreeMap<u64, Vec<Location>> = BTreeMap::new();
         let mut bad = Vec::new();
@@ -855,7 +851,7 @@ mod redis_faults {
 
     /// The raw keys that name item `id`, for a failure message.
     async fn evidence(url: &str, ns: &str, id: u64) -> String {
-        let mut conn = raw(url).await;
+        let mut conn = raw_connection(url).await.unwrap();
         let p = format!("{{{ns}}}:");
         let item: BTreeMap<String, Vec<u8>> = conn.hgetall(format!("{p}item:{id}")).await.unwrap();
         let item: BTreeMap<String, String> = item
@@ -1091,7 +1087,7 @@ mod redis_faults {
     /// between two namespaces fed the same calls left out: consumer names,
     /// the wake-up stream.
     async fn state(url: &str, ns: &str) -> BTreeMap<String, String> {
-        let mut conn = raw(url).await;
+        let mut conn = raw_connection(url).await.unwrap();
         let p = format!("{{{ns}}}:");
         let mut out = BTreeMap::new();
         for key in keys(&mut conn, ns).await {

@@ -101,6 +101,22 @@ impl Backend for Redis {
     }
 }
 
+/// The Redis backend on a real Redis Cluster (3 primaries, 3 replicas, one
+/// per test binary; a fresh namespace, so a slot of its own, per case), as
+/// [`Redis`] is on one server.
+#[cfg(feature = "redis")]
+struct RedisCluster;
+
+#[cfg(feature = "redis")]
+impl Backend for RedisCluster {
+    const DURABLE: bool = true;
+    const REOPEN: bool = false;
+    const EXACT_LEASES: bool = false;
+    fn target(config: workjournal::Config) -> Box<dyn Target> {
+        factory_target(&workjournal::testing::RedisClusterFactory, config)
+    }
+}
+
 /// The remote backend: a server in this process on an embedded file in a
 /// temp dir, reached over a real Unix socket. Its leases are the embedded
 /// file's, so they must equal the model's. Reopen restarts the server on
@@ -204,6 +220,9 @@ prop_state_machine! {
 
     #[test]
     fn redis_matches_model(sequential 1..50 => Sut<Redis>);
+
+    #[test]
+    fn redis_cluster_matches_model(sequential 1..50 => Sut<RedisCluster>);
 }
 
 // ---- regressions found by the model tests ---------------------------------
@@ -250,6 +269,8 @@ async fn add_that_journals_nothing_is_never_full() {
         Box::new(workjournal::testing::RemoteFactory),
         #[cfg(feature = "redis")]
         Box::new(workjournal::testing::RedisFactory),
+        #[cfg(feature = "redis")]
+        Box::new(workjournal::testing::RedisClusterFactory),
     ];
     let mut subjects = Vec::new();
     for f in &factories {
@@ -299,6 +320,8 @@ async fn zero_dedup_window_never_deduplicates_even_within_a_batch() {
         Box::new(workjournal::testing::RemoteFactory),
         #[cfg(feature = "redis")]
         Box::new(workjournal::testing::RedisFactory),
+        #[cfg(feature = "redis")]
+        Box::new(workjournal::testing::RedisClusterFactory),
     ];
     for f in &factories {
         let config = workjournal::Config::default()

@@ -3,14 +3,31 @@
 //! Each runs against a real server that the harness starts on a free
 //! loopback port; without `redis-server` installed they fail, saying
 //! `apt-get install redis-server`.
+//!
+//! Every body that takes a [`RedisKind`] runs twice (issue 17): on one
+//! server (`server::`) and on a Redis Cluster (`cluster::`; one shared
+//! cluster of 3 primaries and 3 replicas, or a cluster of 3 primaries of
+//! its own for a test that kills, stops or counts its server). These run
+//! on one server only:
+//!
+//! - `min_replicas_succeeds_with_a_replica_and_reports_the_shortfall_without`:
+//!   reads the write back from a standalone replica; on a cluster WAIT is
+//!   checked by tests/redis_cluster.rs `min_replicas_waits_on_the_slot_primary_only`
+//!   (a dead replica of another primary fails nothing, its own does).
+//! - `server_dies_with_its_test_process_even_on_sigkill`: a property of the
+//!   harness's `RedisServer`, which every cluster node is.
+//! - `url_with_a_password_authenticates_and_a_wrong_one_is_a_backend_error`:
+//!   the test cluster has no password (its nodes would need `masterauth`
+//!   and the harness its own `AUTH`); the namespace check in it is the
+//!   same code for both.
 
 #![cfg(all(feature = "redis", feature = "testing"))]
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use workjournal::testing::redis_server::{fresh_namespace, shared_server_url};
-use workjournal::testing::{RedisServer, RedisServerOptions};
+use workjournal::testing::redis_server::fresh_namespace;
+use workjournal::testing::{RawConnection, RedisKind, RedisServer, RedisServerOptions};
 use workjournal::{
     ClaimFrom, Config, Error, ManualClock, NewItem, RedisOptions, RedisQueue, WorkQueue,
 };
@@ -23,21 +40,55 @@ async fn connect(url: &str, ns: &str, config: Config) -> RedisQueue {
         .unwrap()
 }
 
-fn shared_url() -> String {
-    shared_server_url().unwrap()
+workjournal::on_server_and_cluster!(
+    two_handles_promoting_and_claiming_deliver_each_item_once,
+    late_ack_from_a_reclaimed_handle_is_lease_lost,
+    six_hundred_stale_claims_behind_four_hundred_fresh_are_all_reclaimed,
+    aof_always_restart_loses_no_acknowledged_add,
+    killed_redis_fails_within_the_timeout_and_works_after_restart,
+    stopped_redis_fails_every_call_within_the_bound_and_works_after_sigcont,
+    blocking_claim_wakes_on_add_and_is_quiet_while_idle,
+    records_deleted_behind_the_queues_back_are_skipped_not_fatal,
+    expired_outcomes_are_pruned_with_their_progress_and_chunks,
+    a_namespace_of_the_stream_layout_moves_to_ranked_lanes_at_connect,
+    stats_stay_true_when_a_ready_lane_member_is_removed,
+    stats_stay_true_when_an_item_hash_is_deleted,
+    endless_timeouts_do_not_overflow,
+    done_markers_live_in_the_expiry_set_alone,
+    a_claim_does_not_walk_a_held_flows_items,
+    redis_hand_outs_share_one_lease_counter,
+);
+
+/// A queue with `options`' short timeouts, for a test of what happens
+/// once its server is gone: connecting (to every node of a cluster, within
+/// the same short bound) is tried again for up to 20 s while the machine
+/// is busy, as it is not what such a test is about.
+async fn connect_patiently(url: &str, ns: &str, options: RedisOptions) -> RedisQueue {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match RedisQueue::connect(url, ns, Config::default(), options.clone()).await {
+            Ok(q) => return q,
+            Err(e) if Instant::now() < deadline => {
+                assert!(matches!(e, Error::Backend { .. }), "{e:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("could not connect within 20 s: {e}"),
+        }
+    }
 }
 
-async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(url)
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
+/// This process's shared server or cluster.
+fn shared_url(kind: RedisKind) -> String {
+    kind.shared_url().unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_handles_promoting_and_claiming_deliver_each_item_once() {
-    let url = shared_url();
+/// A raw connection to the server or cluster at `url`.
+async fn raw(url: &str) -> RawConnection {
+    RawConnection::open(url).await.unwrap()
+}
+
+async fn two_handles_promoting_and_claiming_deliver_each_item_once(kind: RedisKind) {
+    let url = shared_url(kind);
     let ns = fresh_namespace();
     let clock = ManualClock::new(T0);
     let a = connect(&url, &ns, Config::default().clock(clock.clone())).await;
@@ -82,9 +133,8 @@ async fn two_handles_promoting_and_claiming_deliver_each_item_once() {
     assert_eq!((stats.backlog, stats.pending, stats.delayed), (0, 0, 0));
 }
 
-#[tokio::test]
-async fn late_ack_from_a_reclaimed_handle_is_lease_lost() {
-    let url = shared_url();
+async fn late_ack_from_a_reclaimed_handle_is_lease_lost(kind: RedisKind) {
+    let url = shared_url(kind);
     let ns = fresh_namespace();
     let clock = ManualClock::new(T0);
     let a = connect(&url, &ns, Config::default().clock(clock.clone())).await;
@@ -134,9 +184,8 @@ async fn late_ack_from_a_reclaimed_handle_is_lease_lost() {
     assert_eq!(left, 0, "an acked item left its record or a ready entry");
 }
 
-#[tokio::test]
-async fn six_hundred_stale_claims_behind_four_hundred_fresh_are_all_reclaimed() {
-    let url = shared_url();
+async fn six_hundred_stale_claims_behind_four_hundred_fresh_are_all_reclaimed(kind: RedisKind) {
+    let url = shared_url(kind);
     let ns = fresh_namespace();
     let clock = ManualClock::new(T0);
     let a = connect(&url, &ns, Config::default().clock(clock.clone())).await;
@@ -173,13 +222,8 @@ async fn six_hundred_stale_claims_behind_four_hundred_fresh_are_all_reclaimed() 
     assert_eq!(b.stats().await.unwrap().pending, 1000);
 }
 
-#[tokio::test]
-async fn aof_always_restart_loses_no_acknowledged_add() {
-    let mut server = RedisServer::start_with(RedisServerOptions {
-        aof_always: true,
-        ..Default::default()
-    })
-    .unwrap();
+async fn aof_always_restart_loses_no_acknowledged_add(kind: RedisKind) {
+    let mut server = kind.start_private(true).unwrap();
     let url = server.url();
     let q = connect(&url, "aof", Config::default()).await;
     let mut added = Vec::new();
@@ -200,8 +244,8 @@ async fn aof_always_restart_loses_no_acknowledged_add() {
     for c in &claimed[..20] {
         q.ack(c.receipt).await.unwrap();
     }
-    server.kill();
-    server.restart().unwrap();
+    let node = server.kill_serving("aof").unwrap();
+    server.restart(node).unwrap();
     let q2 = connect(&url, "aof", Config::default()).await;
     let s = q2.stats().await.unwrap();
     assert_eq!(s.backlog, 170);
@@ -229,18 +273,15 @@ async fn aof_always_restart_loses_no_acknowledged_add() {
     assert_eq!(next.id, 201);
 }
 
-#[tokio::test]
-async fn killed_redis_fails_within_the_timeout_and_works_after_restart() {
-    let mut server = RedisServer::start().unwrap();
+async fn killed_redis_fails_within_the_timeout_and_works_after_restart(kind: RedisKind) {
+    let mut server = kind.start_private(false).unwrap();
     let url = server.url();
     let options = RedisOptions::default()
         .connect_timeout(Duration::from_millis(300))
         .response_timeout(Duration::from_millis(500));
-    let q = RedisQueue::connect(&url, "faults", Config::default(), options)
-        .await
-        .unwrap();
+    let q = connect_patiently(&url, "faults", options).await;
     q.add(NewItem::new(b"before".to_vec())).await.unwrap();
-    server.kill();
+    let node = server.kill_serving("faults").unwrap();
     for _ in 0..3 {
         let started = Instant::now();
         let err = q.add(NewItem::new(b"during".to_vec())).await.unwrap_err();
@@ -262,7 +303,7 @@ async fn killed_redis_fails_within_the_timeout_and_works_after_restart() {
     assert!(matches!(err, Error::Backend { .. }), "{err:?}");
     assert!(started.elapsed() < Duration::from_secs(5));
     // The restarted server has no data and no scripts (NOSCRIPT is handled).
-    server.restart().unwrap();
+    server.restart(node).unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     let id = loop {
         match q.add(NewItem::new(b"after".to_vec())).await {
@@ -284,11 +325,12 @@ async fn killed_redis_fails_within_the_timeout_and_works_after_restart() {
     q.ack(got[0].receipt).await.unwrap();
 }
 
-async fn info_field(url: &str, section: &str, field: &str) -> String {
+/// `field` of `INFO section` on the node that serves namespace `ns` (the
+/// server at `url`, or its slot's primary in a cluster).
+async fn info_field(url: &str, ns: &str, section: &str, field: &str) -> String {
     let mut conn = raw(url).await;
-    let info: String = redis::cmd("INFO")
-        .arg(section)
-        .query_async(&mut conn)
+    let info: String = conn
+        .on_node_of(ns, redis::cmd("INFO").arg(section))
         .await
         .unwrap();
     info.lines()
@@ -329,11 +371,10 @@ fn signal(sig: &str, pid: &str) {
 /// with `Backend` once `connect_timeout + response_timeout` has passed, and
 /// works again once the server continues. Connecting once took three times
 /// `connect_timeout` (the connection manager's retries each waited it out).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stopped_redis_fails_every_call_within_the_bound_and_works_after_sigcont() {
-    let server = RedisServer::start().unwrap();
+async fn stopped_redis_fails_every_call_within_the_bound_and_works_after_sigcont(kind: RedisKind) {
+    let server = kind.start_private(false).unwrap();
     let url = server.url();
-    let pid = info_field(&url, "server", "process_id").await;
+    let pid = info_field(&url, "stopped", "server", "process_id").await;
     assert!(!pid.is_empty(), "INFO server gave no process_id");
     let options = RedisOptions::default()
         .connect_timeout(Duration::from_millis(1_500))
@@ -342,9 +383,7 @@ async fn stopped_redis_fails_every_call_within_the_bound_and_works_after_sigcont
     // what three connect tries (4.5 s) would take.
     let bound = Duration::from_secs(2);
     let slack = Duration::from_secs(1);
-    let q = RedisQueue::connect(&url, "stopped", Config::default(), options.clone())
-        .await
-        .unwrap();
+    let q = connect_patiently(&url, "stopped", options.clone()).await;
     q.add(NewItem::new(b"before".to_vec())).await.unwrap();
     let stopped = Stopped::stop(&pid);
     let started = Instant::now();
@@ -375,9 +414,7 @@ async fn stopped_redis_fails_every_call_within_the_bound_and_works_after_sigcont
         }
     };
     assert_eq!(stats.backlog, 1);
-    let again = RedisQueue::connect(&url, "stopped", Config::default(), options)
-        .await
-        .unwrap();
+    let again = connect_patiently(&url, "stopped", options).await;
     let got = again
         .claim(1, Duration::ZERO, ClaimFrom::All)
         .await
@@ -395,7 +432,7 @@ async fn primary_with_linked_replica() -> (RedisServer, RedisServer) {
     })
     .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while info_field(&replica.url(), "replication", "master_link_status").await != "up" {
+    while info_field(&replica.url(), "", "replication", "master_link_status").await != "up" {
         assert!(Instant::now() < deadline, "replica never linked up");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -429,15 +466,14 @@ async fn min_replicas_succeeds_with_a_replica_and_reports_the_shortfall_without(
 
 /// Requests sent by clients (scripts and XREAD; commands run inside a script
 /// are not requests), from `INFO commandstats`.
-async fn client_requests(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
-    workjournal::testing::command_calls(conn, &["evalsha", "eval", "xread"])
+async fn client_requests(conn: &mut RawConnection, ns: &str) -> u64 {
+    conn.command_calls(ns, &["evalsha", "eval", "xread"])
         .await
         .unwrap()
 }
 
-#[tokio::test]
-async fn blocking_claim_wakes_on_add_and_is_quiet_while_idle() {
-    let server = RedisServer::start().unwrap();
+async fn blocking_claim_wakes_on_add_and_is_quiet_while_idle(kind: RedisKind) {
+    let server = kind.start_private(false).unwrap();
     let url = server.url();
     let q = connect(&url, "idle", Config::default()).await;
     let producer = connect(&url, "idle", Config::default()).await;
@@ -450,13 +486,13 @@ async fn blocking_claim_wakes_on_add_and_is_quiet_while_idle() {
     );
     // Idle: a claim waiting 2 s sends a handful of commands, not a poll loop.
     let mut admin = raw(&url).await;
-    let before = client_requests(&mut admin).await;
+    let before = client_requests(&mut admin, "idle").await;
     let got = q
         .claim(1, Duration::from_secs(2), ClaimFrom::All)
         .await
         .unwrap();
     assert!(got.is_empty());
-    let after = client_requests(&mut admin).await;
+    let after = client_requests(&mut admin, "idle").await;
     // At most 20 commands/s are allowed; the design sends 2 per wait (the
     // claim script and one XREAD BLOCK).
     assert!(
@@ -498,9 +534,8 @@ async fn blocking_claim_wakes_on_add_and_is_quiet_while_idle() {
     assert_eq!(got[0].item.payload, b"timer");
 }
 
-#[tokio::test]
-async fn records_deleted_behind_the_queues_back_are_skipped_not_fatal() {
-    let url = shared_url();
+async fn records_deleted_behind_the_queues_back_are_skipped_not_fatal(kind: RedisKind) {
+    let url = shared_url(kind);
     let ns = fresh_namespace();
     let q = connect(&url, &ns, Config::default()).await;
     for i in 1..=4u8 {
@@ -635,9 +670,8 @@ async fn url_with_a_password_authenticates_and_a_wrong_one_is_a_backend_error() 
 
 /// Expired outcomes are deleted by later writes, with their progress and
 /// chunks (SPEC 6): the namespace does not grow with every acked item.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn expired_outcomes_are_pruned_with_their_progress_and_chunks() {
-    let url = shared_url();
+async fn expired_outcomes_are_pruned_with_their_progress_and_chunks(kind: RedisKind) {
+    let url = shared_url(kind);
     let ns = fresh_namespace();
     let clock = ManualClock::new(T0);
     let config = Config::default()
@@ -684,12 +718,11 @@ async fn expired_outcomes_are_pruned_with_their_progress_and_chunks() {
     assert_eq!(expiring, 1);
 }
 
-#[tokio::test]
-async fn a_namespace_of_the_stream_layout_moves_to_ranked_lanes_at_connect() {
+async fn a_namespace_of_the_stream_layout_moves_to_ranked_lanes_at_connect(kind: RedisKind) {
     // SPEC 6: before priorities the backlog and the due lane were streams
     // read by the group `workers`; build such a namespace by hand (two
     // ready items in the backlog, one claimed, one in the due lane).
-    let url = shared_url();
+    let url = shared_url(kind);
     let ns = fresh_namespace();
     let mut conn = raw(&url).await;
     let p = format!("{{{ns}}}:");
@@ -793,12 +826,7 @@ async fn a_namespace_of_the_stream_layout_moves_to_ranked_lanes_at_connect() {
 }
 
 /// The member of the ready lane `lane` naming item `id`.
-async fn lane_member(
-    conn: &mut redis::aio::MultiplexedConnection,
-    ns: &str,
-    lane: &str,
-    id: u64,
-) -> String {
+async fn lane_member(conn: &mut RawConnection, ns: &str, lane: &str, id: u64) -> String {
     let members: Vec<String> = redis::cmd("ZRANGE")
         .arg(format!("{{{ns}}}:{lane}"))
         .arg(0)
@@ -816,9 +844,8 @@ async fn lane_member(
 // lane member removed behind the backend's back (an operator's ZREM) must
 // leave counts that are true and never fail, now and once everything
 // else has been drained.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stats_stay_true_when_a_ready_lane_member_is_removed() {
-    let url = shared_url();
+async fn stats_stay_true_when_a_ready_lane_member_is_removed(kind: RedisKind) {
+    let url = shared_url(kind);
     let ns = fresh_namespace();
     let q = connect(&url, &ns, Config::default()).await;
     let mut ids = Vec::new();
@@ -861,9 +888,8 @@ async fn stats_stay_true_when_a_ready_lane_member_is_removed() {
 // counted until a claim meets its lane member and drops it; of a pending
 // item, the ack finds no lease and a reclaim drops the pending entry. No
 // count ever fails or stays wrong.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stats_stay_true_when_an_item_hash_is_deleted() {
-    let url = shared_url();
+async fn stats_stay_true_when_an_item_hash_is_deleted(kind: RedisKind) {
+    let url = shared_url(kind);
     let ns = fresh_namespace();
     let q = connect(&url, &ns, Config::default()).await;
     q.add(NewItem::new(b"one".to_vec())).await.unwrap();
@@ -904,15 +930,23 @@ async fn stats_stay_true_when_an_item_hash_is_deleted() {
 // Failed: `connect_timeout + response_timeout` (+ `replica_timeout`)
 // panicked on `Duration::MAX` ("overflow when adding durations"), and a huge
 // replica timeout was sent to WAIT out of Redis's range.
-#[tokio::test]
-async fn endless_timeouts_do_not_overflow() {
-    let (primary, _replica) = primary_with_linked_replica().await;
+async fn endless_timeouts_do_not_overflow(kind: RedisKind) {
+    // A server needs a replica of its own; the shared cluster has one per
+    // primary.
+    let (_keep, url) = match kind {
+        RedisKind::Server => {
+            let (primary, replica) = primary_with_linked_replica().await;
+            let url = primary.url();
+            (Some((primary, replica)), url)
+        }
+        RedisKind::Cluster => (None, shared_url(kind)),
+    };
     let options = RedisOptions::default()
         .connect_timeout(Duration::MAX)
         .response_timeout(Duration::MAX)
         .min_replicas(1)
         .replica_timeout(Duration::MAX);
-    let q = RedisQueue::connect(&primary.url(), "endless", Config::default(), options)
+    let q = RedisQueue::connect(&url, &fresh_namespace(), Config::default(), options)
         .await
         .unwrap();
     let added = q.add(NewItem::new(b"x".to_vec())).await.unwrap();
@@ -924,9 +958,8 @@ async fn endless_timeouts_do_not_overflow() {
 
 // Failed: mark_done also wrote a `{ns}:done` hash that nothing ever read
 // (the sorted set of expiries answers was_done alone).
-#[tokio::test]
-async fn done_markers_live_in_the_expiry_set_alone() {
-    let url = shared_url();
+async fn done_markers_live_in_the_expiry_set_alone(kind: RedisKind) {
+    let url = shared_url(kind);
     let ns = fresh_namespace();
     let q = connect(&url, &ns, Config::default()).await;
     q.mark_done(7, "email").await.unwrap();
@@ -946,9 +979,8 @@ async fn done_markers_live_in_the_expiry_set_alone() {
 /// item; the claim that takes it runs a few dozen commands, however many
 /// are held (counted from `INFO commandstats`, which counts the commands
 /// scripts run).
-#[tokio::test]
-async fn a_claim_does_not_walk_a_held_flows_items() {
-    let server = RedisServer::start().unwrap();
+async fn a_claim_does_not_walk_a_held_flows_items(kind: RedisKind) {
+    let server = kind.start_private(false).unwrap();
     let url = server.url();
     let q = connect(&url, "held", Config::default()).await;
     q.set_flow_limit(
@@ -989,13 +1021,9 @@ async fn a_claim_does_not_walk_a_held_flows_items() {
         "srem",
         "time",
     ];
-    let before = workjournal::testing::command_calls(&mut conn, &every)
-        .await
-        .unwrap();
+    let before = conn.command_calls("held", &every).await.unwrap();
     let got = q.claim(10, Duration::ZERO, ClaimFrom::All).await.unwrap();
-    let after = workjournal::testing::command_calls(&mut conn, &every)
-        .await
-        .unwrap();
+    let after = conn.command_calls("held", &every).await.unwrap();
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].item.payload, b"cool");
     assert!(
@@ -1005,4 +1033,75 @@ async fn a_claim_does_not_walk_a_held_flows_items() {
     );
     let s = q.stats().await.unwrap();
     assert_eq!((s.backlog, s.limited), (5000, 5000));
+}
+
+/// Failed as a design: claim.lua handed items out with code of its own
+/// beside `hand_out` in common.lua (used by step and reclaim_stale). Now
+/// every script that makes an item pending goes through the one
+/// `hand_out`: claim, step and reclaim_stale take their leases from the
+/// one counter in call order, write each item's delivery and claim time,
+/// and index it in `{ns}:pending` at its claim time.
+async fn redis_hand_outs_share_one_lease_counter(kind: RedisKind) {
+    let url = shared_url(kind);
+    let ns = fresh_namespace();
+    let clock = ManualClock::new(T0);
+    let q = connect(&url, &ns, Config::default().clock(clock.clone())).await;
+    q.add_batch(vec![
+        NewItem::new(b"a".to_vec()),
+        NewItem::new(b"b".to_vec()),
+    ])
+    .await
+    .unwrap();
+    q.pause("cold").await.unwrap();
+    q.add(NewItem::new(b"c".to_vec()).flow("cold"))
+        .await
+        .unwrap();
+    let claimed = q.claim(10, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!(claimed.len(), 2, "the paused flow's item is parked");
+    assert_eq!(q.parked("cold").await.unwrap(), 1);
+    clock.advance(Duration::from_secs(1));
+    let stepped = q.step("cold").await.unwrap().unwrap();
+    // Resumed, so that reclaim_stale hands the stepped item out again
+    // rather than parking it.
+    q.resume("cold").await.unwrap();
+    clock.advance(Duration::from_secs(60));
+    let reclaimed = q.reclaim(Duration::from_secs(30), 10).await.unwrap();
+    assert!(reclaimed.dead_lettered.is_empty());
+    assert_eq!(reclaimed.claimed.len(), 3);
+
+    let mut leases: Vec<u64> = claimed.iter().map(|c| c.receipt.lease).collect();
+    leases.push(stepped.receipt.lease);
+    leases.extend(reclaimed.claimed.iter().map(|c| c.receipt.lease));
+    assert!(
+        leases.windows(2).all(|w| w[0] < w[1]),
+        "leases not in call order: {leases:?}"
+    );
+    assert_eq!(stepped.receipt.delivery, 1);
+    assert_eq!(stepped.claimed_at_ms, T0 + 1_000);
+    for c in &reclaimed.claimed {
+        assert_eq!(c.receipt.delivery, 2);
+        assert_eq!(c.claimed_at_ms, T0 + 61_000);
+    }
+    let mut conn = raw(&url).await;
+    let counter: u64 = redis::cmd("GET")
+        .arg(format!("{{{ns}}}:lease"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(Some(&counter), leases.last());
+    let pending: Vec<(String, f64)> = redis::cmd("ZRANGE")
+        .arg(format!("{{{ns}}}:pending"))
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 3);
+    assert!(pending.iter().all(|(_, at)| *at == (T0 + 61_000) as f64));
+    for c in &reclaimed.claimed {
+        q.ack(c.receipt).await.unwrap();
+    }
+    assert_eq!(q.stats().await.unwrap().pending, 0);
+    q.close().await.unwrap();
 }

@@ -23,6 +23,16 @@ async fn start(options: RedisClusterOptions) -> RedisCluster {
 /// and its replica takes over; adds fail (within the call bound) only while
 /// no primary serves the slot, and work again once the old primary is back
 /// as a replica of the new one.
+///
+/// This flaked under load in two ways, both races of the test, not of the
+/// queue: (1) the old primary was restarted at the first failed add, often
+/// before the cluster had declared it failed, so it came back with its
+/// slots and no failover happened ("the replica did not take over"); it is
+/// now restarted only once its replica reports `role:master`. (2) A 500 ms
+/// `replica_timeout` was shorter than a replica's `appendfsync always`
+/// write on a busy machine, so an add before the kill could fail; an add
+/// whose `WAIT` times out is refused, never lost, so a longer timeout
+/// asserts the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_primary_mid_workload_loses_no_acknowledged_add() {
     let mut cluster = start(RedisClusterOptions {
@@ -33,9 +43,9 @@ async fn killing_the_primary_mid_workload_loses_no_acknowledged_add() {
     let ns = "failover";
     let options = RedisOptions::default()
         .min_replicas(1)
-        .replica_timeout(Duration::from_millis(500))
+        .replica_timeout(Duration::from_secs(5))
         .connect_timeout(Duration::from_millis(500))
-        .response_timeout(Duration::from_millis(1000));
+        .response_timeout(Duration::from_millis(2000));
     let q = RedisQueue::connect(&cluster.url(), ns, Config::default(), options)
         .await
         .unwrap();
@@ -63,27 +73,42 @@ async fn killing_the_primary_mid_workload_loses_no_acknowledged_add() {
         );
     }
     let primary = cluster.primary_of(&format!("{{{ns}}}:seq")).unwrap();
+    let replica = cluster.replica_of(primary).unwrap();
     cluster.kill_node(primary);
-    // Keep adding while the replica is promoted (about the node timeout, 1 s).
-    let deadline = Instant::now() + Duration::from_secs(20);
+    // Keep adding while the replica is promoted (about the node timeout,
+    // 1 s, then an election). The deadline only stops a hung test.
+    let deadline = Instant::now() + Duration::from_secs(60);
     let mut after_kill = 0;
     while after_kill < 20 {
-        assert!(Instant::now() < deadline, "no add succeeded after the kill");
+        assert!(
+            Instant::now() < deadline,
+            "fewer than 20 adds succeeded within 60 s of the kill"
+        );
         n += 1;
         if add(&q, n, &mut acked).await {
             after_kill += 1;
         } else {
             failed += 1;
-            // The new primary has no replica until the old one is back.
-            if !cluster.nodes()[primary].is_running() {
-                let c = &mut cluster;
-                tokio::task::block_in_place(|| c.restart_node(primary)).unwrap();
-            }
+            // The new primary has no replica (so WAIT fails) until the old
+            // one is back; bring it back only once the replica took over,
+            // so it rejoins as a replica rather than keeping its slots.
+            let c = &mut cluster;
+            tokio::task::block_in_place(|| {
+                if !c.nodes()[primary].is_running() && c.is_primary(replica).unwrap_or(false) {
+                    c.restart_node(primary).unwrap();
+                }
+            });
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-    let new_primary = cluster.primary_of(&format!("{{{ns}}}:seq")).unwrap();
+    assert!(
+        cluster.nodes()[primary].is_running(),
+        "adds succeeded with min_replicas 1 while the new primary had no replica"
+    );
+    let new_primary =
+        tokio::task::block_in_place(|| cluster.primary_of(&format!("{{{ns}}}:seq"))).unwrap();
     assert_ne!(new_primary, primary, "the replica did not take over");
+    assert_eq!(new_primary, replica);
     let mut claimed = BTreeSet::new();
     loop {
         let got = q.claim(100, Duration::ZERO, ClaimFrom::All).await.unwrap();
@@ -152,7 +177,9 @@ async fn min_replicas_waits_on_the_slot_primary_only() {
     let ns = "waits";
     let options = RedisOptions::default()
         .min_replicas(1)
-        .replica_timeout(Duration::from_millis(300));
+        // Long enough for a replica's ack on a busy machine; the adds that
+        // must fail wait it out.
+        .replica_timeout(Duration::from_secs(2));
     let q = RedisQueue::connect(&cluster.url(), ns, Config::default(), options)
         .await
         .unwrap();

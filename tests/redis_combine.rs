@@ -1,7 +1,8 @@
 //! Combined adds (SPEC 7, "Redis add combining"): concurrent adds of one
 //! handle share script calls, each caller gets its own id, and a caller
 //! that goes away cuts nobody else's add. On a real `redis-server` from the
-//! harness.
+//! harness, and on a real Redis Cluster (each body runs as `server::NAME`
+//! and `cluster::NAME`).
 
 #![cfg(all(feature = "redis", feature = "testing"))]
 
@@ -9,19 +10,22 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use workjournal::testing::RedisServer;
+use workjournal::testing::redis_server::fresh_namespace;
+use workjournal::testing::{RawConnection, RedisKind};
 use workjournal::{ClaimFrom, Config, NewItem, RedisOptions, RedisQueue, WorkQueue};
 
-/// Script calls the server has run (`EVALSHA` and `EVAL`), from `INFO commandstats`.
-async fn script_calls(url: &str) -> u64 {
-    let mut conn = redis::Client::open(url)
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    workjournal::testing::command_calls(&mut conn, &["evalsha", "eval"])
-        .await
-        .unwrap()
+workjournal::on_server_and_cluster!(
+    concurrent_adds_share_script_calls_and_each_gets_its_own_id,
+    a_dropped_add_cuts_no_other_add_of_its_call,
+    a_bad_payload_fails_only_its_own_add,
+    combined_adds_keep_each_ones_tier,
+);
+
+/// Script calls (`EVALSHA` and `EVAL`) the node serving namespace `ns` has
+/// run, from `INFO commandstats`.
+async fn script_calls(url: &str, ns: &str) -> u64 {
+    let mut conn = RawConnection::open(url).await.unwrap();
+    conn.command_calls(ns, &["evalsha", "eval"]).await.unwrap()
 }
 
 /// A queue on `url` with its add script loaded, so NOSCRIPT retries do not
@@ -39,9 +43,10 @@ async fn warm_queue(url: &str, ns: &str) -> Arc<RedisQueue> {
 async fn add_concurrently(
     q: &Arc<RedisQueue>,
     url: &str,
+    ns: &str,
     items: Vec<NewItem>,
 ) -> (BTreeSet<u64>, u64) {
-    let before = script_calls(url).await;
+    let before = script_calls(url, ns).await;
     let adds: Vec<_> = items
         .into_iter()
         .map(|item| {
@@ -53,16 +58,16 @@ async fn add_concurrently(
     for a in adds {
         ids.insert(a.await.unwrap());
     }
-    (ids, script_calls(url).await - before)
+    (ids, script_calls(url, ns).await - before)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_adds_share_script_calls_and_each_gets_its_own_id() {
-    let server = RedisServer::start().unwrap();
+// Counts the server's script calls: on a deployment of its own.
+async fn concurrent_adds_share_script_calls_and_each_gets_its_own_id(kind: RedisKind) {
+    let server = kind.start_private(false).unwrap();
     let url = server.url();
     let q = warm_queue(&url, "combine").await;
     let items = (0..200).map(|i| NewItem::new(format!("{i}").into_bytes()));
-    let (ids, calls) = add_concurrently(&q, &url, items.collect()).await;
+    let (ids, calls) = add_concurrently(&q, &url, "combine", items.collect()).await;
     assert_eq!(ids.len(), 200, "two adds got the same id");
     assert!(calls < 200, "200 concurrent adds took {calls} script calls");
     let mut claimed = BTreeSet::new();
@@ -79,13 +84,11 @@ async fn concurrent_adds_share_script_calls_and_each_gets_its_own_id() {
 
 /// Dropping the add that started a combined call does not cut the call:
 /// the other callers' adds still finish with their ids.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dropped_add_cuts_no_other_add_of_its_call() {
-    let server = RedisServer::start().unwrap();
+async fn a_dropped_add_cuts_no_other_add_of_its_call(kind: RedisKind) {
     let q = Arc::new(
         RedisQueue::connect(
-            &server.url(),
-            "dropped",
+            &kind.shared_url().unwrap(),
+            &fresh_namespace(),
             Config::default(),
             RedisOptions::default(),
         )
@@ -118,13 +121,11 @@ async fn a_dropped_add_cuts_no_other_add_of_its_call() {
 
 /// A payload over the limit fails its own add only, never another
 /// caller's in the same call.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_bad_payload_fails_only_its_own_add() {
-    let server = RedisServer::start().unwrap();
+async fn a_bad_payload_fails_only_its_own_add(kind: RedisKind) {
     let q = Arc::new(
         RedisQueue::connect(
-            &server.url(),
-            "bad",
+            &kind.shared_url().unwrap(),
+            &fresh_namespace(),
             Config::default().max_payload_bytes(8),
             RedisOptions::default(),
         )
@@ -158,16 +159,16 @@ async fn a_bad_payload_fails_only_its_own_add() {
 /// Adds combined into one script call keep each one's priority tier (SPEC
 /// section 3, Priority): every high-tier item is claimed before every
 /// tier-0 one, whatever order the combined call took them in.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn combined_adds_keep_each_ones_tier() {
-    let server = RedisServer::start().unwrap();
+// Counts the server's script calls: on a deployment of its own.
+async fn combined_adds_keep_each_ones_tier(kind: RedisKind) {
+    let server = kind.start_private(false).unwrap();
     let url = server.url();
     let q = warm_queue(&url, "tiers").await;
     let items = (0..100u8).map(|i| {
         let tier = if i % 2 == 0 { 0 } else { 3 };
         NewItem::new(format!("{i}").into_bytes()).priority(tier)
     });
-    let (_, calls) = add_concurrently(&q, &url, items.collect()).await;
+    let (_, calls) = add_concurrently(&q, &url, "tiers", items.collect()).await;
     assert!(calls < 100, "100 concurrent adds took {calls} script calls");
     let got = q.claim(101, Duration::ZERO, ClaimFrom::All).await.unwrap();
     let tiers: Vec<u8> = got.iter().map(|c| c.item.priority).collect();

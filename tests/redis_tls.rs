@@ -4,6 +4,12 @@
 //! against a real `redis-server` that the harness starts with a throwaway CA
 //! made by the `openssl` tool; without `redis-server` or `openssl` installed
 //! they fail, saying what to `apt-get install`.
+//!
+//! A Redis Cluster over TLS (`rediss+cluster://`, issue 17): one cluster of
+//! 3 primaries and 3 replicas for this binary, its nodes serving one
+//! throwaway CA's certificate and talking to each other over TLS only; the
+//! whole conformance suite runs on it, and a client without the CA is
+//! refused.
 
 #![cfg(all(feature = "redis", feature = "testing"))]
 
@@ -11,8 +17,13 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use workjournal::testing::redis_server::fresh_namespace;
-use workjournal::testing::{RedisServer, RedisServerOptions, TestCertificates};
-use workjournal::{ClaimFrom, Config, Error, NewItem, RedisOptions, RedisQueue, WorkQueue};
+use workjournal::testing::{
+    BoxFuture, Factory, RedisCluster, RedisClusterOptions, RedisServer, RedisServerOptions,
+    Subject, TestCertificates,
+};
+use workjournal::{
+    BoxQueue, ClaimFrom, Config, Error, NewItem, RedisOptions, RedisQueue, WorkQueue,
+};
 
 /// One TLS server for the tests of this binary that need no special server
 /// (client certificates optional).
@@ -95,8 +106,10 @@ async fn unknown_ca_is_a_backend_error_within_the_timeout() {
     let wrong = TestCertificates::generate(other.path()).unwrap();
     let options = RedisOptions::default()
         .tls_ca_pem(wrong.ca_pem())
-        .connect_timeout(Duration::from_millis(300))
-        .response_timeout(Duration::from_millis(300));
+        // Long enough for a TLS handshake on a loaded machine (at 300 ms
+        // these failed with "no answer" instead of the certificate error).
+        .connect_timeout(Duration::from_millis(1000))
+        .response_timeout(Duration::from_millis(1000));
     let started = Instant::now();
     let err = RedisQueue::connect(
         &server.tls_url().unwrap(),
@@ -128,8 +141,10 @@ async fn platform_roots_do_not_trust_the_test_ca() {
     // certificate.
     let server = shared();
     let options = RedisOptions::default()
-        .connect_timeout(Duration::from_millis(300))
-        .response_timeout(Duration::from_millis(300));
+        // Long enough for a TLS handshake on a loaded machine (at 300 ms
+        // these failed with "no answer" instead of the certificate error).
+        .connect_timeout(Duration::from_millis(1000))
+        .response_timeout(Duration::from_millis(1000));
     let err = RedisQueue::connect(
         &server.tls_url().unwrap(),
         &fresh_namespace(),
@@ -187,8 +202,10 @@ async fn client_certificate_is_presented_and_survives_a_restart() {
     let quick = || {
         RedisOptions::default()
             .tls_ca_pem(certs.ca_pem())
-            .connect_timeout(Duration::from_millis(300))
-            .response_timeout(Duration::from_millis(500))
+            // A TLS connect on a loaded machine (load 22) took longer
+            // than 300 + 500 ms; nothing here is timed.
+            .connect_timeout(Duration::from_millis(1000))
+            .response_timeout(Duration::from_millis(1000))
     };
 
     let err = RedisQueue::connect(&url, "mtls", Config::default(), quick())
@@ -268,4 +285,113 @@ async fn tls_settings_that_cannot_work_are_invalid_input() {
             .unwrap_err();
         assert!(matches!(err, Error::InvalidInput(_)), "{url}: {err:?}");
     }
+}
+
+/// This binary's Redis Cluster over TLS (3 primaries, 3 replicas).
+fn tls_cluster() -> &'static RedisCluster {
+    static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        RedisCluster::start_with(RedisClusterOptions {
+            tls: true,
+            ..Default::default()
+        })
+        .unwrap()
+    })
+}
+
+/// Queues on [`tls_cluster`] over `rediss+cluster://`, trusting its CA: a
+/// fresh namespace (so a slot of its own) per queue.
+struct TlsClusterFactory;
+
+impl Factory for TlsClusterFactory {
+    fn name(&self) -> &'static str {
+        "redis-cluster-tls"
+    }
+
+    fn make(&self, config: Config) -> BoxFuture<'_, Subject> {
+        Box::pin(async move {
+            let cluster = tokio::task::spawn_blocking(tls_cluster).await.unwrap();
+            let url = cluster.tls_url().unwrap();
+            assert!(url.starts_with("rediss+cluster://"), "{url}");
+            let options =
+                RedisOptions::default().tls_ca_pem(cluster.certificates().unwrap().ca_pem());
+            let q = RedisQueue::connect(&url, &fresh_namespace(), config, options)
+                .await
+                .unwrap();
+            Subject::new(BoxQueue::new(q), Vec::new())
+        })
+    }
+
+    fn durable(&self) -> bool {
+        true
+    }
+}
+
+/// Every conformance case, one after another, on the TLS cluster: its
+/// namespaces spread over the 3 primaries, so every node is reached over
+/// TLS (scripts, `WAIT`-free writes, blocking claims on their own
+/// connections, `TIME`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_suite_over_tls_on_a_cluster() {
+    workjournal::testing::conformance::run_all(&TlsClusterFactory).await;
+}
+
+/// A client of the TLS cluster without its CA (the platform's roots, or
+/// another CA) is refused at connect with a `Backend` error naming the
+/// certificate, within the call bound; one with the CA gets in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_over_tls_refuses_a_client_without_its_ca() {
+    let cluster = tokio::task::spawn_blocking(tls_cluster).await.unwrap();
+    let url = cluster.tls_url().unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let wrong = TestCertificates::generate(other.path()).unwrap();
+    let quick = || {
+        RedisOptions::default()
+            .connect_timeout(Duration::from_millis(1000))
+            .response_timeout(Duration::from_millis(1000))
+    };
+    for (what, options) in [
+        ("platform roots", quick()),
+        ("another CA", quick().tls_ca_pem(wrong.ca_pem())),
+    ] {
+        let started = Instant::now();
+        let err = RedisQueue::connect(&url, &fresh_namespace(), Config::default(), options)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Backend { .. }), "{what}: {err:?}");
+        let text = chain(&err);
+        assert!(
+            text.contains("certificate") || text.contains("UnknownIssuer"),
+            "{what}: the cause is named: {text}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{what}: {:?}",
+            started.elapsed()
+        );
+    }
+    // The plain port of the same node speaks no TLS: a `rediss://` client
+    // does not fall back to plain text.
+    let plain = cluster
+        .url()
+        .replace("redis+cluster://", "rediss+cluster://");
+    let err = RedisQueue::connect(
+        &plain,
+        &fresh_namespace(),
+        Config::default(),
+        quick().tls_ca_pem(cluster.certificates().unwrap().ca_pem()),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    let q = RedisQueue::connect(
+        &url,
+        &fresh_namespace(),
+        Config::default(),
+        RedisOptions::default().tls_ca_pem(cluster.certificates().unwrap().ca_pem()),
+    )
+    .await
+    .unwrap();
+    q.add(NewItem::new(b"in".to_vec())).await.unwrap();
+    assert_eq!(q.stats().await.unwrap().backlog, 1);
 }

@@ -3,7 +3,7 @@
 //! socket).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -269,22 +269,38 @@ where
     let (q, _keep) = make(Config::default().max_deliveries(1)).await;
     add_n(&q, 6).await;
     let started = Arc::new(AtomicUsize::new(0));
-    let s2 = started.clone();
+    let signalled = Arc::new(AtomicBool::new(false));
+    let (s2, g2) = (started.clone(), signalled.clone());
+    // The stop signal comes once both slots run an item (a fixed delay
+    // raced the first claims on a loaded machine), and the short item ends
+    // only after the signal, inside the grace period.
+    let (s3, g3) = (started.clone(), signalled.clone());
+    let stop = async move {
+        while s3.load(Ordering::SeqCst) < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        g3.store(true, Ordering::SeqCst);
+    };
     let report = Worker::new(q.clone())
         .concurrency(2)
-        .grace(Duration::from_millis(300))
+        .grace(Duration::from_millis(1_000))
         .run(
             move |c| {
-                let s2 = s2.clone();
+                let (s2, g2) = (s2.clone(), g2.clone());
                 async move {
                     s2.fetch_add(1, Ordering::SeqCst);
-                    let long = c.item.id == 2;
-                    let nap = if long { 10_000 } else { 100 };
-                    tokio::time::sleep(Duration::from_millis(nap)).await;
+                    if c.item.id == 2 {
+                        tokio::time::sleep(Duration::from_millis(10_000)).await;
+                    } else {
+                        while !g2.load(Ordering::SeqCst) {
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
                     Ok::<(), String>(())
                 }
             },
-            tokio::time::sleep(Duration::from_millis(50)),
+            stop,
         )
         .await
         .unwrap();

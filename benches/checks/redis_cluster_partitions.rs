@@ -77,6 +77,7 @@ async fn main() -> Result<(), BoxError> {
         primaries: 3,
         replicas_per_primary: 0,
         aof_always: false,
+        ..Default::default()
     })?;
     let url = cluster.url();
     let connect = |ns: String| {

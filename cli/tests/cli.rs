@@ -1470,3 +1470,41 @@ fn a_command_exiting_75_backs_its_flow_off() {
     );
     assert_eq!(s["limited"], 1, "{s}");
 }
+
+/// The supervisor `work` starts per item (`__supervise BYTES -- CMD`) is
+/// read without clap on that exact spelling, and through clap on any other
+/// (here with `--db` in front): both run the command on exactly the payload
+/// and exit as it did, and neither runs it on a payload cut short (SPEC
+/// section 9).
+#[test]
+fn the_supervisor_runs_on_the_whole_payload_by_either_spelling() {
+    let env = Env::new();
+    let run = |mut c: Command, input: &[u8]| {
+        let mut child = c
+            .current_dir(env.dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let fast = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_workjournal"));
+        c.args(["__supervise", "5", "--", "cat; touch ran; exit 3"]);
+        c
+    };
+    let parsed = || env.cmd(&["__supervise", "5", "--", "cat; touch ran; exit 3"]);
+    for (how, make) in [("fast", &fast as &dyn Fn() -> Command), ("clap", &parsed)] {
+        let out = run(make(), b"hello");
+        assert_eq!(out.status.code(), Some(3), "{how}: {}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), "hello", "{how}");
+        assert!(env.path("ran").exists(), "{how}");
+        std::fs::remove_file(env.path("ran")).unwrap();
+        // Three bytes of five, then stdin closes: the command never starts.
+        let out = run(make(), b"hel");
+        assert_eq!(out.status.code(), Some(125), "{how}");
+        assert!(!env.path("ran").exists(), "{how}: ran on a cut payload");
+    }
+}

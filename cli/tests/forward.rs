@@ -99,8 +99,7 @@ impl Row {
 }
 
 async fn rows(url: &str, ns: &str) -> Vec<Row> {
-    let client = redis::Client::open(url).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = workjournal::testing::raw_connection(url).await.unwrap();
     let prefix = format!("{{{ns}}}:item:");
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("{prefix}*"))

@@ -26,6 +26,8 @@
 //! sector writes themselves are atomic, as on real drives.
 
 use std::io;
+
+use super::Rng;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Linux `EIO`: the device failed the request.
@@ -147,24 +149,6 @@ impl SimBackend {
             disk: self.disk.clone(),
             file: SimFile::Log,
         }
-    }
-}
-
-/// The splitmix64 generator that picks what a power cut keeps.
-#[derive(Debug, Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
     }
 }
 

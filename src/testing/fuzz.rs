@@ -20,9 +20,9 @@ use std::time::Duration;
 use arbitrary::{Arbitrary, Unstructured};
 
 use crate::EmbeddedQueue;
+use crate::backend::embedded::codec::{self, DeadRecord, ItemRecord, ItemRecordV1, LeaseRecord};
 use crate::backend::memory::Location;
 use crate::clock::ManualClock;
-use crate::codec::{self, DeadRecord, ItemRecord, ItemRecordV1, LeaseRecord};
 use crate::error::Error;
 use crate::item::{ClaimFrom, NewItem, Receipt, Stats};
 use crate::queue::{BoxFuture, BoxQueue, WorkQueue};

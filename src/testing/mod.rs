@@ -21,11 +21,16 @@ pub mod redis_server;
 pub mod redis_cluster;
 
 #[cfg(feature = "redis")]
+pub mod redis_target;
+
+#[cfg(feature = "redis")]
 pub use redis_cluster::{RedisCluster, RedisClusterFactory, RedisClusterOptions};
 #[cfg(feature = "redis")]
 pub use redis_server::{
-    RedisFactory, RedisServer, RedisServerOptions, TestCertificates, command_calls,
+    RedisFactory, RedisServer, RedisServerOptions, TestCertificates, command_calls, raw_connection,
 };
+#[cfg(feature = "redis")]
+pub use redis_target::{RawConnection, RedisDeployment, RedisKind};
 
 #[cfg(feature = "embedded")]
 pub mod faults;
@@ -298,5 +303,28 @@ impl StateCounts {
             }
         }
         c
+    }
+}
+
+/// A small seeded random generator (splitmix64) for tests that must replay
+/// a run from its seed: the simulated disk's power cuts and the crash and
+/// fault tests' workloads draw from it. Not for anything secret.
+#[derive(Debug, Clone)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next 64 random bits.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number below `n` (0 for `n` = 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.next() % n }
     }
 }

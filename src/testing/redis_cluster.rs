@@ -9,6 +9,10 @@
 //! each replica follows its primary (`CLUSTER REPLICATE`), and `start`
 //! returns once every node reports `cluster_state:ok` and every replica's
 //! link to its primary is up.
+//!
+//! With [`RedisClusterOptions::tls`] every node also serves TLS with one
+//! throwaway CA, and the nodes talk to each other (cluster bus and
+//! replication) over TLS only; the plain ports stay open for the harness.
 
 use std::io;
 use std::sync::{Mutex, OnceLock};
@@ -17,7 +21,7 @@ use std::time::{Duration, Instant};
 use crate::config::Config;
 use crate::queue::BoxFuture;
 use crate::testing::redis_server::fresh_queue;
-use crate::testing::{Factory, RedisServer, RedisServerOptions, Subject};
+use crate::testing::{Factory, RedisServer, RedisServerOptions, Subject, TestCertificates};
 
 /// The number of hash slots of a Redis Cluster.
 const SLOTS: u16 = 16_384;
@@ -35,6 +39,11 @@ pub struct RedisClusterOptions {
     /// Every node keeps an append-only file with `appendfsync always`.
     /// Default: false.
     pub aof_always: bool,
+    /// Every node serves TLS too ([`RedisCluster::tls_url`]), with a server
+    /// certificate of one throwaway CA ([`RedisCluster::certificates`]),
+    /// and the nodes talk to each other over TLS. Client certificates are
+    /// optional. Default: false.
+    pub tls: bool,
 }
 
 impl Default for RedisClusterOptions {
@@ -43,6 +52,7 @@ impl Default for RedisClusterOptions {
             primaries: 3,
             replicas_per_primary: 1,
             aof_always: false,
+            tls: false,
         }
     }
 }
@@ -127,11 +137,16 @@ impl RedisCluster {
             ));
         }
         let total = options.primaries * (1 + options.replicas_per_primary);
-        let mut nodes = Vec::with_capacity(total);
+        let mut nodes: Vec<RedisServer> = Vec::with_capacity(total);
         for _ in 0..total {
+            // With TLS the first node makes the certificates (in its dir,
+            // so they go with it) and every other node serves them too.
+            let shared = nodes.first().and_then(|n| n.certificates().cloned());
             nodes.push(RedisServer::start_with(RedisServerOptions {
                 aof_always: options.aof_always,
                 cluster: true,
+                tls: options.tls,
+                tls_certificates: shared,
                 ..Default::default()
             })?);
         }
@@ -155,7 +170,11 @@ impl RedisCluster {
                     .arg(last),
             )?;
         }
-        let seed = cluster.nodes[0].port();
+        // Over TLS the cluster bus listens at the TLS port + 10 000, and
+        // `CLUSTER MEET` derives the bus port from the port it is given.
+        let seed = cluster.nodes[0]
+            .tls_port()
+            .unwrap_or(cluster.nodes[0].port());
         for node in &cluster.nodes[1..] {
             let _: () = query(
                 node.port(),
@@ -217,6 +236,21 @@ impl RedisCluster {
         format!("redis+cluster://127.0.0.1:{}/", self.nodes[0].port())
     }
 
+    /// `rediss+cluster://127.0.0.1:<tls port>/` of the first node with
+    /// [`RedisClusterOptions::tls`], else `None`. Every node's certificate
+    /// is signed by [`certificates`](Self::certificates)' CA.
+    pub fn tls_url(&self) -> Option<String> {
+        self.nodes[0]
+            .tls_port()
+            .map(|p| format!("rediss+cluster://127.0.0.1:{p}/"))
+    }
+
+    /// The test CA and certificates with [`RedisClusterOptions::tls`], else
+    /// `None`.
+    pub fn certificates(&self) -> Option<&TestCertificates> {
+        self.nodes[0].certificates()
+    }
+
     /// The number of primaries the cluster was started with.
     pub fn primaries(&self) -> usize {
         self.primaries
@@ -229,15 +263,38 @@ impl RedisCluster {
     }
 
     /// The index in [`nodes`](Self::nodes) of the node that now serves
-    /// `key`'s slot as primary.
+    /// `key`'s slot as primary, once every running node says the same:
+    /// a node just restarted, or one that missed a failover, may still name
+    /// the old owner for a moment (polled for up to 20 s).
     ///
     /// # Errors
     ///
-    /// An error if no running node claims the slot.
+    /// An error if the running nodes do not agree on a primary within 20 s.
     pub fn primary_of(&self, key: &str) -> io::Result<usize> {
-        use redis::Value;
         let port = self.running_port()?;
         let slot: i64 = query(port, redis::cmd("CLUSTER").arg("KEYSLOT").arg(key))?;
+        let mut found = None;
+        settle(
+            &format!("every node naming one primary of slot {slot}"),
+            || {
+                let mut views = self
+                    .nodes
+                    .iter()
+                    .filter(|n| n.is_running())
+                    .map(|n| self.primary_in_view_of(n.port(), slot).ok().flatten());
+                let first = views.next().flatten();
+                let agreed = first.is_some() && views.all(|v| v == first);
+                found = first;
+                Ok(agreed)
+            },
+        )?;
+        found.ok_or_else(|| other(format!("no node serves slot {slot} as primary")))
+    }
+
+    /// The index of the primary of `slot` in the `CLUSTER SLOTS` reply of
+    /// the node at `port`; `None` if it names none of [`nodes`](Self::nodes).
+    fn primary_in_view_of(&self, port: u16, slot: i64) -> io::Result<Option<usize>> {
+        use redis::Value;
         // CLUSTER SLOTS: [first, last, [ip, port, id], replicas...] per range.
         let ranges: Value = query(port, redis::cmd("CLUSTER").arg("SLOTS"))?;
         let Value::Array(ranges) = ranges else {
@@ -253,13 +310,54 @@ impl RedisCluster {
             if !(*first..=*last).contains(&slot) {
                 continue;
             }
-            if let Some(Value::Int(p)) = primary.get(1)
-                && let Some(i) = self.nodes.iter().position(|n| i64::from(n.port()) == *p)
-            {
-                return Ok(i);
+            if let Some(Value::Int(p)) = primary.get(1) {
+                return Ok(self.nodes.iter().position(|n| i64::from(n.port()) == *p));
             }
         }
-        Err(other(format!("no node serves slot {slot} as primary")))
+        Ok(None)
+    }
+
+    /// The index of a running replica of the node at `primary` (by its
+    /// `INFO replication`).
+    ///
+    /// # Errors
+    ///
+    /// An error if no running node replicates it.
+    pub fn replica_of(&self, primary: usize) -> io::Result<usize> {
+        let port = self
+            .nodes
+            .get(primary)
+            .map(RedisServer::port)
+            .ok_or_else(|| other(format!("no cluster node {primary}")))?;
+        // Over TLS the replica names its primary's TLS port.
+        let ports = [Some(port), self.nodes[primary].tls_port()].map(|p| p.map(|p| p.to_string()));
+        self.nodes
+            .iter()
+            .position(|n| {
+                n.is_running()
+                    && query::<String>(n.port(), redis::cmd("INFO").arg("replication"))
+                        .ok()
+                        .is_some_and(|info| {
+                            field(&info, "role").as_deref() == Some("slave")
+                                && ports.contains(&field(&info, "master_port"))
+                        })
+            })
+            .ok_or_else(|| other(format!("cluster node {primary} has no running replica")))
+    }
+
+    /// True if the running node at `index` says it is a primary (`role:master`).
+    ///
+    /// # Errors
+    ///
+    /// The node's error if it does not answer.
+    pub fn is_primary(&self, index: usize) -> io::Result<bool> {
+        let port = self
+            .nodes
+            .get(index)
+            .map(RedisServer::port)
+            .ok_or_else(|| other(format!("no cluster node {index}")))?;
+        let info: String = query(port, redis::cmd("INFO").arg("replication"))?;
+        Ok(field(&info, "role").as_deref() == Some("master"))
     }
 
     /// Kill the node at `index` in [`nodes`](Self::nodes) with `SIGKILL`
@@ -306,35 +404,12 @@ impl RedisCluster {
     /// An error if the primary has no replica or the failover does not
     /// finish within 20 s.
     pub fn failover(&self, primary: usize) -> io::Result<usize> {
-        let id: String = query(
-            self.nodes[primary].port(),
-            redis::cmd("CLUSTER").arg("MYID"),
-        )?;
-        let replica = self
-            .nodes
-            .iter()
-            .position(|n| {
-                n.is_running()
-                    && query::<String>(n.port(), redis::cmd("INFO").arg("replication"))
-                        .ok()
-                        .is_some_and(|info| {
-                            field(&info, "role").as_deref() == Some("slave")
-                                && field(&info, "master_port").as_deref()
-                                    == Some(&self.nodes[primary].port().to_string())
-                        })
-            })
-            .ok_or_else(|| other(format!("primary {id} has no running replica")))?;
+        let replica = self.replica_of(primary)?;
         let _: () = query(
             self.nodes[replica].port(),
             redis::cmd("CLUSTER").arg("FAILOVER"),
         )?;
-        settle("the replica becoming primary", || {
-            let info: String = query(
-                self.nodes[replica].port(),
-                redis::cmd("INFO").arg("replication"),
-            )?;
-            Ok(field(&info, "role").as_deref() == Some("master"))
-        })?;
+        settle("the replica becoming primary", || self.is_primary(replica))?;
         self.wait_ready()?;
         Ok(replica)
     }

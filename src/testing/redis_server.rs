@@ -42,8 +42,13 @@ pub struct RedisServerOptions {
     pub tls_require_client_cert: bool,
     /// Start as a node of a Redis Cluster (`cluster-enabled yes`, its
     /// `nodes.conf` in the server's dir, a node timeout of 1 s so that a
-    /// failover takes about that long). Default: false.
+    /// failover takes about that long). With `tls` too, the cluster bus and
+    /// replication run over TLS as well (`tls-cluster`, `tls-replication`).
+    /// Default: false.
     pub cluster: bool,
+    /// With `tls`: serve these certificates instead of making new ones, so
+    /// that the nodes of one test cluster share a CA. Default: none.
+    pub tls_certificates: Option<TestCertificates>,
 }
 
 /// A throwaway CA, and a server and a client certificate it signed, as PEM
@@ -286,7 +291,10 @@ impl RedisServer {
             child: None,
         };
         if server.options.tls {
-            server.certificates = Some(TestCertificates::generate(&server.dir.join("tls"))?);
+            server.certificates = match server.options.tls_certificates.take() {
+                Some(given) => Some(given),
+                None => Some(TestCertificates::generate(&server.dir.join("tls"))?),
+            };
         }
         let mut last = None;
         // A free port can be taken by someone else before the server binds
@@ -351,6 +359,9 @@ impl RedisServer {
                 "--tls-auth-clients".into(),
                 auth.into(),
             ]);
+            if self.options.cluster {
+                args.extend(["--tls-cluster", "yes", "--tls-replication", "yes"].map(String::from));
+            }
         }
         if self.options.cluster {
             args.extend(
@@ -450,6 +461,11 @@ if [ "$cmd" != keep ]; then rm -rf "$d"; fi"#;
         self.tls_port.map(|p| format!("rediss://127.0.0.1:{p}/"))
     }
 
+    /// The TLS port with [`RedisServerOptions::tls`], else `None`.
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
+    }
+
     /// The test CA and certificates with [`RedisServerOptions::tls`], else
     /// `None`.
     pub fn certificates(&self) -> Option<&TestCertificates> {
@@ -510,6 +526,22 @@ pub fn shared_server_url() -> io::Result<String> {
     Ok(url)
 }
 
+/// A plain connection to `url` for reading and writing raw keys in tests.
+/// Its response timeout is long (60 s): redis-rs' default of 500 ms fails a
+/// large reply (a big `XPENDING`, `SCAN` of a full namespace) on a loaded
+/// machine, and a check must not mistake that for an empty answer.
+///
+/// # Errors
+///
+/// The connection's: a bad URL, a server that does not answer.
+pub async fn raw_connection(url: &str) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+    let config =
+        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(60)));
+    redis::Client::open(url)?
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+}
+
 /// How many times the server has run each of `commands` (lower-case names,
 /// such as `evalsha`), added up, from `INFO commandstats`: a count of
 /// requests for tests that bound how many a backend sends. A command the
@@ -527,6 +559,12 @@ pub async fn command_calls(
         .arg("commandstats")
         .query_async(conn)
         .await?;
+    calls_in_commandstats(&info, commands)
+}
+
+/// The calls of `commands` added up in the text of an `INFO commandstats`
+/// reply, as [`command_calls`] counts them.
+pub(crate) fn calls_in_commandstats(info: &str, commands: &[&str]) -> redis::RedisResult<u64> {
     let mut total = 0;
     for name in commands {
         let prefix = format!("cmdstat_{name}:calls=");

@@ -8,23 +8,9 @@ use std::time::Duration;
 
 use workjournal::{ClaimFrom, Claimed, Error, NewItem, Receipt, WorkQueue};
 
-/// splitmix64.
-#[derive(Debug, Clone)]
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
-    }
-}
+/// The seeded generator the workload draws from (splitmix64), the one
+/// the simulated disk uses.
+pub use workjournal::testing::Rng;
 
 pub fn seed_from_env(var: &str) -> u64 {
     match std::env::var(var) {

@@ -24,7 +24,7 @@ use redb::{ReadableTable, TableDefinition, WriteTransaction};
 use super::tables::{
     self, BACKLOG_CLOCK, Ctx, DUE_CLOCK, ITEMS, META, PAYLOADS, SCHEMA_VERSION_KEY,
 };
-use crate::codec::{self, INLINE_PAYLOAD_BYTES, ItemRecord, ItemRecordV1};
+use crate::backend::embedded::codec::{self, INLINE_PAYLOAD_BYTES, ItemRecord, ItemRecordV1};
 use crate::config::rank;
 use crate::error::{Error, Result};
 
@@ -32,6 +32,16 @@ use crate::error::{Error, Result};
 pub(crate) const V1_BACKLOG: TableDefinition<u64, u64> = TableDefinition::new("backlog");
 /// Schema 1's due lane: position -> id.
 pub(crate) const V1_DUE: TableDefinition<u64, u64> = TableDefinition::new("due");
+
+// Schema 1's other tables that the fixture writes, frozen here as schema
+// 1 had them (schema 2 kept them as they were; the live list is in
+// `tables/schema.rs`).
+#[cfg(feature = "testing")]
+const V1_DELAYED: TableDefinition<(u64, u64), ()> = TableDefinition::new("delayed");
+#[cfg(feature = "testing")]
+const V1_DEAD: TableDefinition<u64, &[u8]> = TableDefinition::new("dead");
+#[cfg(feature = "testing")]
+const V1_DEAD_BY_ID: TableDefinition<u64, u64> = TableDefinition::new("dead_by_id");
 
 /// Item records rewritten per chunk.
 const CHUNK: usize = 1024;
@@ -174,10 +184,7 @@ pub struct V1Item {
 /// Storage failures; `InvalidInput` for an unknown state.
 #[cfg(feature = "testing")]
 pub fn write_schema1_fixture(path: &std::path::Path, items: &[V1Item]) -> Result<()> {
-    use crate::codec::DeadRecord;
-    const DELAYED: TableDefinition<(u64, u64), ()> = TableDefinition::new("delayed");
-    const DEAD: TableDefinition<u64, &[u8]> = TableDefinition::new("dead");
-    const DEAD_BY_ID: TableDefinition<u64, u64> = TableDefinition::new("dead_by_id");
+    use crate::backend::embedded::codec::DeadRecord;
     let db = redb::Database::create(path).ctx("create fixture")?;
     let txn = db.begin_write().ctx("begin fixture")?;
     {
@@ -186,9 +193,9 @@ pub fn write_schema1_fixture(path: &std::path::Path, items: &[V1Item]) -> Result
         let mut payloads = txn.open_table(PAYLOADS).ctx("open table payloads")?;
         let mut backlog = txn.open_table(V1_BACKLOG).ctx("open backlog")?;
         let mut due = txn.open_table(V1_DUE).ctx("open due")?;
-        let mut delayed = txn.open_table(DELAYED).ctx("open delayed")?;
-        let mut dead = txn.open_table(DEAD).ctx("open dead")?;
-        let mut dead_by_id = txn.open_table(DEAD_BY_ID).ctx("open dead_by_id")?;
+        let mut delayed = txn.open_table(V1_DELAYED).ctx("open delayed")?;
+        let mut dead = txn.open_table(V1_DEAD).ctx("open dead")?;
+        let mut dead_by_id = txn.open_table(V1_DEAD_BY_ID).ctx("open dead_by_id")?;
         let mut seq = 1u64;
         for (i, item) in items.iter().enumerate() {
             let id = i as u64 + 1;

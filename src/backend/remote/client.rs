@@ -15,6 +15,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
+use super::unix_conn::{self, ExchangeError, UnixConn};
 use super::wire::{self, ErrorBody, ErrorReply};
 use crate::error::{Error, Result};
 use crate::item::{
@@ -133,10 +134,28 @@ impl std::fmt::Display for Endpoint {
 
 type Sender = SendRequest<Full<Bytes>>;
 
+/// A kept-alive connection to the server.
+enum Conn {
+    /// On the Unix socket: the calling task runs the exchange itself
+    /// ([`super::unix_conn`]), with no connection task to hand it to.
+    Unix(UnixConn),
+    /// On TCP: hyper's client connection, run by a task of its own.
+    Tcp(Sender),
+}
+
+impl Conn {
+    fn is_closed(&self) -> bool {
+        match self {
+            Conn::Unix(c) => c.is_closed(),
+            Conn::Tcp(s) => s.is_closed(),
+        }
+    }
+}
+
 struct Inner {
     endpoint: Endpoint,
     options: RemoteOptions,
-    idle: Mutex<Vec<(Sender, Instant)>>,
+    idle: Mutex<Vec<(Conn, Instant)>>,
     closed: AtomicBool,
     /// Set by `close`: ends the long polls of every clone at once.
     closing: tokio::sync::watch::Sender<bool>,
@@ -288,26 +307,26 @@ impl RemoteQueue {
         ))
     }
 
-    fn idle_take(&self) -> Option<Sender> {
+    fn idle_take(&self) -> Option<Conn> {
         let mut idle = self.inner.idle.lock().ok()?;
-        while let Some((sender, since)) = idle.pop() {
-            if since.elapsed() < self.inner.options.pool_idle_timeout && !sender.is_closed() {
-                return Some(sender);
+        while let Some((conn, since)) = idle.pop() {
+            if since.elapsed() < self.inner.options.pool_idle_timeout && !conn.is_closed() {
+                return Some(conn);
             }
         }
         None
     }
 
-    fn idle_put(&self, sender: Sender) {
-        if self.inner.closed.load(Ordering::Acquire) || sender.is_closed() {
+    fn idle_put(&self, conn: Conn) {
+        if self.inner.closed.load(Ordering::Acquire) || conn.is_closed() {
             return;
         }
         if let Ok(mut idle) = self.inner.idle.lock() {
-            idle.push((sender, Instant::now()));
+            idle.push((conn, Instant::now()));
         }
     }
 
-    async fn open(&self, op: &str) -> Result<Sender> {
+    async fn open(&self, op: &str) -> Result<Conn> {
         let endpoint = &self.inner.endpoint;
         let refused = |e: &dyn std::fmt::Display| {
             // Nothing was sent: the outcome is known (nothing happened).
@@ -322,14 +341,17 @@ impl RemoteQueue {
                     let stream = tokio::net::UnixStream::connect(path)
                         .await
                         .map_err(|e| refused(&e))?;
-                    handshake(stream).await.map_err(|e| refused(&e))
+                    Ok(Conn::Unix(UnixConn::new(stream)))
                 }
                 Endpoint::Tcp { authority } => {
                     let stream = tokio::net::TcpStream::connect(authority.as_str())
                         .await
                         .map_err(|e| refused(&e))?;
                     let _ = stream.set_nodelay(true);
-                    handshake(stream).await.map_err(|e| refused(&e))
+                    handshake(stream)
+                        .await
+                        .map(Conn::Tcp)
+                        .map_err(|e| refused(&e))
                 }
             }
         })
@@ -430,41 +452,88 @@ impl RemoteQueue {
         body: Bytes,
     ) -> Result<std::result::Result<R, ErrorBody>> {
         let mut fresh_tries = 0;
-        let (status, bytes, sender) = loop {
-            let (mut sender, reused) = match self.idle_take() {
-                Some(s) => (s, true),
+        let mut framed = None;
+        let (status, bytes) = loop {
+            let (conn, reused) = match self.idle_take() {
+                Some(c) => (c, true),
                 None => (self.open(op).await?, false),
             };
-            if reused && sender.ready().await.is_err() {
-                continue;
-            }
-            match sender
-                .try_send_request(self.request(op, body.clone())?)
-                .await
-            {
-                Ok(response) => {
-                    let status = response.status();
-                    let limited =
-                        Limited::new(response.into_body(), self.inner.options.max_response_bytes);
-                    let bytes = limited
-                        .collect()
+            match conn {
+                Conn::Unix(mut conn) => {
+                    let request = framed.get_or_insert_with(|| {
+                        unix_conn::frame(
+                            &format!("{}/{op}", wire::PREFIX),
+                            self.inner.options.token.as_deref(),
+                            &body,
+                        )
+                    });
+                    match conn
+                        .exchange(request, self.inner.options.max_response_bytes)
                         .await
-                        .map_err(|e| self.unknown_outcome(op, format!("reply cut off: {e}")))?
-                        .to_bytes();
-                    break (status, bytes, sender);
+                    {
+                        Ok(reply) => {
+                            if reply.reusable {
+                                self.idle_put(Conn::Unix(conn));
+                            }
+                            let status = StatusCode::from_u16(reply.status)
+                                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                            break (status, Bytes::from(reply.body));
+                        }
+                        // The server had closed the connection: nothing
+                        // it could act on went out. Safe to send again on
+                        // a new one.
+                        Err(ExchangeError::NotSent(_)) if reused || fresh_tries == 0 => {
+                            fresh_tries += 1;
+                            continue;
+                        }
+                        Err(ExchangeError::NotSent(e)) => {
+                            return Err(self.unknown_outcome(op, format!("connection lost: {e}")));
+                        }
+                        Err(ExchangeError::Lost(why)) => {
+                            return Err(self.unknown_outcome(op, why));
+                        }
+                    }
                 }
-                Err(mut e) => {
-                    // The request never left: a pooled connection that
-                    // closed under us. Safe to send again on a new one.
-                    if fresh_tries == 0 && e.take_message().is_some() {
-                        fresh_tries += 1;
+                Conn::Tcp(mut sender) => {
+                    if reused && sender.ready().await.is_err() {
                         continue;
                     }
-                    return Err(self.unknown_outcome(op, format!("connection lost: {}", e.error())));
+                    match sender
+                        .try_send_request(self.request(op, body.clone())?)
+                        .await
+                    {
+                        Ok(response) => {
+                            let status = response.status();
+                            let limited = Limited::new(
+                                response.into_body(),
+                                self.inner.options.max_response_bytes,
+                            );
+                            let bytes = limited
+                                .collect()
+                                .await
+                                .map_err(|e| {
+                                    self.unknown_outcome(op, format!("reply cut off: {e}"))
+                                })?
+                                .to_bytes();
+                            self.idle_put(Conn::Tcp(sender));
+                            break (status, bytes);
+                        }
+                        Err(mut e) => {
+                            // The request never left: a pooled connection
+                            // that closed under us. Safe to send again on
+                            // a new one.
+                            if fresh_tries == 0 && e.take_message().is_some() {
+                                fresh_tries += 1;
+                                continue;
+                            }
+                            return Err(
+                                self.unknown_outcome(op, format!("connection lost: {}", e.error()))
+                            );
+                        }
+                    }
                 }
             }
         };
-        self.idle_put(sender);
         if status == StatusCode::OK {
             return serde_json::from_slice(&bytes).map(Ok).map_err(|e| {
                 Error::backend(format!(

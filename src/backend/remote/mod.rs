@@ -20,9 +20,15 @@
 //! exactly as for Redis (SPEC section 5): the call may or may not have
 //! happened on the server. A blocking claim long-polls in pieces of at
 //! most [`RemoteOptions::claim_poll`], so no single request waits long.
+//!
+//! On the Unix socket the calling task writes the request and reads the
+//! reply itself (`unix_conn`); on TCP hyper's client connection does,
+//! in a task of its own. Both speak the same HTTP/1.1 to the same routes.
 
 #[cfg(feature = "remote")]
 mod client;
+#[cfg(feature = "remote")]
+mod unix_conn;
 pub mod wire;
 
 #[cfg(feature = "remote")]

@@ -7,8 +7,8 @@
 use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::{Ctx, Tables};
+use crate::backend::embedded::codec::{self, DeadRecord};
 use crate::browse::{ItemPage, ItemState, ListQuery, ListedItem, Pager};
-use crate::codec::{self, DeadRecord};
 use crate::error::Result;
 
 impl Tables<'_> {

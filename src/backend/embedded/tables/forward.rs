@@ -8,7 +8,7 @@ use std::ops::Bound;
 use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::{Ctx, Tables};
-use crate::codec::{self, ItemRecord};
+use crate::backend::embedded::codec::{self, ItemRecord};
 use crate::error::{Error, Result};
 
 /// The meta key of the file's forwarding journal id: a random number made

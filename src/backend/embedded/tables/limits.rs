@@ -12,10 +12,10 @@
 
 use std::collections::HashMap;
 
-use redb::{ReadableTable, ReadableTableMetadata, Table};
+use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::{Ctx, Tables};
-use crate::codec::{self, LimitRecord};
+use crate::backend::embedded::codec::{self, LimitRecord};
 use crate::config::rank_back;
 use crate::error::Result;
 use crate::item::{Claimed, Item, Lane};
@@ -31,45 +31,8 @@ fn state(rec: &LimitRecord) -> FlowState {
 }
 
 type HeldKey<'a> = (&'a str, u8, i64, u64);
-type HeldTable<'t> = Table<'t, (&'static str, u8, i64, u64), u64>;
 
 impl<'t> Tables<'t> {
-    fn flow_limits_t(&self) -> Result<&Table<'t, &'static str, &'static [u8]>> {
-        self.flow_limits.get(self.txn)
-    }
-
-    fn flow_limits_mut(&mut self) -> Result<&mut Table<'t, &'static str, &'static [u8]>> {
-        self.dirty = true;
-        self.flow_limits.get_mut(self.txn)
-    }
-
-    fn held_t(&self) -> Result<&HeldTable<'t>> {
-        self.held.get(self.txn)
-    }
-
-    fn held_mut(&mut self) -> Result<&mut HeldTable<'t>> {
-        self.dirty = true;
-        self.held.get_mut(self.txn)
-    }
-
-    fn heads_t(&self) -> Result<&Table<'t, (u8, i64, u64), &'static str>> {
-        self.heads.get(self.txn)
-    }
-
-    fn heads_mut(&mut self) -> Result<&mut Table<'t, (u8, i64, u64), &'static str>> {
-        self.dirty = true;
-        self.heads.get_mut(self.txn)
-    }
-
-    fn timers_t(&self) -> Result<&Table<'t, (u64, &'static str), ()>> {
-        self.limit_timers.get(self.txn)
-    }
-
-    fn timers_mut(&mut self) -> Result<&mut Table<'t, (u64, &'static str), ()>> {
-        self.dirty = true;
-        self.limit_timers.get_mut(self.txn)
-    }
-
     /// How many items wait in held lanes.
     pub(super) fn held_len(&self) -> Result<u64> {
         if !self.has_limits()? {

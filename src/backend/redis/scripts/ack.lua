@@ -1,7 +1,8 @@
 -- ack / ack_batch / ack_with_result. ARGV: now, result_ttl, then id, lease,
 -- result triples. Returns how many were acked (lost receipts, and repeats
 -- of one receipt, are skipped). Per item one HMGET; the rest is written once
--- per call, apart from each item's outcome (SPEC 3, Outcomes and progress).
+-- per call, apart from one HSET per item's outcome (SPEC 3, Outcomes and
+-- progress).
 -- Only an acked id is marked seen: a lost receipt of an item (from before a
 -- retry or reclaim) must not hide its current receipt later in the batch.
 local n, seen = 0, {}
@@ -22,18 +23,13 @@ for i = 3, #ARGV - 2, 3 do
 end
 if n > 0 then
   call_chunked('ZREM', K_PENDING, zrem)
-  local i = 1
-  while i <= #dels do
-    local last = math.min(i + 999, #dels)
-    redis.call('DEL', unpack(dels, i, last))
-    i = last + 1
-  end
+  del_chunked(dels)
   local now = clock_now()
   -- SPEC 3, Flow limits: each ack frees its flow's slot.
   if any_limits() then
     for _, flow in ipairs(flows) do lim_pending(flow, -1, now) end
   end
   prune_outcomes(now)
-  for _, r in ipairs(results) do finish(r[1], 'done', r[2], now, ARGV[2]) end
+  finish_all(results, 'done', now, ARGV[2])
 end
 return n

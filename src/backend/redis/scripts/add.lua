@@ -21,6 +21,7 @@ local fresh = count_fresh(keys, now, window)
 -- An add that journals nothing (only duplicates) is never full.
 if over_capacity(limit, fresh) then return { 'full', limit } end
 
+adds_begin(now)
 local out = {}
 for i = 0, n - 1 do
   local b = 4 + i * 8
@@ -34,5 +35,6 @@ for i = 0, n - 1 do
     out[#out + 1] = { new_item(flow, payload, fmt(now), nb, pri, boost, has_key, key, now, window, cost), 0 }
   end
 end
+adds_end()
 if fresh > 0 then wake() end
 return { 'ok', out }

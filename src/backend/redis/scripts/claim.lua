@@ -7,7 +7,7 @@
 -- ARGV: now, consumer, count, from ("all"/"due").
 -- Returns {items, missing, parked, wake_tail, next_wake, now}.
 -- The hot path (no limits): per item one HMGET and one HSET; leases and
--- the pending index are written once per call.
+-- the pending index are written once per call (`hand_out` in common.lua).
 local now = clock_now()
 local consumer = ARGV[2]
 local count = tonumber(ARGV[3])
@@ -18,24 +18,19 @@ local lanes = { { K_READY_DUE, 'due', K_HEADS_DUE, 0 } }
 if ARGV[4] == 'all' then lanes[2] = { K_READY, 'backlog', K_HEADS, 1 } end
 local paused = {}
 for _, f in ipairs(redis.call('SMEMBERS', K_PAUSED)) do paused[f] = true end
-local lease = tonumber(redis.call('GET', K_LEASE) or '0')
-local out, missing, parked, zadd = {}, 0, 0, {}
+hand_outs_begin(now, consumer)
+local out, missing, parked = {}, 0, 0
 local snow = fmt(now)
 
+-- `take` and `take_head` have counted the item in its flow's limits.
 local function give(id, f, name)
-  lease = lease + 1
-  local dlv = tonumber(f[5]) + 1
-  redis.call('HSET', item_key(id), 'dlv', dlv, 'st', 'pending', 'lane', name,
-    'ls', fmt(lease), 'ca', snow, 'owner', consumer)
-  zadd[#zadd + 1] = now
-  zadd[#zadd + 1] = pad(id)
-  out[#out + 1] = { id, f[1], f[2], f[3] or '0', f[4] or '', dlv, name, snow, lease, f[6] or '0', f[7] or '1' }
+  out[#out + 1] = hand_out(id, name, f, true)
 end
 
 -- A member taken from the shared lane (score `score`).
 local function take(m, score, name, li)
   local id = member_id(m)
-  local f = id and redis.call('HMGET', item_key(id), 'flow', 'payload', 'enq', 'nb', 'dlv', 'pri', 'cost')
+  local f = id and redis.call('HMGET', item_key(id), unpack(HAND_OUT_FIELDS))
   if not f or not f[5] then
     -- A member whose item record was deleted behind the queue's back.
     missing = missing + 1
@@ -79,7 +74,7 @@ local function take_head(hm, name, li, heads)
   end
   local m = r[1]
   local id = member_id(m)
-  local f = id and redis.call('HMGET', item_key(id), 'flow', 'payload', 'enq', 'nb', 'dlv', 'pri', 'cost')
+  local f = id and redis.call('HMGET', item_key(id), unpack(HAND_OUT_FIELDS))
   if not f or not f[5] then
     lim_unhold(flow, st, li, m)
     lim_settle(flow, st, now)
@@ -136,10 +131,7 @@ for _, lane in ipairs(lanes) do
     end
   end
 end
-if #out > 0 then
-  redis.call('SET', K_LEASE, fmt(lease))
-  call_chunked('ZADD', K_PENDING, zadd)
-end
+hand_outs_end()
 if missing > 0 then
   redis.log(redis.LOG_WARNING, 'workjournal: ' .. missing .. ' ready entries without an item record in ' .. P)
 end

@@ -41,8 +41,9 @@ local K_LIMIT_TIMERS = P .. 'limits-timers'
 local K_HELD_N = P .. 'limits-held'
 local K_HELD_DUE_N = P .. 'limits-held-due'
 -- PRUNE_LIMIT, MAX_DELIVERIES_REASON and the reply codes (LOST,
--- DEFAULT_FLOW, DELAYED, DEAD_LETTERED, PARKED) come from Rust, in a prelude
--- written before this file (`lua_constants` in mod.rs), and so does CLOCK_TOLERANCE
+-- DEFAULT_FLOW, DELAYED, DEAD_LETTERED, PARKED) and EVENTS_KEPT (entries the
+-- events stream keeps, all of which a waiter reads) come from Rust, in a prelude
+-- written before this file (`lua_constants` in scripts.rs), and so does CLOCK_TOLERANCE
 -- (CLOCK_STEP_TOLERANCE_MS: a smaller move back is noise).
 
 local function item_key(id) return P .. 'item:' .. id end
@@ -55,6 +56,30 @@ local function chunks_key(id) return P .. 'chunks:' .. id end
 local function pad(id) return string.format('%020d', tonumber(id)) end
 local function unpad(m) return string.format('%d', tonumber(m)) end
 local function fmt(n) return string.format('%d', n) end
+
+-- Call `cmd key` with `list` appended, in chunks (Lua's unpack has a limit).
+local function call_chunked(cmd, key, list, extra)
+  local i = 1
+  while i <= #list do
+    local last = math.min(i + 999, #list)
+    if extra then
+      redis.call(cmd, key, extra, unpack(list, i, last))
+    else
+      redis.call(cmd, key, unpack(list, i, last))
+    end
+    i = last + 1
+  end
+end
+
+-- DEL the keys of `list`, in chunks.
+local function del_chunked(list)
+  local i = 1
+  while i <= #list do
+    local last = math.min(i + 999, #list)
+    redis.call('DEL', unpack(list, i, last))
+    i = last + 1
+  end
+end
 
 -- Move every member's score of sorted set `key` back by `back` (not below
 -- 0); `field`, if given, is the item-hash field that mirrors the score.
@@ -152,7 +177,7 @@ local function wake_tail() return stream_tail(K_WAKE) end
 -- Outcomes and progress (SPEC 3). A signal on the events stream wakes every
 -- `wait_outcome` and `wait_chunks` (trimmed to 64 entries; holds no data).
 local function event(id)
-  redis.call('XADD', K_EVENTS, 'MAXLEN', '64', '*', 'id', id)
+  redis.call('XADD', K_EVENTS, 'MAXLEN', EVENTS_KEPT, '*', 'id', id)
 end
 
 local function events_tail() return stream_tail(K_EVENTS) end
@@ -173,23 +198,57 @@ local function prune_outcomes(now)
   if #ms > 0 then redis.call('ZREM', K_OUT_EXP, unpack(ms)) end
 end
 
--- Keep how item `id` finished (`kind` done or dead, `value` the result or
--- reason) for `ttl` ms; 0 keeps nothing. Wakes the waiters. The caller
--- prunes expired outcomes once per script (`prune_outcomes`).
-local function finish(id, kind, value, now, ttl)
-  forget_outcome(id)
+-- The most outcomes one signal on the events stream carries.
+local OUTCOMES_PER_SIGNAL = 100
+
+-- Keep how each item of `list` ({id, value} pairs) finished (`kind` done or
+-- dead, `value` the result or reason) for `ttl` ms; 0 keeps nothing. Wakes
+-- the waiters: one signal per OUTCOMES_PER_SIGNAL items, a group `id`
+-- [`kind`, `value`, `at`] per item (a small outcome rides on its signal,
+-- so a waiter needs no second read). Per item one HSET; the expiry index,
+-- deletions and signals are written once per call. The caller prunes
+-- expired outcomes once per script (`prune_outcomes`).
+local function finish_all(list, kind, now, ttl)
+  if #list == 0 then return end
   ttl = tonumber(ttl) or 0
-  if ttl > 0 then
-    redis.call('HSET', out_key(id), 'kind', kind, 'value', value, 'at', fmt(now))
-    redis.call('ZADD', K_OUT_EXP, now + ttl, pad(id))
-    -- A small outcome rides on its signal, so a waiter needs no second read.
-    if #value <= 1024 then
-      redis.call('XADD', K_EVENTS, 'MAXLEN', '64', '*', 'id', id, 'kind', kind,
-        'value', value, 'at', fmt(now))
-      return
+  local at = fmt(now)
+  local index, gone, signal = {}, {}, {}
+  for i, r in ipairs(list) do
+    local id, value = r[1], r[2]
+    if ttl > 0 then
+      -- The hash has no fields but these three: HSET replaces the old outcome.
+      redis.call('HSET', out_key(id), 'kind', kind, 'value', value, 'at', at)
+      index[#index + 1] = now + ttl
+      index[#index + 1] = pad(id)
+    else
+      gone[#gone + 1] = out_key(id)
+      index[#index + 1] = pad(id)
+    end
+    signal[#signal + 1] = 'id'
+    signal[#signal + 1] = id
+    if ttl > 0 and #value <= 1024 then
+      signal[#signal + 1] = 'kind'
+      signal[#signal + 1] = kind
+      signal[#signal + 1] = 'value'
+      signal[#signal + 1] = value
+      signal[#signal + 1] = 'at'
+      signal[#signal + 1] = at
+    end
+    if #signal >= OUTCOMES_PER_SIGNAL * 8 or i == #list then
+      redis.call('XADD', K_EVENTS, 'MAXLEN', EVENTS_KEPT, '*', unpack(signal))
+      signal = {}
     end
   end
-  event(id)
+  if ttl > 0 then
+    call_chunked('ZADD', K_OUT_EXP, index)
+  else
+    del_chunked(gone)
+    call_chunked('ZREM', K_OUT_EXP, index)
+  end
+end
+
+local function finish(id, kind, value, now, ttl)
+  finish_all({ { id, value } }, kind, now, ttl)
 end
 
 local function entry_field(fields, name)
@@ -403,19 +462,6 @@ local function enqueue(zset, field, id, arrival, now)
   redis.call('ZADD', zset, fmt(arrival - boost), member)
 end
 
--- Hand item `id` to `consumer`: pending, deliveries + 1, a new lease.
-local function hand_out(id, lane, now, consumer)
-  local k = item_key(id)
-  local lease = redis.call('INCR', K_LEASE)
-  local dlv = redis.call('HINCRBY', k, 'dlv', 1)
-  redis.call('HSET', k, 'st', 'pending', 'lane', lane, 'ls', fmt(lease),
-    'ca', fmt(now), 'owner', consumer)
-  redis.call('ZADD', K_PENDING, now, pad(id))
-  local f = redis.call('HMGET', k, 'flow', 'payload', 'enq', 'nb', 'pri', 'cost')
-  lim_pending(f[1], 1, now)
-  return { id, f[1] or '', f[2] or '', f[3] or '0', f[4] or '', dlv, lane, fmt(now), lease, f[5] or '0', f[6] or '1' }
-end
-
 -- Whether item `id` is pending under lease `lease`.
 local function current(id, lease)
   local f = redis.call('HMGET', item_key(id), 'st', 'ls')
@@ -476,17 +522,38 @@ local function promote(now)
   return #ids / 2
 end
 
--- Call `cmd key` with `list` appended, in chunks (Lua's unpack has a limit).
-local function call_chunked(cmd, key, list, extra)
-  local i = 1
-  while i <= #list do
-    local last = math.min(i + 999, #list)
-    if extra then
-      redis.call(cmd, key, extra, unpack(list, i, last))
-    else
-      redis.call(cmd, key, unpack(list, i, last))
-    end
-    i = last + 1
+-- Handing items out (claim, step, reclaim_stale): the one place an item
+-- becomes pending. The hand-outs of one script share one read and one
+-- write of the lease counter and one write of the pending index:
+-- `hand_outs_begin` before the first, `hand_outs_end` after the last.
+local HAND_OUT_FIELDS = { 'flow', 'payload', 'enq', 'nb', 'dlv', 'pri', 'cost' }
+local H = nil
+local function hand_outs_begin(now, consumer)
+  H = { lease = tonumber(redis.call('GET', K_LEASE) or '0'), zadd = {},
+    now = now, snow = fmt(now), consumer = consumer }
+end
+
+-- Hand item `id` to the consumer: pending, deliveries + 1, a new lease.
+-- `f` holds its HAND_OUT_FIELDS (nil: read here). `counted`: the caller
+-- has already counted it as pending in its flow's limit record (claim
+-- does, as it charges the flow's permits).
+local function hand_out(id, lane, f, counted)
+  f = f or redis.call('HMGET', item_key(id), unpack(HAND_OUT_FIELDS))
+  H.lease = H.lease + 1
+  local dlv = (tonumber(f[5]) or 0) + 1
+  redis.call('HSET', item_key(id), 'dlv', dlv, 'st', 'pending', 'lane', lane,
+    'ls', fmt(H.lease), 'ca', H.snow, 'owner', H.consumer)
+  H.zadd[#H.zadd + 1] = H.now
+  H.zadd[#H.zadd + 1] = pad(id)
+  if not counted then lim_pending(f[1], 1, H.now) end
+  return { id, f[1] or '', f[2] or '', f[3] or '0', f[4] or '', dlv, lane, H.snow, H.lease,
+    f[6] or '0', f[7] or '1' }
+end
+
+local function hand_outs_end()
+  if #H.zadd > 0 then
+    redis.call('SET', K_LEASE, fmt(H.lease))
+    call_chunked('ZADD', K_PENDING, H.zadd)
   end
 end
 
@@ -542,18 +609,66 @@ local function over_capacity(limit, fresh)
   return waiting + fresh > tonumber(limit)
 end
 
+-- Journaling new items (add, add_batch, add_delayed, forward): the one
+-- place an item is created. While no flow has a limit record, the adds of
+-- one script share one read and one write of the id and position counters
+-- and of the backlog clock, and one ZADD to the backlog: per item one HSET.
+-- With limits, each item goes through `to_backlog` (its flow may hold it).
+-- `adds_begin` before the first, `adds_end` after the last.
+local A = nil
+local function adds_begin(now)
+  A = { now = now, fast = not any_limits(), ready = {} }
+  if A.fast then
+    A.seq0 = tonumber(redis.call('GET', K_SEQ) or '0')
+    A.seq = A.seq0
+    A.pos0 = tonumber(redis.call('GET', K_POS) or '0')
+    A.pos = A.pos0
+    A.last = tonumber(redis.call('HGET', K_CLOCKS, 'backlog') or '0')
+    A.arrival = math.max(now, A.last)
+  end
+end
+
 -- Journal one new item of tier `pri` (`boost` = tier x aging_step in ms,
 -- SPEC 3, Priority); nb = '' for the backlog. Returns its id.
 local function new_item(flow, payload, enq, nb, pri, boost, has_key, key, now, window, cost)
-  local id = fmt(redis.call('INCR', K_SEQ))
-  local k = item_key(id)
-  redis.call('HSET', k, 'flow', flow, 'payload', payload, 'enq', enq, 'dlv', 0)
-  if cost and cost ~= '' and cost ~= '1' then redis.call('HSET', k, 'cost', cost) end
-  if pri ~= '0' and pri ~= '' then redis.call('HSET', k, 'pri', pri, 'boost', boost) end
-  if nb ~= '' then
-    redis.call('HSET', k, 'nb', nb, 'st', 'delayed')
-    redis.call('ZADD', K_DELAYED, nb, pad(id))
+  local id
+  if A.fast then
+    A.seq = A.seq + 1
+    id = fmt(A.seq)
   else
+    id = fmt(redis.call('INCR', K_SEQ))
+  end
+  local k = item_key(id)
+  local f = { 'flow', flow, 'payload', payload, 'enq', enq, 'dlv', 0 }
+  if cost and cost ~= '' and cost ~= '1' then
+    f[#f + 1] = 'cost'
+    f[#f + 1] = cost
+  end
+  local b = 0
+  if pri ~= '0' and pri ~= '' then
+    f[#f + 1] = 'pri'
+    f[#f + 1] = pri
+    f[#f + 1] = 'boost'
+    f[#f + 1] = boost
+    b = tonumber(boost) or 0
+  end
+  if nb ~= '' then
+    f[#f + 1] = 'nb'
+    f[#f + 1] = nb
+    f[#f + 1] = 'st'
+    f[#f + 1] = 'delayed'
+    redis.call('HSET', k, unpack(f))
+    redis.call('ZADD', K_DELAYED, nb, pad(id))
+  elseif A.fast then
+    f[#f + 1] = 'st'
+    f[#f + 1] = 'backlog'
+    redis.call('HSET', k, unpack(f))
+    -- As `enqueue` ranks it: arrival - boost, member <position>:<id>.
+    A.pos = A.pos + 1
+    A.ready[#A.ready + 1] = fmt(A.arrival - b)
+    A.ready[#A.ready + 1] = pad(A.pos) .. ':' .. id
+  else
+    redis.call('HSET', k, unpack(f))
     to_backlog(id, now)
   end
   if has_key == '1' then
@@ -561,4 +676,14 @@ local function new_item(flow, payload, enq, nb, pri, boost, has_key, key, now, w
     redis.call('ZADD', K_DEDUP_EXP, now + window, key)
   end
   return id
+end
+
+local function adds_end()
+  if not A.fast then return end
+  if A.seq > A.seq0 then redis.call('SET', K_SEQ, fmt(A.seq)) end
+  if A.pos > A.pos0 then
+    redis.call('SET', K_POS, fmt(A.pos))
+    if A.arrival > A.last then redis.call('HSET', K_CLOCKS, 'backlog', fmt(A.arrival)) end
+    call_chunked('ZADD', K_READY, A.ready)
+  end
 end

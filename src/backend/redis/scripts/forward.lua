@@ -51,6 +51,7 @@ end
 local fresh = count_fresh(keys, now, window)
 if over_capacity(limit, fresh) then return { 'full', limit } end
 
+adds_begin(now)
 local added, dups = 0, 0
 for _, b in ipairs(todo) do
   local oid, late, flow, payload = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
@@ -65,6 +66,7 @@ for _, b in ipairs(todo) do
   end
   if late == '1' then redis.call('SADD', K_LATE, oid) end
 end
+adds_end()
 redis.call('HSET', K_ORIGIN, 'journal', journal, 'mark', fmt(top))
 redis.call('HINCRBY', K_ORIGIN, 'taken', added + dups)
 if added > 0 then wake() end

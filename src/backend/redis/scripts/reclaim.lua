@@ -39,6 +39,7 @@ while taking < count do
 end
 -- Phase 2: apply.
 local out, dropped, dead = {}, 0, {}
+hand_outs_begin(now, consumer)
 for _, p in ipairs(plan) do
   local id, what = p[1], p[2]
   if what == 'missing' then
@@ -57,9 +58,10 @@ for _, p in ipairs(plan) do
   else
     local lane = redis.call('HGET', item_key(id), 'lane')
     release(id, now)
-    out[#out + 1] = hand_out(id, lane or 'backlog', now, consumer)
+    out[#out + 1] = hand_out(id, lane or 'backlog')
   end
 end
+hand_outs_end()
 if missing > 0 then
   redis.log(redis.LOG_WARNING, 'workjournal: ' .. missing .. ' pending ids without an item record in ' .. P)
 end

@@ -8,4 +8,7 @@ if redis.call('EXISTS', item_key(id)) == 0 then
   redis.log(redis.LOG_WARNING, 'workjournal: parked id ' .. id .. ' without an item record in ' .. P)
   return {}
 end
-return { hand_out(id, 'parked', now, ARGV[2]) }
+hand_outs_begin(now, ARGV[2])
+local got = hand_out(id, 'parked')
+hand_outs_end()
+return { got }

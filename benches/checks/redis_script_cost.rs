@@ -1,0 +1,228 @@
+//! Where the Redis backend's time goes, per item, on the server (issue 17
+//! item 1): for add_batch of 100, claim + ack_batch of 100 and single adds
+//! from 64 producers, the server's microseconds per item in scripts
+//! (`INFO commandstats`, `EVALSHA` usec) and the commands the scripts ran
+//! per item, beside the same workload in raw Streams commands on the same
+//! harness-started `redis-server` (no persistence). The server-side figures
+//! do not depend on the client's build, so this check is useful in a dev
+//! build too; the rates are wall clock and do.
+//!
+//! Run: `cargo bench --bench redis_script_cost --features redis,testing -- [batches]`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use workjournal::testing::RedisServer;
+use workjournal::{ClaimFrom, Config, NewItem, RedisOptions, RedisQueue, WorkQueue};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type Conn = redis::aio::MultiplexedConnection;
+
+const BATCH: usize = 100;
+const PRODUCERS: usize = 64;
+
+/// `INFO commandstats` as command -> (calls, usec).
+async fn stats(conn: &mut Conn) -> Result<BTreeMap<String, (u64, u64)>, BoxError> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await?;
+    let mut out = BTreeMap::new();
+    for l in info.lines() {
+        let Some(rest) = l.strip_prefix("cmdstat_") else {
+            continue;
+        };
+        let Some((name, fields)) = rest.split_once(':') else {
+            continue;
+        };
+        let field = |k: &str| {
+            fields
+                .split(',')
+                .find_map(|f| f.strip_prefix(k)?.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        out.insert(name.to_string(), (field("calls="), field("usec=")));
+    }
+    Ok(out)
+}
+
+async fn reset(conn: &mut Conn) -> Result<(), BoxError> {
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(conn)
+        .await?;
+    Ok(())
+}
+
+/// One row: the workload's rate, server usec per item (all commands the
+/// client sent, scripts included), and commands run per item (inside
+/// scripts counted one by one).
+async fn row(
+    admin: &mut Conn,
+    items: usize,
+    elapsed: Duration,
+) -> Result<(f64, f64, f64), BoxError> {
+    let mut s = stats(admin).await?;
+    s.retain(|n, _| !matches!(n.as_str(), "info" | "config|resetstat"));
+    let scripts = ["evalsha", "eval"];
+    let scripted = s.keys().any(|n| scripts.contains(&n.as_str()));
+    // A script's usec includes the commands it runs, which are counted
+    // one by one beside it.
+    let usec: u64 = s
+        .iter()
+        .filter(|(n, _)| !scripted || scripts.contains(&n.as_str()))
+        .map(|(_, (_, u))| u)
+        .sum();
+    let cmds: u64 = s
+        .iter()
+        .filter(|(n, _)| !scripts.contains(&n.as_str()))
+        .map(|(_, (c, _))| c)
+        .sum();
+    let n = items as f64;
+    Ok((n / elapsed.as_secs_f64(), usec as f64 / n, cmds as f64 / n))
+}
+
+fn print(name: &str, ours: (f64, f64, f64), raw: (f64, f64, f64)) {
+    println!(
+        "| {name} | {:.0}/s, {:.2} us, {:.1} cmds | {:.0}/s, {:.2} us, {:.1} cmds | {:.2}x | {:.2}x |",
+        ours.0,
+        ours.1,
+        ours.2,
+        raw.0,
+        raw.1,
+        raw.2,
+        ours.0 / raw.0,
+        raw.1 / ours.1,
+    );
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    let batches: usize = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with("--"))
+        .map(|a| a.parse())
+        .transpose()?
+        .unwrap_or(300);
+    let items = batches * BATCH;
+    let server = RedisServer::start()?;
+    let url = server.url();
+    let client = redis::Client::open(url.as_str())?;
+    let mut admin = client.get_multiplexed_async_connection().await?;
+    let raw = client.get_multiplexed_async_connection().await?;
+    let q = Arc::new(
+        RedisQueue::connect(&url, "cost", Config::default(), RedisOptions::default()).await?,
+    );
+    let body = vec![7u8; 64];
+    println!(
+        "| workload ({items} items) | redis backend: rate, server us/item, commands/item | raw Streams | rate ratio | server-time ratio |"
+    );
+    println!("|---|---|---|---|---|");
+
+    // add_batch of 100.
+    reset(&mut admin).await?;
+    let t = Instant::now();
+    for _ in 0..batches {
+        q.add_batch(vec![NewItem::new(body.clone()); BATCH]).await?;
+    }
+    let ours = row(&mut admin, items, t.elapsed()).await?;
+    reset(&mut admin).await?;
+    let t = Instant::now();
+    for _ in 0..batches {
+        let mut p = redis::pipe();
+        for _ in 0..BATCH {
+            p.cmd("XADD").arg("raw").arg("*").arg("p").arg(&body);
+        }
+        let _: Vec<String> = p.query_async(&mut raw.clone()).await?;
+    }
+    let theirs = row(&mut admin, items, t.elapsed()).await?;
+    print("add_batch of 100", ours, theirs);
+
+    // claim + ack_batch of 100, on what was just added.
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg("raw")
+        .arg("g")
+        .arg("0")
+        .query_async(&mut admin)
+        .await?;
+    reset(&mut admin).await?;
+    let t = Instant::now();
+    for _ in 0..batches {
+        let got = q.claim(BATCH, Duration::ZERO, ClaimFrom::All).await?;
+        q.ack_batch(got.iter().map(|c| c.receipt).collect()).await?;
+    }
+    let ours = row(&mut admin, items, t.elapsed()).await?;
+    reset(&mut admin).await?;
+    let t = Instant::now();
+    for _ in 0..batches {
+        let v: redis::streams::StreamReadReply = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg("g")
+            .arg("c")
+            .arg("COUNT")
+            .arg(BATCH)
+            .arg("STREAMS")
+            .arg("raw")
+            .arg(">")
+            .query_async(&mut raw.clone())
+            .await?;
+        let ids: Vec<String> = v
+            .keys
+            .iter()
+            .flat_map(|k| k.ids.iter().map(|i| i.id.clone()))
+            .collect();
+        let _: u64 = redis::cmd("XACK")
+            .arg("raw")
+            .arg("g")
+            .arg(&ids)
+            .query_async(&mut raw.clone())
+            .await?;
+    }
+    let theirs = row(&mut admin, items, t.elapsed()).await?;
+    print("claim + ack_batch of 100", ours, theirs);
+
+    // Single adds from 64 producers (combined into shared script calls).
+    reset(&mut admin).await?;
+    let per = items / PRODUCERS;
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..PRODUCERS {
+        let (q, body) = (q.clone(), body.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..per {
+                q.add(NewItem::new(body.clone())).await?;
+            }
+            Ok::<_, workjournal::Error>(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let ours = row(&mut admin, per * PRODUCERS, t.elapsed()).await?;
+    reset(&mut admin).await?;
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..PRODUCERS {
+        let (mut c, body) = (raw.clone(), body.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..per {
+                let _: String = redis::cmd("XADD")
+                    .arg("raw2")
+                    .arg("*")
+                    .arg("p")
+                    .arg(&body)
+                    .query_async(&mut c)
+                    .await?;
+            }
+            Ok::<_, redis::RedisError>(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let theirs = row(&mut admin, per * PRODUCERS, t.elapsed()).await?;
+    print("add, 64 producers", ours, theirs);
+    Ok(())
+}

@@ -1,0 +1,104 @@
+//! The settings of the embedded backend (SPEC section 7).
+
+use std::time::Duration;
+
+use super::redo;
+
+/// Settings of the embedded backend only (SPEC section 7). Every write that
+/// returns `Ok` has been fsynced (in the redo log); there is no weaker
+/// mode.
+#[derive(Debug, Clone)]
+pub struct EmbeddedOptions {
+    pub(super) verify_on_open: bool,
+    pub(super) cache_size_bytes: usize,
+    pub(super) read_only: bool,
+    pub(super) checkpoint: redo::Policy,
+    #[cfg(feature = "testing")]
+    refuse_hard_links: bool,
+}
+
+impl Default for EmbeddedOptions {
+    fn default() -> Self {
+        EmbeddedOptions {
+            verify_on_open: true,
+            cache_size_bytes: 64 * 1024 * 1024,
+            read_only: false,
+            checkpoint: redo::Policy::default(),
+            #[cfg(feature = "testing")]
+            refuse_hard_links: false,
+        }
+    }
+}
+
+impl EmbeddedOptions {
+    /// Fault hook (test support, feature `testing`): creating a new file
+    /// acts as on a file system that refuses hard links (FAT/exFAT, some
+    /// FUSE mounts), so that tests reach the fallback on any disk.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn refuse_hard_links(mut self, refuse: bool) -> Self {
+        self.refuse_hard_links = refuse;
+        self
+    }
+
+    #[cfg(feature = "testing")]
+    pub(super) fn refuses_hard_links(&self) -> bool {
+        self.refuse_hard_links
+    }
+
+    #[cfg(not(feature = "testing"))]
+    pub(super) fn refuses_hard_links(&self) -> bool {
+        false
+    }
+
+    /// Verify every page checksum at open, so a damaged file fails with
+    /// `Error::Corrupt` rather than later. Costs one read of the whole file
+    /// per open. Default: true.
+    pub fn verify_on_open(mut self, verify: bool) -> Self {
+        self.verify_on_open = verify;
+        self
+    }
+
+    /// Checkpoint the redo log once it holds this many bytes (SPEC 6, the
+    /// redo log): the log's size bound. At least 1. Default: 4 MiB.
+    pub fn checkpoint_bytes(mut self, bytes: u64) -> Self {
+        self.checkpoint.bytes = bytes.max(1);
+        self
+    }
+
+    /// Checkpoint the redo log once it holds this many operations (an add
+    /// of n items, an ack or touch of n receipts and a claim of count n
+    /// count n each): bounds the replay at an open after a crash, each
+    /// costing about as much as the operation did. At least 1. Default:
+    /// 8192.
+    pub fn checkpoint_ops(mut self, ops: u64) -> Self {
+        self.checkpoint.ops = ops.max(1);
+        self
+    }
+
+    /// Checkpoint the redo log after a write once the last checkpoint is
+    /// this old. Default: 2 s.
+    pub fn checkpoint_interval(mut self, interval: Duration) -> Self {
+        self.checkpoint.interval = interval;
+        self
+    }
+
+    /// redb's page cache, in bytes. Default: 64 MiB.
+    pub fn cache_size_bytes(mut self, bytes: usize) -> Self {
+        self.cache_size_bytes = bytes;
+        self
+    }
+
+    /// Open an existing file for looking only, never writing it: it needs
+    /// only read permission, works on a read-only mount, and is shared with
+    /// other read-only handles but not with a writer (`Locked` either way).
+    /// Reads (`stats`, `peek`, `dead_letters`, `paused_flows`, `parked`,
+    /// `next_due`, `was_done`, `backlog_by_flow`) see the file as it was at
+    /// open; every other operation, `compact` and blocking claims included,
+    /// fails with `InvalidInput` (SPEC section 9). A missing file is `Io`
+    /// (not found), never created. Default: false.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
+}

@@ -1,0 +1,282 @@
+//! Time in the file: a clock that steps back (SPEC 8, Clock steps) moves
+//! every timer, claim time and expiry with it, and expired done markers,
+//! dedup keys and outcomes are purged a bounded number per transaction.
+
+use redb::ReadableTable;
+
+use super::{BACKLOG_CLOCK, CLOCK_HIGH, Ctx, DUE_CLOCK, Tables};
+use crate::backend::embedded::codec;
+use crate::config::rank_back;
+use crate::error::Result;
+use crate::item::Lane;
+
+/// How many expired done markers and dedup keys one transaction purges at
+/// most, so that a backlog of expiries never makes one commit slow.
+const PURGE_PER_TXN: usize = 256;
+
+impl Tables<'_> {
+    /// If the clock reads more than the tolerance below `latest` (the latest
+    /// time this process has seen) or below the latest time a commit of the
+    /// file saw, move every timer, claim time and expiry back by the step.
+    /// Returns whether it moved them.
+    pub(in crate::backend::embedded) fn observe_clock(
+        &mut self,
+        latest: u64,
+        now: u64,
+    ) -> Result<bool> {
+        let high = self.counter(CLOCK_HIGH, 0)?.max(latest);
+        let step = crate::clock::step_back(high, now);
+        if let Some(back) = step {
+            tracing::warn!(
+                back_ms = back,
+                "the clock stepped back: timers and leases moved with it"
+            );
+            self.rebase(back)?;
+            self.shift_limits(back, now)?;
+            self.meta_mut()?
+                .insert(CLOCK_HIGH, now)
+                .ctx("write clock")?;
+        }
+        Ok(step.is_some())
+    }
+
+    /// At close: remember `latest`, the latest time this process saw, if
+    /// the file's is older. Returns whether it wrote.
+    pub(in crate::backend::embedded) fn save_clock(&mut self, latest: u64) -> Result<bool> {
+        if self.counter(CLOCK_HIGH, 0)? >= latest {
+            return Ok(false);
+        }
+        self.meta_mut()?
+            .insert(CLOCK_HIGH, latest)
+            .ctx("write clock")?;
+        Ok(true)
+    }
+
+    /// After the operations of a transaction that writes anyway: remember
+    /// the latest time seen.
+    pub(in crate::backend::embedded) fn note_clock(&mut self, now: u64) -> Result<()> {
+        if self.dirty && self.counter(CLOCK_HIGH, 0)? < now {
+            self.meta_mut()?
+                .insert(CLOCK_HIGH, now)
+                .ctx("write clock")?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn rebase(&mut self, back: u64) -> Result<()> {
+        // SPEC 3, Priority: the lanes' arrivals move back too, so that
+        // items arriving after the step rank behind those waiting and aging
+        // counts elapsed time. All entries go before any comes back, so a
+        // moved key never meets one not moved yet.
+        for lane in [Lane::Backlog, Lane::Due] {
+            let table = if lane == Lane::Due {
+                self.due_mut()?
+            } else {
+                self.backlog_mut()?
+            };
+            let mut entries = Vec::new();
+            while let Some((k, v)) = table
+                .pop_first()
+                .ctx("move ready lane")?
+                .map(|(k, v)| (k.value(), v.value()))
+            {
+                entries.push((k, v));
+            }
+            for ((r, seq), id) in entries {
+                table
+                    .insert((rank_back(r, back), seq), id)
+                    .ctx("move ready lane")?;
+            }
+            let key = if lane == Lane::Due {
+                DUE_CLOCK
+            } else {
+                BACKLOG_CLOCK
+            };
+            let t = self.counter(key, 0)?;
+            if t > 0 {
+                self.meta_mut()?
+                    .insert(key, t.saturating_sub(back))
+                    .ctx("move lane clock")?;
+            }
+        }
+        let mut delayed = Vec::new();
+        for entry in self.delayed()?.iter().ctx("scan delayed")? {
+            delayed.push(entry.ctx("scan delayed")?.0.value());
+        }
+        for (nb, id) in delayed {
+            let moved = nb.saturating_sub(back);
+            self.delayed_mut()?.remove((nb, id)).ctx("move delayed")?;
+            self.delayed_mut()?
+                .insert((moved, id), ())
+                .ctx("move delayed")?;
+            let mut rec = self.record(id)?;
+            rec.not_before_ms = Some(moved);
+            self.put_record(id, &rec)?;
+        }
+        let mut leases = Vec::new();
+        for entry in self.pending_by_time()?.iter().ctx("scan lease index")? {
+            leases.push(entry.ctx("scan lease index")?.0.value());
+        }
+        for (at, id) in leases {
+            let moved = at.saturating_sub(back);
+            self.pending_by_time_mut()?
+                .remove((at, id))
+                .ctx("move lease index")?;
+            self.pending_by_time_mut()?
+                .insert((moved, id), ())
+                .ctx("move lease index")?;
+            if self
+                .orphans_mut()?
+                .remove((at, id))
+                .ctx("move orphan")?
+                .is_some()
+            {
+                self.orphans_mut()?
+                    .insert((moved, id), ())
+                    .ctx("move orphan")?;
+            }
+            if let Some(mut l) = self.lease(id)? {
+                l.claimed_at_ms = moved;
+                self.pending_mut()?
+                    .insert(id, codec::encode(&l)?.as_slice())
+                    .ctx("move lease")?;
+            }
+        }
+        let mut done = Vec::new();
+        for entry in self.done_expiry()?.iter().ctx("scan done expiry")? {
+            let (k, _) = entry.ctx("scan done expiry")?;
+            let (t, id, step) = k.value();
+            done.push((t, id, step.to_string()));
+        }
+        for (t, id, step) in done {
+            let moved = t.saturating_sub(back);
+            self.done_expiry_mut()?
+                .remove((t, id, step.as_str()))
+                .ctx("move done expiry")?;
+            self.done_expiry_mut()?
+                .insert((moved, id, step.as_str()), ())
+                .ctx("move done expiry")?;
+            self.done_mut()?
+                .insert((id, step.as_str()), moved)
+                .ctx("move done marker")?;
+        }
+        let mut keys = Vec::new();
+        for entry in self.dedup_expiry()?.iter().ctx("scan dedup expiry")? {
+            let (k, _) = entry.ctx("scan dedup expiry")?;
+            let (t, key) = k.value();
+            keys.push((t, key.to_string()));
+        }
+        for (t, key) in keys {
+            let moved = t.saturating_sub(back);
+            self.dedup_expiry_mut()?
+                .remove((t, key.as_str()))
+                .ctx("move dedup expiry")?;
+            self.dedup_expiry_mut()?
+                .insert((moved, key.as_str()), ())
+                .ctx("move dedup expiry")?;
+            let first = self
+                .dedup()?
+                .get(key.as_str())
+                .ctx("read dedup key")?
+                .map(|g| g.value().0);
+            if let Some(id) = first {
+                self.dedup_mut()?
+                    .insert(key.as_str(), (id, moved))
+                    .ctx("move dedup key")?;
+            }
+        }
+        let mut outcomes = Vec::new();
+        for entry in self.outcome_expiry()?.iter().ctx("scan outcome expiry")? {
+            outcomes.push(entry.ctx("scan outcome expiry")?.0.value());
+        }
+        for (t, id) in outcomes {
+            let moved = t.saturating_sub(back);
+            self.outcome_expiry_mut()?
+                .remove((t, id))
+                .ctx("move outcome expiry")?;
+            self.outcome_expiry_mut()?
+                .insert((moved, id), ())
+                .ctx("move outcome expiry")?;
+            if let Some(mut rec) = self.outcome_record(id)? {
+                rec.expires_at_ms = moved;
+                self.outcomes_mut()?
+                    .insert(id, codec::encode(&rec)?.as_slice())
+                    .ctx("move outcome")?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(in crate::backend::embedded) fn purge_expired(&mut self, now: u64) -> Result<()> {
+        let mut done = Vec::new();
+        for entry in self
+            .done_expiry()?
+            .range(..(now.saturating_add(1), 0u64, ""))
+            .ctx("scan done expiry")?
+            .take(PURGE_PER_TXN)
+        {
+            let (k, _) = entry.ctx("scan done expiry")?;
+            let (t, id, step) = k.value();
+            done.push((t, id, step.to_string()));
+        }
+        for (t, id, step) in done {
+            self.done_expiry_mut()?
+                .remove((t, id, step.as_str()))
+                .ctx("purge done marker")?;
+            let live = self
+                .done()?
+                .get((id, step.as_str()))
+                .ctx("read done marker")?
+                .map(|g| g.value());
+            if live == Some(t) {
+                self.done_mut()?
+                    .remove((id, step.as_str()))
+                    .ctx("purge done marker")?;
+            }
+        }
+        let mut keys = Vec::new();
+        for entry in self
+            .dedup_expiry()?
+            .range(..(now.saturating_add(1), ""))
+            .ctx("scan dedup expiry")?
+            .take(PURGE_PER_TXN)
+        {
+            let (k, _) = entry.ctx("scan dedup expiry")?;
+            let (t, key) = k.value();
+            keys.push((t, key.to_string()));
+        }
+        for (t, key) in keys {
+            self.dedup_expiry_mut()?
+                .remove((t, key.as_str()))
+                .ctx("purge dedup key")?;
+            let live = self
+                .dedup()?
+                .get(key.as_str())
+                .ctx("read dedup key")?
+                .map(|g| g.value());
+            if live.map(|(_, e)| e) == Some(t) {
+                self.dedup_mut()?
+                    .remove(key.as_str())
+                    .ctx("purge dedup key")?;
+            }
+        }
+        let mut outcomes = Vec::new();
+        for entry in self
+            .outcome_expiry()?
+            .range(..(now.saturating_add(1), 0u64))
+            .ctx("scan outcome expiry")?
+            .take(PURGE_PER_TXN)
+        {
+            let (k, _) = entry.ctx("scan outcome expiry")?;
+            outcomes.push(k.value());
+        }
+        for (t, id) in outcomes {
+            self.outcome_expiry_mut()?
+                .remove((t, id))
+                .ctx("purge outcome")?;
+            self.outcomes_mut()?.remove(id).ctx("purge outcome")?;
+            self.forget_progress(id)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,532 @@
+//! The state moves of SPEC section 3: add, promote, claim, finish
+//! (ack, retry, release, dead letter) and reclaim. Each move deletes an id
+//! from one index and inserts it into another in the same transaction.
+
+use std::ops::Bound;
+
+use redb::{ReadableTable, ReadableTableMetadata};
+
+use super::{BACKLOG_CLOCK, Ctx, DUE_CLOCK, NEXT_ID, NEXT_LEASE, Tables};
+use crate::backend::embedded::codec::{self, INLINE_PAYLOAD_BYTES, ItemRecord, LeaseRecord};
+use crate::config::rank;
+use crate::error::{Error, Result};
+use crate::item::{
+    Added, ClaimFrom, Claimed, Lane, MAX_DELIVERIES_REASON, NewItem, Receipt, Reclaimed,
+    RetryOutcome, check_new_item,
+};
+use crate::outcome::check_size;
+
+impl Tables<'_> {
+    pub(super) fn waiting(&self) -> Result<u64> {
+        Ok(self.backlog()?.len().ctx("count backlog")?
+            + self.due()?.len().ctx("count due")?
+            + self.delayed()?.len().ctx("count delayed")?
+            + self.held_len()?)
+    }
+
+    pub(super) fn live_dedup(&self, key: &str, now: u64) -> Result<Option<u64>> {
+        Ok(self
+            .dedup()?
+            .get(key)
+            .ctx("read dedup key")?
+            .map(|g| g.value())
+            .filter(|(_, expires)| *expires > now)
+            .map(|(id, _)| id))
+    }
+
+    pub(in crate::backend::embedded) fn add(
+        &mut self,
+        items: &[(NewItem, Option<u64>)],
+        now: u64,
+    ) -> Result<Vec<Added>> {
+        // Validate the whole batch before touching anything.
+        let mut fresh = 0u64;
+        let mut seen = std::collections::HashSet::new();
+        for (item, _) in items {
+            check_new_item(item, self.limits.max_payload_bytes)?;
+            match item.dedup_key.as_deref() {
+                // A key earlier in the batch is live only while its window
+                // is open: never with a window of 0 (deduplication off).
+                Some(k)
+                    if self.live_dedup(k, now)?.is_some()
+                        || (self.limits.dedup_window_ms > 0 && seen.contains(k)) => {}
+                Some(k) => {
+                    seen.insert(k);
+                    fresh += 1;
+                }
+                None => fresh += 1,
+            }
+        }
+        // An add that journals nothing (only duplicates) is never Full.
+        if let Some(limit) = self.limits.max_backlog
+            && fresh > 0
+            && self.waiting()?.saturating_add(fresh) > limit
+        {
+            return Err(Error::Full { limit });
+        }
+        let mut out = Vec::with_capacity(items.len());
+        for (item, not_before) in items {
+            if let Some(k) = item.dedup_key.as_deref()
+                && let Some(id) = self.live_dedup(k, now)?
+            {
+                out.push(Added {
+                    id,
+                    duplicate: true,
+                });
+                continue;
+            }
+            let id = self.bump(NEXT_ID, 1)?;
+            if let Some(k) = item.dedup_key.as_deref() {
+                let expires = now.saturating_add(self.limits.dedup_window_ms);
+                let replaced = self
+                    .dedup_mut()?
+                    .insert(k, (id, expires))
+                    .ctx("write dedup key")?
+                    .map(|g| g.value());
+                if let Some((_, old)) = replaced {
+                    self.dedup_expiry_mut()?
+                        .remove((old, k))
+                        .ctx("purge dedup key")?;
+                }
+                self.dedup_expiry_mut()?
+                    .insert((expires, k), ())
+                    .ctx("write dedup expiry")?;
+            }
+            let inline = item.payload.len() <= INLINE_PAYLOAD_BYTES;
+            self.put_record(
+                id,
+                &ItemRecord {
+                    flow: item.flow.clone(),
+                    enqueued_at_ms: now,
+                    not_before_ms: *not_before,
+                    deliveries: 0,
+                    priority: item.priority,
+                    cost: item.cost.max(1),
+                    payload: inline.then(|| item.payload.clone()),
+                },
+            )?;
+            if !inline {
+                self.payloads_mut()?
+                    .insert(id, item.payload.as_slice())
+                    .ctx("write payload")?;
+            }
+            match not_before {
+                Some(t) => {
+                    self.delayed_mut()?
+                        .insert((*t, id), ())
+                        .ctx("write delayed")?;
+                }
+                None => self.enter(Lane::Backlog, id, item.priority, &item.flow, now, now)?,
+            }
+            out.push(Added {
+                id,
+                duplicate: false,
+            });
+        }
+        Ok(out)
+    }
+
+    pub(in crate::backend::embedded) fn promote_due(&mut self, now: u64) -> Result<u64> {
+        let mut n = 0;
+        loop {
+            let Some((nb, id)) = self
+                .delayed()?
+                .first()
+                .ctx("read delayed")?
+                .map(|(k, _)| k.value())
+            else {
+                break;
+            };
+            if nb > now {
+                break;
+            }
+            self.delayed_mut()?.remove((nb, id)).ctx("delete delayed")?;
+            let rec = self.record(id)?;
+            self.enter(Lane::Due, id, rec.priority, &rec.flow, nb, now)?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// SPEC 3, Priority: put `id` (of tier `tier`) into `lane` (the
+    /// backlog or the due lane), arriving at `arrival` or at the lane's
+    /// latest arrival so far if that is later (the clock stepped back, or a
+    /// promoted timer was older than the last one).
+    pub(super) fn enter(
+        &mut self,
+        lane: Lane,
+        id: u64,
+        tier: u8,
+        flow: &str,
+        arrival: u64,
+        now: u64,
+    ) -> Result<()> {
+        let clock_key = if lane == Lane::Due {
+            DUE_CLOCK
+        } else {
+            BACKLOG_CLOCK
+        };
+        let arrival = arrival.max(self.counter(clock_key, 0)?);
+        self.meta_mut()?
+            .insert(clock_key, arrival)
+            .ctx("write lane clock")?;
+        let seq = self.next_seq()?;
+        let key = (rank(arrival, tier, self.limits.aging_step), seq);
+        // SPEC 3, Flow limits: a limited flow's items wait in its held lane.
+        if self.enter_held(lane, id, flow, key, now)? {
+            return Ok(());
+        }
+        let table = if lane == Lane::Due {
+            self.due_mut()?
+        } else {
+            self.backlog_mut()?
+        };
+        table.insert(key, id).ctx("write ready lane")?;
+        Ok(())
+    }
+
+    pub(in crate::backend::embedded) fn claim(
+        &mut self,
+        count: usize,
+        from: ClaimFrom,
+        now: u64,
+    ) -> Result<Vec<Claimed>> {
+        if count == 0 {
+            return Err(Error::invalid("claim count must be at least 1"));
+        }
+        self.promote_due(now)?;
+        let any_paused = !self.paused()?.is_empty().ctx("read paused")?;
+        let limited = self.has_limits()?;
+        if limited {
+            self.lift_due(now)?;
+        }
+        let mut out = Vec::new();
+        let lanes: &[Lane] = match from {
+            ClaimFrom::All => &[Lane::Due, Lane::Backlog],
+            ClaimFrom::DueOnly => &[Lane::Due],
+        };
+        for &lane in lanes {
+            while out.len() < count {
+                // Look before taking: an empty lane is not written to.
+                let head = if lane == Lane::Due {
+                    self.due()?
+                } else {
+                    self.backlog()?
+                }
+                .first()
+                .ctx("read lane")?
+                .map(|(k, v)| (k.value(), v.value()));
+                // SPEC 3, Flow limits: merge in the heads of the limited
+                // flows that may run, in rank order.
+                let held = if limited {
+                    self.first_head(lane)?
+                } else {
+                    None
+                };
+                let from_held = match (&head, &held) {
+                    (None, None) => break,
+                    (Some((ks, _)), Some((kh, _))) => kh < ks,
+                    (None, Some(_)) => true,
+                    (Some(_), None) => false,
+                };
+                if let (true, Some((key, flow))) = (from_held, held) {
+                    if let Some(c) = self.claim_head(lane, &flow, key, now)? {
+                        out.push(c);
+                    }
+                    continue;
+                }
+                let Some((seq, id)) = head else {
+                    break;
+                };
+                if lane == Lane::Due {
+                    self.due_mut()?
+                } else {
+                    self.backlog_mut()?
+                }
+                .remove(seq)
+                .ctx("take from lane")?;
+                if limited {
+                    let rec = self.record(id)?;
+                    // Held by its flow's limits: now in the flow's held lane.
+                    if self.limit_shared(lane, id, &rec.flow, rec.cost.max(1), seq, now)?
+                        == Some(true)
+                    {
+                        continue;
+                    }
+                }
+                if any_paused {
+                    let flow = self.record(id)?.flow;
+                    if self.is_paused(&flow)? {
+                        self.park_id(&flow, id)?;
+                        continue;
+                    }
+                }
+                out.push(self.hand_out(id, lane, now)?);
+            }
+        }
+        Ok(out)
+    }
+
+    pub(super) fn hand_out(&mut self, id: u64, lane: Lane, now: u64) -> Result<Claimed> {
+        let mut rec = self.record(id)?;
+        self.note_pending(&rec.flow, true, now)?;
+        let lease = self.bump(NEXT_LEASE, 1)?;
+        rec.deliveries = rec.deliveries.saturating_add(1);
+        self.put_record(id, &rec)?;
+        let l = LeaseRecord {
+            claimed_at_ms: now,
+            lease,
+            lane: codec::lane_to_u8(lane),
+        };
+        self.pending_mut()?
+            .insert(id, codec::encode(&l)?.as_slice())
+            .ctx("write lease")?;
+        self.pending_by_time_mut()?
+            .insert((now, id), ())
+            .ctx("write lease index")?;
+        let delivery = rec.deliveries;
+        Ok(Claimed {
+            item: self.to_item(id, rec)?,
+            lane,
+            claimed_at_ms: now,
+            receipt: Receipt {
+                id,
+                delivery,
+                lease,
+            },
+        })
+    }
+
+    pub(in crate::backend::embedded) fn ack(
+        &mut self,
+        r: &Receipt,
+        result: &[u8],
+        now: u64,
+    ) -> Result<()> {
+        check_size("result", result.len(), self.limits.max_payload_bytes)?;
+        let lease = self.current(r)?;
+        self.remove_pending(r.id, &lease, now)?;
+        self.delete_item(r.id)?;
+        self.finish(r.id, false, result.to_vec(), "", now)
+    }
+
+    pub(in crate::backend::embedded) fn ack_batch(
+        &mut self,
+        receipts: &[Receipt],
+        now: u64,
+    ) -> Result<u64> {
+        let mut n = 0;
+        for r in receipts {
+            match self.ack(r, &[], now) {
+                Ok(()) => n += 1,
+                Err(Error::LeaseLost { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(n)
+    }
+
+    pub(in crate::backend::embedded) fn touch(
+        &mut self,
+        receipts: &[Receipt],
+        now: u64,
+    ) -> Result<()> {
+        for r in receipts {
+            self.current(r)?;
+        }
+        for r in receipts {
+            // Read the lease again: a receipt named twice was moved already.
+            let mut l = self.current(r)?;
+            let old = (l.claimed_at_ms, r.id);
+            self.pending_by_time_mut()?
+                .remove(old)
+                .ctx("move lease index")?;
+            self.orphans_mut()?.remove(old).ctx("delete orphan")?;
+            l.claimed_at_ms = now;
+            self.pending_mut()?
+                .insert(r.id, codec::encode(&l)?.as_slice())
+                .ctx("write lease")?;
+            self.pending_by_time_mut()?
+                .insert((now, r.id), ())
+                .ctx("write lease index")?;
+        }
+        Ok(())
+    }
+
+    pub(in crate::backend::embedded) fn retry(
+        &mut self,
+        r: &Receipt,
+        not_before: u64,
+        now: u64,
+    ) -> Result<RetryOutcome> {
+        let lease = self.current(r)?;
+        let mut rec = self.record(r.id)?;
+        self.remove_pending(r.id, &lease, now)?;
+        if rec.deliveries >= self.limits.max_deliveries {
+            self.bury(r.id, MAX_DELIVERIES_REASON, now)?;
+            return Ok(RetryOutcome::DeadLettered);
+        }
+        rec.not_before_ms = Some(not_before);
+        self.put_record(r.id, &rec)?;
+        self.delayed_mut()?
+            .insert((not_before, r.id), ())
+            .ctx("write delayed")?;
+        Ok(RetryOutcome::Delayed)
+    }
+
+    /// SPEC 3, Finishing: release. Back to delayed (or the parked tail of
+    /// a paused flow) with `deliveries - 1`.
+    pub(in crate::backend::embedded) fn release(
+        &mut self,
+        r: &Receipt,
+        not_before: u64,
+        now: u64,
+    ) -> Result<()> {
+        let lease = self.current(r)?;
+        let mut rec = self.record(r.id)?;
+        self.remove_pending(r.id, &lease, now)?;
+        rec.deliveries = rec.deliveries.saturating_sub(1);
+        let paused = self.is_paused(&rec.flow)?;
+        if !paused {
+            rec.not_before_ms = Some(not_before);
+        }
+        self.put_record(r.id, &rec)?;
+        if paused {
+            self.park_id(&rec.flow, r.id)
+        } else {
+            self.delayed_mut()?
+                .insert((not_before, r.id), ())
+                .ctx("write delayed")?;
+            Ok(())
+        }
+    }
+
+    pub(in crate::backend::embedded) fn dead_letter(
+        &mut self,
+        r: &Receipt,
+        reason: &str,
+        now: u64,
+    ) -> Result<()> {
+        let lease = self.current(r)?;
+        self.remove_pending(r.id, &lease, now)?;
+        self.bury(r.id, reason, now)
+    }
+
+    pub(super) fn remove_pending(&mut self, id: u64, lease: &LeaseRecord, now: u64) -> Result<()> {
+        if self.has_limits()? {
+            let flow = self.record(id)?.flow;
+            self.note_pending(&flow, false, now)?;
+        }
+        self.pending_mut()?.remove(id).ctx("delete lease")?;
+        self.pending_by_time_mut()?
+            .remove((lease.claimed_at_ms, id))
+            .ctx("delete lease index")?;
+        self.orphans_mut()?
+            .remove((lease.claimed_at_ms, id))
+            .ctx("delete orphan")?;
+        Ok(())
+    }
+
+    pub(in crate::backend::embedded) fn reclaim_stale(
+        &mut self,
+        min_idle_ms: u64,
+        count: usize,
+        now: u64,
+    ) -> Result<Reclaimed> {
+        if count == 0 {
+            return Err(Error::invalid("reclaim count must be at least 1"));
+        }
+        let mut out = Vec::new();
+        let mut dead_lettered = Vec::new();
+        // Claims this call made are re-indexed at (now, id), possibly ahead of
+        // the scan: skip them, and resume each scan after the last key seen.
+        let mut handed: std::collections::HashSet<u64> = std::collections::HashSet::new();
+        let mut after: Option<(u64, u64)> = None;
+        let any_paused = !self.paused()?.is_empty().ctx("read paused")?;
+        while out.len() < count {
+            // The next stale item is the smaller of the oldest idle claim and
+            // the oldest orphan of an earlier open.
+            let mut by_time = None;
+            let lower = match after {
+                Some(k) => Bound::Excluded(k),
+                None => Bound::Unbounded,
+            };
+            for entry in self
+                .pending_by_time()?
+                .range::<(u64, u64)>((lower, Bound::Unbounded))
+                .ctx("scan lease index")?
+            {
+                let key = entry.ctx("scan lease index")?.0.value();
+                if now.saturating_sub(key.0) < min_idle_ms {
+                    break;
+                }
+                if !handed.contains(&key.1) {
+                    by_time = Some(key);
+                    break;
+                }
+            }
+            let orphan = self
+                .orphans()?
+                .first()
+                .ctx("read orphans")?
+                .map(|(k, _)| k.value());
+            let next = match (by_time, orphan) {
+                (Some(a), Some(b)) => a.min(b),
+                (Some(a), None) => a,
+                (None, Some(b)) => b,
+                (None, None) => break,
+            };
+            if Some(next) == by_time {
+                after = Some(next);
+            }
+            let id = next.1;
+            let Some(lease) = self.lease(id)? else {
+                // An index entry without a lease: drop the stray entry.
+                self.pending_by_time_mut()?
+                    .remove(next)
+                    .ctx("delete stray lease index")?;
+                self.orphans_mut()?
+                    .remove(next)
+                    .ctx("delete stray orphan")?;
+                continue;
+            };
+            self.remove_pending(id, &lease, now)?;
+            let rec = self.record(id)?;
+            if rec.deliveries >= self.limits.max_deliveries {
+                self.bury(id, MAX_DELIVERIES_REASON, now)?;
+                dead_lettered.push(Receipt {
+                    id,
+                    delivery: rec.deliveries,
+                    lease: lease.lease,
+                });
+                continue;
+            }
+            // SPEC 3, Crash recovery: an item of a paused flow is parked
+            // (deliveries unchanged, not counted), never handed out.
+            if any_paused && self.is_paused(&rec.flow)? {
+                self.park_id(&rec.flow, id)?;
+                continue;
+            }
+            let lane = codec::lane_from_u8(lease.lane, &format!("pending[{id}]"))?;
+            handed.insert(id);
+            out.push(self.hand_out(id, lane, now)?);
+        }
+        Ok(Reclaimed {
+            claimed: out,
+            dead_lettered,
+        })
+    }
+
+    /// At open: every pending item belongs to a process that is gone.
+    pub(in crate::backend::embedded) fn orphan_all_pending(&mut self) -> Result<u64> {
+        let mut keys = Vec::new();
+        for entry in self.pending_by_time()?.iter().ctx("scan leases")? {
+            let (k, _) = entry.ctx("scan leases")?;
+            keys.push(k.value());
+        }
+        for k in &keys {
+            self.orphans_mut()?.insert(*k, ()).ctx("write orphan")?;
+        }
+        Ok(keys.len() as u64)
+    }
+}

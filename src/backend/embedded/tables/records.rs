@@ -1,0 +1,80 @@
+//! Item records, payloads and leases: reading and writing one item's rows.
+
+use redb::ReadableTable;
+
+use super::{Ctx, Tables};
+use crate::backend::embedded::codec::{self, ItemRecord, LeaseRecord};
+use crate::error::{Error, Result};
+use crate::item::{Item, Receipt};
+
+impl Tables<'_> {
+    pub(super) fn record(&self, id: u64) -> Result<ItemRecord> {
+        let what = format!("items[{id}]");
+        let guard = self
+            .items()?
+            .get(id)
+            .ctx("read item")?
+            .ok_or_else(|| Error::corrupt(format!("{what} is missing")))?;
+        codec::decode_item(&what, guard.value())
+    }
+
+    pub(super) fn put_record(&mut self, id: u64, rec: &ItemRecord) -> Result<()> {
+        let bytes = codec::encode_item(rec)?;
+        self.items_mut()?
+            .insert(id, bytes.as_slice())
+            .ctx("write item")?;
+        Ok(())
+    }
+
+    /// The payload of `id`: inline in its record, or in the payloads table.
+    pub(super) fn payload(&self, id: u64, rec: &ItemRecord) -> Result<Vec<u8>> {
+        if let Some(p) = &rec.payload {
+            return Ok(p.clone());
+        }
+        Ok(self
+            .payloads()?
+            .get(id)
+            .ctx("read payload")?
+            .map(|g| g.value().to_vec())
+            .unwrap_or_default())
+    }
+
+    pub(super) fn to_item(&self, id: u64, rec: ItemRecord) -> Result<Item> {
+        Ok(Item {
+            id,
+            payload: self.payload(id, &rec)?,
+            flow: rec.flow,
+            enqueued_at_ms: rec.enqueued_at_ms,
+            not_before_ms: rec.not_before_ms,
+            deliveries: rec.deliveries,
+            priority: rec.priority,
+            cost: rec.cost.max(1),
+        })
+    }
+
+    pub(super) fn item(&self, id: u64) -> Result<Item> {
+        let rec = self.record(id)?;
+        self.to_item(id, rec)
+    }
+
+    pub(super) fn delete_item(&mut self, id: u64) -> Result<()> {
+        self.items_mut()?.remove(id).ctx("delete item")?;
+        self.payloads_mut()?.remove(id).ctx("delete payload")?;
+        Ok(())
+    }
+
+    pub(super) fn lease(&self, id: u64) -> Result<Option<LeaseRecord>> {
+        let what = format!("pending[{id}]");
+        match self.pending()?.get(id).ctx("read lease")? {
+            Some(g) => Ok(Some(codec::decode(&what, g.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    pub(super) fn current(&self, r: &Receipt) -> Result<LeaseRecord> {
+        match self.lease(r.id)? {
+            Some(l) if l.lease == r.lease => Ok(l),
+            _ => Err(Error::lease_lost(r)),
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! The error reply and its mapping onto [`Error`] both ways.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+
+/// The error reply: `{"error": {...}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorReply {
+    /// What went wrong.
+    pub error: ErrorBody,
+}
+
+/// What went wrong, with the fields of the [`Error`] variant it stands for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// One of: `full`, `lease_lost`, `locked`, `corrupt`, `io`, `storage`,
+    /// `backend`, `decode`, `invalid_input`, `closed`, `bad_request`,
+    /// `payload_too_large`, `unauthorized`, `forbidden`, `not_found`,
+    /// `timeout`.
+    pub kind: String,
+    /// The error in one line.
+    pub message: String,
+    /// `full`: the configured `max_backlog`, in items.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    /// `lease_lost`: the item's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u64>,
+    /// `lease_lost`: the receipt's delivery number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<u32>,
+    /// `lease_lost`: the receipt's lease number (SPEC 8, Receipt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<u64>,
+    /// `decode`: which record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub what: Option<String>,
+    /// `decode`, `corrupt`, `io`, `storage`, `backend`, `invalid_input`:
+    /// the variant's own text, without the prefix `message` adds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+impl ErrorBody {
+    /// A body of `kind` with `message` and no variant fields.
+    pub fn plain(kind: &str, message: impl Into<String>) -> Self {
+        ErrorBody {
+            kind: kind.to_string(),
+            message: message.into(),
+            limit: None,
+            id: None,
+            delivery: None,
+            lease: None,
+            what: None,
+            detail: None,
+        }
+    }
+
+    /// The HTTP status of this kind: 400 for refused input, 401/403 for
+    /// authentication, 404, 409 for `lease_lost`, 413, 423 for `locked`,
+    /// 429 for `full`, 502 for `backend`, 503 for `closed` (the server is
+    /// shutting down), 408 for `timeout` (the body came too slowly), 500
+    /// for storage failures.
+    pub fn status(&self) -> u16 {
+        match self.kind.as_str() {
+            "invalid_input" | "bad_request" => 400,
+            "unauthorized" => 401,
+            "forbidden" => 403,
+            "not_found" => 404,
+            "lease_lost" => 409,
+            "payload_too_large" => 413,
+            "locked" => 423,
+            "full" => 429,
+            "backend" => 502,
+            "closed" => 503,
+            "timeout" => 408,
+            _ => 500,
+        }
+    }
+
+    /// The wire form of `e` (server side).
+    pub fn from_error(e: &Error) -> Self {
+        let message = one_line(e);
+        let mut b = ErrorBody::plain("", message);
+        b.kind = match e {
+            Error::Full { limit } => {
+                b.limit = Some(*limit);
+                "full"
+            }
+            Error::LeaseLost {
+                id,
+                delivery,
+                lease,
+            } => {
+                b.id = Some(*id);
+                b.delivery = Some(*delivery);
+                b.lease = Some(*lease);
+                "lease_lost"
+            }
+            Error::Locked { .. } => "locked",
+            Error::Corrupt { .. } => "corrupt",
+            Error::Io { .. } => "io",
+            Error::Storage { .. } => "storage",
+            Error::Backend { .. } => "backend",
+            Error::Decode { what, detail } => {
+                b.what = Some(what.clone());
+                b.detail = Some(detail.clone());
+                "decode"
+            }
+            Error::InvalidInput(detail) => {
+                b.detail = Some(detail.clone());
+                "invalid_input"
+            }
+            Error::Closed => "closed",
+        }
+        .to_string();
+        b
+    }
+
+    /// The [`Error`] a client returns for this body (client side). The
+    /// queue's own refusals come back as the same variant; a request the
+    /// server could not read is `InvalidInput`; a server shutting down, a
+    /// refused token and anything unknown are `Backend`.
+    pub fn into_error(self) -> Error {
+        let detail = self.detail.unwrap_or_else(|| self.message.clone());
+        match self.kind.as_str() {
+            "full" => Error::Full {
+                limit: self.limit.unwrap_or_default(),
+            },
+            "lease_lost" => Error::LeaseLost {
+                id: self.id.unwrap_or_default(),
+                delivery: self.delivery.unwrap_or_default(),
+                lease: self.lease.unwrap_or_default(),
+            },
+            "corrupt" => Error::Corrupt {
+                detail: format!("on the server: {}", self.message),
+                source: None,
+            },
+            "io" => Error::Io {
+                context: format!("on the server: {}", self.message),
+                source: std::io::Error::other(detail),
+            },
+            "storage" => Error::Storage {
+                context: format!("on the server: {}", self.message),
+                source: detail.into(),
+            },
+            "decode" => Error::Decode {
+                what: self.what.unwrap_or_default(),
+                detail,
+            },
+            "invalid_input" => Error::InvalidInput(detail),
+            "bad_request" | "payload_too_large" | "not_found" => Error::InvalidInput(self.message),
+            _ => Error::backend(format!(
+                "server refused the call ({}): {}",
+                self.kind, self.message
+            )),
+        }
+    }
+}
+
+/// The error and its sources on one line, each cause added once.
+pub fn one_line(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let part = s.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = s.source();
+    }
+    text.replace(['\n', '\r'], " ")
+}

@@ -1,0 +1,109 @@
+//! [`ServerOptions`]: the limits and timeouts of a server (SPEC section 10).
+
+use std::time::Duration;
+
+use super::{DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_WAIT, ENVELOPE_BYTES};
+
+/// Limits and timeouts of a [`Server`] (SPEC section 10).
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    pub(super) max_payload_bytes: usize,
+    pub(super) header_timeout: Duration,
+    pub(super) body_timeout: Duration,
+    pub(super) max_wait: Duration,
+    pub(super) token: Option<String>,
+    pub(super) allowed_uids: Option<Vec<u32>>,
+    pub(super) read_only: bool,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            max_payload_bytes: crate::config::DEFAULT_MAX_PAYLOAD_BYTES,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
+            max_wait: DEFAULT_MAX_WAIT,
+            token: None,
+            allowed_uids: None,
+            read_only: false,
+        }
+    }
+}
+
+impl ServerOptions {
+    /// The queue's `max_payload_bytes`: a request body over its base64 size
+    /// plus [`ENVELOPE_BYTES`] is refused with 413 (a batch too: split it).
+    /// Default: [`DEFAULT_MAX_PAYLOAD_BYTES`](crate::DEFAULT_MAX_PAYLOAD_BYTES).
+    pub fn max_payload_bytes(mut self, bytes: usize) -> Self {
+        self.max_payload_bytes = bytes;
+        self
+    }
+
+    /// How long a client may take to send a request's headers, and how long
+    /// a kept-alive connection may sit idle between requests, before the
+    /// server closes it. Default: 10 s.
+    pub fn header_timeout(mut self, timeout: Duration) -> Self {
+        self.header_timeout = timeout;
+        self
+    }
+
+    /// How long a client may take to send a request's body; past it the
+    /// request is refused with 408. Default: 30 s.
+    pub fn body_timeout(mut self, timeout: Duration) -> Self {
+        self.body_timeout = timeout;
+        self
+    }
+
+    /// The longest a claim blocks in one request; a longer `wait_ms` answers
+    /// empty after it (the client asks again). Default: 20 s.
+    pub fn max_wait(mut self, wait: Duration) -> Self {
+        self.max_wait = wait;
+        self
+    }
+
+    /// The bearer token TCP clients must send. Required before
+    /// [`Server::run`] accepts a TCP listener. Default: none.
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// The uids allowed on the Unix socket. Default: only the uid that owns
+    /// the socket file (the server's own). A listener bound with
+    /// [`SocketPermissions`] that open it to others lets every peer the
+    /// file's permissions let in.
+    pub fn allowed_uids(mut self, uids: Vec<u32>) -> Self {
+        self.allowed_uids = Some(uids);
+        self
+    }
+
+    /// Serve the dashboard read-only (SPEC 12.2): its write controls are
+    /// left out of the page and `POST /ui/action` answers 403. The API
+    /// routes (`/v1/...`) are not affected. Default: false.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
+
+    /// The largest request body accepted, in bytes.
+    pub fn max_request_bytes(&self) -> usize {
+        self.max_payload_bytes
+            .saturating_add(2)
+            .saturating_div(3)
+            .saturating_mul(4)
+            .saturating_add(ENVELOPE_BYTES)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_limit_covers_a_full_payload_in_base64() {
+        let o = ServerOptions::default().max_payload_bytes(3);
+        assert_eq!(o.max_request_bytes(), 4 + ENVELOPE_BYTES);
+        let o = ServerOptions::default().max_payload_bytes(usize::MAX);
+        assert_eq!(o.max_request_bytes(), usize::MAX);
+    }
+}

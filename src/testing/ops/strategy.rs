@@ -1,0 +1,107 @@
+//! Proptest strategies for [`Op`]s and [`Setup`]s (`tests/model.rs`).
+
+use proptest::prelude::*;
+
+use super::{ItemSpec, MAX_BATCH, Op, Setup};
+
+/// A proptest strategy for one [`Op`], weighted so that sequences add,
+/// claim and finish items often and look or reopen now and then.
+pub fn op_strategy() -> BoxedStrategy<Op> {
+    let item = (
+        any::<u8>(),
+        any::<u8>(),
+        any::<u8>(),
+        any::<Option<u8>>(),
+        any::<u8>(),
+    )
+        .prop_map(|(flow, len, fill, dedup, tier)| ItemSpec {
+            flow,
+            len: len % 12,
+            fill,
+            dedup: dedup.filter(|k| k % 2 == 0),
+            tier,
+        });
+    let byte = any::<u8>;
+    prop_oneof![
+        8 => item.clone().prop_map(Op::Add),
+        2 => proptest::collection::vec(item.clone(), 0..=MAX_BATCH).prop_map(Op::AddBatch),
+        4 => (item, byte()).prop_map(|(i, d)| Op::AddDelayed(i, d)),
+        1 => Just(Op::NextDue),
+        1 => Just(Op::PromoteDue),
+        8 => (byte(), any::<bool>()).prop_map(|(count, d)| Op::Claim { count, due_only: d && count % 4 == 0 }),
+        5 => byte().prop_map(Op::Ack),
+        2 => proptest::collection::vec(byte(), 0..=MAX_BATCH).prop_map(Op::AckBatch),
+        3 => (byte(), byte()).prop_map(|(r, b)| Op::AckWithResult(r, b)),
+        2 => byte().prop_map(Op::Outcome),
+        2 => (byte(), byte()).prop_map(|(r, b)| Op::SetProgress(r, b)),
+        2 => (byte(), byte()).prop_map(|(r, b)| Op::SendChunk(r, b)),
+        1 => byte().prop_map(Op::Progress),
+        2 => (byte(), byte()).prop_map(|(i, a)| Op::Chunks(i, a)),
+        2 => proptest::collection::vec(byte(), 0..=MAX_BATCH).prop_map(Op::Touch),
+        4 => (byte(), byte()).prop_map(|(r, d)| Op::Retry(r, d)),
+        2 => (byte(), byte()).prop_map(|(r, d)| Op::Release(r, d)),
+        2 => (byte(), byte()).prop_map(|(r, w)| Op::DeadLetter(r, w)),
+        3 => (byte(), byte()).prop_map(|(idle, count)| Op::Reclaim { idle, count }),
+        2 => byte().prop_map(Op::Pause),
+        2 => byte().prop_map(Op::Resume),
+        2 => byte().prop_map(Op::Park),
+        2 => byte().prop_map(Op::Step),
+        1 => byte().prop_map(Op::ClearFlow),
+        1 => byte().prop_map(Op::Parked),
+        1 => Just(Op::PausedFlows),
+        2 => (byte(), byte()).prop_map(|(f, v)| Op::RateLimit(f, v)),
+        2 => (byte(), byte()).prop_map(|(f, v)| Op::Concurrency(f, v)),
+        2 => (byte(), byte()).prop_map(|(f, v)| Op::BackOff(f, v)),
+        1 => Just(Op::FlowLimits),
+        2 => (byte(), byte()).prop_map(|(i, s)| Op::MarkDone(i, s)),
+        2 => (byte(), byte()).prop_map(|(i, s)| Op::WasDone(i, s)),
+        1 => byte().prop_map(Op::DeadLetters),
+        2 => byte().prop_map(Op::Redrive),
+        1 => Just(Op::PurgeDeadLetters),
+        1 => Just(Op::Stats),
+        1 => byte().prop_map(Op::BacklogByFlow),
+        1 => byte().prop_map(Op::Peek),
+        5 => byte().prop_map(Op::Advance),
+        1 => byte().prop_map(Op::StepBack),
+        1 => Just(Op::Reopen),
+    ]
+    .boxed()
+}
+
+/// A proptest strategy for a [`Setup`].
+pub fn setup_strategy() -> BoxedStrategy<Setup> {
+    (
+        any::<Option<u8>>(),
+        any::<u8>(),
+        any::<u8>(),
+        any::<u8>(),
+        any::<u8>(),
+        any::<u8>(),
+        any::<u8>(),
+        any::<u8>(),
+    )
+        .prop_map(
+            |(
+                max_backlog,
+                dead_letter_cap,
+                max_deliveries,
+                dedup_window,
+                done_ttl,
+                payload,
+                result_ttl,
+                aging,
+            )| {
+                Setup {
+                    max_backlog,
+                    dead_letter_cap,
+                    max_deliveries,
+                    dedup_window,
+                    done_ttl,
+                    max_payload_bytes: payload,
+                    result_ttl,
+                    aging_step: aging,
+                }
+            },
+        )
+        .boxed()
+}

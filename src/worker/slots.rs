@@ -1,0 +1,234 @@
+//! The claim loop: fill free slots with stale or claimed items, and supervise
+//! each item's handler until it finishes.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::Event;
+use super::finish::{finish_back_off, finish_err, finish_not_attempted, finish_ok};
+use super::{Shared, lock};
+use crate::error::{Error, Result};
+use crate::item::{ClaimFrom, Claimed};
+use crate::queue::WorkQueue;
+
+/// Wait for at least one free slot, take every free slot, and fill them:
+/// first with stale items (every lease / 2), then by claiming (or stepping).
+pub(super) async fn fill_slots<Q: WorkQueue + 'static>(
+    shared: Arc<Shared<Q>>,
+    permits: Arc<Semaphore>,
+    claim_wait: Duration,
+) -> Result<Vec<(Claimed, OwnedSemaphorePermit)>> {
+    // A worker-side failure pauses claiming for its backoff.
+    let paused_until = *lock(&shared.claims_paused_until);
+    tokio::time::sleep_until(paused_until).await;
+    let Ok(mut slots) = permits.clone().acquire_owned().await else {
+        return Err(Error::Closed);
+    };
+    // Take every other free slot into the same permit: one value however
+    // large `concurrency` is (nothing is allocated per free slot).
+    let free_now = u32::try_from(permits.available_permits()).unwrap_or(u32::MAX);
+    if free_now > 0
+        && let Ok(more) = permits.clone().try_acquire_many_owned(free_now)
+    {
+        slots.merge(more);
+    }
+    let want = slots.num_permits();
+    let mut got: Vec<Claimed> = Vec::new();
+
+    if let Some(flow) = &shared.flow {
+        while got.len() < want {
+            match shared.queue.step(flow).await {
+                Ok(Some(c)) => got.push(c),
+                Ok(None) => break,
+                Err(e) => {
+                    return keep_taken(&shared, "step", got, e).map(|got| slot_each(got, slots));
+                }
+            }
+        }
+        if got.is_empty() {
+            // `step` cannot block; poll at the claim-wait pace.
+            tokio::time::sleep(claim_wait).await;
+        }
+    } else {
+        let reclaim_now = {
+            let mut next = lock(&shared.next_reclaim);
+            let now = Instant::now();
+            match *next {
+                Some(at) if now < at => false,
+                // Never again, for a lease too long to represent.
+                None => false,
+                Some(_) => {
+                    *next = now.checked_add(shared.lease / 2);
+                    true
+                }
+            }
+        };
+        if reclaim_now {
+            let reclaimed = shared.queue.reclaim(shared.lease, want).await?;
+            for dead in reclaimed.dead_lettered {
+                shared.report().dead_lettered += 1;
+                shared.emit(Event::DeadLettered {
+                    id: dead.id,
+                    delivery: dead.delivery,
+                    reason: crate::item::MAX_DELIVERIES_REASON.to_string(),
+                });
+            }
+            got = reclaimed.claimed;
+        }
+        let free = want.saturating_sub(got.len());
+        if free > 0 {
+            let wait = if got.is_empty() {
+                claim_wait
+            } else {
+                Duration::ZERO
+            };
+            match shared.queue.claim(free, wait, ClaimFrom::All).await {
+                Ok(more) => got.extend(more),
+                Err(e) => got = keep_taken(&shared, "claim", got, e)?,
+            }
+        }
+    }
+    Ok(slot_each(got, slots))
+}
+
+/// A claim (or step) failed after this fill had already taken `got`: those
+/// items are pending under this worker's receipts, so run them (reported
+/// as [`Event::QueueError`]) rather than drop them, which would leave them
+/// pending until a reclaim and cost each a delivery (an item on its last
+/// delivery would be dead-lettered without running). With nothing taken,
+/// the error is the fill's.
+pub(super) fn keep_taken<Q: WorkQueue>(
+    shared: &Shared<Q>,
+    op: &'static str,
+    got: Vec<Claimed>,
+    e: Error,
+) -> Result<Vec<Claimed>> {
+    if got.is_empty() {
+        return Err(e);
+    }
+    shared.emit(Event::QueueError {
+        op,
+        error: e.to_string(),
+    });
+    Ok(got)
+}
+
+/// One permit of `slots` per item.
+pub(super) fn slot_each(
+    got: Vec<Claimed>,
+    mut slots: OwnedSemaphorePermit,
+) -> Vec<(Claimed, OwnedSemaphorePermit)> {
+    // One permit per item (never more items than slots: the queue promises
+    // it); the surplus slots go back when `slots` drops here.
+    let mut out = Vec::with_capacity(got.len());
+    for claimed in got {
+        match slots.split(1) {
+            Some(permit) => out.push((claimed, permit)),
+            // Unreachable while the queue keeps its promise; the item stays
+            // pending and comes back through `reclaim_stale`.
+            None => break,
+        }
+    }
+    out
+}
+
+/// Removes an item from the heartbeat set and cancels its handler when the
+/// supervisor ends, however it ends (including abort at shutdown).
+struct InFlight<'a, Q> {
+    shared: &'a Shared<Q>,
+    lease: u64,
+    handler: Option<AbortHandle>,
+}
+
+impl<Q> Drop for InFlight<'_, Q> {
+    fn drop(&mut self) {
+        lock(&self.shared.in_flight).remove(&self.lease);
+        if let Some(h) = &self.handler {
+            h.abort();
+        }
+    }
+}
+
+pub(super) async fn supervise<Q: WorkQueue + 'static>(
+    shared: Arc<Shared<Q>>,
+    claimed: Claimed,
+    permit: OwnedSemaphorePermit,
+) {
+    let receipt = claimed.receipt;
+    let span = tracing::info_span!(
+        "item",
+        id = claimed.item.id,
+        flow = %claimed.item.flow,
+        delivery = receipt.delivery
+    );
+    async {
+        lock(&shared.in_flight).insert(receipt.lease, receipt);
+        let mut guard = InFlight {
+            shared: &shared,
+            lease: receipt.lease,
+            handler: None,
+        };
+        shared.emit(Event::Started {
+            id: receipt.id,
+            flow: claimed.item.flow.clone(),
+            delivery: receipt.delivery,
+        });
+        let started = Instant::now();
+        let claimed_flow = claimed.item.flow.clone();
+        let task = tokio::spawn((shared.handler)(claimed).in_current_span());
+        guard.handler = Some(task.abort_handle());
+        let outcome = match task.await {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(e)) if e.back_off.is_some() => {
+                // The slot stays taken until the flow is held, so that this
+                // worker's next claim already obeys the back-off.
+                let d = e.back_off.unwrap_or_default();
+                finish_back_off(&shared, receipt, &claimed_flow, d, e.text).await;
+                drop(permit);
+                drop(guard);
+                return;
+            }
+            Ok(Err(e)) if !e.is_attempt() => {
+                drop(permit);
+                finish_not_attempted(&shared, receipt, e.text).await;
+                drop(guard);
+                return;
+            }
+            Ok(Err(e)) => Err((e.text, false)),
+            Err(e) if e.is_panic() => {
+                let payload = e.into_panic();
+                let msg = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "no message".to_string());
+                Err((format!("handler panicked: {msg}"), true))
+            }
+            Err(_) => Err(("handler was cancelled".to_string(), false)),
+        };
+        // The slot is free once the handler is done: the next claim can go
+        // to the queue together with this item's ack (the embedded backend
+        // commits both in one transaction) instead of after it.
+        drop(permit);
+        shared.worker_faults.store(0, Ordering::Relaxed);
+        match outcome {
+            Ok(result) => finish_ok(&shared, receipt, result, started.elapsed()).await,
+            Err((text, panicked)) => {
+                if panicked {
+                    shared.report().panicked += 1;
+                }
+                tracing::warn!(error = %text, "attempt failed");
+                finish_err(&shared, receipt, text).await;
+            }
+        }
+        drop(guard);
+    }
+    .instrument(span)
+    .await
+}
