@@ -626,3 +626,67 @@ async fn random_write_and_fsync_faults_never_half_apply_an_operation() {
     eprintln!("{tally:?} in {:.1} s", started.elapsed().as_secs_f64());
     assert_eq!(tally.faults, faults);
 }
+
+// The orderings of the open transaction (SPEC 6, redo log): several
+// batches appended to the log and held only in the writer's open redb
+// transaction; a batch of reads alone committing it without a sync between
+// appends; a failed log append (write or sync) or a failed operation that
+// makes the writer abort it and apply the held batches again from the log.
+// After each, every acknowledged add and ack is there, in the running queue
+// and after a crash (the page cache kept, redb back at its last commit).
+#[tokio::test]
+async fn batches_held_in_the_open_transaction_survive_aborts_reads_and_crashes() {
+    for (errno, sync) in [(EIO, false), (ENOSPC, false), (EIO, true)] {
+        let what = format!("held-{errno}-{}", if sync { "sync" } else { "write" });
+        let clock = ManualClock::new(1_000_000);
+        let disk = SimDisk::new();
+        // Never checkpointed after the open's: every batch stays held.
+        let q = open_checkpointing(&what, &disk, &clock, u64::MAX).await;
+        let mut acked: Vec<u64> = Vec::new();
+        for i in 0..3u8 {
+            acked.push(q.add(NewItem::new(vec![i; 20])).await.unwrap().id);
+        }
+        // A read alone commits the held batches (no sync); more follow.
+        assert_eq!(q.stats().await.unwrap().backlog, 3, "{what}");
+        let held = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+        q.ack(held[0].receipt).await.unwrap();
+        let gone = held[0].receipt.id;
+        acked.retain(|id| *id != gone);
+        acked.push(q.add(NewItem::new(b"held".to_vec())).await.unwrap().id);
+        // A lease that is not held fails without writing and keeps the
+        // transaction; an append that fails aborts it.
+        let stale = Receipt {
+            lease: 1,
+            ..held[0].receipt
+        };
+        assert!(q.ack(stale).await.is_err(), "{what}: a stale ack");
+        disk.target(Some(SimFile::Log));
+        if sync {
+            disk.fail_syncs(Some(errno));
+        } else {
+            disk.fail_writes(Some(errno));
+        }
+        let failed = q.add(NewItem::new(b"lost".to_vec())).await;
+        assert!(
+            matches!(failed, Err(Error::Io { .. })),
+            "{what}: {failed:?}"
+        );
+        disk.fail_syncs(None);
+        disk.fail_writes(None);
+        disk.target(None);
+        acked.push(q.add(NewItem::new(b"after".to_vec())).await.unwrap().id);
+        let locs = q.locations().await.unwrap();
+        let mut have: Vec<u64> = locs.keys().copied().collect();
+        have.sort_unstable();
+        acked.sort_unstable();
+        assert_eq!(have, acked, "{what}: the running queue");
+        check_invariants(&q, &what).await;
+        // A crash now: redb is back at its last commit, the log replays.
+        let again = SimDisk::from_image(disk.image());
+        let q2 = open(&format!("{what}-again"), &again, &clock, true).await;
+        assert_eq!(q2.locations().await.unwrap(), locs, "{what}: after a crash");
+        check_invariants(&q2, &what).await;
+        q2.close().await.unwrap();
+        q.close().await.unwrap();
+    }
+}

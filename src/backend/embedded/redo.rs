@@ -7,16 +7,25 @@
 //! of the writer thread (one write transaction over a batch of callers'
 //! operations) is made durable like this:
 //!
-//! 1. the batch runs in a redb write transaction, which also records in
+//! 1. the batch runs in the writer's open redb write transaction (begun
+//!    by the first batch after redb's last commit), which also records in
 //!    `meta` (`redo_at`) the log offset just past this batch's record;
 //! 2. the batch's record (the operations that changed something, with
 //!    their times, the batch time, the latest clock reading and the
 //!    settings the operations read) is appended to the log and the log is
 //!    `fdatasync`ed: from here on the batch is durable;
-//! 3. the transaction commits with `Durability::None` (no fsync: redb
-//!    keeps the new root in memory, writes its pages without syncing them,
-//!    and keeps every page it frees until the next durable commit);
-//! 4. only then do the callers get their replies.
+//! 3. the callers get their replies; the transaction stays open for the
+//!    next batches.
+//!
+//! The open transaction commits at the next checkpoint, which it becomes,
+//! or with `Durability::None` (no fsync: redb keeps the new root in memory,
+//! writes its pages without syncing them, and keeps every page it frees
+//! until the next durable commit) before a batch of reads alone, whose
+//! housekeeping must not join it. So redb pays one commit per checkpoint
+//! rather than one per batch. If the transaction must be aborted (an
+//! operation failed after it wrote, a log append failed), the batches it
+//! held are applied again from the log first (`abandon` in the writer), so
+//! redb is never left behind the log in the running process.
 //!
 //! A checkpoint is a redb commit with `Durability::Immediate` (and redb's
 //! quick repair, so that an open after a crash need not walk the file)

@@ -28,6 +28,10 @@ pub(in crate::backend::embedded) struct Log {
     tag: u64,
     /// Where the next record goes.
     pos: u64,
+    /// The end of the last record redb's last commit holds (its
+    /// `redo_at`): the records from here to `pos` are durable in the log
+    /// and applied only in the writer's open transaction, if at all.
+    applied: u64,
     /// The file's length as last known.
     len: Option<u64>,
     /// Operations logged since the last checkpoint.
@@ -44,11 +48,37 @@ impl Log {
             file,
             tag: 0,
             pos: 0,
+            applied: 0,
             len: None,
             ops: 0,
             broken: false,
             buf: Vec::new(),
         }
+    }
+
+    /// The current generation's tag.
+    pub(in crate::backend::embedded) fn tag(&self) -> u64 {
+        self.tag
+    }
+
+    /// Where the next record goes: the end of the last one appended.
+    pub(in crate::backend::embedded) fn pos(&self) -> u64 {
+        self.pos
+    }
+
+    /// The end of the last record redb has committed (see `applied`).
+    pub(in crate::backend::embedded) fn applied(&self) -> u64 {
+        self.applied
+    }
+
+    /// Whether records were appended that redb has not committed.
+    pub(in crate::backend::embedded) fn has_unapplied(&self) -> bool {
+        self.applied < self.pos
+    }
+
+    /// redb has committed every record appended so far.
+    pub(in crate::backend::embedded) fn mark_applied(&mut self) {
+        self.applied = self.pos;
     }
 
     /// Whether an append failed since the last checkpoint.
@@ -76,6 +106,7 @@ impl Log {
     pub(in crate::backend::embedded) fn reset(&mut self, tag: u64) {
         self.tag = tag;
         self.pos = 0;
+        self.applied = 0;
         self.ops = 0;
         self.broken = false;
         if self.buf.capacity() > CHECKPOINT_BYTES as usize {

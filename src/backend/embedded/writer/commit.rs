@@ -3,8 +3,9 @@
 //! transaction body that the live path and the replay share, and the
 //! checkpoint that makes redb durable and lets the log start over.
 
-use redb::{Database, Durability};
+use redb::{Database, Durability, WriteTransaction};
 
+use super::open::replay;
 use super::{Op, Reply};
 use crate::backend::embedded::redo::{self, Log};
 use crate::backend::embedded::tables::{Ctx, Limits, Tables};
@@ -189,6 +190,55 @@ pub(super) struct Executed {
     pub(super) behind: bool,
 }
 
+/// The writer's open write transaction: the batches applied since redb's
+/// last commit, each already durable in the redo log (records from
+/// `Log::applied` to `Log::pos`). It commits at the next checkpoint (which
+/// it becomes), or without a sync before a batch of reads alone: a redb
+/// commit costs far more CPU than a batch's own changes (page checksums,
+/// the allocator's state, freed-page bookkeeping), and the redo log makes
+/// each batch durable on its own. The checkpoint policy bounds what it
+/// holds (module `redo`).
+pub(super) struct Open {
+    pub(super) txn: WriteTransaction,
+    batches: u32,
+}
+
+/// Give up the open transaction `txn`; if it held logged batches, apply
+/// them again from the log (records from `Log::applied` to `Log::pos`), so
+/// that redb is never left behind the log. Returns false if that failed:
+/// the caller then marks the store behind (reopen and replay).
+pub(super) fn abandon(db: &Database, log: &mut Log, txn: WriteTransaction) -> bool {
+    let _ = txn.abort();
+    if !log.has_unapplied() {
+        return true;
+    }
+    match replay(db, log, log.tag(), log.applied(), Some(log.pos())) {
+        Ok(_) => {
+            log.mark_applied();
+            true
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "re-applying the redo log failed; the queue file is reopened before the next operation");
+            false
+        }
+    }
+}
+
+/// Commit the open transaction, if any, without a sync: redb then holds
+/// every record appended so far.
+///
+/// # Errors
+///
+/// `Storage` if the commit fails (redb may then be behind the log: the
+/// caller reopens it with a replay).
+pub(super) fn apply_open(open: &mut Option<Open>, log: &mut Log) -> Result<()> {
+    if let Some(o) = open.take() {
+        o.txn.commit().ctx("commit")?;
+        log.mark_applied();
+    }
+    Ok(())
+}
+
 /// Run `reqs` in as few write transactions as possible: normally one. An
 /// operation that fails after it may have written aborts the transaction; it
 /// gets its error and the others run again without it. A transaction in
@@ -196,10 +246,13 @@ pub(super) struct Executed {
 /// found nothing, reads) is aborted rather than committed: it costs no
 /// write and no fsync (SPEC 8, Idle).
 ///
-/// A transaction that wrote is made durable by the redo log (module
-/// `redo`): its record is appended and synced, then redb commits without a
-/// sync. A failed append aborts the transaction (redb never holds what the
-/// log may lack) and leaves the log broken until the next checkpoint.
+/// A batch that wrote is made durable by the redo log (module `redo`): its
+/// record is appended and synced, and only then do its callers get their
+/// replies. Its changes stay in the writer's open transaction ([`Open`]),
+/// which the next checkpoint commits. A failed append aborts the transaction (redb never holds
+/// what the log may lack) and leaves the log broken until the next
+/// checkpoint; an abort of a transaction that held earlier logged batches
+/// applies them again from the log first (`abandon`).
 ///
 /// `latest` is the latest time (ms) this process has seen: a clock more than
 /// the tolerance below it, or below the file's own latest commit time, has
@@ -208,6 +261,7 @@ pub(super) struct Executed {
 pub(super) fn execute(
     db: &Database,
     log: &mut Log,
+    open: &mut Option<Open>,
     limits: Limits,
     reqs: &[(Op, u64)],
     latest: u64,
@@ -216,23 +270,42 @@ pub(super) fn execute(
     let mut active: Vec<usize> = (0..reqs.len()).collect();
     let mut changed = false;
     let mut behind = false;
-    while !active.is_empty() {
-        let fail_all = |results: &mut Vec<Option<Result<Reply>>>, active: &[usize], e: Error| {
-            for &i in active {
-                results[i] = Some(Err(e.duplicate()));
-            }
-        };
-        let mut txn = match db.begin_write().ctx("begin write transaction") {
-            Ok(t) => t,
-            Err(e) => {
-                fail_all(&mut results, &active, e);
-                break;
-            }
-        };
-        if let Err(e) = txn.set_durability(Durability::None).ctx("set durability") {
-            fail_all(&mut results, &active, e);
-            break;
+    let fail_all = |results: &mut Vec<Option<Result<Reply>>>, active: &[usize], e: Error| {
+        for &i in active {
+            results[i] = Some(Err(e.duplicate()));
         }
+    };
+    // A batch of reads alone must not leave its housekeeping (purged
+    // markers, which the log does not hold) in a transaction that commits
+    // later: commit what is open first, and run it on its own.
+    if reqs.iter().all(|(op, _)| op.is_read())
+        && let Err(e) = apply_open(open, log)
+    {
+        fail_all(&mut results, &active, e);
+        active.clear();
+        behind = true;
+    }
+    while !active.is_empty() {
+        let (txn, batches) = match open.take() {
+            Some(o) => (o.txn, o.batches),
+            None => {
+                let begun = db
+                    .begin_write()
+                    .ctx("begin write transaction")
+                    .and_then(|mut t| {
+                        t.set_durability(Durability::None)
+                            .ctx("set durability")
+                            .map(|()| t)
+                    });
+                match begun {
+                    Ok(t) => (t, 0),
+                    Err(e) => {
+                        fail_all(&mut results, &active, e);
+                        break;
+                    }
+                }
+            }
+        };
         let now = active.iter().map(|&i| reqs[i].1).max().unwrap_or(0);
         let ran = match run_txn(
             &txn,
@@ -243,15 +316,20 @@ pub(super) fn execute(
         ) {
             Ok(ran) => ran,
             Err(e) => {
-                let _ = txn.abort();
+                behind |= !abandon(db, log, txn);
                 fail_all(&mut results, &active, e);
                 break;
             }
         };
         if let Some((k, e)) = ran.poisoned {
-            let _ = txn.abort();
             let i = active.remove(k);
             results[i] = Some(Err(e));
+            if !abandon(db, log, txn) {
+                behind = true;
+                let e = Error::corrupt("the queue file is reopened after a failed operation");
+                fail_all(&mut results, &active, e);
+                break;
+            }
             continue;
         }
         // Commit only what changed something, and never a batch of reads
@@ -259,7 +337,15 @@ pub(super) fn execute(
         // stored times, which must not be lost).
         let writes = active.iter().any(|&i| !reqs[i].0.is_read());
         if !(ran.rebased || (ran.dirty && writes)) {
-            let finished = txn.abort().ctx("end read");
+            // This batch wrote nothing (`dirty` is false: the reads-alone
+            // case committed what was open above): keep the transaction
+            // that holds earlier batches, end an empty one.
+            let finished = if batches > 0 {
+                *open = Some(Open { txn, batches });
+                Ok(())
+            } else {
+                txn.abort().ctx("end read")
+            };
             match finished {
                 Ok(()) => {
                     for (&i, r) in active.iter().zip(ran.done) {
@@ -282,12 +368,12 @@ pub(super) fn execute(
         }
         let end = log.end_after(log.buf.len());
         if let Err(e) = Tables::open(&txn, limits).and_then(|mut t| t.set_redo_at(end)) {
-            let _ = txn.abort();
+            behind |= !abandon(db, log, txn);
             fail_all(&mut results, &active, e);
             break;
         }
         if let Err(source) = log.append(logged) {
-            let _ = txn.abort();
+            behind |= !abandon(db, log, txn);
             fail_all(
                 &mut results,
                 &active,
@@ -298,20 +384,15 @@ pub(super) fn execute(
             );
             break;
         }
-        // From here the batch is durable; a failed commit may have
-        // happened all the same (and will at the replay): wake waiters.
+        // From here the batch is durable: wake waiters.
         changed = true;
-        match txn.commit().ctx("commit") {
-            Ok(()) => {
-                for (&i, r) in active.iter().zip(ran.done) {
-                    results[i] = Some(r);
-                }
-            }
-            Err(e) => {
-                behind = true;
-                fail_all(&mut results, &active, e);
-            }
+        for (&i, r) in active.iter().zip(ran.done) {
+            results[i] = Some(r);
         }
+        *open = Some(Open {
+            txn,
+            batches: batches + 1,
+        });
         break;
     }
     let results = results
@@ -331,16 +412,25 @@ pub(super) fn execute(
 /// With `orphan` it also marks every pending item as orphaned (the open's
 /// own recovery); with `clock`, it saves that latest clock reading (close).
 /// With `force` false it commits only if the log holds records or the clock
-/// needed saving. Returns the orphans marked.
+/// needed saving. Returns the orphans marked. After a failure with
+/// records redb had not committed (`Log::has_unapplied`), redb is behind
+/// the log: the caller reopens it with a replay.
 pub(super) fn checkpoint(
     db: &Database,
     log: &mut Log,
+    open: &mut Option<Open>,
     limits: Limits,
     orphan: bool,
     clock: Option<u64>,
     force: bool,
 ) -> Result<u64> {
-    let mut txn = db.begin_write().ctx("begin checkpoint")?;
+    // The open transaction, holding the batches since redb's last commit,
+    // becomes the checkpoint (redb has one writer: a second transaction
+    // would wait for it for ever).
+    let mut txn = match open.take() {
+        Some(o) => o.txn,
+        None => db.begin_write().ctx("begin checkpoint")?,
+    };
     txn.set_durability(Durability::Immediate)
         .ctx("set durability")?;
     txn.set_quick_repair(true);

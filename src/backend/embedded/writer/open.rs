@@ -161,10 +161,11 @@ pub(super) fn open_and_recover(
         }
         txn.commit().ctx("commit recovery")?;
         let replayed = match redo {
-            Some((tag, at)) => replay(&db, log, tag, at)?,
+            // After a failed append, not past it (see `replay`).
+            Some((tag, at)) => replay(&db, log, tag, at, log.is_broken().then(|| log.pos()))?,
             None => 0,
         };
-        let orphans = checkpoint(&db, log, limits, orphan, None, true)?;
+        let orphans = checkpoint(&db, log, &mut None, limits, orphan, None, true)?;
         Ok((orphans, replayed))
     }));
     match recovered {
@@ -225,16 +226,27 @@ fn open_error(e: redb::DatabaseError, path: &std::path::Path) -> Error {
 /// Apply the records of the redo log under `tag` from offset `at` on, each
 /// in its own non-durable transaction through [`run_txn`], as the live path
 /// ran it; stops where the log ends (a torn, damaged, zeroed or older
-/// record). Returns the number of records replayed.
+/// record) or, with `until`, at that offset (where an append failed: the
+/// record there may be whole on the disk, but its callers got an error).
+/// Returns the number of records replayed.
 ///
 /// # Errors
 ///
 /// `Io` if the log cannot be read; `Decode` for a whole record this build
 /// cannot read; `Corrupt` if an operation fails at replay (the live path
 /// logged it only after it succeeded); storage failures.
-fn replay(db: &Database, log: &Log, tag: u64, mut at: u64) -> Result<u64> {
+pub(super) fn replay(
+    db: &Database,
+    log: &Log,
+    tag: u64,
+    mut at: u64,
+    until: Option<u64>,
+) -> Result<u64> {
     let mut records = 0;
-    while let Some((body, end)) = log.read_record(tag, at)? {
+    while until.is_none_or(|u| at < u) {
+        let Some((body, end)) = log.read_record(tag, at)? else {
+            break;
+        };
         let batch = redo::decode_batch(&body)?;
         let mut txn = db.begin_write().ctx("begin replay")?;
         txn.set_durability(Durability::None).ctx("set durability")?;

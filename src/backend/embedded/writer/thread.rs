@@ -10,7 +10,7 @@ use std::sync::Arc;
 use redb::Database;
 use tokio::sync::{Notify, mpsc};
 
-use super::commit::{checkpoint, execute, panic_error};
+use super::commit::{Open, abandon, checkpoint, execute, panic_error};
 use super::open::{Build, PathClaim, open_and_recover};
 use super::{Msg, Op, Request};
 use crate::backend::embedded::redo::{self, Log};
@@ -22,6 +22,10 @@ const MAX_BATCH: usize = 512;
 
 /// The database and how to open it again.
 struct Store {
+    /// The write transaction holding the batches since redb's last commit
+    /// (module `commit`); before `db`, so that it is dropped (aborted)
+    /// first.
+    open: Option<Open>,
     /// `None` after an I/O error, until a reopen succeeds.
     db: Option<Database>,
     build: Build,
@@ -66,6 +70,16 @@ impl Store {
     /// full disk, a failing device) clears, without the caller reopening it.
     fn ready(&mut self) -> Result<&mut Database> {
         if self.suspect || self.behind {
+            // redb has one writer: the open transaction ends before the
+            // check below begins another. Its batches are in the log.
+            if let Some(o) = self.open.take() {
+                match self.db.as_ref() {
+                    Some(db) if !self.behind => {
+                        self.behind = !abandon(db, &mut self.log, o.txn);
+                    }
+                    _ => drop(o),
+                }
+            }
             if self.behind || self.db.as_ref().is_some_and(poisoned) {
                 // Dropped before the reopen, which needs the file lock.
                 self.db = None;
@@ -95,11 +109,20 @@ impl Store {
                 .as_ref()
                 .ok_or_else(|| Error::corrupt("the database is not open"))?;
             let done = catch_unwind(AssertUnwindSafe(|| {
-                checkpoint(db, &mut self.log, self.limits, false, None, true)
+                checkpoint(
+                    db,
+                    &mut self.log,
+                    &mut self.open,
+                    self.limits,
+                    false,
+                    None,
+                    true,
+                )
             }))
             .unwrap_or_else(|_| Err(panic_error("a checkpoint")));
             if let Err(e) = done {
                 self.suspect = true;
+                self.behind = self.log.has_unapplied();
                 return Err(e);
             }
             self.checkpointed = std::time::Instant::now();
@@ -131,7 +154,15 @@ impl Store {
             return;
         };
         let done = catch_unwind(AssertUnwindSafe(|| {
-            checkpoint(db, &mut self.log, self.limits, false, None, false)
+            checkpoint(
+                db,
+                &mut self.log,
+                &mut self.open,
+                self.limits,
+                false,
+                None,
+                false,
+            )
         }))
         .unwrap_or_else(|_| Err(panic_error("a checkpoint")));
         match done {
@@ -158,6 +189,7 @@ pub(in crate::backend::embedded) fn run(
     claim: PathClaim,
 ) {
     let mut store = Store {
+        open: None,
         db: Some(db),
         build,
         log,
@@ -208,17 +240,28 @@ pub(in crate::backend::embedded) fn run(
 fn compact(store: &mut Store) -> Result<bool> {
     let limits = store.limits;
     store.ready()?;
-    let Store { db, log, .. } = store;
+    let Store {
+        db,
+        log,
+        open,
+        behind,
+        ..
+    } = store;
     let db = db
         .as_mut()
         .ok_or_else(|| Error::corrupt("the database is not open"))?;
-    match catch_unwind(AssertUnwindSafe(|| -> Result<bool> {
-        checkpoint(db, log, limits, false, None, false)?;
+    let done = match catch_unwind(AssertUnwindSafe(|| -> Result<bool> {
+        checkpoint(db, log, open, limits, false, None, false)?;
         db.compact().ctx("compact")
     })) {
         Ok(r) => r,
         Err(_) => Err(panic_error("compact")),
+    };
+    if done.is_err() && (log.has_unapplied() || open.is_some()) {
+        *open = None;
+        *behind = true;
     }
+    done
 }
 
 /// At close: a last checkpoint, so that the file alone holds the whole
@@ -233,13 +276,16 @@ fn close_checkpoint(store: &mut Store) {
         return;
     }
     let Store {
-        db: Some(db), log, ..
+        db: Some(db),
+        log,
+        open,
+        ..
     } = store
     else {
         return;
     };
     let saved = catch_unwind(AssertUnwindSafe(|| {
-        checkpoint(db, log, limits, false, Some(latest), false)
+        checkpoint(db, log, open, limits, false, Some(latest), false)
     }));
     if !matches!(saved, Ok(Ok(_))) {
         tracing::debug!("the last checkpoint at close failed; the next open replays the redo log");
@@ -271,8 +317,10 @@ fn run_batch(store: &mut Store, wake: &Notify, reqs: Vec<Request>) -> bool {
     let ready = store.ready().map(|_| ());
     let (results, changed) = match (ready, &store.db) {
         (Ok(()), Some(db)) => {
-            let log = &mut store.log;
-            match catch_unwind(AssertUnwindSafe(|| execute(db, log, limits, &ops, latest))) {
+            let (log, open) = (&mut store.log, &mut store.open);
+            match catch_unwind(AssertUnwindSafe(|| {
+                execute(db, log, open, limits, &ops, latest)
+            })) {
                 Ok(out) => {
                     if out.behind {
                         store.behind = true;
@@ -283,6 +331,7 @@ fn run_batch(store: &mut Store, wake: &Notify, reqs: Vec<Request>) -> bool {
                 // waiters, and reopen with a replay before the next batch.
                 Err(_) => {
                     store.behind = true;
+                    store.open = None;
                     (
                         ops.iter()
                             .map(|_| Err(panic_error("a transaction")))
