@@ -218,10 +218,6 @@
 mod backend;
 mod browse;
 mod clock;
-// The embedded file's records moved to `backend::embedded::codec`; the
-// writer's tests still name them by their old path.
-#[cfg(all(test, feature = "embedded"))]
-use backend::embedded::codec;
 mod config;
 #[cfg(feature = "remote")]
 mod connect;

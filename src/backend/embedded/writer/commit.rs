@@ -492,7 +492,7 @@ mod tests {
     // written before it.
     #[test]
     fn an_encoding_failure_aborts_the_transaction() {
-        let Err(e) = crate::codec::encode(&Unencodable) else {
+        let Err(e) = crate::backend::embedded::codec::encode(&Unencodable) else {
             panic!("an unencodable record encoded");
         };
         assert!(!changed_nothing(&e), "{e:?} would be committed around");
