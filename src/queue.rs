@@ -15,7 +15,11 @@ use crate::outcome::{Chunk, Outcome};
 
 mod boxed;
 
-pub use boxed::{BoxFuture, BoxQueue};
+pub use boxed::BoxQueue;
+// The testing harness names the boxed future in its own object-safe traits
+// (re-exported as `testing::BoxFuture`).
+#[cfg(feature = "testing")]
+pub use boxed::BoxFuture;
 
 /// A durable work queue: every item is journaled before anything runs it and
 /// removed only when a consumer acknowledges it.

@@ -11,6 +11,7 @@ use super::reference::Reference;
 #[cfg(feature = "embedded")]
 use super::target::EmbeddedTarget;
 use super::target::Target;
+#[cfg(feature = "embedded")]
 use super::{Op, START_MS, Setup};
 use crate::backend::memory::{Location, Model};
 use crate::clock::ManualClock;

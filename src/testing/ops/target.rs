@@ -7,7 +7,9 @@ use std::fmt;
 use crate::backend::memory::Location;
 use crate::config::Config;
 use crate::error::Error;
-use crate::queue::{BoxFuture, BoxQueue, WorkQueue};
+#[cfg(feature = "embedded")]
+use crate::queue::WorkQueue;
+use crate::queue::{BoxFuture, BoxQueue};
 use crate::testing::Factory;
 
 /// A backend under test, with what it offers beyond the trait.
