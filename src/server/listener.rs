@@ -33,7 +33,7 @@ impl SocketPermissions {
     }
 }
 
-/// A bound listener for [`Server::run`].
+/// A bound listener for [`Server::run`](crate::server::Server::run).
 #[derive(Debug)]
 pub struct Listener {
     pub(super) kind: ListenerKind,

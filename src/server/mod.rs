@@ -1,4 +1,4 @@
-//! `workjournal serve`: the whole [`WorkQueue`] contract over HTTP/1.1 +
+//! `workjournal serve`: the whole [`WorkQueue`](crate::WorkQueue) contract over HTTP/1.1 +
 //! JSON, on a Unix domain socket and optionally TCP (SPEC section 10,
 //! docs/API.md). Feature `server`.
 //!

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::{DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_WAIT, ENVELOPE_BYTES};
 
-/// Limits and timeouts of a [`Server`] (SPEC section 10).
+/// Limits and timeouts of a [`Server`](crate::server::Server) (SPEC section 10).
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
     pub(super) max_payload_bytes: usize,
@@ -62,7 +62,7 @@ impl ServerOptions {
     }
 
     /// The bearer token TCP clients must send. Required before
-    /// [`Server::run`] accepts a TCP listener. Default: none.
+    /// [`Server::run`](crate::server::Server::run) accepts a TCP listener. Default: none.
     pub fn token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());
         self
@@ -70,7 +70,7 @@ impl ServerOptions {
 
     /// The uids allowed on the Unix socket. Default: only the uid that owns
     /// the socket file (the server's own). A listener bound with
-    /// [`SocketPermissions`] that open it to others lets every peer the
+    /// [`SocketPermissions`](crate::server::SocketPermissions) that open it to others lets every peer the
     /// file's permissions let in.
     pub fn allowed_uids(mut self, uids: Vec<u32>) -> Self {
         self.allowed_uids = Some(uids);

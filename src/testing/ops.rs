@@ -1,5 +1,5 @@
 //! Every operation of SPEC section 3 as data, applied in lock step to the
-//! reference [`Model`] and to a real backend, with every return value,
+//! reference [`Model`](crate::testing::Model) and to a real backend, with every return value,
 //! `stats()` and (where the backend offers one) a full recount compared after
 //! each step.
 //!

@@ -156,7 +156,7 @@ impl RawConnection {
     /// A raw connection to the deployment at `url`, a URL as
     /// [`RedisQueue::connect`](crate::RedisQueue::connect) takes it
     /// (`redis+cluster://` for a cluster); to one server, it is
-    /// [`raw_connection`](crate::testing::raw_connection)'s, with its long
+    /// [`raw_connection`]'s, with its long
     /// response timeout.
     ///
     /// # Errors

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 /// Something a worker did, reported to the callback set with
-/// [`Worker::on_event`] (the CLI draws its progress from these).
+/// [`Worker::on_event`](crate::Worker::on_event) (the CLI draws its progress from these).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Event {
@@ -49,8 +49,8 @@ pub enum Event {
         reason: String,
     },
     /// The item was given back without spending its delivery
-    /// ([`WorkQueue::release`]): the handler said it was not attempted
-    /// ([`HandlerError::not_attempted`]), or the worker stopped before the
+    /// ([`WorkQueue::release`](crate::WorkQueue::release)): the handler said it was not attempted
+    /// ([`HandlerError::not_attempted`](crate::HandlerError::not_attempted)), or the worker stopped before the
     /// handler finished.
     Released {
         /// The item's id.
@@ -81,7 +81,7 @@ pub enum Event {
     },
 }
 
-/// What a finished [`Worker::run`] did, in items.
+/// What a finished [`Worker::run`](crate::Worker::run) did, in items.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct Report {
@@ -97,8 +97,8 @@ pub struct Report {
     /// the end minus at the start, so drops by other consumers of the same
     /// queue count too). These are among `dead_lettered` but not kept.
     pub dead_letters_dropped: u64,
-    /// Given back without spending a delivery ([`WorkQueue::release`]):
-    /// not attempted ([`HandlerError::not_attempted`]), or unfinished at
+    /// Given back without spending a delivery ([`WorkQueue::release`](crate::WorkQueue::release)):
+    /// not attempted ([`HandlerError::not_attempted`](crate::HandlerError::not_attempted)), or unfinished at
     /// shutdown.
     pub released: u64,
     /// Of the failures, how many were handler panics.
@@ -106,7 +106,7 @@ pub struct Report {
     /// Finished after their claim was taken over; nothing changed.
     pub lease_lost: u64,
     /// Still running when the grace period ran out: cancelled and given
-    /// back with [`WorkQueue::release`] (counted in `released` too), or, if
+    /// back with [`WorkQueue::release`](crate::WorkQueue::release) (counted in `released` too), or, if
     /// that failed, left pending for `reclaim_stale`.
     pub abandoned: u64,
 }

@@ -148,7 +148,7 @@ impl HandlerError {
     }
 
     /// The item was not attempted because of the worker's own failure: it
-    /// is given back with [`WorkQueue::release`] (its delivery not spent)
+    /// is given back with [`WorkQueue::release`](crate::WorkQueue::release) (its delivery not spent)
     /// after a backoff, and the worker pauses its claims for that backoff.
     pub fn not_attempted(reason: impl fmt::Display) -> Self {
         HandlerError {
@@ -160,7 +160,7 @@ impl HandlerError {
 
     /// The upstream asked to slow down ("retry after `duration`", an HTTP
     /// 429): back the item's whole flow off for `duration`, for every
-    /// consumer of the queue ([`WorkQueue::back_off`], SPEC 3, Flow limits;
+    /// consumer of the queue ([`WorkQueue::back_off`](crate::WorkQueue::back_off), SPEC 3, Flow limits;
     /// on Redis the whole fleet), and give the item back without spending
     /// its delivery, due when the back-off lifts. An item of the default
     /// flow `""` (which has no limits) is only given back, due then.

@@ -10,7 +10,7 @@ use crate::error::Result;
 impl EmbeddedQueue {
     /// Where every item is, by a full scan of the file's state indexes on
     /// the writer thread (test support, feature `testing`): for invariant
-    /// checks against [`Stats`] and against what a test knows was
+    /// checks against [`Stats`](crate::Stats) and against what a test knows was
     /// acknowledged. An id with two entries is in two states (a bug); an id
     /// with none has an item record that no state names (a bug).
     ///

@@ -19,7 +19,7 @@ pub enum ReceiptRef {
     Forged(Receipt),
 }
 
-/// An [`Op`] resolved against the reference: concrete arguments.
+/// An [`Op`](super::Op) resolved against the reference: concrete arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Call {
     /// `add` of the item.
