@@ -9,6 +9,9 @@
 //!
 //! Run: `cargo bench --bench redis_script_cost --features redis,testing -- [batches]`.
 
+#[path = "raw_streams.rs"]
+mod raw_streams;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -157,28 +160,7 @@ async fn main() -> Result<(), BoxError> {
     reset(&mut admin).await?;
     let t = Instant::now();
     for _ in 0..batches {
-        let v: redis::streams::StreamReadReply = redis::cmd("XREADGROUP")
-            .arg("GROUP")
-            .arg("g")
-            .arg("c")
-            .arg("COUNT")
-            .arg(BATCH)
-            .arg("STREAMS")
-            .arg("raw")
-            .arg(">")
-            .query_async(&mut raw.clone())
-            .await?;
-        let ids: Vec<String> = v
-            .keys
-            .iter()
-            .flat_map(|k| k.ids.iter().map(|i| i.id.clone()))
-            .collect();
-        let _: u64 = redis::cmd("XACK")
-            .arg("raw")
-            .arg("g")
-            .arg(&ids)
-            .query_async(&mut raw.clone())
-            .await?;
+        raw_streams::read_and_ack(&mut raw.clone(), BATCH).await?;
     }
     let theirs = row(&mut admin, items, t.elapsed()).await?;
     print("claim + ack_batch of 100", ours, theirs);

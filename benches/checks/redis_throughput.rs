@@ -6,6 +6,9 @@
 //! Run: `cargo bench --bench redis_throughput --features redis,testing -- [items]`;
 //! with `WJ_TLS=1` both run over `rediss://` (the harness's test CA).
 
+#[path = "raw_streams.rs"]
+mod raw_streams;
+
 use std::time::{Duration, Instant};
 
 use workjournal::testing::{RedisServer, RedisServerOptions};
@@ -101,32 +104,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let started = Instant::now();
     let mut raw_done = 0;
     while raw_done < items {
-        let reply: redis::streams::StreamReadReply = redis::cmd("XREADGROUP")
-            .arg("GROUP")
-            .arg("g")
-            .arg("c")
-            .arg("COUNT")
-            .arg(BATCH)
-            .arg("STREAMS")
-            .arg("raw")
-            .arg(">")
-            .query_async(&mut conn)
-            .await?;
-        let ids: Vec<String> = reply
-            .keys
-            .iter()
-            .flat_map(|k| k.ids.iter().map(|e| e.id.clone()))
-            .collect();
-        if ids.is_empty() {
+        let n = raw_streams::read_and_ack(&mut conn, BATCH).await?;
+        if n == 0 {
             break;
         }
-        raw_done += ids.len();
-        let _: u64 = redis::cmd("XACK")
-            .arg("raw")
-            .arg("g")
-            .arg(&ids)
-            .query_async(&mut conn)
-            .await?;
+        raw_done += n;
     }
     let raw_read = rate(raw_done, started.elapsed());
 
