@@ -1,7 +1,8 @@
-//! The batched forms of a claim's hand-outs and of `ack_batch` (SPEC 3):
-//! the same state moves as one item at a time, with the deletions of each
-//! index done in one pass over the batch's key range and the new leases
-//! and outcomes appended in one run.
+//! The batched forms of an add's writes, a claim's hand-outs and
+//! `ack_batch` (SPEC 3): the same state moves as one item at a time, with
+//! the deletions of each index done in one pass over the batch's key range
+//! and the new records, lane entries, leases and outcomes appended in one
+//! run per table.
 //!
 //! A redb `remove` or `insert` rebuilds the leaf it changes, about 8 000
 //! instructions each; an ack made six of them (lease, lease index, orphan,
@@ -27,70 +28,93 @@ const BATCHED_FROM: usize = 2;
 /// times as many ids as the batch holds.
 const SPREAD: u64 = 4;
 
+/// Write `rows` into `table`: appended in one run through a cursor at the
+/// table's end when they are ascending and all sort after its last key (new
+/// ids, a FIFO lane), else one insert each.
+fn put_run<'r, K, V>(
+    table: &mut redb::Table<'_, K, V>,
+    rows: &[(K::SelfType<'r>, V::SelfType<'r>)],
+    what: &str,
+) -> Result<()>
+where
+    K: redb::Key + 'static,
+    V: redb::Value + 'static,
+{
+    use std::cmp::Ordering::Less;
+    let before = |a: &K::SelfType<'_>, b: &K::SelfType<'_>| {
+        K::compare(K::as_bytes(a).as_ref(), K::as_bytes(b).as_ref()) == Less
+    };
+    let Some((first, _)) = rows.first() else {
+        return Ok(());
+    };
+    let ascending = rows.windows(2).all(|w| before(&w[0].0, &w[1].0));
+    let after_last = match table.last().ctx(what)? {
+        Some((k, _)) => before(&k.value(), first),
+        None => true,
+    };
+    if rows.len() >= BATCHED_FROM && ascending && after_last {
+        let mut cursor = table
+            .upper_bound_mut(Bound::<K::SelfType<'r>>::Unbounded)
+            .ctx(what)?;
+        for (k, v) in rows {
+            cursor.insert_before(k, v).ctx(what)?;
+        }
+        cursor.close().ctx(what)?;
+    } else {
+        for (k, v) in rows {
+            table.insert(k, v).ctx(what)?;
+        }
+    }
+    Ok(())
+}
+
 impl Tables<'_> {
+    /// Write the item records of an add (`(id, encoded record)`).
+    pub(super) fn put_records(&mut self, rows: &[(u64, Vec<u8>)]) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<(u64, &[u8])> = rows.iter().map(|(id, b)| (*id, b.as_slice())).collect();
+        put_run(self.items_mut()?, &rows, "write items")
+    }
+
+    /// Write the entries `(key, id)` of `lane` (the backlog or the due lane).
+    pub(super) fn put_ready(&mut self, lane: Lane, rows: &[((i64, u64), u64)]) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let table = if lane == Lane::Due {
+            self.due_mut()?
+        } else {
+            self.backlog_mut()?
+        };
+        put_run(table, rows, "write ready lane")
+    }
+
     /// Hand out `ids` (taken from `lane`, in order), as `hand_out` does one
-    /// at a time: a run of ids past the last pending one, ascending (a
-    /// FIFO claim), has its leases and lease index entries appended in one
-    /// run each.
+    /// at a time, the leases and lease index entries written last (a FIFO
+    /// claim appends them in one run each).
     pub(super) fn hand_out_all(
         &mut self,
         ids: &[u64],
         lane: Lane,
         now: u64,
     ) -> Result<Vec<Claimed>> {
-        let last = self
-            .pending()?
-            .last()
-            .ctx("read leases")?
-            .map(|(k, _)| k.value());
-        let ascending = ids.windows(2).all(|w| w[0] < w[1]);
-        let appends = ids.len() >= BATCHED_FROM
-            && ascending
-            && ids
-                .first()
-                .is_some_and(|&first| last.is_none_or(|l| first > l));
-        if !appends {
-            return ids.iter().map(|&id| self.hand_out(id, lane, now)).collect();
+        // An empty claim writes nothing (SPEC 8, Idle).
+        if ids.is_empty() {
+            return Ok(Vec::new());
         }
-        let after_last = match self.pending_by_time()?.last().ctx("read lease index")? {
-            Some((k, _)) => ids.first().is_some_and(|&first| k.value() < (now, first)),
-            None => true,
-        };
         let mut out = Vec::with_capacity(ids.len());
         let mut leases = Vec::with_capacity(ids.len());
         for &id in ids {
             let (claimed, lease) = self.lease_out(id, lane, now)?;
             out.push(claimed);
-            leases.push(codec::encode(&lease)?);
+            leases.push((id, codec::encode(&lease)?));
         }
-        {
-            let mut cursor = self
-                .pending_mut()?
-                .upper_bound_mut(Bound::<u64>::Unbounded)
-                .ctx("write leases")?;
-            for (&id, bytes) in ids.iter().zip(&leases) {
-                cursor
-                    .insert_before(id, bytes.as_slice())
-                    .ctx("write lease")?;
-            }
-            cursor.close().ctx("write leases")?;
-        }
-        let index = self.pending_by_time_mut()?;
-        if after_last {
-            let mut cursor = index
-                .upper_bound_mut(Bound::<(u64, u64)>::Unbounded)
-                .ctx("write lease index")?;
-            for &id in ids {
-                cursor
-                    .insert_before((now, id), ())
-                    .ctx("write lease index")?;
-            }
-            cursor.close().ctx("write lease index")?;
-        } else {
-            for &id in ids {
-                index.insert((now, id), ()).ctx("write lease index")?;
-            }
-        }
+        let rows: Vec<(u64, &[u8])> = leases.iter().map(|(id, b)| (*id, b.as_slice())).collect();
+        put_run(self.pending_mut()?, &rows, "write leases")?;
+        let index: Vec<((u64, u64), ())> = ids.iter().map(|&id| ((now, id), ())).collect();
+        put_run(self.pending_by_time_mut()?, &index, "write lease index")?;
         Ok(out)
     }
 
@@ -191,9 +215,6 @@ impl Tables<'_> {
         for &id in old {
             self.finish(id, false, Vec::new(), "", now)?;
         }
-        if new.is_empty() {
-            return Ok(());
-        }
         let expires_at_ms = now.saturating_add(self.limits.result_ttl_ms);
         let bytes = codec::encode(&OutcomeRecord {
             dead: false,
@@ -202,42 +223,11 @@ impl Tables<'_> {
             at_ms: now,
             expires_at_ms,
         })?;
-        {
-            let mut cursor = self
-                .outcomes_mut()?
-                .upper_bound_mut(Bound::<u64>::Unbounded)
-                .ctx("write outcomes")?;
-            for &id in new {
-                cursor
-                    .insert_before(id, bytes.as_slice())
-                    .ctx("write outcome")?;
-            }
-            cursor.close().ctx("write outcomes")?;
-        }
-        // The expiry index: after its last entry when the whole run sorts
-        // there (the same expiry time for all, ids ascending).
-        let after_last = match self.outcome_expiry()?.last().ctx("read outcome expiry")? {
-            Some((k, _)) => k.value() < (expires_at_ms, new[0]),
-            None => true,
-        };
-        let expiry = self.outcome_expiry_mut()?;
-        if after_last {
-            let mut cursor = expiry
-                .upper_bound_mut(Bound::<(u64, u64)>::Unbounded)
-                .ctx("write outcome expiry")?;
-            for &id in new {
-                cursor
-                    .insert_before((expires_at_ms, id), ())
-                    .ctx("write outcome expiry")?;
-            }
-            cursor.close().ctx("write outcome expiry")?;
-        } else {
-            for &id in new {
-                expiry
-                    .insert((expires_at_ms, id), ())
-                    .ctx("write outcome expiry")?;
-            }
-        }
+        let rows: Vec<(u64, &[u8])> = new.iter().map(|&id| (id, bytes.as_slice())).collect();
+        put_run(self.outcomes_mut()?, &rows, "write outcomes")?;
+        let expiry: Vec<((u64, u64), ())> =
+            new.iter().map(|&id| ((expires_at_ms, id), ())).collect();
+        put_run(self.outcome_expiry_mut()?, &expiry, "write outcome expiry")?;
         Ok(())
     }
 }

@@ -65,6 +65,8 @@ impl Tables<'_> {
             return Err(Error::Full { limit });
         }
         let mut out = Vec::with_capacity(items.len());
+        let mut records = Vec::with_capacity(items.len());
+        let mut ready = Vec::with_capacity(items.len());
         for (item, not_before) in items {
             if let Some(k) = item.dedup_key.as_deref()
                 && let Some(id) = self.live_dedup(k, now)?
@@ -93,9 +95,9 @@ impl Tables<'_> {
                     .ctx("write dedup expiry")?;
             }
             let inline = item.payload.len() <= INLINE_PAYLOAD_BYTES;
-            self.put_record(
+            records.push((
                 id,
-                &ItemRecord {
+                codec::encode_item(&ItemRecord {
                     flow: item.flow.clone(),
                     enqueued_at_ms: now,
                     not_before_ms: *not_before,
@@ -103,8 +105,8 @@ impl Tables<'_> {
                     priority: item.priority,
                     cost: item.cost.max(1),
                     payload: inline.then(|| item.payload.clone()),
-                },
-            )?;
+                })?,
+            ));
             if !inline {
                 self.payloads_mut()?
                     .insert(id, item.payload.as_slice())
@@ -116,13 +118,23 @@ impl Tables<'_> {
                         .insert((*t, id), ())
                         .ctx("write delayed")?;
                 }
-                None => self.enter(Lane::Backlog, id, item.priority, &item.flow, now, now)?,
+                None => {
+                    if let Some(key) =
+                        self.lane_key(Lane::Backlog, id, item.priority, &item.flow, now, now)?
+                    {
+                        ready.push((key, id));
+                    }
+                }
             }
             out.push(Added {
                 id,
                 duplicate: false,
             });
         }
+        // Nothing in this add reads the new records or lane entries back:
+        // they are written last, each table's run in one pass.
+        self.put_records(&records)?;
+        self.put_ready(Lane::Backlog, &ready)?;
         Ok(out)
     }
 
@@ -161,6 +173,29 @@ impl Tables<'_> {
         arrival: u64,
         now: u64,
     ) -> Result<()> {
+        if let Some(key) = self.lane_key(lane, id, tier, flow, arrival, now)? {
+            let table = if lane == Lane::Due {
+                self.due_mut()?
+            } else {
+                self.backlog_mut()?
+            };
+            table.insert(key, id).ctx("write ready lane")?;
+        }
+        Ok(())
+    }
+
+    /// [`Tables::enter`] up to the lane's own table: the key `id` takes in
+    /// `lane`, or `None` when its flow's limits hold it (it is then in the
+    /// flow's held lane).
+    fn lane_key(
+        &mut self,
+        lane: Lane,
+        id: u64,
+        tier: u8,
+        flow: &str,
+        arrival: u64,
+        now: u64,
+    ) -> Result<Option<(i64, u64)>> {
         let clock_key = if lane == Lane::Due {
             DUE_CLOCK
         } else {
@@ -172,15 +207,9 @@ impl Tables<'_> {
         let key = (rank(arrival, tier, self.limits.aging_step), seq);
         // SPEC 3, Flow limits: a limited flow's items wait in its held lane.
         if self.enter_held(lane, id, flow, key, now)? {
-            return Ok(());
+            return Ok(None);
         }
-        let table = if lane == Lane::Due {
-            self.due_mut()?
-        } else {
-            self.backlog_mut()?
-        };
-        table.insert(key, id).ctx("write ready lane")?;
-        Ok(())
+        Ok(Some(key))
     }
 
     pub(in crate::backend::embedded) fn claim(
