@@ -318,6 +318,10 @@ impl Tables<'_> {
         } else {
             self.backlog_mut()?
         };
+        if n == 1 {
+            let first = table.pop_first().ctx("take from lane")?;
+            return Ok(first.map(|(_, id)| id.value()).into_iter().collect());
+        }
         let mut ids = Vec::with_capacity(n.min(1024));
         for entry in table
             .extract_from_if::<(i64, u64), _>(.., |_, _| true)
