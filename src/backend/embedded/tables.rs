@@ -14,6 +14,7 @@
 //! - [`schema`]: the table list, the meta keys and counters;
 //! - [`records`]: item records, payloads and leases;
 //! - [`moves`]: add, claim, finish and reclaim (SPEC section 3);
+//! - [`batches`]: the batched form of `ack_batch`;
 //! - [`flows`]: paused flows and their parked lists;
 //! - [`dead`]: dead letters and redrive;
 //! - [`outcomes`]: outcomes, progress, chunks and done markers;
@@ -28,6 +29,7 @@
 
 #[cfg(feature = "testing")]
 mod audit;
+mod batches;
 mod browse;
 mod clock;
 mod dead;

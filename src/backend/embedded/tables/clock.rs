@@ -33,9 +33,7 @@ impl Tables<'_> {
             );
             self.rebase(back)?;
             self.shift_limits(back, now)?;
-            self.meta_mut()?
-                .insert(CLOCK_HIGH, now)
-                .ctx("write clock")?;
+            self.set_counter(CLOCK_HIGH, now);
         }
         Ok(step.is_some())
     }
@@ -46,9 +44,8 @@ impl Tables<'_> {
         if self.counter(CLOCK_HIGH, 0)? >= latest {
             return Ok(false);
         }
-        self.meta_mut()?
-            .insert(CLOCK_HIGH, latest)
-            .ctx("write clock")?;
+        self.set_counter(CLOCK_HIGH, latest);
+        self.write_counters()?;
         Ok(true)
     }
 
@@ -56,11 +53,9 @@ impl Tables<'_> {
     /// the latest time seen.
     pub(in crate::backend::embedded) fn note_clock(&mut self, now: u64) -> Result<()> {
         if self.dirty && self.counter(CLOCK_HIGH, 0)? < now {
-            self.meta_mut()?
-                .insert(CLOCK_HIGH, now)
-                .ctx("write clock")?;
+            self.set_counter(CLOCK_HIGH, now);
         }
-        Ok(())
+        self.write_counters()
     }
 
     pub(super) fn rebase(&mut self, back: u64) -> Result<()> {
@@ -94,9 +89,7 @@ impl Tables<'_> {
             };
             let t = self.counter(key, 0)?;
             if t > 0 {
-                self.meta_mut()?
-                    .insert(key, t.saturating_sub(back))
-                    .ctx("move lane clock")?;
+                self.set_counter(key, t.saturating_sub(back));
             }
         }
         let mut delayed = Vec::new();

@@ -65,6 +65,8 @@ impl Tables<'_> {
             return Err(Error::Full { limit });
         }
         let mut out = Vec::with_capacity(items.len());
+        let mut records = Vec::with_capacity(items.len());
+        let mut ready = Vec::with_capacity(items.len());
         for (item, not_before) in items {
             if let Some(k) = item.dedup_key.as_deref()
                 && let Some(id) = self.live_dedup(k, now)?
@@ -93,9 +95,9 @@ impl Tables<'_> {
                     .ctx("write dedup expiry")?;
             }
             let inline = item.payload.len() <= INLINE_PAYLOAD_BYTES;
-            self.put_record(
+            records.push((
                 id,
-                &ItemRecord {
+                codec::encode_item(&ItemRecord {
                     flow: item.flow.clone(),
                     enqueued_at_ms: now,
                     not_before_ms: *not_before,
@@ -103,8 +105,8 @@ impl Tables<'_> {
                     priority: item.priority,
                     cost: item.cost.max(1),
                     payload: inline.then(|| item.payload.clone()),
-                },
-            )?;
+                })?,
+            ));
             if !inline {
                 self.payloads_mut()?
                     .insert(id, item.payload.as_slice())
@@ -116,13 +118,23 @@ impl Tables<'_> {
                         .insert((*t, id), ())
                         .ctx("write delayed")?;
                 }
-                None => self.enter(Lane::Backlog, id, item.priority, &item.flow, now, now)?,
+                None => {
+                    if let Some(key) =
+                        self.lane_key(Lane::Backlog, id, item.priority, &item.flow, now, now)?
+                    {
+                        ready.push((key, id));
+                    }
+                }
             }
             out.push(Added {
                 id,
                 duplicate: false,
             });
         }
+        // Nothing in this add reads the new records or lane entries back:
+        // they are written last, each table's run in one pass.
+        self.put_records(&records)?;
+        self.put_ready(Lane::Backlog, &ready)?;
         Ok(out)
     }
 
@@ -161,28 +173,43 @@ impl Tables<'_> {
         arrival: u64,
         now: u64,
     ) -> Result<()> {
+        if let Some(key) = self.lane_key(lane, id, tier, flow, arrival, now)? {
+            let table = if lane == Lane::Due {
+                self.due_mut()?
+            } else {
+                self.backlog_mut()?
+            };
+            table.insert(key, id).ctx("write ready lane")?;
+        }
+        Ok(())
+    }
+
+    /// [`Tables::enter`] up to the lane's own table: the key `id` takes in
+    /// `lane`, or `None` when its flow's limits hold it (it is then in the
+    /// flow's held lane).
+    fn lane_key(
+        &mut self,
+        lane: Lane,
+        id: u64,
+        tier: u8,
+        flow: &str,
+        arrival: u64,
+        now: u64,
+    ) -> Result<Option<(i64, u64)>> {
         let clock_key = if lane == Lane::Due {
             DUE_CLOCK
         } else {
             BACKLOG_CLOCK
         };
         let arrival = arrival.max(self.counter(clock_key, 0)?);
-        self.meta_mut()?
-            .insert(clock_key, arrival)
-            .ctx("write lane clock")?;
+        self.set_counter(clock_key, arrival);
         let seq = self.next_seq()?;
         let key = (rank(arrival, tier, self.limits.aging_step), seq);
         // SPEC 3, Flow limits: a limited flow's items wait in its held lane.
         if self.enter_held(lane, id, flow, key, now)? {
-            return Ok(());
+            return Ok(None);
         }
-        let table = if lane == Lane::Due {
-            self.due_mut()?
-        } else {
-            self.backlog_mut()?
-        };
-        table.insert(key, id).ctx("write ready lane")?;
-        Ok(())
+        Ok(Some(key))
     }
 
     pub(in crate::backend::embedded) fn claim(
@@ -206,6 +233,13 @@ impl Tables<'_> {
             ClaimFrom::DueOnly => &[Lane::Due],
         };
         for &lane in lanes {
+            if !limited && !any_paused {
+                // Nothing holds or parks an item: the lane's first items
+                // are handed out in order, taken in one pass.
+                let ids = self.take_first(lane, count - out.len())?;
+                out.extend(self.hand_out_all(&ids, lane, now)?);
+                continue;
+            }
             while out.len() < count {
                 // Look before taking: an empty lane is not written to.
                 let head = if lane == Lane::Due {
@@ -267,7 +301,54 @@ impl Tables<'_> {
         Ok(out)
     }
 
+    /// Take up to `n` ids from the front of `lane` (the backlog or the due
+    /// lane), in rank order. An empty lane is not written to.
+    fn take_first(&mut self, lane: Lane, n: usize) -> Result<Vec<u64>> {
+        let empty = if lane == Lane::Due {
+            self.due()?.is_empty()
+        } else {
+            self.backlog()?.is_empty()
+        }
+        .ctx("read lane")?;
+        if empty || n == 0 {
+            return Ok(Vec::new());
+        }
+        let table = if lane == Lane::Due {
+            self.due_mut()?
+        } else {
+            self.backlog_mut()?
+        };
+        let mut ids = Vec::with_capacity(n.min(1024));
+        for entry in table
+            .extract_from_if::<(i64, u64), _>(.., |_, _| true)
+            .ctx("take from lane")?
+            .take(n)
+        {
+            ids.push(entry.ctx("take from lane")?.1.value());
+        }
+        Ok(ids)
+    }
+
     pub(super) fn hand_out(&mut self, id: u64, lane: Lane, now: u64) -> Result<Claimed> {
+        let (claimed, lease) = self.lease_out(id, lane, now)?;
+        self.pending_mut()?
+            .insert(id, codec::encode(&lease)?.as_slice())
+            .ctx("write lease")?;
+        self.pending_by_time_mut()?
+            .insert((now, id), ())
+            .ctx("write lease index")?;
+        Ok(claimed)
+    }
+
+    /// The item record's side of a hand-out (deliveries + 1, a new lease
+    /// number, the flow's pending count): the lease to write into the
+    /// pending index and its lease index is returned, not written.
+    pub(super) fn lease_out(
+        &mut self,
+        id: u64,
+        lane: Lane,
+        now: u64,
+    ) -> Result<(Claimed, LeaseRecord)> {
         let mut rec = self.record(id)?;
         self.note_pending(&rec.flow, true, now)?;
         let lease = self.bump(NEXT_LEASE, 1)?;
@@ -278,14 +359,8 @@ impl Tables<'_> {
             lease,
             lane: codec::lane_to_u8(lane),
         };
-        self.pending_mut()?
-            .insert(id, codec::encode(&l)?.as_slice())
-            .ctx("write lease")?;
-        self.pending_by_time_mut()?
-            .insert((now, id), ())
-            .ctx("write lease index")?;
         let delivery = rec.deliveries;
-        Ok(Claimed {
+        let claimed = Claimed {
             item: self.to_item(id, rec)?,
             lane,
             claimed_at_ms: now,
@@ -294,7 +369,8 @@ impl Tables<'_> {
                 delivery,
                 lease,
             },
-        })
+        };
+        Ok((claimed, l))
     }
 
     pub(in crate::backend::embedded) fn ack(
@@ -315,6 +391,9 @@ impl Tables<'_> {
         receipts: &[Receipt],
         now: u64,
     ) -> Result<u64> {
+        if let Some(n) = self.ack_batched(receipts, now)? {
+            return Ok(n);
+        }
         let mut n = 0;
         for r in receipts {
             match self.ack(r, &[], now) {
@@ -421,9 +500,12 @@ impl Tables<'_> {
         self.pending_by_time_mut()?
             .remove((lease.claimed_at_ms, id))
             .ctx("delete lease index")?;
-        self.orphans_mut()?
-            .remove((lease.claimed_at_ms, id))
-            .ctx("delete orphan")?;
+        // Orphans exist only between an open and the first reclaim.
+        if !self.orphans()?.is_empty().ctx("read orphans")? {
+            self.orphans_mut()?
+                .remove((lease.claimed_at_ms, id))
+                .ctx("delete orphan")?;
+        }
         Ok(())
     }
 

@@ -1,6 +1,6 @@
 //! Item records, payloads and leases: reading and writing one item's rows.
 
-use redb::ReadableTable;
+use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::{Ctx, Tables};
 use crate::backend::embedded::codec::{self, ItemRecord, LeaseRecord};
@@ -59,7 +59,11 @@ impl Tables<'_> {
 
     pub(super) fn delete_item(&mut self, id: u64) -> Result<()> {
         self.items_mut()?.remove(id).ctx("delete item")?;
-        self.payloads_mut()?.remove(id).ctx("delete payload")?;
+        // Payloads up to INLINE_PAYLOAD_BYTES are inline: with none larger
+        // kept, there is nothing to delete.
+        if !self.payloads()?.is_empty().ctx("read payloads")? {
+            self.payloads_mut()?.remove(id).ctx("delete payload")?;
+        }
         Ok(())
     }
 

@@ -44,6 +44,9 @@ macro_rules! tables {
             /// transaction that stays clean changed nothing and is not
             /// committed (SPEC 8, Idle).
             pub(super) dirty: bool,
+            /// Meta counters written in this batch and not yet put into
+            /// the `meta` table (see [`Tables::set_counter`]).
+            pub(super) counters: Vec<(&'static str, u64)>,
         }
 
         impl<'t> Tables<'t> {
@@ -57,6 +60,7 @@ macro_rules! tables {
                     $($field: Lazy::new($konst, concat!("open table ", stringify!($field))),)*
                     limits,
                     dirty: false,
+                    counters: Vec::new(),
                 })
             }
 
@@ -231,7 +235,12 @@ impl Tables<'_> {
         self.dirty
     }
 
+    /// The meta counter `key` (`start` if it was never written), as this
+    /// batch last set it.
     pub(super) fn counter(&self, key: &str, start: u64) -> Result<u64> {
+        if let Some(&(_, v)) = self.counters.iter().find(|(k, _)| *k == key) {
+            return Ok(v);
+        }
         Ok(self
             .meta()?
             .get(key)
@@ -239,12 +248,41 @@ impl Tables<'_> {
             .map_or(start, |v| v.value()))
     }
 
-    pub(super) fn bump(&mut self, key: &str, start: u64) -> Result<u64> {
+    /// Set the meta counter `key` to `v`. The value is kept in memory and
+    /// put into the `meta` table once per batch ([`Tables::write_counters`]):
+    /// an add moves three counters (id, position, lane clock), and a
+    /// B-tree insert per move and item was a fifth of an add's
+    /// instructions. Every write of these keys goes through here, so a
+    /// read ([`Tables::counter`]) never sees an older value.
+    pub(super) fn set_counter(&mut self, key: &'static str, v: u64) {
+        self.dirty = true;
+        match self.counters.iter_mut().find(|(k, _)| *k == key) {
+            Some(slot) => slot.1 = v,
+            None => self.counters.push((key, v)),
+        }
+    }
+
+    /// Put the counters set in this batch into the `meta` table. Called at
+    /// the end of every transaction body that may have set one (and, as a
+    /// fallback, when the tables are dropped).
+    pub(in crate::backend::embedded) fn write_counters(&mut self) -> Result<()> {
+        if self.counters.is_empty() {
+            return Ok(());
+        }
+        let counters = std::mem::take(&mut self.counters);
+        let meta = self.meta_mut()?;
+        for (key, v) in counters {
+            meta.insert(key, v).ctx("write counter")?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn bump(&mut self, key: &'static str, start: u64) -> Result<u64> {
         let v = self.counter(key, start)?;
         let next = v
             .checked_add(1)
             .ok_or_else(|| Error::corrupt(format!("counter {key} overflowed")))?;
-        self.meta_mut()?.insert(key, next).ctx("write counter")?;
+        self.set_counter(key, next);
         Ok(v)
     }
 
@@ -295,5 +333,16 @@ impl Tables<'_> {
             .insert(REDO_AT_KEY, at)
             .ctx("write redo log offset")?;
         Ok(())
+    }
+}
+
+impl Drop for Tables<'_> {
+    /// A transaction body that forgot [`Tables::write_counters`] must not
+    /// lose a counter (a reused id would be a lost item): write them here.
+    /// An error here comes with a poisoned transaction, which is aborted.
+    fn drop(&mut self) {
+        if let Err(e) = self.write_counters() {
+            tracing::warn!(error = %e, "writing the queue's counters failed");
+        }
     }
 }

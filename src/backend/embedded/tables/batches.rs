@@ -1,0 +1,233 @@
+//! The batched forms of an add's writes, a claim's hand-outs and
+//! `ack_batch` (SPEC 3): the same state moves as one item at a time, with
+//! the deletions of each index done in one pass over the batch's key range
+//! and the new records, lane entries, leases and outcomes appended in one
+//! run per table.
+//!
+//! A redb `remove` or `insert` rebuilds the leaf it changes, about 8 000
+//! instructions each; an ack made six of them (lease, lease index, orphan,
+//! item, payload, outcome) and two inserts. Over a range, `retain_in`
+//! rebuilds each leaf once for all the entries it drops, and a cursor at
+//! the end of a table buffers a run of appends. A batch whose keys are
+//! spread (ids far apart, leases from different claims) takes the one-by-one
+//! path for that index, so no pass scans much more than the batch.
+
+use std::ops::Bound;
+
+use redb::{ReadableTable, ReadableTableMetadata};
+
+use super::{Ctx, Tables};
+use crate::backend::embedded::codec::{self, LeaseRecord, OutcomeRecord};
+use crate::error::Result;
+use crate::item::{Claimed, Lane, Receipt};
+
+/// Below this many ids the one-by-one path is as cheap (2, so that the
+/// model tests, whose batches hold up to 4, run the batched paths).
+const BATCHED_FROM: usize = 2;
+/// A range pass is taken when the batch's keys span at most this many
+/// times as many ids as the batch holds.
+const SPREAD: u64 = 4;
+
+/// Write `rows` into `table`: appended in one run through a cursor at the
+/// table's end when they are ascending and all sort after its last key (new
+/// ids, a FIFO lane), else one insert each.
+fn put_run<'r, K, V>(
+    table: &mut redb::Table<'_, K, V>,
+    rows: &[(K::SelfType<'r>, V::SelfType<'r>)],
+    what: &str,
+) -> Result<()>
+where
+    K: redb::Key + 'static,
+    V: redb::Value + 'static,
+{
+    use std::cmp::Ordering::Less;
+    let before = |a: &K::SelfType<'_>, b: &K::SelfType<'_>| {
+        K::compare(K::as_bytes(a).as_ref(), K::as_bytes(b).as_ref()) == Less
+    };
+    let Some((first, _)) = rows.first() else {
+        return Ok(());
+    };
+    let ascending = rows.windows(2).all(|w| before(&w[0].0, &w[1].0));
+    let after_last = match table.last().ctx(what)? {
+        Some((k, _)) => before(&k.value(), first),
+        None => true,
+    };
+    if rows.len() >= BATCHED_FROM && ascending && after_last {
+        let mut cursor = table
+            .upper_bound_mut(Bound::<K::SelfType<'r>>::Unbounded)
+            .ctx(what)?;
+        for (k, v) in rows {
+            cursor.insert_before(k, v).ctx(what)?;
+        }
+        cursor.close().ctx(what)?;
+    } else {
+        for (k, v) in rows {
+            table.insert(k, v).ctx(what)?;
+        }
+    }
+    Ok(())
+}
+
+impl Tables<'_> {
+    /// Write the item records of an add (`(id, encoded record)`).
+    pub(super) fn put_records(&mut self, rows: &[(u64, Vec<u8>)]) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<(u64, &[u8])> = rows.iter().map(|(id, b)| (*id, b.as_slice())).collect();
+        put_run(self.items_mut()?, &rows, "write items")
+    }
+
+    /// Write the entries `(key, id)` of `lane` (the backlog or the due lane).
+    pub(super) fn put_ready(&mut self, lane: Lane, rows: &[((i64, u64), u64)]) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let table = if lane == Lane::Due {
+            self.due_mut()?
+        } else {
+            self.backlog_mut()?
+        };
+        put_run(table, rows, "write ready lane")
+    }
+
+    /// Hand out `ids` (taken from `lane`, in order), as `hand_out` does one
+    /// at a time, the leases and lease index entries written last (a FIFO
+    /// claim appends them in one run each).
+    pub(super) fn hand_out_all(
+        &mut self,
+        ids: &[u64],
+        lane: Lane,
+        now: u64,
+    ) -> Result<Vec<Claimed>> {
+        // An empty claim writes nothing (SPEC 8, Idle).
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::with_capacity(ids.len());
+        let mut leases = Vec::with_capacity(ids.len());
+        for &id in ids {
+            let (claimed, lease) = self.lease_out(id, lane, now)?;
+            out.push(claimed);
+            leases.push((id, codec::encode(&lease)?));
+        }
+        let rows: Vec<(u64, &[u8])> = leases.iter().map(|(id, b)| (*id, b.as_slice())).collect();
+        put_run(self.pending_mut()?, &rows, "write leases")?;
+        let index: Vec<((u64, u64), ())> = ids.iter().map(|&id| ((now, id), ())).collect();
+        put_run(self.pending_by_time_mut()?, &index, "write lease index")?;
+        Ok(out)
+    }
+
+    /// `ack_batch` for a batch the range passes suit: at least
+    /// [`BATCHED_FROM`] receipts and no flow limits (whose pending counts
+    /// take the one-by-one path). Returns `None` when they do not suit.
+    /// Same results as acking each receipt in turn: a receipt whose lease
+    /// is not current (or whose item an earlier receipt of the batch acked)
+    /// is not counted.
+    pub(super) fn ack_batched(&mut self, receipts: &[Receipt], now: u64) -> Result<Option<u64>> {
+        if receipts.len() < BATCHED_FROM || self.has_limits()? {
+            return Ok(None);
+        }
+        // Reads first: which receipts hold their lease.
+        let mut acked: Vec<(u64, LeaseRecord)> = Vec::with_capacity(receipts.len());
+        for r in receipts {
+            if let Some(lease) = self.lease(r.id)?
+                && lease.lease == r.lease
+            {
+                acked.push((r.id, lease));
+            }
+        }
+        acked.sort_unstable_by_key(|(id, _)| *id);
+        acked.dedup_by_key(|(id, _)| *id);
+        let Some((&(lo, first), &(hi, _))) = acked.first().zip(acked.last()) else {
+            return Ok(Some(0));
+        };
+        let n = acked.len() as u64;
+        let ids: Vec<u64> = acked.iter().map(|(id, _)| *id).collect();
+        let gone = |id: u64| ids.binary_search(&id).is_ok();
+        let dense = hi - lo < n.saturating_mul(SPREAD);
+        let one_claim = acked
+            .iter()
+            .all(|(_, l)| l.claimed_at_ms == first.claimed_at_ms);
+
+        if dense {
+            self.pending_mut()?
+                .retain_in(lo..=hi, |id, _| !gone(id))
+                .ctx("delete leases")?;
+            self.items_mut()?
+                .retain_in(lo..=hi, |id, _| !gone(id))
+                .ctx("delete items")?;
+        } else {
+            for &id in &ids {
+                self.pending_mut()?.remove(id).ctx("delete lease")?;
+                self.items_mut()?.remove(id).ctx("delete item")?;
+            }
+        }
+        if dense && one_claim {
+            let t = first.claimed_at_ms;
+            self.pending_by_time_mut()?
+                .retain_in((t, lo)..=(t, hi), |(_, id), ()| !gone(id))
+                .ctx("delete lease index")?;
+        } else {
+            for (id, l) in &acked {
+                self.pending_by_time_mut()?
+                    .remove((l.claimed_at_ms, *id))
+                    .ctx("delete lease index")?;
+            }
+        }
+        if !self.orphans()?.is_empty().ctx("read orphans")? {
+            for (id, l) in &acked {
+                self.orphans_mut()?
+                    .remove((l.claimed_at_ms, *id))
+                    .ctx("delete orphan")?;
+            }
+        }
+        if !self.payloads()?.is_empty().ctx("read payloads")? {
+            for &id in &ids {
+                self.payloads_mut()?.remove(id).ctx("delete payload")?;
+            }
+        }
+        self.append_outcomes(&ids, now)?;
+        Ok(Some(n))
+    }
+
+    /// The outcomes of acks without a result of `ids` (ascending), as
+    /// `finish` writes them: ids past the last kept outcome cannot have an
+    /// earlier one to replace and are appended in one run; the others go
+    /// through `finish`.
+    fn append_outcomes(&mut self, ids: &[u64], now: u64) -> Result<()> {
+        if self.limits.result_ttl_ms == 0 {
+            for &id in ids {
+                self.forget_outcome(id)?;
+            }
+            return Ok(());
+        }
+        let last = self
+            .outcomes()?
+            .last()
+            .ctx("read outcomes")?
+            .map(|(k, _)| k.value());
+        let split = match last {
+            Some(last) => ids.partition_point(|&id| id <= last),
+            None => 0,
+        };
+        let (old, new) = ids.split_at(split);
+        for &id in old {
+            self.finish(id, false, Vec::new(), "", now)?;
+        }
+        let expires_at_ms = now.saturating_add(self.limits.result_ttl_ms);
+        let bytes = codec::encode(&OutcomeRecord {
+            dead: false,
+            result: Vec::new(),
+            reason: String::new(),
+            at_ms: now,
+            expires_at_ms,
+        })?;
+        let rows: Vec<(u64, &[u8])> = new.iter().map(|&id| (id, bytes.as_slice())).collect();
+        put_run(self.outcomes_mut()?, &rows, "write outcomes")?;
+        let expiry: Vec<((u64, u64), ())> =
+            new.iter().map(|&id| ((expires_at_ms, id), ())).collect();
+        put_run(self.outcome_expiry_mut()?, &expiry, "write outcome expiry")?;
+        Ok(())
+    }
+}
