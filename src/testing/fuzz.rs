@@ -26,7 +26,7 @@ use crate::clock::ManualClock;
 use crate::error::Error;
 use crate::item::{ClaimFrom, NewItem, Receipt, Stats};
 use crate::queue::{BoxFuture, BoxQueue, WorkQueue};
-use crate::testing::faults::SimDisk;
+use crate::testing::faults::{DiskImage, SimDisk};
 use crate::testing::ops::{self, Op, Reference, START_MS, Setup, System, Target};
 
 /// Most ops one fuzz input runs, so one execution stays short.
@@ -45,11 +45,6 @@ fn runtime() -> &'static tokio::runtime::Runtime {
             .build()
             .expect("a tokio runtime for the fuzz targets")
     })
-}
-
-fn temp_dir() -> tempfile::TempDir {
-    #[allow(clippy::expect_used)]
-    tempfile::tempdir().expect("a temp dir for a fuzz queue file")
 }
 
 /// Target `decode_record`: `bytes` into every stored-record decoder of the
@@ -114,10 +109,41 @@ pub fn ops_vs_model(data: &[u8]) {
         return;
     };
     let ops = &input.ops[..input.ops.len().min(MAX_OPS)];
-    if let Err(e) = runtime().block_on(ops::run_embedded_in_memory(disk_name(), &input.setup, ops))
-    {
+    let disk = SimDisk::from_image(fresh_image().clone());
+    if let Err(e) = runtime().block_on(ops::run_embedded_on_disk(
+        disk_name(),
+        disk,
+        &input.setup,
+        ops,
+    )) {
         panic!("embedded backend differs from the model: {e}");
     }
+}
+
+/// Both files of a queue just created and closed, with nothing ever added,
+/// made once per process: an input opens a copy of it rather than creating
+/// a database, whose creation is no part of what the targets check and
+/// cost more than a short input's ops. The limits are not stored in the
+/// file, so one image serves every input's setup.
+fn fresh_image() -> &'static DiskImage {
+    static IMAGE: OnceLock<DiskImage> = OnceLock::new();
+    IMAGE.get_or_init(|| {
+        let disk = SimDisk::new();
+        #[allow(clippy::expect_used)]
+        runtime()
+            .block_on(async {
+                let q = EmbeddedQueue::open_on_backend(
+                    &disk_name(),
+                    disk.backend(),
+                    crate::Config::default(),
+                    false,
+                )
+                .await?;
+                q.close().await
+            })
+            .expect("create the fresh queue image");
+        disk.image()
+    })
 }
 
 /// Damage to a queue file.
@@ -133,27 +159,28 @@ pub struct Damage {
 }
 
 /// The bytes of a queue file holding items in every state (backlog, due,
-/// delayed, pending, parked, paused, done, dedup, dead letters), built once.
+/// delayed, pending, parked, paused, done, dedup, dead letters), built once,
+/// on a simulated disk (so with the small regions of `--cfg fuzzing`, which
+/// every damaged copy's open and close then walk). A clean close leaves
+/// the whole queue in this file: its redo log holds nothing to replay.
 fn pristine_file() -> &'static [u8] {
     static FILE: OnceLock<Vec<u8>> = OnceLock::new();
     FILE.get_or_init(|| {
-        let dir = temp_dir();
-        let path = dir.path().join("pristine.redb");
+        let disk = SimDisk::new();
         #[allow(clippy::expect_used)]
         runtime()
-            .block_on(build_pristine(&path))
+            .block_on(build_pristine(&disk))
             .expect("build the pristine queue file");
-        #[allow(clippy::expect_used)]
-        std::fs::read(&path).expect("read the pristine queue file")
+        disk.image().queue
     })
 }
 
-async fn build_pristine(path: &std::path::Path) -> crate::Result<()> {
+async fn build_pristine(disk: &SimDisk) -> crate::Result<()> {
     let clock = ManualClock::new(START_MS);
     let config = crate::Config::default()
         .max_deliveries(1)
         .clock(clock.clone());
-    let q = EmbeddedQueue::open(path, config).await?;
+    let q = EmbeddedQueue::open_on_backend(&disk_name(), disk.backend(), config, false).await?;
     for n in 0..8u8 {
         let flow = ["", "a", "b"][usize::from(n % 3)];
         q.add(
@@ -334,18 +361,21 @@ pub fn crash_recovery(data: &[u8]) {
 ///
 /// As [`crash_recovery`].
 pub fn crash_recovery_with(input: &CrashInput) {
-    if let Err(e) = runtime().block_on(crash_run(input)) {
+    // Built outside the runtime: building it blocks on the runtime.
+    let image = fresh_image();
+    if let Err(e) = runtime().block_on(crash_run(input, image)) {
         panic!("crash recovery: {e}");
     }
 }
 
-async fn crash_run(input: &CrashInput) -> Result<(), String> {
+async fn crash_run(input: &CrashInput, fresh: &DiskImage) -> Result<(), String> {
     let clock = ManualClock::new(START_MS);
     let config = input.setup.config().clock(clock.clone());
-    let disk = SimDisk::new();
+    // A copy of a fresh queue: what a create leaves, without creating.
+    let disk = SimDisk::from_image(fresh.clone());
     let queue = EmbeddedQueue::open_on_backend(&disk_name(), disk.backend(), config.clone(), true)
         .await
-        .map_err(|e| format!("open a fresh disk: {e}"))?;
+        .map_err(|e| format!("open a fresh queue: {e}"))?;
     if let Some(n) = input.fail_after {
         // A run of MAX_OPS ops makes a few hundred writes and syncs: fold
         // the fault point into that range so most inputs crash mid-run.

@@ -33,7 +33,7 @@ pub use reference::Reference;
 pub use strategy::{op_strategy, setup_strategy};
 pub use system::System;
 #[cfg(feature = "embedded")]
-pub use system::{run_embedded, run_embedded_in_memory};
+pub use system::{run_embedded, run_embedded_in_memory, run_embedded_on_disk};
 #[cfg(feature = "embedded")]
 pub use target::EmbeddedTarget;
 pub use target::{FactoryTarget, Target};

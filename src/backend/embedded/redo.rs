@@ -78,9 +78,9 @@
 //! the record's own offset u64, xxh3-64 checksum u64 over the header's
 //! first 24 bytes and the body; little endian) and the body (version byte
 //! 1, then varints and length-prefixed bytes, module `record`). The
-//! log grows in steps of `GROW_BYTES` (1 MiB) written as zeros, so that an
-//! append's `fdatasync` rarely has file metadata to write, and the file
-//! keeps its size across checkpoints.
+//! log grows in steps of `GROW_BYTES` (1 MiB; 64 KiB under cargo-fuzz)
+//! written as zeros, so that an append's `fdatasync` rarely has file
+//! metadata to write, and the file keeps its size across checkpoints.
 //!
 //! # Layout
 //!

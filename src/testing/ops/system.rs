@@ -276,8 +276,26 @@ pub async fn run_embedded(setup: &Setup, ops: &[Op]) -> Result<(), String> {
 /// As [`run_embedded`].
 #[cfg(feature = "embedded")]
 pub async fn run_embedded_in_memory(name: String, setup: &Setup, ops: &[Op]) -> Result<(), String> {
+    run_embedded_on_disk(name, crate::testing::faults::SimDisk::new(), setup, ops).await
+}
+
+/// As [`run_embedded_in_memory`], on `disk`, which must hold nothing or a
+/// fresh, empty queue (a copy of one's
+/// [`image`](crate::testing::faults::SimDisk::image): the model starts
+/// empty).
+///
+/// # Errors
+///
+/// As [`run_embedded`].
+#[cfg(feature = "embedded")]
+pub async fn run_embedded_on_disk(
+    name: String,
+    disk: crate::testing::faults::SimDisk,
+    setup: &Setup,
+    ops: &[Op],
+) -> Result<(), String> {
     let clock = ManualClock::new(START_MS);
-    let target = EmbeddedTarget::in_memory(name, setup.config().clock(clock.clone()))
+    let target = EmbeddedTarget::on_disk(name, disk, setup.config().clock(clock.clone()))
         .await
         .map_err(|e| format!("open: {e}"))?;
     run_on(Box::new(target), clock, setup, ops).await

@@ -124,7 +124,23 @@ impl EmbeddedTarget {
     ///
     /// As [`EmbeddedQueue::open`](crate::EmbeddedQueue::open).
     pub async fn in_memory(name: String, config: Config) -> crate::Result<Self> {
-        let disk = crate::testing::faults::SimDisk::new();
+        Self::on_disk(name, crate::testing::faults::SimDisk::new(), config).await
+    }
+
+    /// A queue on `disk`, a simulated disk that may already hold a queue
+    /// (for example a copy of a fresh queue's
+    /// [`image`](crate::testing::faults::SimDisk::image), which spares a
+    /// fuzz input the creation of a file); `name` as for
+    /// [`EmbeddedTarget::in_memory`].
+    ///
+    /// # Errors
+    ///
+    /// As [`EmbeddedQueue::open`](crate::EmbeddedQueue::open).
+    pub async fn on_disk(
+        name: String,
+        disk: crate::testing::faults::SimDisk,
+        config: Config,
+    ) -> crate::Result<Self> {
         Self::on(Storage::Sim(disk, name), config).await
     }
 
