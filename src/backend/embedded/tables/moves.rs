@@ -173,15 +173,10 @@ impl Tables<'_> {
         arrival: u64,
         now: u64,
     ) -> Result<()> {
-        if let Some(key) = self.lane_key(lane, id, tier, flow, arrival, now)? {
-            let table = if lane == Lane::Due {
-                self.due_mut()?
-            } else {
-                self.backlog_mut()?
-            };
-            table.insert(key, id).ctx("write ready lane")?;
+        match self.lane_key(lane, id, tier, flow, arrival, now)? {
+            Some(key) => self.put_ready(lane, &[(key, id)]),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// [`Tables::enter`] up to the lane's own table: the key `id` takes in
