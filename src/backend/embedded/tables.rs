@@ -14,7 +14,8 @@
 //! - [`schema`]: the table list, the meta keys and counters;
 //! - [`records`]: item records, payloads and leases;
 //! - [`moves`]: add, claim, finish and reclaim (SPEC section 3);
-//! - [`batches`]: the batched form of `ack_batch`;
+//! - [`batches`]: the batched forms of an add's writes, a claim's
+//!   hand-outs and `ack_batch`;
 //! - [`flows`]: paused flows and their parked lists;
 //! - [`dead`]: dead letters and redrive;
 //! - [`outcomes`]: outcomes, progress, chunks and done markers;

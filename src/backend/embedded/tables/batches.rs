@@ -14,7 +14,7 @@
 
 use std::ops::Bound;
 
-use redb::{ReadableTable, ReadableTableMetadata};
+use redb::ReadableTable;
 
 use super::{Ctx, Tables};
 use crate::backend::embedded::codec::{self, LeaseRecord, OutcomeRecord};
@@ -71,14 +71,23 @@ where
     Ok(())
 }
 
+/// [`put_run`] for a table of encoded records keyed by id.
+fn put_encoded(
+    table: &mut redb::Table<'_, u64, &'static [u8]>,
+    rows: &[(u64, Vec<u8>)],
+    what: &str,
+) -> Result<()> {
+    let rows: Vec<(u64, &[u8])> = rows.iter().map(|(id, b)| (*id, b.as_slice())).collect();
+    put_run(table, &rows, what)
+}
+
 impl Tables<'_> {
     /// Write the item records of an add (`(id, encoded record)`).
     pub(super) fn put_records(&mut self, rows: &[(u64, Vec<u8>)]) -> Result<()> {
         if rows.is_empty() {
             return Ok(());
         }
-        let rows: Vec<(u64, &[u8])> = rows.iter().map(|(id, b)| (*id, b.as_slice())).collect();
-        put_run(self.items_mut()?, &rows, "write items")
+        put_encoded(self.items_mut()?, rows, "write items")
     }
 
     /// Write the entries `(key, id)` of `lane` (the backlog or the due lane).
@@ -114,8 +123,7 @@ impl Tables<'_> {
             out.push(claimed);
             leases.push((id, codec::encode(&lease)?));
         }
-        let rows: Vec<(u64, &[u8])> = leases.iter().map(|(id, b)| (*id, b.as_slice())).collect();
-        put_run(self.pending_mut()?, &rows, "write leases")?;
+        put_encoded(self.pending_mut()?, &leases, "write leases")?;
         let index: Vec<((u64, u64), ())> = ids.iter().map(|&id| ((now, id), ())).collect();
         put_run(self.pending_by_time_mut()?, &index, "write lease index")?;
         Ok(out)
@@ -178,17 +186,9 @@ impl Tables<'_> {
                     .ctx("delete lease index")?;
             }
         }
-        if !self.orphans()?.is_empty().ctx("read orphans")? {
-            for (id, l) in &acked {
-                self.orphans_mut()?
-                    .remove((l.claimed_at_ms, *id))
-                    .ctx("delete orphan")?;
-            }
-        }
-        if !self.payloads()?.is_empty().ctx("read payloads")? {
-            for &id in &ids {
-                self.payloads_mut()?.remove(id).ctx("delete payload")?;
-            }
+        for (id, l) in &acked {
+            self.remove_orphan(l.claimed_at_ms, *id)?;
+            self.remove_payload(*id)?;
         }
         self.append_outcomes(&ids, now)?;
         Ok(Some(n))

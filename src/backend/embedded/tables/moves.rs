@@ -499,13 +499,7 @@ impl Tables<'_> {
         self.pending_by_time_mut()?
             .remove((lease.claimed_at_ms, id))
             .ctx("delete lease index")?;
-        // Orphans exist only between an open and the first reclaim.
-        if !self.orphans()?.is_empty().ctx("read orphans")? {
-            self.orphans_mut()?
-                .remove((lease.claimed_at_ms, id))
-                .ctx("delete orphan")?;
-        }
-        Ok(())
+        self.remove_orphan(lease.claimed_at_ms, id)
     }
 
     pub(in crate::backend::embedded) fn reclaim_stale(

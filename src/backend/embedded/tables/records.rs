@@ -59,10 +59,27 @@ impl Tables<'_> {
 
     pub(super) fn delete_item(&mut self, id: u64) -> Result<()> {
         self.items_mut()?.remove(id).ctx("delete item")?;
-        // Payloads up to INLINE_PAYLOAD_BYTES are inline: with none larger
-        // kept, there is nothing to delete.
+        self.remove_payload(id)
+    }
+
+    /// Delete the payload row of `id`, if payloads are stored outside
+    /// records at all: payloads up to INLINE_PAYLOAD_BYTES are inline, and
+    /// with none larger kept there is nothing to look up.
+    pub(super) fn remove_payload(&mut self, id: u64) -> Result<()> {
         if !self.payloads()?.is_empty().ctx("read payloads")? {
             self.payloads_mut()?.remove(id).ctx("delete payload")?;
+        }
+        Ok(())
+    }
+
+    /// Delete the orphan entry of the lease of `id` claimed at
+    /// `claimed_at_ms`. Orphans exist only between an open and the first
+    /// reclaim, so the table is almost always empty and not searched.
+    pub(super) fn remove_orphan(&mut self, claimed_at_ms: u64, id: u64) -> Result<()> {
+        if !self.orphans()?.is_empty().ctx("read orphans")? {
+            self.orphans_mut()?
+                .remove((claimed_at_ms, id))
+                .ctx("delete orphan")?;
         }
         Ok(())
     }
