@@ -205,17 +205,19 @@ where
     let c2 = calls.clone();
     // The handler outlives the lease three times over; the worker's own
     // reclaim (every lease / 2) would take the items back without touches.
-    // A free third slot lets the worker run its reclaim meanwhile.
+    // A free third slot lets the worker run its reclaim meanwhile. The
+    // lease leaves a loaded machine room for a late beat (see
+    // `heartbeat_keeps_a_redriven_items_new_claim_beside_its_lost_one`).
     let report = Worker::new(q.clone())
         .concurrency(3)
-        .lease(Duration::from_millis(150))
+        .lease(Duration::from_millis(600))
         .until_empty(true)
         .run(
             move |c| {
                 let c2 = c2.clone();
                 async move {
                     *c2.lock().unwrap().entry(c.item.id).or_default() += 1;
-                    tokio::time::sleep(Duration::from_millis(450)).await;
+                    tokio::time::sleep(Duration::from_millis(1800)).await;
                     Ok::<(), String>(())
                 }
             },
@@ -811,7 +813,12 @@ where
     let s2 = starts.clone();
     let worker = Worker::new(q.clone())
         .concurrency(2)
-        .lease(Duration::from_millis(300))
+        // A lease long enough that a touch delayed by a loaded machine (CI
+        // runs this beside other suites on two cores; a beat is due every
+        // lease / 3) still lands before the lease runs out: at 300 ms a
+        // touch held up behind other tests' fsyncs let the worker's own
+        // reclaim take the new claim (deliveries 2 and 3).
+        .lease(Duration::from_millis(900))
         .claim_wait(Duration::from_millis(50))
         .until_empty(true)
         .run(
@@ -820,7 +827,7 @@ where
                 // Each claim outlives the lease several times over: only the
                 // heartbeat keeps it from the worker's own reclaim.
                 async {
-                    tokio::time::sleep(Duration::from_millis(1500)).await;
+                    tokio::time::sleep(Duration::from_millis(2700)).await;
                     Ok::<(), String>(())
                 }
             },
