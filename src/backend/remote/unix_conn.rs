@@ -116,27 +116,18 @@ impl UnixConn {
         })
     }
 
-    /// Read at least one more byte (at most `want`) onto the buffer.
+    /// Read at least one more byte (at most `want`) onto the buffer, into
+    /// its spare capacity: a reply of a few hundred bytes costs no zeroing
+    /// of a whole read chunk first (which callgrind showed as a quarter of
+    /// the client's instructions per add).
     async fn read_more(&mut self, want: usize) -> Result<(), ExchangeError> {
-        let start = self.buf.len();
-        self.buf.resize(start.saturating_add(want.max(1)), 0);
-        let read = match self.buf.get_mut(start..) {
-            Some(room) => self.stream.read(room).await,
-            None => Ok(0),
-        };
-        match read {
-            Ok(0) => {
-                self.buf.truncate(start);
-                Err(lost("connection closed before the whole reply".into()))
-            }
-            Ok(n) => {
-                self.buf.truncate(start + n);
-                Ok(())
-            }
-            Err(e) => {
-                self.buf.truncate(start);
-                Err(lost(format!("connection lost: {e}")))
-            }
+        let want = want.max(1);
+        self.buf.reserve(want);
+        let limit = u64::try_from(want).unwrap_or(u64::MAX);
+        match (&mut self.stream).take(limit).read_buf(&mut self.buf).await {
+            Ok(0) => Err(lost("connection closed before the whole reply".into())),
+            Ok(_) => Ok(()),
+            Err(e) => Err(lost(format!("connection lost: {e}"))),
         }
     }
 }
