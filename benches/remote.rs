@@ -1,11 +1,15 @@
 //! Through the socket (SPEC section 10): a `RemoteQueue` talking to a
-//! server in this process over a real Unix socket, against the same
-//! embedded queue used in-process, for add with 1 producer, add with 64
-//! concurrent producers (the pool opens one connection per producer in
-//! flight) and claim+ack in batches of 100. Baseline: a SQLite WAL queue
-//! table written by two processes at once (this bench binary run again as
-//! the second writer), the obvious way to share a queue between processes
-//! without a server.
+//! server over a real Unix socket, against the same embedded queue used
+//! in-process, for add with 1 producer, add with 64 concurrent producers
+//! (the pool opens one connection per producer in flight) and claim+ack in
+//! batches of 100. Baseline: a SQLite WAL queue table written by two
+//! processes at once (this bench binary run again as the second writer),
+//! the obvious way to share a queue between processes without a server.
+//!
+//! The server runs on a thread of its own with a runtime of its own, as
+//! `workjournal serve` runs in a process of its own: it shares no runtime
+//! thread with the callers. The second SQLite writer runs only while its
+//! own subject is measured: its fsyncs and CPU would slow the others too.
 
 mod common;
 
@@ -15,9 +19,8 @@ use std::time::Duration;
 use common::baselines::Sqlite;
 use common::{EMBEDDED, PAYLOAD_BYTES};
 use criterion::Throughput;
-use workjournal::server::ServerOptions;
-use workjournal::testing::ServedQueue;
-use workjournal::{Config, RemoteOptions};
+use workjournal::server::{Listener, Server, ServerOptions, SocketPermissions};
+use workjournal::{BoxQueue, Config, EmbeddedQueue, RemoteOptions, RemoteQueue, WorkQueue};
 
 const REMOTE: &str = "workjournal-remote";
 const PRODUCERS: usize = 64;
@@ -35,13 +38,81 @@ fn second_writer(path: &str) {
     }
 }
 
-fn spawn_second_writer(path: &std::path::Path) -> Child {
-    Command::new(std::env::current_exe().expect("bench executable"))
-        .env(SQLITE_WRITER_ENV, path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn the second sqlite writer")
+/// The second writer's process, killed when this is dropped: also when the
+/// bench fails part-way, which once left one writing (and syncing) under
+/// every later run.
+struct SecondWriter(Child);
+
+impl Drop for SecondWriter {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_second_writer(path: &std::path::Path) -> SecondWriter {
+    SecondWriter(
+        Command::new(std::env::current_exe().expect("bench executable"))
+            .env(SQLITE_WRITER_ENV, path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn the second sqlite writer"),
+    )
+}
+
+/// A server as `workjournal serve` runs one: its own thread and
+/// multi-threaded runtime, the file opened with the default options.
+struct Served {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Served {
+    /// Serve `dir/served.redb` at `socket`; returns once it listens.
+    fn start(dir: &std::path::Path, socket: &std::path::Path) -> Served {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+        let (file, socket) = (dir.join("served.redb"), socket.to_path_buf());
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .expect("server runtime");
+            rt.block_on(async move {
+                let queue = EmbeddedQueue::open(file, Config::default())
+                    .await
+                    .expect("open the served file");
+                let listener = Listener::bind_unix(&socket, &SocketPermissions::default())
+                    .await
+                    .expect("bind the socket");
+                let _ = ready_tx.send(());
+                Server::new(BoxQueue::new(queue.clone()), ServerOptions::default())
+                    .run(vec![listener], async {
+                        let _ = stopped.await;
+                    })
+                    .await
+                    .expect("serve");
+                queue.close().await.expect("close the served file");
+            });
+        });
+        ready_rx.recv().expect("the server starts");
+        Served {
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 fn benches() {
@@ -52,21 +123,13 @@ fn benches() {
     let body = body.as_slice();
 
     let embedded = rt.block_on(common::embedded(dir.path(), "in-process"));
-    let served = rt
-        .block_on(ServedQueue::start_in(
-            &dir.path().join(""),
-            Config::default(),
-            ServerOptions::default(),
-        ))
-        .expect("serve an embedded queue");
+    let socket = dir.path().join("served.sock");
+    let served = Served::start(dir.path(), &socket);
     let remote = rt
-        .block_on(served.client(RemoteOptions::default()))
+        .block_on(RemoteQueue::connect_unix(&socket, RemoteOptions::default()))
         .expect("connect to the server");
     let sqlite_path = dir.path().join("shared.sqlite");
     let sqlite = Sqlite::open_shared(&sqlite_path);
-    let mut second = spawn_second_writer(&sqlite_path);
-    // Let the second writer start writing before anything is timed.
-    std::thread::sleep(Duration::from_millis(200));
 
     {
         let mut g = c.benchmark_group("remote_add_1_producer");
@@ -77,13 +140,15 @@ fn benches() {
         g.bench_function(EMBEDDED, |b| {
             b.iter_custom(|n| rt.block_on(common::add_1(&embedded, n, body)))
         });
+        let second = spawn_second_writer(&sqlite_path);
+        // Let the second writer start writing before anything is timed.
+        std::thread::sleep(Duration::from_millis(200));
         g.bench_function("sqlite-wal-2-processes", |b| {
             b.iter_custom(|n| sqlite.adds(n, 1, body))
         });
+        drop(second);
         g.finish();
     }
-    let _ = second.kill();
-    let _ = second.wait();
     {
         let mut g = c.benchmark_group("remote_add_64_producers");
         g.throughput(Throughput::Elements(PRODUCERS as u64));
@@ -106,7 +171,7 @@ fn benches() {
         });
         g.finish();
     }
-    rt.block_on(served.stop());
+    drop(served);
 }
 
 fn main() {

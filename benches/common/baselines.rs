@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
 use redis::streams::{StreamReadOptions, StreamReadReply};
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, TransactionBehavior, params};
 
 /// Bytes a commit of `items` payloads of `bytes` each carries, rounded up to
 /// whole 4 KiB pages.
@@ -181,7 +181,13 @@ impl Sqlite {
     }
 
     fn insert(conn: &mut Connection, items: usize, body: &[u8]) {
-        let tx = conn.transaction().expect("begin");
+        // IMMEDIATE, as a queue's writers should: a deferred transaction
+        // that read before writing cannot wait for the other writer (SQLite
+        // answers SQLITE_BUSY at once rather than risk a deadlock), which
+        // broke the two-process baseline now and then.
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .expect("begin");
         {
             let mut st = tx
                 .prepare_cached("INSERT INTO items (payload, enqueued_at_ms) VALUES (?1, ?2)")
