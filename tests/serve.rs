@@ -483,6 +483,28 @@ async fn openapi_document_names_every_operation() {
             doc["paths"][format!("/v1/{op}")]["post"].is_object(),
             "openapi.json lacks POST /v1/{op}"
         );
+        // Once: a JSON parser keeps one of two equal keys and drops the
+        // other without a word (`/v1/max_deliveries` was written twice).
+        let key = format!("\"/v1/{op}\": {{");
+        assert_eq!(body.matches(&key).count(), 1, "{key} is not named once");
+    }
+    // Each status code is its own entry of `responses`: every error code
+    // was once nested inside the 200 response, where no OpenAPI tool looks.
+    for (path, methods) in doc["paths"].as_object().unwrap() {
+        for (method, op) in methods.as_object().unwrap() {
+            for (code, response) in op["responses"].as_object().unwrap() {
+                assert!(code.parse::<u16>().is_ok(), "{method} {path}: {code}");
+                let response = response.as_object().unwrap();
+                assert!(
+                    response.contains_key("description"),
+                    "{method} {path} {code} has no description"
+                );
+                assert!(
+                    response.keys().all(|k| k.parse::<u16>().is_err()),
+                    "{method} {path}: a status code nested in response {code}"
+                );
+            }
+        }
     }
 }
 
