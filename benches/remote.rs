@@ -19,8 +19,9 @@ use std::time::Duration;
 use common::baselines::Sqlite;
 use common::{EMBEDDED, PAYLOAD_BYTES};
 use criterion::Throughput;
-use workjournal::server::{Listener, Server, ServerOptions, SocketPermissions};
-use workjournal::{BoxQueue, Config, EmbeddedQueue, RemoteOptions, RemoteQueue, WorkQueue};
+use workjournal::server::ServerOptions;
+use workjournal::testing::ServedQueue;
+use workjournal::{Config, RemoteOptions};
 
 const REMOTE: &str = "workjournal-remote";
 const PRODUCERS: usize = 64;
@@ -61,60 +62,6 @@ fn spawn_second_writer(path: &std::path::Path) -> SecondWriter {
     )
 }
 
-/// A server as `workjournal serve` runs one: its own thread and
-/// multi-threaded runtime, the file opened with the default options.
-struct Served {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Served {
-    /// Serve `dir/served.redb` at `socket`; returns once it listens.
-    fn start(dir: &std::path::Path, socket: &std::path::Path) -> Served {
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
-        let (file, socket) = (dir.join("served.redb"), socket.to_path_buf());
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .expect("server runtime");
-            rt.block_on(async move {
-                let queue = EmbeddedQueue::open(file, Config::default())
-                    .await
-                    .expect("open the served file");
-                let listener = Listener::bind_unix(&socket, &SocketPermissions::default())
-                    .await
-                    .expect("bind the socket");
-                let _ = ready_tx.send(());
-                Server::new(BoxQueue::new(queue.clone()), ServerOptions::default())
-                    .run(vec![listener], async {
-                        let _ = stopped.await;
-                    })
-                    .await
-                    .expect("serve");
-                queue.close().await.expect("close the served file");
-            });
-        });
-        ready_rx.recv().expect("the server starts");
-        Served {
-            stop: Some(stop),
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
 fn benches() {
     let mut c = common::criterion();
     let rt = common::runtime();
@@ -123,10 +70,17 @@ fn benches() {
     let body = body.as_slice();
 
     let embedded = rt.block_on(common::embedded(dir.path(), "in-process"));
-    let socket = dir.path().join("served.sock");
-    let served = Served::start(dir.path(), &socket);
+    // The server's tasks run on the workers of a runtime of their own.
+    let server_rt = common::runtime();
+    let served = server_rt
+        .block_on(ServedQueue::start_in(
+            &dir.path().join(""),
+            Config::default(),
+            ServerOptions::default(),
+        ))
+        .expect("serve an embedded queue");
     let remote = rt
-        .block_on(RemoteQueue::connect_unix(&socket, RemoteOptions::default()))
+        .block_on(served.client(RemoteOptions::default()))
         .expect("connect to the server");
     let sqlite_path = dir.path().join("shared.sqlite");
     let sqlite = Sqlite::open_shared(&sqlite_path);
@@ -171,7 +125,7 @@ fn benches() {
         });
         g.finish();
     }
-    drop(served);
+    server_rt.block_on(served.stop());
 }
 
 fn main() {

@@ -400,8 +400,9 @@ async fn crash_run(input: &CrashInput, fresh: &DiskImage) -> Result<(), String> 
                 // tests' check after every step (a `stats`) makes every
                 // backend do: the queue must see the advanced clock too, or
                 // a step back that follows is measured from an older time
-                // than the model's. A read: it commits nothing (the op
-                // before it saw no later time), so the fault points stay.
+                // than the model's. A read at a later time than any before
+                // it: it finds no step back and commits nothing, so the
+                // fault points stay where they were.
                 let _ = system.queue().stats().await;
             }
             continue;
