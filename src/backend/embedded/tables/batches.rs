@@ -186,10 +186,8 @@ impl Tables<'_> {
                     .ctx("delete lease index")?;
             }
         }
-        for (id, l) in &acked {
-            self.remove_orphan(l.claimed_at_ms, *id)?;
-            self.remove_payload(*id)?;
-        }
+        self.remove_orphans(acked.iter().map(|(id, l)| (l.claimed_at_ms, *id)))?;
+        self.remove_payloads(ids.iter().copied())?;
         self.append_outcomes(&ids, now)?;
         Ok(Some(n))
     }

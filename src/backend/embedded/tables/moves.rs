@@ -499,7 +499,7 @@ impl Tables<'_> {
         self.pending_by_time_mut()?
             .remove((lease.claimed_at_ms, id))
             .ctx("delete lease index")?;
-        self.remove_orphan(lease.claimed_at_ms, id)
+        self.remove_orphans([(lease.claimed_at_ms, id)])
     }
 
     pub(in crate::backend::embedded) fn reclaim_stale(

@@ -59,27 +59,37 @@ impl Tables<'_> {
 
     pub(super) fn delete_item(&mut self, id: u64) -> Result<()> {
         self.items_mut()?.remove(id).ctx("delete item")?;
-        self.remove_payload(id)
+        self.remove_payloads([id])
     }
 
-    /// Delete the payload row of `id`, if payloads are stored outside
+    /// Delete the payload rows of `ids`, if payloads are stored outside
     /// records at all: payloads up to INLINE_PAYLOAD_BYTES are inline, and
-    /// with none larger kept there is nothing to look up.
-    pub(super) fn remove_payload(&mut self, id: u64) -> Result<()> {
-        if !self.payloads()?.is_empty().ctx("read payloads")? {
-            self.payloads_mut()?.remove(id).ctx("delete payload")?;
+    /// with none larger kept there is nothing to look up (one look for the
+    /// whole batch).
+    pub(super) fn remove_payloads(&mut self, ids: impl IntoIterator<Item = u64>) -> Result<()> {
+        if self.payloads()?.is_empty().ctx("read payloads")? {
+            return Ok(());
+        }
+        let table = self.payloads_mut()?;
+        for id in ids {
+            table.remove(id).ctx("delete payload")?;
         }
         Ok(())
     }
 
-    /// Delete the orphan entry of the lease of `id` claimed at
-    /// `claimed_at_ms`. Orphans exist only between an open and the first
-    /// reclaim, so the table is almost always empty and not searched.
-    pub(super) fn remove_orphan(&mut self, claimed_at_ms: u64, id: u64) -> Result<()> {
-        if !self.orphans()?.is_empty().ctx("read orphans")? {
-            self.orphans_mut()?
-                .remove((claimed_at_ms, id))
-                .ctx("delete orphan")?;
+    /// Delete the orphan entries `(claimed_at_ms, id)` of leases. Orphans
+    /// exist only between an open and the first reclaim, so the table is
+    /// almost always empty and not searched (one look for the whole batch).
+    pub(super) fn remove_orphans(
+        &mut self,
+        entries: impl IntoIterator<Item = (u64, u64)>,
+    ) -> Result<()> {
+        if self.orphans()?.is_empty().ctx("read orphans")? {
+            return Ok(());
+        }
+        let table = self.orphans_mut()?;
+        for entry in entries {
+            table.remove(entry).ctx("delete orphan")?;
         }
         Ok(())
     }
