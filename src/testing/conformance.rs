@@ -276,6 +276,7 @@ macro_rules! conformance_case_list {
             rate_limit_hands_out_n_permits_per_period,
             blocking_claim_wakes_when_permits_or_slots_return,
             limits_and_pause_combine,
+            large_batches_with_flow_limits_match_the_model,
         }
     };
 }

@@ -167,6 +167,8 @@ pub const PER_PARTITION_CASES: &[&str] = &[
     "rate_limit_hands_out_n_permits_per_period",
     "blocking_claim_wakes_when_permits_or_slots_return",
     "limits_and_pause_combine",
+    // Compared with one model queue: every flow on one partition.
+    "large_batches_with_flow_limits_match_the_model",
 ];
 
 /// The conformance suite against a [`PartitionedQueue`](crate::PartitionedQueue)

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use super::{
-    Factory, T0, add, claim, claim_one, env, env_with, in_flow, invalid, payloads, peek_payloads,
+    Factory, NOW, T0, add, claim, claim_one, env, env_with, in_flow, invalid, payloads,
+    peek_payloads,
 };
 use crate::config::Config;
 use crate::item::ClaimFrom;
@@ -242,4 +243,104 @@ pub async fn limits_and_pause_combine(f: &dyn Factory) {
             .map(|l| l.flow)
             .collect();
     assert_eq!(names, vec!["m", "z"]);
+}
+
+/// Claims of up to 100 and `ack_batch`es over free, rate-limited (with
+/// items of cost 2), capped and paused flows at two tiers hand out, hold,
+/// park and count exactly as the reference model does: runs of free flows'
+/// items taken in one pass between held flows' items, and each flow's
+/// pending count lowered once per batch, change no result.
+pub async fn large_batches_with_flow_limits_match_the_model(f: &dyn Factory) {
+    let e = env(f).await;
+    let m = crate::MemoryQueue::new(Config::default().clock(e.clock.clone()));
+    let rate = FlowLimit::Rate(Some(RateLimit {
+        permits: 6,
+        period_ms: 1_000,
+    }));
+    limit(&e.q, "rated", rate).await;
+    m.set_flow_limit("rated", rate).await.unwrap();
+    e.q.pause("paused").await.unwrap();
+    m.pause("paused").await.unwrap();
+    let flows = ["", "free", "rated", "", "capped", "free", "paused"];
+    let items = |base: usize| -> Vec<crate::NewItem> {
+        (0..140)
+            .map(|k| {
+                let n = base + k;
+                crate::NewItem::new(vec![(n % 251) as u8; 40])
+                    .flow(flows[n % flows.len()])
+                    .priority(u8::from(n.is_multiple_of(5)))
+                    .cost(if n.is_multiple_of(9) { 2 } else { 1 })
+            })
+            .collect()
+    };
+    let same = |what: &str, a: &crate::Stats, b: &crate::Stats| {
+        let key = |s: &crate::Stats| (s.backlog, s.due, s.pending, s.delayed, s.parked, s.limited);
+        assert_eq!(key(a), key(b), "{what}");
+    };
+    assert_eq!(
+        e.q.add_batch(items(0)).await.unwrap(),
+        m.add_batch(items(0)).await.unwrap()
+    );
+    // Capped after its items entered the shared lane: a claim meets them
+    // there and holds them in their places.
+    let cap = FlowLimit::Concurrency(Some(7));
+    limit(&e.q, "capped", cap).await;
+    m.set_flow_limit("capped", cap).await.unwrap();
+    let mut held = Vec::new();
+    for round in 0..4 {
+        let got = e.q.claim(30, NOW, ClaimFrom::All).await.unwrap();
+        let want = m.claim(30, NOW, ClaimFrom::All).await.unwrap();
+        assert_eq!(got, want, "claim {round}");
+        assert!(!got.is_empty(), "claim {round} handed out nothing");
+        held.extend(got.into_iter().map(|c| c.receipt));
+        assert_eq!(
+            e.q.flow_limits().await.unwrap(),
+            m.flow_limits().await.unwrap()
+        );
+        e.clock.advance(Duration::from_millis(400));
+    }
+    // A batch over several flows, one receipt in it twice.
+    let mut batch: Vec<_> = held[..50].to_vec();
+    batch.push(held[1]);
+    assert_eq!(
+        e.q.ack_batch(batch.clone()).await.unwrap(),
+        m.ack_batch(batch).await.unwrap()
+    );
+    assert_eq!(
+        e.q.flow_limits().await.unwrap(),
+        m.flow_limits().await.unwrap()
+    );
+    same(
+        "after the first acks",
+        &e.q.stats().await.unwrap(),
+        &m.stats().await.unwrap(),
+    );
+    // A new rate window and freed slots: the held items run again.
+    e.clock.advance(Duration::from_millis(1_100));
+    assert_eq!(
+        e.q.add_batch(items(140)).await.unwrap(),
+        m.add_batch(items(140)).await.unwrap()
+    );
+    let got = e.q.claim(100, NOW, ClaimFrom::All).await.unwrap();
+    let want = m.claim(100, NOW, ClaimFrom::All).await.unwrap();
+    assert_eq!(got, want);
+    let rest: Vec<_> = held[50..]
+        .iter()
+        .copied()
+        .chain(got.iter().map(|c| c.receipt))
+        .collect();
+    assert_eq!(
+        e.q.ack_batch(rest.clone()).await.unwrap(),
+        m.ack_batch(rest).await.unwrap()
+    );
+    assert_eq!(
+        e.q.flow_limits().await.unwrap(),
+        m.flow_limits().await.unwrap()
+    );
+    same(
+        "at the end",
+        &e.q.stats().await.unwrap(),
+        &m.stats().await.unwrap(),
+    );
+    assert_eq!(e.q.peek(500).await.unwrap(), m.peek(500).await.unwrap());
 }

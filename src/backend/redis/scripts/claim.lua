@@ -8,12 +8,21 @@
 -- Returns {items, missing, parked, wake_tail, next_wake, now}.
 -- The hot path (no limits): per item one HMGET and one HSET; leases and
 -- the pending index are written once per call (`hand_out` in common.lua).
+-- With limits, only the items of flows in the limits set (read once per
+-- call) look at a limit record, and the shared lane is still taken with
+-- one ZPOPMIN per run while no held flow may run.
 local now = clock_now()
 local consumer = ARGV[2]
 local count = tonumber(ARGV[3])
 promote(now)
 local limited = any_limits()
-if limited then lift_due(now) end
+-- The flows with a limit record: a claim creates none, so the set read
+-- here holds every flow whose record this script can meet.
+local limset = {}
+if limited then
+  lift_due(now)
+  for _, f in ipairs(redis.call('SMEMBERS', K_LIMITS)) do limset[f] = true end
+end
 local lanes = { { K_READY_DUE, 'due', K_HEADS_DUE, 0 } }
 if ARGV[4] == 'all' then lanes[2] = { K_READY, 'backlog', K_HEADS, 1 } end
 local paused = {}
@@ -37,7 +46,7 @@ local function take(m, score, name, li)
     return
   end
   local flow = f[1]
-  if limited and flow and flow ~= '' then
+  if flow and flow ~= '' and limset[flow] then
     local st = lim_get(flow)
     if st then
       local cost = tonumber(f[7] or '1') or 1

@@ -413,8 +413,8 @@ local function lift_due(now)
   end
 end
 
--- An item of `flow` entered (`delta` 1) or left (-1) pending; wakes the
--- blocked claims when a held flow may run again.
+-- `delta` items of `flow` entered (above 0) or left (below 0) pending;
+-- wakes the blocked claims when a held flow may run again.
 local function lim_pending(flow, delta, now)
   if not any_limits() or not flow or flow == '' then return end
   local st = lim_get(flow)
