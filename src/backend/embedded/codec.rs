@@ -135,6 +135,33 @@ pub(crate) fn decode_item(what: &str, bytes: &[u8]) -> Result<ItemRecord> {
     decode_as(ITEM_RECORD_VERSION, what, bytes)
 }
 
+/// The flow of an item record written by [`encode_item`], decoded
+/// without the rest of the record (the flow is its first field): what a
+/// claim or an ack with flow limits needs to know of an item it does not
+/// otherwise read (SPEC 3, Flow limits).
+///
+/// # Errors
+///
+/// [`Error::Decode`] for an empty record, an unknown version byte or a
+/// flow that is not a valid encoding. The rest of the record is not
+/// checked here; the read that hands the item out decodes it whole.
+pub(crate) fn decode_item_flow(what: &str, bytes: &[u8]) -> Result<String> {
+    let fail = |detail: String| Error::Decode {
+        what: what.to_string(),
+        detail,
+    };
+    let (&version, body) = bytes
+        .split_first()
+        .ok_or_else(|| fail("empty record".to_string()))?;
+    if version != ITEM_RECORD_VERSION {
+        return Err(fail(format!(
+            "record version {version}, this build reads version {ITEM_RECORD_VERSION}"
+        )));
+    }
+    let (flow, _) = decode_body::<String>(body).map_err(|e| fail(e.to_string()))?;
+    Ok(flow)
+}
+
 /// Encode `value` after the version byte `version`.
 pub(crate) fn encode_as<T: Encode>(version: u8, value: &T) -> Result<Vec<u8>> {
     let mut out = vec![version];
@@ -235,6 +262,9 @@ mod tests {
         };
         let bytes = encode_item(&r).unwrap();
         assert_eq!(decode_item("x", &bytes).unwrap(), r);
+        assert_eq!(decode_item_flow("x", &bytes).unwrap(), "f");
+        assert!(decode_item_flow("x", &bytes[..1]).is_err());
+        assert!(decode_item_flow("x", &[]).is_err());
         // A schema-1 record is not an item record of this version.
         assert!(decode_item("x", &encode(&r).unwrap()).is_err());
     }

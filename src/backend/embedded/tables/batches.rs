@@ -12,9 +12,10 @@
 //! spread (ids far apart, leases from different claims) takes the one-by-one
 //! path for that index, so no pass scans much more than the batch.
 
+use std::collections::BTreeMap;
 use std::ops::Bound;
 
-use redb::ReadableTable;
+use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::{Ctx, Tables};
 use crate::backend::embedded::codec::{self, LeaseRecord, OutcomeRecord};
@@ -130,13 +131,13 @@ impl Tables<'_> {
     }
 
     /// `ack_batch` for a batch the range passes suit: at least
-    /// [`BATCHED_FROM`] receipts and no flow limits (whose pending counts
-    /// take the one-by-one path). Returns `None` when they do not suit.
+    /// [`BATCHED_FROM`] receipts. Returns `None` when it does not suit.
     /// Same results as acking each receipt in turn: a receipt whose lease
     /// is not current (or whose item an earlier receipt of the batch acked)
-    /// is not counted.
+    /// is not counted. With flow limits, each flow's pending count (SPEC 3,
+    /// Flow limits) goes down once by its items in the batch.
     pub(super) fn ack_batched(&mut self, receipts: &[Receipt], now: u64) -> Result<Option<u64>> {
-        if receipts.len() < BATCHED_FROM || self.has_limits()? {
+        if receipts.len() < BATCHED_FROM {
             return Ok(None);
         }
         // Reads first: which receipts hold their lease.
@@ -155,26 +156,44 @@ impl Tables<'_> {
         };
         let n = acked.len() as u64;
         let ids: Vec<u64> = acked.iter().map(|(id, _)| *id).collect();
+        // Read before the records go: how many of the batch each flow had.
+        let mut left: BTreeMap<String, u64> = BTreeMap::new();
+        if self.has_limits()? {
+            for &id in &ids {
+                *left.entry(self.flow_of(id)?).or_default() += 1;
+            }
+        }
         let gone = |id: u64| ids.binary_search(&id).is_ok();
         let dense = hi - lo < n.saturating_mul(SPREAD);
+        // The leases are few beside the items: however far apart the ids
+        // (a claim over priority tiers takes every tenth), a pass over the
+        // batch's range of `pending` meets at most every pending item.
+        let few_pending = self.pending()?.len().ctx("count leases")? <= n.saturating_mul(SPREAD);
         let one_claim = acked
             .iter()
             .all(|(_, l)| l.claimed_at_ms == first.claimed_at_ms);
 
-        if dense {
+        if dense || few_pending {
             self.pending_mut()?
                 .retain_in(lo..=hi, |id, _| !gone(id))
                 .ctx("delete leases")?;
+        } else {
+            for &id in &ids {
+                self.pending_mut()?.remove(id).ctx("delete lease")?;
+            }
+        }
+        if dense {
             self.items_mut()?
                 .retain_in(lo..=hi, |id, _| !gone(id))
                 .ctx("delete items")?;
         } else {
             for &id in &ids {
-                self.pending_mut()?.remove(id).ctx("delete lease")?;
                 self.items_mut()?.remove(id).ctx("delete item")?;
             }
         }
-        if dense && one_claim {
+        // One claim's lease index entries share its time: the range of
+        // (time, id) holds only that claim's pending items.
+        if (dense || few_pending) && one_claim {
             let t = first.claimed_at_ms;
             self.pending_by_time_mut()?
                 .retain_in((t, lo)..=(t, hi), |(_, id), ()| !gone(id))
@@ -185,6 +204,9 @@ impl Tables<'_> {
                     .remove((l.claimed_at_ms, *id))
                     .ctx("delete lease index")?;
             }
+        }
+        for (flow, k) in &left {
+            self.note_pending(flow, false, *k, now)?;
         }
         self.remove_orphans(acked.iter().map(|(id, l)| (l.claimed_at_ms, *id)))?;
         self.remove_payloads(ids.iter().copied())?;

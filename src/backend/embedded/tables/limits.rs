@@ -196,8 +196,8 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
-    /// An item of `flow` entered (`up`) or left pending.
-    pub(super) fn note_pending(&mut self, flow: &str, up: bool, now: u64) -> Result<()> {
+    /// `n` items of `flow` entered (`up`) or left pending.
+    pub(super) fn note_pending(&mut self, flow: &str, up: bool, n: u64, now: u64) -> Result<()> {
         if !self.has_limits()? {
             return Ok(());
         }
@@ -206,9 +206,9 @@ impl<'t> Tables<'t> {
         };
         let mut st = state(&rec);
         st.pending = if up {
-            st.pending.saturating_add(1)
+            st.pending.saturating_add(n)
         } else {
-            st.pending.saturating_sub(1)
+            st.pending.saturating_sub(n)
         };
         rec.state = st.to_fields();
         self.settle(flow, rec, now)
