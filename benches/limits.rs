@@ -81,7 +81,49 @@ async fn fill_hot<Q: WorkQueue>(q: &Q, n: u64, body: &[u8]) {
     }
 }
 
+/// `WJ_PROFILE=case:rounds` (case `unlimited`, `limited` or `behind`)
+/// runs just `rounds` claims of 100 with their `ack_batch` on an embedded
+/// queue filled as that case's bench fills it, and exits: for
+/// `valgrind --tool=callgrind`, where the difference between two values of
+/// `rounds` gives the cost of a round without the setup and the fill.
+fn profile(spec: &str) {
+    let (case, rounds) = spec
+        .split_once(':')
+        .expect("WJ_PROFILE=unlimited|limited|behind:rounds");
+    let rounds: u64 = rounds.parse().expect("WJ_PROFILE rounds");
+    let rt = common::runtime();
+    let dir = common::temp_dir();
+    let body = common::payload(PAYLOAD_BYTES);
+    let batch = 100usize;
+    rt.block_on(async {
+        let q = common::embedded(dir.path(), "profile").await;
+        match case {
+            "unlimited" => fill_flows(&q, 20_000, &body).await,
+            "limited" => {
+                limit(&q).await;
+                fill_flows(&q, 20_000, &body).await;
+            }
+            "behind" => {
+                fill_hot(&q, 100_000, &body).await;
+                let items: Vec<NewItem> = (0..20_000u64)
+                    .map(|j| NewItem::new(body.clone()).flow(flow(j % 9 + 1)))
+                    .collect();
+                for chunk in items.chunks(1000) {
+                    q.add_batch(chunk.to_vec()).await.expect("fill");
+                }
+            }
+            other => panic!("unknown WJ_PROFILE case {other}"),
+        }
+        let took = claim_ack_n(&q, batch, rounds).await;
+        eprintln!("{case}: {rounds} rounds in {took:?}");
+    });
+}
+
 fn benches() {
+    if let Ok(spec) = std::env::var("WJ_PROFILE") {
+        profile(&spec);
+        return;
+    }
     let mut c = common::criterion();
     let rt = common::runtime();
     let dir = common::temp_dir();

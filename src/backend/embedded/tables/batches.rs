@@ -18,7 +18,7 @@ use std::ops::Bound;
 use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::{Ctx, Tables};
-use crate::backend::embedded::codec::{self, LeaseRecord, OutcomeRecord};
+use crate::backend::embedded::codec::{self, ItemRecord, LeaseRecord, OutcomeRecord};
 use crate::error::Result;
 use crate::item::{Claimed, Lane, Receipt};
 
@@ -117,15 +117,37 @@ impl Tables<'_> {
         if ids.len() < BATCHED_FROM {
             return ids.iter().map(|&id| self.hand_out(id, lane, now)).collect();
         }
+        self.hand_out_while(ids, lane, now, |_, _| Ok(true))
+    }
+
+    /// [`Tables::hand_out_all`] for the leading `ids` whose records `may`
+    /// lets run, stopping at the first it does not (that item and the rest
+    /// are left as they are). Each record is read once, for the test and
+    /// the hand-out.
+    pub(super) fn hand_out_while(
+        &mut self,
+        ids: &[u64],
+        lane: Lane,
+        now: u64,
+        mut may: impl FnMut(&Self, &ItemRecord) -> Result<bool>,
+    ) -> Result<Vec<Claimed>> {
         let mut out = Vec::with_capacity(ids.len());
         let mut leases = Vec::with_capacity(ids.len());
         for &id in ids {
-            let (claimed, lease) = self.lease_out(id, lane, now)?;
+            let rec = self.record(id)?;
+            if !may(self, &rec)? {
+                break;
+            }
+            let (claimed, lease) = self.lease_out_record(id, rec, lane, now)?;
             out.push(claimed);
             leases.push((id, codec::encode(&lease)?));
         }
+        // Nothing handed out writes nothing (SPEC 8, Idle).
+        if leases.is_empty() {
+            return Ok(out);
+        }
         put_encoded(self.pending_mut()?, &leases, "write leases")?;
-        let index: Vec<((u64, u64), ())> = ids.iter().map(|&id| ((now, id), ())).collect();
+        let index: Vec<((u64, u64), ())> = leases.iter().map(|&(id, _)| ((now, id), ())).collect();
         put_run(self.pending_by_time_mut()?, &index, "write lease index")?;
         Ok(out)
     }
@@ -156,13 +178,19 @@ impl Tables<'_> {
         };
         let n = acked.len() as u64;
         let ids: Vec<u64> = acked.iter().map(|(id, _)| *id).collect();
-        // Read before the records go: how many of the batch each flow had.
+        // With flow limits, how many of the batch each flow had, read from
+        // the item records as they are deleted.
+        let limited = self.has_limits()?;
         let mut left: BTreeMap<String, u64> = BTreeMap::new();
-        if self.has_limits()? {
-            for &id in &ids {
-                *left.entry(self.flow_of(id)?).or_default() += 1;
+        let mut flow_err = None;
+        let mut count_flow = |bytes: &[u8]| {
+            if limited {
+                match codec::decode_item_flow("items", bytes) {
+                    Ok(flow) => *left.entry(flow).or_default() += 1,
+                    Err(e) => flow_err = Some(e),
+                }
             }
-        }
+        };
         let gone = |id: u64| ids.binary_search(&id).is_ok();
         let dense = hi - lo < n.saturating_mul(SPREAD);
         // The leases are few beside the items: however far apart the ids
@@ -184,12 +212,23 @@ impl Tables<'_> {
         }
         if dense {
             self.items_mut()?
-                .retain_in(lo..=hi, |id, _| !gone(id))
+                .retain_in(lo..=hi, |id, v| {
+                    let keep = !gone(id);
+                    if !keep {
+                        count_flow(v);
+                    }
+                    keep
+                })
                 .ctx("delete items")?;
         } else {
             for &id in &ids {
-                self.items_mut()?.remove(id).ctx("delete item")?;
+                if let Some(v) = self.items_mut()?.remove(id).ctx("delete item")? {
+                    count_flow(v.value());
+                }
             }
+        }
+        if let Some(e) = flow_err {
+            return Err(e);
         }
         // One claim's lease index entries share its time: the range of
         // (time, id) holds only that claim's pending items.

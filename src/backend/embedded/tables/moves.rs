@@ -248,17 +248,16 @@ impl Tables<'_> {
                 // The lane's first items that rank before that head and
                 // whose flows no limit or pause touches are handed out in
                 // one pass, as without limits.
-                let run = self.free_run(
-                    lane,
-                    count - out.len(),
-                    held.as_ref().map(|(k, _)| *k),
-                    any_paused,
-                    &mut free_flows,
-                )?;
-                if run > 0 {
-                    let ids = self.take_first(lane, run)?;
-                    out.extend(self.hand_out_all(&ids, lane, now)?);
-                    continue;
+                let run = self.lane_run(lane, count - out.len(), held.as_ref().map(|(k, _)| *k))?;
+                if run.len() >= 2 {
+                    let got = self.hand_out_while(&run, lane, now, |t, rec| {
+                        t.flow_is_free(&rec.flow, any_paused, &mut free_flows)
+                    })?;
+                    if !got.is_empty() {
+                        self.take_first(lane, got.len())?;
+                        out.extend(got);
+                        continue;
+                    }
                 }
                 // Look before taking: an empty lane is not written to.
                 let head = if lane == Lane::Due {
@@ -313,50 +312,44 @@ impl Tables<'_> {
         Ok(out)
     }
 
-    /// How many of the first entries of `lane` (at most `max`) rank before
-    /// `before` (the first head of a limited flow, if any) and belong to
-    /// flows with no limit record and, when `any_paused`, not paused: the
-    /// items a claim hands out in order whatever the limits. `free` caches
-    /// each flow's answer for one claim (a claim creates no limit record
-    /// and pauses no flow).
-    fn free_run(
-        &self,
-        lane: Lane,
-        max: usize,
-        before: Option<(i64, u64)>,
-        any_paused: bool,
-        free: &mut HashMap<String, bool>,
-    ) -> Result<usize> {
+    /// The ids of the first entries of `lane` (at most `max`) that rank
+    /// before `before` (the first head of a limited flow, if any).
+    fn lane_run(&self, lane: Lane, max: usize, before: Option<(i64, u64)>) -> Result<Vec<u64>> {
         let table = if lane == Lane::Due {
             self.due()?
         } else {
             self.backlog()?
         };
-        let mut n = 0;
+        let mut ids = Vec::new();
         for entry in table.iter().ctx("read lane")? {
-            if n >= max {
+            if ids.len() >= max {
                 break;
             }
             let (k, v) = entry.ctx("read lane")?;
             if before.is_some_and(|h| h < k.value()) {
                 break;
             }
-            let flow = self.flow_of(v.value())?;
-            let is_free = match free.get(&flow) {
-                Some(&f) => f,
-                None => {
-                    let f = self.limit_rec(&flow)?.is_none()
-                        && !(any_paused && self.is_paused(&flow)?);
-                    free.insert(flow, f);
-                    f
-                }
-            };
-            if !is_free {
-                break;
-            }
-            n += 1;
+            ids.push(v.value());
         }
-        Ok(n)
+        Ok(ids)
+    }
+
+    /// Whether `flow` has no limit record and, when `any_paused`, is not
+    /// paused: its items are handed out in lane order whatever the limits.
+    /// `free` caches each flow's answer for one claim (a claim creates no
+    /// limit record and pauses no flow).
+    fn flow_is_free(
+        &self,
+        flow: &str,
+        any_paused: bool,
+        free: &mut HashMap<String, bool>,
+    ) -> Result<bool> {
+        if let Some(&f) = free.get(flow) {
+            return Ok(f);
+        }
+        let f = self.limit_rec(flow)?.is_none() && !(any_paused && self.is_paused(flow)?);
+        free.insert(flow.to_string(), f);
+        Ok(f)
     }
 
     /// Take up to `n` ids from the front of `lane` (the backlog or the due
@@ -411,7 +404,19 @@ impl Tables<'_> {
         lane: Lane,
         now: u64,
     ) -> Result<(Claimed, LeaseRecord)> {
-        let mut rec = self.record(id)?;
+        let rec = self.record(id)?;
+        self.lease_out_record(id, rec, lane, now)
+    }
+
+    /// [`Tables::lease_out`] of item `id` whose record `rec` the caller has
+    /// read.
+    pub(super) fn lease_out_record(
+        &mut self,
+        id: u64,
+        mut rec: ItemRecord,
+        lane: Lane,
+        now: u64,
+    ) -> Result<(Claimed, LeaseRecord)> {
         self.note_pending(&rec.flow, true, 1, now)?;
         let lease = self.bump(NEXT_LEASE, 1)?;
         rec.deliveries = rec.deliveries.saturating_add(1);

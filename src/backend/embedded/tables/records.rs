@@ -18,19 +18,6 @@ impl Tables<'_> {
         codec::decode_item(&what, guard.value())
     }
 
-    /// The flow of item `id`, without decoding the rest of its record.
-    pub(super) fn flow_of(&self, id: u64) -> Result<String> {
-        let guard = self
-            .items()?
-            .get(id)
-            .ctx("read item")?
-            .ok_or_else(|| Error::corrupt(format!("items[{id}] is missing")))?;
-        let bytes = guard.value();
-        // The key goes into the error only when there is one.
-        codec::decode_item_flow("items", bytes)
-            .or_else(|_| codec::decode_item_flow(&format!("items[{id}]"), bytes))
-    }
-
     pub(super) fn put_record(&mut self, id: u64, rec: &ItemRecord) -> Result<()> {
         let bytes = codec::encode_item(rec)?;
         self.items_mut()?
