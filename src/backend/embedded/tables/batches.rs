@@ -255,8 +255,9 @@ impl Tables<'_> {
 
     /// The outcomes of acks without a result of `ids` (ascending), as
     /// `finish` writes them: ids past the last kept outcome cannot have an
-    /// earlier one to replace and are appended in one run; the others go
-    /// through `finish`.
+    /// earlier one to replace and are appended in one run; the others
+    /// replace theirs one at a time. One encoded record and one run of
+    /// expiry entries serve the whole batch.
     fn append_outcomes(&mut self, ids: &[u64], now: u64) -> Result<()> {
         if self.limits.result_ttl_ms == 0 {
             for &id in ids {
@@ -274,9 +275,6 @@ impl Tables<'_> {
             None => 0,
         };
         let (old, new) = ids.split_at(split);
-        for &id in old {
-            self.finish(id, false, Vec::new(), "", now)?;
-        }
         let expires_at_ms = now.saturating_add(self.limits.result_ttl_ms);
         let bytes = codec::encode(&OutcomeRecord {
             dead: false,
@@ -285,10 +283,20 @@ impl Tables<'_> {
             at_ms: now,
             expires_at_ms,
         })?;
+        // Ids among the kept outcomes (a claim over priority tiers acks
+        // ids far apart) replace any outcome of theirs one by one, as
+        // `finish` does; the expiry entries of the whole batch share one
+        // time and go in one run.
+        for &id in old {
+            self.forget_outcome(id)?;
+            self.outcomes_mut()?
+                .insert(id, bytes.as_slice())
+                .ctx("write outcome")?;
+        }
         let rows: Vec<(u64, &[u8])> = new.iter().map(|&id| (id, bytes.as_slice())).collect();
         put_run(self.outcomes_mut()?, &rows, "write outcomes")?;
         let expiry: Vec<((u64, u64), ())> =
-            new.iter().map(|&id| ((expires_at_ms, id), ())).collect();
+            ids.iter().map(|&id| ((expires_at_ms, id), ())).collect();
         put_run(self.outcome_expiry_mut()?, &expiry, "write outcome expiry")?;
         Ok(())
     }
