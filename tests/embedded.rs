@@ -720,3 +720,78 @@ async fn large_batches_move_items_as_the_model_does() {
     e.audit().await.unwrap();
     e.close().await.unwrap();
 }
+
+/// A lease of record version 1 (an earlier build's claim, which counted the
+/// delivery in the item record and wrote a lease without a count) is read
+/// with the item record's count (SPEC 6): a file with such pending items
+/// opens unchanged, and find, retry and reclaim count on from it.
+#[tokio::test]
+async fn a_version_1_lease_takes_its_count_from_the_item_record() {
+    use redb::ReadableTable;
+    type Record = (String, u64, Option<u64>, u32, u8, u32, Option<Vec<u8>>);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let clock = ManualClock::new(T0);
+    let q = open(&path, &clock).await;
+    let a = q.add(NewItem::new(b"a".to_vec())).await.unwrap().id;
+    let b = q.add(NewItem::new(b"b".to_vec())).await.unwrap().id;
+    let claimed = q.claim(2, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!(claimed.len(), 2);
+    q.close().await.unwrap();
+    drop(q);
+    {
+        // Rewrite both as the earlier build left them: the count (1) in the
+        // item record, the lease without one.
+        let config = bincode::config::standard();
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let items_def: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("items");
+            let pending_def: redb::TableDefinition<u64, &[u8]> =
+                redb::TableDefinition::new("pending");
+            let mut items = txn.open_table(items_def).unwrap();
+            let mut pending = txn.open_table(pending_def).unwrap();
+            for c in &claimed {
+                let id = c.item.id;
+                let bytes = items.get(id).unwrap().unwrap().value().to_vec();
+                assert_eq!(bytes[0], 2, "item record version");
+                let (mut rec, _): (Record, usize) =
+                    bincode::decode_from_slice(&bytes[1..], config).unwrap();
+                assert_eq!(rec.3, 0, "a claim leaves the item record's count alone");
+                rec.3 = 1;
+                let mut out = vec![2u8];
+                out.extend(bincode::encode_to_vec(&rec, config).unwrap());
+                items.insert(id, out.as_slice()).unwrap();
+                let bytes = pending.get(id).unwrap().unwrap().value().to_vec();
+                assert_eq!(bytes[0], 2, "lease record version");
+                let (lease, _): ((u64, u64, u8, u32), usize) =
+                    bincode::decode_from_slice(&bytes[1..], config).unwrap();
+                assert_eq!(lease.3, 1, "the lease carries the count");
+                let mut v1 = vec![1u8];
+                v1.extend(bincode::encode_to_vec((lease.0, lease.1, lease.2), config).unwrap());
+                pending.insert(id, v1.as_slice()).unwrap();
+            }
+        }
+        txn.commit().unwrap();
+    }
+    let q = open(&path, &clock).await;
+    let found = q.find(a).await.unwrap().unwrap();
+    assert_eq!(found.item.deliveries, 1);
+    let ra = claimed.iter().find(|c| c.item.id == a).unwrap().receipt;
+    q.retry(ra, T0).await.unwrap();
+    q.promote_due().await.unwrap();
+    let again = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!((again[0].item.id, again[0].receipt.delivery), (a, 2));
+    // b was pending at the close: an orphan, reclaimed with its count + 1.
+    let reclaimed = q
+        .reclaim_stale(Duration::from_secs(3600), 10)
+        .await
+        .unwrap();
+    let ids: Vec<_> = reclaimed
+        .iter()
+        .map(|c| (c.item.id, c.receipt.delivery))
+        .collect();
+    assert_eq!(ids, vec![(b, 2)]);
+    q.audit().await.unwrap();
+    q.close().await.unwrap();
+}

@@ -48,12 +48,58 @@ pub(crate) struct ItemRecordV1 {
     pub(crate) deliveries: u32,
 }
 
-/// A pending item's lease.
+/// The version byte of lease records ([`LeaseRecord`]) written by this
+/// build: they carry the item's delivery count.
+pub(crate) const LEASE_RECORD_VERSION: u8 = 2;
+
+/// A pending item's lease (record version 2). While an item is pending its
+/// delivery count is the lease's `deliveries`, not its item record's: a
+/// claim writes the lease only, and every move out of pending that keeps
+/// the item writes the count back into its record (SPEC section 6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
 pub(crate) struct LeaseRecord {
     pub(crate) claimed_at_ms: u64,
     pub(crate) lease: u64,
     pub(crate) lane: u8,
+    pub(crate) deliveries: u32,
+}
+
+/// A lease of record version 1, written by builds whose claims counted the
+/// delivery in the item record: read as a [`LeaseRecord`] whose count is
+/// the item record's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
+pub(crate) struct LeaseRecordV1 {
+    pub(crate) claimed_at_ms: u64,
+    pub(crate) lease: u64,
+    pub(crate) lane: u8,
+}
+
+/// Encode a lease (version [`LEASE_RECORD_VERSION`]).
+pub(crate) fn encode_lease(lease: &LeaseRecord) -> Result<Vec<u8>> {
+    encode_as(LEASE_RECORD_VERSION, lease)
+}
+
+/// Decode a lease of either version: `Ok((lease, true))` for a version-1
+/// lease, whose `deliveries` (0 here) the caller takes from the item
+/// record.
+///
+/// # Errors
+///
+/// As [`decode`].
+pub(crate) fn decode_lease(what: &str, bytes: &[u8]) -> Result<(LeaseRecord, bool)> {
+    if bytes.first() == Some(&RECORD_VERSION) {
+        let v1: LeaseRecordV1 = decode(what, bytes)?;
+        return Ok((
+            LeaseRecord {
+                claimed_at_ms: v1.claimed_at_ms,
+                lease: v1.lease,
+                lane: v1.lane,
+                deliveries: 0,
+            },
+            true,
+        ));
+    }
+    Ok((decode_as(LEASE_RECORD_VERSION, what, bytes)?, false))
 }
 
 /// A flow's limit record (SPEC 3, Flow limits): the [`FlowState`]

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use redb::{ReadableTable, ReadableTableMetadata, TableHandle};
 
 use super::{Ctx, META, ORPHANS, REDO_AT_KEY, REDO_LOG_KEY, Tables};
-use crate::backend::embedded::codec::{self, DeadRecord, LeaseRecord};
+use crate::backend::embedded::codec::{self, DeadRecord};
 use crate::backend::memory::Location;
 use crate::error::{Error, Result};
 use crate::item::Lane;
@@ -97,7 +97,7 @@ impl Tables<'_> {
         for entry in self.pending()?.iter().ctx("scan leases")? {
             let (k, v) = entry.ctx("scan leases")?;
             let id = k.value();
-            let lease: LeaseRecord = codec::decode(&format!("pending[{id}]"), v.value())?;
+            let (lease, _) = codec::decode_lease(&format!("pending[{id}]"), v.value())?;
             by_time.insert((lease.claimed_at_ms, id));
         }
         let mut indexed = BTreeSet::new();

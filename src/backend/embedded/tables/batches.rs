@@ -140,7 +140,7 @@ impl Tables<'_> {
             }
             let (claimed, lease) = self.lease_out_record(id, rec, lane, now)?;
             out.push(claimed);
-            leases.push((id, codec::encode(&lease)?));
+            leases.push((id, codec::encode_lease(&lease)?));
         }
         // Nothing handed out writes nothing (SPEC 8, Idle).
         if leases.is_empty() {

@@ -62,7 +62,11 @@ impl Tables<'_> {
                 let rows = self.pending_by_time()?.iter().ctx(what)?.skip(skip);
                 pager.fill(rows.map(|row| -> Result<Option<ListedItem>> {
                     let (at, id) = row.ctx(what)?.0.value();
-                    Ok(Some(ListedItem::pending(self.item(id)?, at, None)))
+                    let item = match self.lease(id)? {
+                        Some(lease) => self.pending_item(id, &lease)?,
+                        None => self.item(id)?,
+                    };
+                    Ok(Some(ListedItem::pending(item, at, None)))
                 }))
             }
             ItemState::Parked => {
@@ -98,10 +102,11 @@ impl Tables<'_> {
         if self.items()?.get(id).ctx(what)?.is_none() {
             return Ok(None);
         }
-        let item = self.item(id)?;
         if let Some(lease) = self.lease(id)? {
+            let item = self.pending_item(id, &lease)?;
             return Ok(Some(ListedItem::pending(item, lease.claimed_at_ms, None)));
         }
+        let item = self.item(id)?;
         if let Some(seq) = self.dead_by_id()?.get(id).ctx(what)? {
             let seq = seq.value();
             if let Some(v) = self.dead()?.get(seq).ctx(what)? {

@@ -131,7 +131,7 @@ impl Tables<'_> {
             if let Some(mut l) = self.lease(id)? {
                 l.claimed_at_ms = moved;
                 self.pending_mut()?
-                    .insert(id, codec::encode(&l)?.as_slice())
+                    .insert(id, codec::encode_lease(&l)?.as_slice())
                     .ctx("move lease")?;
             }
         }

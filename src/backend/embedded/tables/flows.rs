@@ -63,6 +63,7 @@ impl Tables<'_> {
         let flow = self.record(r.id)?.flow;
         require_flow(&flow)?;
         self.remove_pending(r.id, &lease, now)?;
+        self.keep_deliveries(r.id, &lease)?;
         self.park_id(&flow, r.id)
     }
 

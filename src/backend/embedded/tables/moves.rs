@@ -387,7 +387,7 @@ impl Tables<'_> {
     pub(super) fn hand_out(&mut self, id: u64, lane: Lane, now: u64) -> Result<Claimed> {
         let (claimed, lease) = self.lease_out(id, lane, now)?;
         self.pending_mut()?
-            .insert(id, codec::encode(&lease)?.as_slice())
+            .insert(id, codec::encode_lease(&lease)?.as_slice())
             .ctx("write lease")?;
         self.pending_by_time_mut()?
             .insert((now, id), ())
@@ -395,9 +395,11 @@ impl Tables<'_> {
         Ok(claimed)
     }
 
-    /// The item record's side of a hand-out (deliveries + 1, a new lease
-    /// number, the flow's pending count): the lease to write into the
-    /// pending index and its lease index is returned, not written.
+    /// The lease side of a hand-out (a new lease number carrying the
+    /// delivery count plus one, the flow's pending count): the lease to
+    /// write into the pending index and its lease index is returned, not
+    /// written. The item record is not written: while the item is pending
+    /// its count is the lease's (SPEC section 6).
     pub(super) fn lease_out(
         &mut self,
         id: u64,
@@ -420,11 +422,11 @@ impl Tables<'_> {
         self.note_pending(&rec.flow, true, 1, now)?;
         let lease = self.bump(NEXT_LEASE, 1)?;
         rec.deliveries = rec.deliveries.saturating_add(1);
-        self.put_record(id, &rec)?;
         let l = LeaseRecord {
             claimed_at_ms: now,
             lease,
             lane: codec::lane_to_u8(lane),
+            deliveries: rec.deliveries,
         };
         let delivery = rec.deliveries;
         let claimed = Claimed {
@@ -490,7 +492,7 @@ impl Tables<'_> {
             self.orphans_mut()?.remove(old).ctx("delete orphan")?;
             l.claimed_at_ms = now;
             self.pending_mut()?
-                .insert(r.id, codec::encode(&l)?.as_slice())
+                .insert(r.id, codec::encode_lease(&l)?.as_slice())
                 .ctx("write lease")?;
             self.pending_by_time_mut()?
                 .insert((now, r.id), ())
@@ -506,9 +508,10 @@ impl Tables<'_> {
         now: u64,
     ) -> Result<RetryOutcome> {
         let lease = self.current(r)?;
-        let mut rec = self.record(r.id)?;
+        let mut rec = self.record_leaving(r.id, &lease)?;
         self.remove_pending(r.id, &lease, now)?;
         if rec.deliveries >= self.limits.max_deliveries {
+            self.put_record(r.id, &rec)?;
             self.bury(r.id, MAX_DELIVERIES_REASON, now)?;
             return Ok(RetryOutcome::DeadLettered);
         }
@@ -529,7 +532,7 @@ impl Tables<'_> {
         now: u64,
     ) -> Result<()> {
         let lease = self.current(r)?;
-        let mut rec = self.record(r.id)?;
+        let mut rec = self.record_leaving(r.id, &lease)?;
         self.remove_pending(r.id, &lease, now)?;
         rec.deliveries = rec.deliveries.saturating_sub(1);
         let paused = self.is_paused(&rec.flow)?;
@@ -555,6 +558,7 @@ impl Tables<'_> {
     ) -> Result<()> {
         let lease = self.current(r)?;
         self.remove_pending(r.id, &lease, now)?;
+        self.keep_deliveries(r.id, &lease)?;
         self.bury(r.id, reason, now)
     }
 
@@ -634,6 +638,7 @@ impl Tables<'_> {
                 continue;
             };
             self.remove_pending(id, &lease, now)?;
+            self.keep_deliveries(id, &lease)?;
             let rec = self.record(id)?;
             if rec.deliveries >= self.limits.max_deliveries {
                 self.bury(id, MAX_DELIVERIES_REASON, now)?;

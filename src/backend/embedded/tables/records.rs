@@ -94,12 +94,46 @@ impl Tables<'_> {
         Ok(())
     }
 
+    /// The lease of pending item `id`, with its delivery count (for a
+    /// version-1 lease, the item record's).
     pub(super) fn lease(&self, id: u64) -> Result<Option<LeaseRecord>> {
-        let what = format!("pending[{id}]");
-        match self.pending()?.get(id).ctx("read lease")? {
-            Some(g) => Ok(Some(codec::decode(&what, g.value())?)),
-            None => Ok(None),
+        let (mut lease, v1) = match self.pending()?.get(id).ctx("read lease")? {
+            Some(g) => codec::decode_lease(&format!("pending[{id}]"), g.value())?,
+            None => return Ok(None),
+        };
+        if v1 {
+            lease.deliveries = self.record(id)?.deliveries;
         }
+        Ok(Some(lease))
+    }
+
+    /// Item `id`'s record as it leaves pending under `lease`: with the
+    /// lease's delivery count, which a claim does not write into the
+    /// record (SPEC section 6).
+    pub(super) fn record_leaving(&self, id: u64, lease: &LeaseRecord) -> Result<ItemRecord> {
+        let mut rec = self.record(id)?;
+        rec.deliveries = lease.deliveries;
+        Ok(rec)
+    }
+
+    /// Write the lease's delivery count into item `id`'s record, for a
+    /// move out of pending that keeps the record as it is otherwise.
+    pub(super) fn keep_deliveries(&mut self, id: u64, lease: &LeaseRecord) -> Result<()> {
+        let rec = self.record(id)?;
+        if rec.deliveries != lease.deliveries {
+            let rec = ItemRecord {
+                deliveries: lease.deliveries,
+                ..rec
+            };
+            self.put_record(id, &rec)?;
+        }
+        Ok(())
+    }
+
+    /// Pending item `id` as its lease shows it (the lease's delivery count).
+    pub(super) fn pending_item(&self, id: u64, lease: &LeaseRecord) -> Result<Item> {
+        let rec = self.record_leaving(id, lease)?;
+        self.to_item(id, rec)
     }
 
     pub(super) fn current(&self, r: &Receipt) -> Result<LeaseRecord> {
