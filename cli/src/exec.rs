@@ -170,7 +170,9 @@ struct Request {
 /// The head and flow of a request (the payload follows them as it is).
 fn encode_request(claimed: &Claimed, timeout: Option<Duration>, keep_stdout: bool) -> Vec<u8> {
     let item = &claimed.item;
-    let timeout_ns = timeout.map_or(0, |t| u64::try_from(t.as_nanos()).unwrap_or(u64::MAX).max(1));
+    let timeout_ns = timeout.map_or(0, |t| {
+        u64::try_from(t.as_nanos()).unwrap_or(u64::MAX).max(1)
+    });
     let flow = item.flow.as_bytes();
     let mut head = Vec::with_capacity(REQUEST_HEAD + flow.len());
     head.extend_from_slice(&item.id.to_le_bytes());

@@ -1546,10 +1546,7 @@ fn the_supervisor_runs_each_whole_payload_and_never_a_cut_one_by_either_spelling
         let out = child.wait_with_output().unwrap();
         assert_eq!(out.status.code(), Some(125), "{how}: {}", text(&out.stderr));
         assert_eq!(text(&out.stdout), "helloworld", "{how}");
-        assert!(
-            !env.path("ran-9-f").exists(),
-            "{how}: ran on a cut payload"
-        );
+        assert!(!env.path("ran-9-f").exists(), "{how}: ran on a cut payload");
     }
 }
 
@@ -1577,7 +1574,11 @@ fn a_reused_supervisor_still_kills_the_command_group_of_a_killed_worker() {
     let parents = env.read("parents");
     let distinct: std::collections::BTreeSet<&str> = parents.lines().collect();
     assert_eq!(parents.lines().count(), 6, "{parents}");
-    assert_eq!(distinct.len(), 1, "not one supervisor for the slot: {parents}");
+    assert_eq!(
+        distinct.len(),
+        1,
+        "not one supervisor for the slot: {parents}"
+    );
     let supervisor = parents.lines().next().unwrap_or_default().to_string();
     assert_ne!(supervisor, worker.id().to_string());
     worker.kill().unwrap();
@@ -1614,11 +1615,17 @@ fn a_supervisor_runs_on_after_a_timed_out_command() {
     assert_eq!(env.read("ran.txt"), "ok1\nok2\n");
     let parents = env.read("parents");
     let distinct: std::collections::BTreeSet<&str> = parents.lines().collect();
-    assert_eq!((parents.lines().count(), distinct.len()), (3, 1), "{parents}");
+    assert_eq!(
+        (parents.lines().count(), distinct.len()),
+        (3, 1),
+        "{parents}"
+    );
     let bg = env.read("bg.pid");
-    wait_for("the timed-out group to die", Duration::from_secs(20), || {
-        ended(bg.trim())
-    });
+    wait_for(
+        "the timed-out group to die",
+        Duration::from_secs(20),
+        || ended(bg.trim()),
+    );
     let dead = env.ok(&["dead-letters"]);
     assert!(dead.contains("command timed out after 300ms"), "{dead}");
 }
