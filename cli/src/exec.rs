@@ -157,6 +157,10 @@ const KEEP_STDOUT_FLAG: u8 = 1;
 /// twice the tail.
 const STATUS_STDERR_MAX: usize = 4 * STDERR_TAIL_BYTES;
 
+/// A payload up to this size goes to the supervisor in the same write as
+/// its request's head (copied); a larger one is written on its own.
+const COALESCE_BYTES: usize = 64 * 1024;
+
 /// One run of the command, as the supervisor reads it.
 struct Request {
     id: u64,
@@ -197,7 +201,12 @@ fn le<const N: usize>(bytes: &[u8], at: usize) -> [u8; N] {
 /// Read exactly `len` bytes, growing the buffer only as they arrive (a
 /// length is not trusted for an allocation).
 async fn read_len<R: AsyncRead + Unpin>(r: &mut R, len: u64) -> std::io::Result<Vec<u8>> {
-    let mut out = Vec::new();
+    // Room for a small payload at once; a large one grows as it comes.
+    let mut out = Vec::with_capacity(
+        usize::try_from(len)
+            .unwrap_or(usize::MAX)
+            .min(COALESCE_BYTES),
+    );
     r.take(len).read_to_end(&mut out).await?;
     if out.len() as u64 != len {
         return Err(std::io::ErrorKind::UnexpectedEof.into());
@@ -356,10 +365,16 @@ impl Supervisor {
     /// Send one request and read its status. `Err(true)` when the request
     /// could not be sent whole (the supervisor is gone: the command did not
     /// start), `Err(false)` when the status could not be read.
-    async fn call(&mut self, head: &[u8], payload: &[u8]) -> Result<Status, bool> {
+    async fn call(&mut self, mut head: Vec<u8>, payload: &[u8]) -> Result<Status, bool> {
         let sent = async {
-            self.channel.write_all(head).await?;
-            self.channel.write_all(payload).await?;
+            if payload.len() <= COALESCE_BYTES {
+                // One write, so that the supervisor wakes once per request.
+                head.extend_from_slice(payload);
+                self.channel.write_all(&head).await?;
+            } else {
+                self.channel.write_all(&head).await?;
+                self.channel.write_all(payload).await?;
+            }
             self.channel.flush().await
         };
         if sent.await.is_err() {
@@ -421,7 +436,7 @@ impl Supervisors {
             },
         };
         let head = encode_request(claimed, timeout, keep_stdout);
-        match supervisor.call(&head, &claimed.item.payload).await {
+        match supervisor.call(head, &claimed.item.payload).await {
             Ok(status) => {
                 if let Ok(mut idle) = self.idle.lock() {
                     idle.push(supervisor);
@@ -601,6 +616,7 @@ async fn serve_requests(cmd: &str) -> ExitCode {
         Ok(c) => c,
         Err(e) => return not_started(&e),
     };
+    let mut sh = find_sh();
     loop {
         let request = match read_request(&mut channel).await {
             Ok(Some(r)) => r,
@@ -610,7 +626,10 @@ async fn serve_requests(cmd: &str) -> ExitCode {
             // command must not run on a part of it. Nobody reads this exit.
             Err(_) => return ExitCode::from(NOT_STARTED),
         };
-        let Some(status) = run_request(cmd, request, &mut channel).await else {
+        if sh.is_none() {
+            sh = find_sh();
+        }
+        let Some(status) = run_request(cmd, &mut sh, request, &mut channel).await else {
             // The lifeline closed while the command ran; its group is dead.
             return ExitCode::FAILURE;
         };
@@ -621,10 +640,38 @@ async fn serve_requests(cmd: &str) -> ExitCode {
     }
 }
 
-/// Run `sh -c CMD` once for `request`, in a new process group, watching
-/// the lifeline: `None` when it closed while `sh` ran (the group was killed).
-async fn run_request(cmd: &str, request: Request, channel: &mut UnixStream) -> Option<Status> {
-    let mut child = match Command::new("sh")
+/// `sh` as `execvp` would find it on this process's `PATH` (which does not
+/// change while it runs): searched once rather than at every start, where
+/// each directory before `sh`'s costs a failed `execve`.
+fn find_sh() -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).find_map(|dir| {
+        // An empty entry is the current directory, as for `execvp`.
+        let dir = if dir.as_os_str().is_empty() {
+            std::path::PathBuf::from(".")
+        } else {
+            dir
+        };
+        let candidate = dir.join("sh");
+        let meta = std::fs::metadata(&candidate).ok()?;
+        (meta.is_file() && meta.permissions().mode() & 0o111 != 0).then_some(candidate)
+    })
+}
+
+/// Run `sh -c CMD` once for `request` (`sh` the one found on `PATH`, else
+/// looked up by the spawn, and forgotten when it cannot be started), in a
+/// new process group, watching the lifeline: `None` when it closed while
+/// `sh` ran (the group was killed).
+async fn run_request(
+    cmd: &str,
+    sh: &mut Option<std::path::PathBuf>,
+    request: Request,
+    channel: &mut UnixStream,
+) -> Option<Status> {
+    let program = sh.as_deref().unwrap_or(std::path::Path::new("sh"));
+    let mut child = match Command::new(program)
+        .arg0("sh")
         .arg("-c")
         .arg(cmd)
         .env("WORKJOURNAL_ID", request.id.to_string())
@@ -642,7 +689,11 @@ async fn run_request(cmd: &str, request: Request, channel: &mut UnixStream) -> O
         .spawn()
     {
         Ok(c) => c,
-        Err(e) => return Some(Status::not_started(&e)),
+        Err(e) => {
+            // Look for it again next time (it may have moved).
+            *sh = None;
+            return Some(Status::not_started(&e));
+        }
     };
     let Some(pgid) = child.id() else {
         return Some(Status::not_started(&std::io::Error::other(
