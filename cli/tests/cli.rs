@@ -1629,3 +1629,35 @@ fn a_supervisor_runs_on_after_a_timed_out_command() {
     let dead = env.ok(&["dead-letters"]);
     assert!(dead.contains("command timed out after 300ms"), "{dead}");
 }
+
+/// SPEC 9: items that follow each other through one slot's supervisor
+/// keep apart: each kept stdout is its own command's, and a failure's
+/// reason is its own command's stderr, not a neighbour's.
+#[test]
+fn items_through_one_supervisor_keep_their_own_output() {
+    let env = Env::new();
+    for p in ["a", "b", "bad", "c"] {
+        env.ok(&["add", p]);
+    }
+    let out = env.run(&[
+        "work",
+        "--until-empty",
+        "--concurrency",
+        "1",
+        "--max-deliveries",
+        "1",
+        "--keep-stdout",
+        "--exec",
+        r#"p=$(cat); echo "err-$p" >&2; [ "$p" = bad ] && exit 3; printf '%s-%s' "$p" "$WORKJOURNAL_ID""#,
+    ]);
+    assert_eq!(out.status.code(), Some(10), "{}", text(&out.stderr));
+    for (id, want) in [("1", "a-1"), ("2", "b-2"), ("4", "c-4")] {
+        assert_eq!(env.ok(&["result", id]), want);
+    }
+    let dead = env.ok(&["dead-letters"]);
+    assert!(
+        dead.contains("command exited with code 3: err-bad"),
+        "{dead}"
+    );
+    assert_eq!(dead.matches("err-").count(), 1, "{dead}");
+}
