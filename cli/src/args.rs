@@ -154,11 +154,10 @@ pub(crate) enum Command {
     },
     /// Run the oldest parked item of a paused FLOW with --exec, once.
     Step(StepArgs),
-    /// Internal: the supervisor `work` runs each command under.
+    /// Internal: the supervisor a slot of `work` runs its commands under
+    /// (requests on the socket that is its stdin; SPEC section 9).
     #[command(name = "__supervise", hide = true)]
     Supervise {
-        /// The payload's size, read whole from stdin before CMD starts.
-        payload_bytes: u64,
         /// The command, for `sh -c`.
         #[arg(allow_hyphen_values = true)]
         cmd: String,

@@ -1,26 +1,41 @@
 //! Running the user's command for one item.
 //!
-//! `work` does not start `sh -c CMD` itself: it starts its own binary as a
-//! thin supervisor ([`supervise`], the hidden `__supervise` subcommand),
-//! which leads the command's process group and runs `sh -c CMD` in it
-//! (SPEC section 9):
+//! `work` does not start `sh -c CMD` itself: each of its slots keeps one
+//! long-lived supervisor ([`supervise`], the hidden `__supervise -- CMD`
+//! subcommand of this very binary), which starts `sh -c CMD` once per item,
+//! each run leading a process group of its own (SPEC section 9). The two
+//! talk over one Unix socket, the supervisor's stdin: the worker sends a
+//! request (the item's id, flow, delivery, `--timeout`, `--keep-stdout` and
+//! payload, lengths first) and the supervisor answers with a status record
+//! (how `sh` ended, the end of its stderr, the kept stdout).
 //!
-//! - the supervisor reads the whole payload from its stdin before `sh`
-//!   starts and hands it on from memory, so a command never reads a payload
-//!   cut short by a worker that died while writing it;
-//! - after the payload, the worker keeps the supervisor's stdin open while
-//!   the command runs: that pipe is the lifeline. When it closes without the
-//!   worker having reaped the command (the worker was killed by any signal,
-//!   SIGKILL too, or crashed), the supervisor kills the whole group, so no
-//!   command outlives its worker and runs a second time beside the rerun.
+//! - the supervisor reads the whole request before `sh` starts and hands
+//!   the payload on from memory, so a command never reads a payload cut
+//!   short by a worker that died while writing it;
+//! - the socket is the lifeline. When it closes while a command runs (the
+//!   worker was killed by any signal, SIGKILL too, crashed, or dropped the
+//!   run: a shutdown past the grace period, a second Ctrl-C, a closed
+//!   stdout), the supervisor kills the command's whole group with SIGKILL
+//!   and exits, so no command outlives its worker and runs a second time
+//!   beside the rerun. Between commands a closed socket just ends the
+//!   supervisor.
+//!
+//! One supervisor per slot rather than one per item halves the programs
+//! started per item (`sh` alone, as `xargs` starts its command), which is
+//! most of what the worker path spends besides the queue's commits.
 
-use std::io::{Read, Write};
+use std::ffi::OsStr;
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::process::{ExitCode, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rustix::process::{Pid, Signal};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::process::Command;
+use tokio::net::UnixStream;
+use tokio::process::{Child, Command};
 use workjournal::Claimed;
 
 /// How much of the command's stderr is kept for the failure reason, in bytes.
@@ -36,7 +51,9 @@ const STDERR_DRAIN: Duration = Duration::from_millis(100);
 /// section 9).
 pub(crate) const KEEP_STDOUT_CAP: usize = 1024 * 1024;
 
-/// The supervisor's exit code when it could not start `sh`.
+/// The supervisor's exit code when a request was cut short (the worker
+/// died while writing it: the command was not started) or it could not
+/// start at all.
 pub(crate) const NOT_STARTED: u8 = 125;
 
 /// The exit code by which a command asks `work` to back its item's flow
@@ -84,20 +101,6 @@ fn kill_group(pgid: u32) {
     }
 }
 
-/// Kills the command's whole process group when dropped while armed: `work`
-/// cancelled the command (shutdown past the grace period, a second Ctrl-C,
-/// a closed stdout). `kill_on_drop` alone kills only the supervisor, and
-/// what `sh` started would run on, reparented to init.
-struct GroupKill(Option<u32>);
-
-impl Drop for GroupKill {
-    fn drop(&mut self) {
-        if let Some(pgid) = self.0 {
-            kill_group(pgid);
-        }
-    }
-}
-
 /// SIGPIPE's number on Linux and the BSDs.
 const SIGPIPE: i32 = 13;
 
@@ -132,195 +135,359 @@ fn supervisor_program() -> std::path::PathBuf {
     std::env::current_exe().unwrap_or_else(|_| std::path::PathBuf::from("workjournal"))
 }
 
-/// Run `sh -c CMD` under the supervisor, with the payload on stdin and the
-/// item's id, flow and delivery in the environment. Its stdout is ours, or
-/// with `keep_stdout` captured (up to [`KEEP_STDOUT_CAP`]) as the result;
-/// its stderr is kept (the last 2 KiB) for the failure reason and otherwise
-/// discarded. A command still running after `timeout` is killed with its
-/// group and fails. The command is killed if this future is dropped
-/// (shutdown past the grace period).
-pub(crate) async fn run(
-    cmd: &str,
-    claimed: &Claimed,
+// ---------------------------------------------------------------------------
+// The wire format between the worker and a supervisor (SPEC section 9).
+//
+// Request, worker to supervisor: a head of 33 bytes, little-endian: item id
+// (u64), delivery (u32), timeout in ns (u64, 0 for none), flags (u8, bit 0:
+// keep stdout), flow length (u32), payload length (u64); then the flow's
+// bytes, then the payload's.
+//
+// Status, supervisor to worker: a head of 14 bytes, little-endian: how `sh`
+// ended (u8: 0 exited, 1 killed by a signal, 2 not started, 3 timed out and
+// killed), the exit code or signal number (i32), whether stdout went past
+// the cap (u8), the stderr length (u32), the kept stdout's length (u32);
+// then those bytes. For "not started" the stderr bytes are the reason.
+// ---------------------------------------------------------------------------
+
+const REQUEST_HEAD: usize = 8 + 4 + 8 + 1 + 4 + 8;
+const STATUS_HEAD: usize = 1 + 4 + 1 + 4 + 4;
+const KEEP_STDOUT_FLAG: u8 = 1;
+/// The most stderr a status record carries: the supervisor keeps at most
+/// twice the tail.
+const STATUS_STDERR_MAX: usize = 4 * STDERR_TAIL_BYTES;
+
+/// A payload up to this size goes to the supervisor in the same write as
+/// its request's head (copied); a larger one is written on its own.
+const COALESCE_BYTES: usize = 64 * 1024;
+
+/// One run of the command, as the supervisor reads it.
+struct Request {
+    id: u64,
+    delivery: u32,
     timeout: Option<Duration>,
     keep_stdout: bool,
-) -> Outcome {
-    match run_inner(cmd, claimed, timeout, keep_stdout).await {
-        Ok(out) => Outcome::Ok(out),
-        Err((failure, None)) if failure.0.starts_with(CANNOT_START) => Outcome::NotStarted(failure),
-        Err((failure, Some(s))) if s == -i32::from(BACK_OFF_EXIT) => {
-            Outcome::BackOff(retry_after(&failure.0), failure)
+    flow: Vec<u8>,
+    payload: Vec<u8>,
+}
+
+/// The head and flow of a request (the payload follows them as it is).
+fn encode_request(claimed: &Claimed, timeout: Option<Duration>, keep_stdout: bool) -> Vec<u8> {
+    let item = &claimed.item;
+    let timeout_ns = timeout.map_or(0, |t| {
+        u64::try_from(t.as_nanos()).unwrap_or(u64::MAX).max(1)
+    });
+    let flow = item.flow.as_bytes();
+    let mut head = Vec::with_capacity(REQUEST_HEAD + flow.len());
+    head.extend_from_slice(&item.id.to_le_bytes());
+    head.extend_from_slice(&claimed.receipt.delivery.to_le_bytes());
+    head.extend_from_slice(&timeout_ns.to_le_bytes());
+    head.push(if keep_stdout { KEEP_STDOUT_FLAG } else { 0 });
+    head.extend_from_slice(&u32::try_from(flow.len()).unwrap_or(u32::MAX).to_le_bytes());
+    head.extend_from_slice(&(item.payload.len() as u64).to_le_bytes());
+    head.extend_from_slice(flow);
+    head
+}
+
+/// A little-endian number from `bytes` at `at` (the caller sized `bytes`).
+fn le<const N: usize>(bytes: &[u8], at: usize) -> [u8; N] {
+    let mut out = [0u8; N];
+    if let Some(src) = bytes.get(at..at + N) {
+        out.copy_from_slice(src);
+    }
+    out
+}
+
+/// Read exactly `len` bytes, growing the buffer only as they arrive (a
+/// length is not trusted for an allocation).
+async fn read_len<R: AsyncRead + Unpin>(r: &mut R, len: u64) -> std::io::Result<Vec<u8>> {
+    // Room for a small payload at once; a large one grows as it comes.
+    let mut out = Vec::with_capacity(
+        usize::try_from(len)
+            .unwrap_or(usize::MAX)
+            .min(COALESCE_BYTES),
+    );
+    r.take(len).read_to_end(&mut out).await?;
+    if out.len() as u64 != len {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(out)
+}
+
+/// The next request; `None` when the socket closed between requests (the
+/// worker is done with this slot), an error when it closed inside one.
+async fn read_request<R: AsyncRead + Unpin>(r: &mut R) -> std::io::Result<Option<Request>> {
+    let mut head = [0u8; REQUEST_HEAD];
+    let mut got = 0;
+    while got < REQUEST_HEAD {
+        match r.read(&mut head[got..]).await? {
+            0 if got == 0 => return Ok(None),
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            n => got += n,
         }
-        Err((failure, signal)) => {
-            if signal == Some(SIGPIPE) && stdout_is_pipe() {
-                Outcome::StdoutClosed
+    }
+    let id = u64::from_le_bytes(le(&head, 0));
+    let delivery = u32::from_le_bytes(le(&head, 8));
+    let timeout_ns = u64::from_le_bytes(le(&head, 12));
+    let flags = head[20];
+    let flow_len = u32::from_le_bytes(le(&head, 21));
+    let payload_len = u64::from_le_bytes(le(&head, 25));
+    let flow = read_len(r, u64::from(flow_len)).await?;
+    let payload = read_len(r, payload_len).await?;
+    Ok(Some(Request {
+        id,
+        delivery,
+        timeout: (timeout_ns > 0).then(|| Duration::from_nanos(timeout_ns)),
+        keep_stdout: flags & KEEP_STDOUT_FLAG != 0,
+        flow,
+        payload,
+    }))
+}
+
+/// How `sh` ended, as the supervisor saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Exited(i32),
+    Signaled(i32),
+    NotStarted,
+    TimedOut,
+}
+
+/// A status record: how the command ended, the end of its stderr and its
+/// kept stdout.
+#[derive(Debug)]
+struct Status {
+    ended: Ended,
+    stderr: Vec<u8>,
+    stdout: Vec<u8>,
+    stdout_over: bool,
+}
+
+impl Status {
+    fn not_started(e: &std::io::Error) -> Self {
+        Status {
+            ended: Ended::NotStarted,
+            stderr: format!("{CANNOT_START}: {e}").into_bytes(),
+            stdout: Vec::new(),
+            stdout_over: false,
+        }
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let (kind, value) = match self.ended {
+            Ended::Exited(c) => (0u8, c),
+            Ended::Signaled(s) => (1, s),
+            Ended::NotStarted => (2, 0),
+            Ended::TimedOut => (3, 0),
+        };
+        // Both are bounded by the supervisor (the tail, the cap).
+        let stderr = &self.stderr[self.stderr.len().saturating_sub(STATUS_STDERR_MAX)..];
+        let stdout = &self.stdout[..self.stdout.len().min(KEEP_STDOUT_CAP)];
+        let mut out = Vec::with_capacity(STATUS_HEAD + stderr.len() + stdout.len());
+        out.push(kind);
+        out.extend_from_slice(&value.to_le_bytes());
+        out.push(u8::from(self.stdout_over));
+        out.extend_from_slice(&(stderr.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(stdout.len() as u32).to_le_bytes());
+        out.extend_from_slice(stderr);
+        out.extend_from_slice(stdout);
+        out
+    }
+
+    async fn read<R: AsyncRead + Unpin>(r: &mut R) -> std::io::Result<Self> {
+        let mut head = [0u8; STATUS_HEAD];
+        r.read_exact(&mut head).await?;
+        let value = i32::from_le_bytes(le(&head, 1));
+        let ended = match head[0] {
+            0 => Ended::Exited(value),
+            1 => Ended::Signaled(value),
+            2 => Ended::NotStarted,
+            3 => Ended::TimedOut,
+            _ => return Err(bad_record()),
+        };
+        let stderr_len = u32::from_le_bytes(le(&head, 6)) as usize;
+        let stdout_len = u32::from_le_bytes(le(&head, 10)) as usize;
+        if stderr_len > STATUS_STDERR_MAX || stdout_len > KEEP_STDOUT_CAP {
+            return Err(bad_record());
+        }
+        let stderr = read_len(r, stderr_len as u64).await?;
+        let stdout = read_len(r, stdout_len as u64).await?;
+        Ok(Status {
+            ended,
+            stderr,
+            stdout,
+            stdout_over: head[5] != 0,
+        })
+    }
+}
+
+fn bad_record() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        "malformed status record from the command supervisor",
+    )
+}
+
+// ---------------------------------------------------------------------------
+// The worker's side.
+// ---------------------------------------------------------------------------
+
+/// One supervisor, idle or running one command.
+///
+/// Dropping it closes the lifeline: a command it runs is killed with its
+/// group by the supervisor, which then exits. It is never killed from here
+/// (a supervisor killed alone would leave its command running).
+struct Supervisor {
+    child: Child,
+    channel: UnixStream,
+}
+
+impl Supervisor {
+    fn start(cmd: &str) -> std::io::Result<Self> {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+        ours.set_nonblocking(true)?;
+        let channel = UnixStream::from_std(ours)?;
+        let child = Command::new(supervisor_program())
+            .arg(SUPERVISE)
+            .arg("--")
+            .arg(cmd)
+            .stdin(Stdio::from(OwnedFd::from(theirs)))
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::inherit())
+            // A group of its own, so that a Ctrl-C on the terminal reaches
+            // only the worker, which lets running commands finish.
+            .process_group(0)
+            .spawn()?;
+        // (The command, holding our copy of the supervisor's end, is gone.)
+        Ok(Supervisor { child, channel })
+    }
+
+    /// Send one request and read its status. `Err(true)` when the request
+    /// could not be sent whole (the supervisor is gone: the command did not
+    /// start), `Err(false)` when the status could not be read.
+    async fn call(&mut self, mut head: Vec<u8>, payload: &[u8]) -> Result<Status, bool> {
+        let sent = async {
+            if payload.len() <= COALESCE_BYTES {
+                // One write, so that the supervisor wakes once per request.
+                head.extend_from_slice(payload);
+                self.channel.write_all(&head).await?;
             } else {
-                Outcome::Failed(failure)
+                self.channel.write_all(&head).await?;
+                self.channel.write_all(payload).await?;
             }
+            self.channel.flush().await
+        };
+        if sent.await.is_err() {
+            return Err(true);
+        }
+        Status::read(&mut self.channel).await.map_err(|_| false)
+    }
+
+    /// How the supervisor ended, for a failure text (it closed the socket).
+    async fn ended(mut self) -> String {
+        drop(self.channel);
+        match tokio::time::timeout(Duration::from_secs(1), self.child.wait()).await {
+            Ok(Ok(s)) => format!("the command supervisor ended ({s})"),
+            _ => "the command supervisor stopped answering".to_string(),
         }
     }
 }
 
-/// `run`, with the signal that killed the command (a shell reports a child
-/// killed by signal N as exit code 128 + N).
-async fn run_inner(
-    cmd: &str,
-    claimed: &Claimed,
-    timeout: Option<Duration>,
-    keep_stdout: bool,
-) -> Result<Option<Vec<u8>>, (Failure, Option<i32>)> {
-    let item = &claimed.item;
-    let payload = &item.payload;
-    let mut child = Command::new(supervisor_program())
-        .arg(SUPERVISE)
-        .arg(payload.len().to_string())
-        .arg("--")
-        .arg(cmd)
-        .env("WORKJOURNAL_ID", item.id.to_string())
-        .env("WORKJOURNAL_FLOW", &item.flow)
-        .env("WORKJOURNAL_DELIVERY", claimed.receipt.delivery.to_string())
-        .stdin(Stdio::piped())
-        .stdout(if keep_stdout {
-            Stdio::piped()
-        } else {
-            Stdio::inherit()
-        })
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        // Its own process group, led by the supervisor, so that everything
-        // the command started can be killed with it (and a Ctrl-C on the
-        // terminal reaches only the worker, which lets running commands
-        // finish).
-        .process_group(0)
-        .spawn()
-        .map_err(|e| (Failure(format!("{CANNOT_START}: {e}")), None))?;
-    let mut group = GroupKill(child.id());
+/// The supervisors of one `work` (or `step`) run: at most one per slot,
+/// each kept idle between items and reused.
+pub(crate) struct Supervisors {
+    cmd: Arc<str>,
+    idle: Mutex<Vec<Supervisor>>,
+}
 
-    // Held until the command has been reaped: the supervisor's lifeline.
-    let mut stdin = child.stdin.take();
-    let stderr = child.stderr.take();
-    let stdout = child.stdout.take();
-    let write = async {
-        if let Some(stdin) = stdin.as_mut() {
-            // A supervisor that died early closes the pipe; its exit status
-            // tells why.
-            let _ = stdin.write_all(payload).await;
-            let _ = stdin.flush().await;
+impl Supervisors {
+    pub(crate) fn new(cmd: &str) -> Self {
+        Supervisors {
+            cmd: Arc::from(cmd),
+            idle: Mutex::new(Vec::new()),
         }
-    };
-    let wait = async {
-        let mut tail: Vec<u8> = Vec::new();
-        let mut kept = Kept::default();
-        let mut stderr = stderr;
-        let mut stdout = stdout;
-        let mut buf = [0u8; 8192];
-        let mut out_buf = [0u8; 8192];
-        let keep = |tail: &mut Vec<u8>, chunk: &[u8]| {
-            tail.extend_from_slice(chunk);
-            if tail.len() > 2 * STDERR_TAIL_BYTES {
-                tail.drain(..tail.len() - STDERR_TAIL_BYTES);
-            }
-        };
-        let deadline = async {
-            match timeout {
-                Some(t) => tokio::time::sleep(t).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::pin!(deadline);
-        let mut timed_out = false;
-        let status = loop {
-            tokio::select! {
-                r = async { stderr.as_mut()?.read(&mut buf).await.ok() }, if stderr.is_some() => {
-                    match r {
-                        Some(n) if n > 0 => keep(&mut tail, &buf[..n]),
-                        _ => stderr = None,
-                    }
-                }
-                r = async { stdout.as_mut()?.read(&mut out_buf).await.ok() }, if stdout.is_some() => {
-                    match r {
-                        Some(n) if n > 0 => kept.push(&out_buf[..n]),
-                        _ => stdout = None,
-                    }
-                }
-                s = child.wait() => break s,
-                () = &mut deadline, if !timed_out => {
-                    // The supervisor has not been reaped: its group id is
-                    // still ours to kill.
-                    timed_out = true;
-                    if let Some(pgid) = group.0 {
-                        kill_group(pgid);
-                    }
-                }
-            }
-        };
-        // What the command wrote just before it exited, but not whatever a
-        // background child keeps writing (or holding open).
-        let until = tokio::time::Instant::now() + STDERR_DRAIN;
-        tokio::join!(
-            drain(stderr, until, |chunk| keep(&mut tail, chunk)),
-            drain(stdout, until, |chunk| kept.push(chunk)),
-        );
-        (status, tail, kept, timed_out)
-    };
-    let ((), (status, tail, kept, timed_out)) = tokio::join!(write, wait);
-    drop(stdin);
-    // The supervisor has been reaped: its group id may be reused from here
-    // on, so the guard must not fire. (What the command left running in the
-    // background is its own business once it exited.)
-    group.0 = None;
-    let status =
-        status.map_err(|e| (Failure(format!("cannot wait for the command: {e}")), None))?;
-    if timed_out {
-        let limit = timeout.map(humantime::format_duration);
-        let limit = limit.map(|d| d.to_string()).unwrap_or_default();
-        return Err((
-            Failure(with_stderr(
-                &format!("command timed out after {limit} and was killed"),
-                &tail,
-            )),
-            None,
-        ));
     }
-    if status.success() {
-        if kept.over {
-            return Err((
-                Failure(format!(
+
+    /// Run `sh -c CMD` for `claimed` under an idle supervisor (or a new
+    /// one), with the payload on stdin and the item's id, flow and delivery
+    /// in the environment. Its stdout is ours, or with `keep_stdout`
+    /// captured (up to [`KEEP_STDOUT_CAP`]) as the result; its stderr is
+    /// kept (the last 2 KiB) for the failure reason and otherwise
+    /// discarded. A command still running after `timeout` is killed with
+    /// its group and fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future kills the command and everything it started
+    /// (its supervisor sees the lifeline close); the supervisor is not
+    /// reused.
+    pub(crate) async fn run(
+        &self,
+        claimed: &Claimed,
+        timeout: Option<Duration>,
+        keep_stdout: bool,
+    ) -> Outcome {
+        let idle = self.idle.lock().ok().and_then(|mut v| v.pop());
+        let mut supervisor = match idle {
+            Some(s) => s,
+            None => match Supervisor::start(&self.cmd) {
+                Ok(s) => s,
+                Err(e) => return Outcome::NotStarted(Failure(format!("{CANNOT_START}: {e}"))),
+            },
+        };
+        let head = encode_request(claimed, timeout, keep_stdout);
+        match supervisor.call(head, &claimed.item.payload).await {
+            Ok(status) => {
+                if let Ok(mut idle) = self.idle.lock() {
+                    idle.push(supervisor);
+                }
+                outcome(status, timeout, keep_stdout)
+            }
+            // The whole request never reached it: the command did not run.
+            Err(true) => {
+                let how = supervisor.ended().await;
+                Outcome::NotStarted(Failure(format!("{CANNOT_START}: {how}")))
+            }
+            // It may have run: an attempt.
+            Err(false) => Outcome::Failed(Failure(supervisor.ended().await)),
+        }
+    }
+}
+
+/// What a status record means for the item.
+fn outcome(status: Status, timeout: Option<Duration>, keep_stdout: bool) -> Outcome {
+    let tail = &status.stderr;
+    let (how, signal) = match status.ended {
+        Ended::NotStarted => {
+            return Outcome::NotStarted(Failure(String::from_utf8_lossy(tail).into_owned()));
+        }
+        Ended::TimedOut => {
+            let limit = timeout.map(humantime::format_duration);
+            let limit = limit.map(|d| d.to_string()).unwrap_or_default();
+            let how = format!("command timed out after {limit} and was killed");
+            return Outcome::Failed(Failure(with_stderr(&how, tail)));
+        }
+        Ended::Exited(0) => {
+            if status.stdout_over {
+                return Outcome::Failed(Failure(format!(
                     "command wrote more than the {KEEP_STDOUT_CAP} bytes --keep-stdout keeps"
-                )),
-                None,
-            ));
-        }
-        return Ok(keep_stdout.then_some(kept.bytes));
-    }
-    if status.code() == Some(i32::from(NOT_STARTED)) {
-        // The supervisor's own word that `sh` never ran (a command of the
-        // user's that exits 125 does not also print this as its last line).
-        let text = String::from_utf8_lossy(&tail);
-        if let Some(line) = text.lines().rev().find(|l| !l.trim().is_empty())
-            && line.starts_with(CANNOT_START)
-        {
-            return Err((Failure(line.to_string()), None));
-        }
-    }
-    if status.code() == Some(i32::from(BACK_OFF_EXIT)) {
-        let how = format!("command asked to back off (exit {BACK_OFF_EXIT})");
-        return Err((
-            Failure(with_stderr(&how, &tail)),
-            Some(-i32::from(BACK_OFF_EXIT)),
-        ));
-    }
-    let (how, signal) = match status.code() {
-        Some(c) => (format!("command exited with code {c}"), c.checked_sub(128)),
-        None => {
-            use std::os::unix::process::ExitStatusExt;
-            match status.signal() {
-                Some(s) => (format!("command killed by signal {s}"), Some(s)),
-                None => ("command failed".to_string(), None),
+                )));
             }
+            return Outcome::Ok(keep_stdout.then_some(status.stdout));
         }
+        Ended::Exited(c) if c == i32::from(BACK_OFF_EXIT) => {
+            let how = format!("command asked to back off (exit {BACK_OFF_EXIT})");
+            let failure = Failure(with_stderr(&how, tail));
+            return Outcome::BackOff(retry_after(&failure.0), failure);
+        }
+        // A shell reports a child killed by signal N as exit code 128 + N.
+        Ended::Exited(c) => (format!("command exited with code {c}"), c.checked_sub(128)),
+        Ended::Signaled(s) => (format!("command killed by signal {s}"), Some(s)),
     };
-    Err((Failure(with_stderr(&how, &tail)), signal))
+    if signal == Some(SIGPIPE) && stdout_is_pipe() {
+        return Outcome::StdoutClosed;
+    }
+    Outcome::Failed(Failure(with_stderr(&how, tail)))
 }
 
 /// A kept stdout: up to [`KEEP_STDOUT_CAP`] bytes. Past the cap it is read
@@ -360,10 +527,6 @@ async fn drain<R: AsyncRead + Unpin>(
     }
 }
 
-/// The failure text: `how`, then the last non-empty line of stderr on the
-/// first line (for a Python traceback, its final error line), then the end
-/// of stderr (at most [`STDERR_TAIL_BYTES`], from a line start) when it has
-/// more than that one line.
 /// The back-off a command named on the last `retry-after:` line of its
 /// stderr (kept in `text`): a duration (`30s`, `1m30s`) or whole seconds.
 pub(crate) fn retry_after(text: &str) -> Option<Duration> {
@@ -378,6 +541,10 @@ pub(crate) fn retry_after(text: &str) -> Option<Duration> {
     })
 }
 
+/// The failure text: `how`, then the last non-empty line of stderr on the
+/// first line (for a Python traceback, its final error line), then the end
+/// of stderr (at most [`STDERR_TAIL_BYTES`], from a line start) when it has
+/// more than that one line.
 fn with_stderr(how: &str, bytes: &[u8]) -> String {
     let tail = stderr_tail(bytes);
     let last = tail
@@ -413,73 +580,220 @@ fn stderr_tail(bytes: &[u8]) -> String {
     text.trim().to_string()
 }
 
-/// The supervisor (`workjournal __supervise BYTES -- CMD`, started by
-/// [`run`]; see the module docs): read exactly `payload_bytes` from stdin,
-/// run `sh -c CMD` in this process group with that payload on its stdin,
-/// kill the group when stdin closes while `sh` runs, and exit as `sh` did.
-pub(crate) fn supervise(payload_bytes: u64, cmd: &str) -> ExitCode {
-    let me = rustix::process::getpid();
-    // Only a group leader may kill its group: run by hand from a shell, the
-    // group is the shell's.
-    let leader = rustix::process::getpgrp() == me;
-    let mut payload = Vec::new();
-    let read = std::io::stdin()
-        .lock()
-        .take(payload_bytes)
-        .read_to_end(&mut payload);
-    if read.is_err() || payload.len() as u64 != payload_bytes {
-        // The worker went away while writing it: the command must not run on
-        // a part of it. Nobody reads this exit.
-        return ExitCode::from(NOT_STARTED);
-    }
-    let (reader, mut writer) = match std::io::pipe() {
-        Ok(p) => p,
+// ---------------------------------------------------------------------------
+// The supervisor's side.
+// ---------------------------------------------------------------------------
+
+/// The supervisor (`workjournal __supervise -- CMD`, started by
+/// [`Supervisors::run`]; see the module docs): answer requests on the
+/// socket that is its stdin, one at a time, each by a run of `sh -c CMD`
+/// leading a process group of its own, until the socket closes. Exits 0
+/// when it closes between requests, [`NOT_STARTED`] when it closes inside
+/// one (that command is not started), 1 when it closes while a command
+/// runs (after killing the command's group).
+pub(crate) fn supervise(cmd: &str) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
         Err(e) => return not_started(&e),
     };
-    let mut child = match std::process::Command::new("sh")
-        .arg("-c")
-        .arg(cmd)
-        .stdin(reader)
-        .spawn()
-    {
+    runtime.block_on(serve_requests(cmd))
+}
+
+async fn serve_requests(cmd: &str) -> ExitCode {
+    use std::os::fd::AsFd;
+    let channel = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .map(std::os::unix::net::UnixStream::from)
+        .and_then(|s| {
+            s.set_nonblocking(true)?;
+            UnixStream::from_std(s)
+        });
+    let mut channel = match channel {
         Ok(c) => c,
         Err(e) => return not_started(&e),
     };
-    std::thread::spawn(move || {
-        // A command that does not read its stdin closes the pipe early;
-        // that is its business, not a failure.
-        let _ = writer.write_all(&payload);
+    let mut sh = find_sh();
+    loop {
+        let request = match read_request(&mut channel).await {
+            Ok(Some(r)) => r,
+            // The worker is done with this slot.
+            Ok(None) => return ExitCode::SUCCESS,
+            // Cut short by a worker that died while writing it: the
+            // command must not run on a part of it. Nobody reads this exit.
+            Err(_) => return ExitCode::from(NOT_STARTED),
+        };
+        if sh.is_none() {
+            sh = find_sh();
+        }
+        let Some(status) = run_request(cmd, &mut sh, request, &mut channel).await else {
+            // The lifeline closed while the command ran; its group is dead.
+            return ExitCode::FAILURE;
+        };
+        if channel.write_all(&status.encode()).await.is_err() {
+            // The worker is gone; the command had already ended.
+            return ExitCode::FAILURE;
+        }
+    }
+}
+
+/// `sh` as `execvp` would find it on this process's `PATH` (which does not
+/// change while it runs): searched once rather than at every start, where
+/// each directory before `sh`'s costs a failed `execve`.
+fn find_sh() -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).find_map(|dir| {
+        // An empty entry is the current directory, as for `execvp`.
+        let dir = if dir.as_os_str().is_empty() {
+            std::path::PathBuf::from(".")
+        } else {
+            dir
+        };
+        let candidate = dir.join("sh");
+        let meta = std::fs::metadata(&candidate).ok()?;
+        (meta.is_file() && meta.permissions().mode() & 0o111 != 0).then_some(candidate)
+    })
+}
+
+/// Run `sh -c CMD` once for `request` (`sh` the one found on `PATH`, else
+/// looked up by the spawn, and forgotten when it cannot be started), in a
+/// new process group, watching the lifeline: `None` when it closed while
+/// `sh` ran (the group was killed).
+async fn run_request(
+    cmd: &str,
+    sh: &mut Option<std::path::PathBuf>,
+    request: Request,
+    channel: &mut UnixStream,
+) -> Option<Status> {
+    let program = sh.as_deref().unwrap_or(std::path::Path::new("sh"));
+    let mut child = match Command::new(program)
+        .arg0("sh")
+        .arg("-c")
+        .arg(cmd)
+        .env("WORKJOURNAL_ID", request.id.to_string())
+        .env("WORKJOURNAL_FLOW", OsStr::from_bytes(&request.flow))
+        .env("WORKJOURNAL_DELIVERY", request.delivery.to_string())
+        .stdin(Stdio::piped())
+        .stdout(if request.keep_stdout {
+            Stdio::piped()
+        } else {
+            Stdio::inherit()
+        })
+        .stderr(Stdio::piped())
+        // The group everything the command starts is killed with.
+        .process_group(0)
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            // Look for it again next time (it may have moved).
+            *sh = None;
+            return Some(Status::not_started(&e));
+        }
+    };
+    let Some(pgid) = child.id() else {
+        return Some(Status::not_started(&std::io::Error::other(
+            "sh has no process id",
+        )));
+    };
+    let payload = request.payload;
+    let stdin = child.stdin.take();
+    // A command that does not read its stdin closes the pipe early; that is
+    // its business, not a failure.
+    let feeder = tokio::spawn(async move {
+        if let Some(mut stdin) = stdin {
+            let _ = stdin.write_all(&payload).await;
+        }
     });
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 64];
-        loop {
-            match std::io::stdin().lock().read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
+    let mut stderr = child.stderr.take();
+    let mut stdout = child.stdout.take();
+    let mut tail: Vec<u8> = Vec::new();
+    let mut kept = Kept::default();
+    let mut buf = [0u8; 8192];
+    let mut out_buf = [0u8; 8192];
+    let mut lifeline = [0u8; 1];
+    let keep = |tail: &mut Vec<u8>, chunk: &[u8]| {
+        tail.extend_from_slice(chunk);
+        if tail.len() > 2 * STDERR_TAIL_BYTES {
+            tail.drain(..tail.len() - STDERR_TAIL_BYTES);
+        }
+    };
+    let deadline = async {
+        match request.timeout {
+            Some(t) => tokio::time::sleep(t).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(deadline);
+    let mut timed_out = false;
+    let status = loop {
+        tokio::select! {
+            r = async { stderr.as_mut()?.read(&mut buf).await.ok() }, if stderr.is_some() => {
+                match r {
+                    Some(n) if n > 0 => keep(&mut tail, &buf[..n]),
+                    _ => stderr = None,
+                }
+            }
+            r = async { stdout.as_mut()?.read(&mut out_buf).await.ok() }, if stdout.is_some() => {
+                match r {
+                    Some(n) if n > 0 => kept.push(&out_buf[..n]),
+                    _ => stdout = None,
+                }
+            }
+            s = child.wait() => break s,
+            // Nothing comes from the worker while a command runs but the
+            // end of the socket: the worker is gone (or broke the protocol).
+            _ = channel.read(&mut lifeline) => {
+                // `sh` has not been reaped: its group id is still its own.
+                kill_group(pgid);
+                feeder.abort();
+                return None;
+            }
+            () = &mut deadline, if !timed_out => {
+                timed_out = true;
+                kill_group(pgid);
             }
         }
-        // The lifeline closed: the worker is gone.
-        if leader {
-            let _ = rustix::process::kill_process_group(me, Signal::KILL);
-        }
-    });
-    let status = match child.wait() {
-        Ok(s) => s,
-        Err(e) => return not_started(&e),
     };
-    use std::os::unix::process::ExitStatusExt;
-    if let Some(code) = status.code() {
-        return ExitCode::from(u8::try_from(code).unwrap_or(1));
-    }
-    if let Some(sig) = status.signal() {
-        // End the same way, so that the worker sees the signal; one this
-        // process ignores (SIGPIPE) becomes 128 + N, as a shell reports it.
-        if let Some(s) = Signal::from_named_raw(sig) {
-            let _ = rustix::process::kill_process(me, s);
+    // What the command wrote just before it exited, but not whatever a
+    // background child keeps writing (or holding open).
+    let until = tokio::time::Instant::now() + STDERR_DRAIN;
+    tokio::join!(
+        drain(stderr, until, |chunk| keep(&mut tail, chunk)),
+        drain(stdout, until, |chunk| kept.push(chunk)),
+    );
+    // The command is over: a background child holding its stdin gets no
+    // more of the payload.
+    feeder.abort();
+    let ended = match status {
+        Err(e) => {
+            return Some(Status {
+                ended: Ended::Exited(1),
+                stderr: format!("cannot wait for the command: {e}").into_bytes(),
+                stdout: Vec::new(),
+                stdout_over: false,
+            });
         }
-        return ExitCode::from(u8::try_from(128 + sig).unwrap_or(1));
-    }
-    ExitCode::FAILURE
+        Ok(_) if timed_out => Ended::TimedOut,
+        Ok(s) => {
+            use std::os::unix::process::ExitStatusExt;
+            match (s.code(), s.signal()) {
+                (Some(c), _) => Ended::Exited(c),
+                (None, Some(sig)) => Ended::Signaled(sig),
+                (None, None) => Ended::Exited(1),
+            }
+        }
+    };
+    Some(Status {
+        ended,
+        stderr: tail,
+        stdout: kept.bytes,
+        stdout_over: kept.over,
+    })
 }
 
 fn not_started(e: &std::io::Error) -> ExitCode {

@@ -166,36 +166,35 @@ fn lock_holder(path: &std::path::Path) -> Option<u32> {
     })
 }
 
-/// The arguments of the supervisor as `work` starts it (`__supervise BYTES
-/// -- CMD`, exactly), read without building the whole command line: the
-/// supervisor starts once per item, and clap's parser of every subcommand
-/// is most of what it would spend before `sh` starts. Anything else (a
-/// supervisor run by hand with other spellings) goes through clap.
-fn supervisor_args() -> Option<(u64, String)> {
+/// The arguments of the supervisor as `work` starts it (`__supervise --
+/// CMD`, exactly), read without building the whole command line: clap's
+/// parser of every subcommand is most of what a supervisor would spend
+/// before it answers. Anything else (a supervisor run by hand with other
+/// spellings) goes through clap.
+fn supervisor_args() -> Option<String> {
     let mut args = std::env::args_os().skip(1);
     if args.next()? != exec::SUPERVISE {
         return None;
     }
-    let bytes = args.next()?.into_string().ok()?.parse().ok()?;
     if args.next()? != "--" {
         return None;
     }
     let cmd = args.next()?.into_string().ok()?;
-    args.next().is_none().then_some((bytes, cmd))
+    args.next().is_none().then_some(cmd)
 }
 
 fn main() -> ExitCode {
-    if let Some((payload_bytes, cmd)) = supervisor_args() {
-        return exec::supervise(payload_bytes, &cmd);
+    if let Some(cmd) = supervisor_args() {
+        return exec::supervise(&cmd);
     }
     let parsed = Cli::try_parse();
     // The command supervisor of `work` (see `exec`) runs without a runtime.
     if let Ok(Cli {
-        command: args::Command::Supervise { payload_bytes, cmd },
+        command: args::Command::Supervise { cmd },
         ..
     }) = &parsed
     {
-        return exec::supervise(*payload_bytes, cmd);
+        return exec::supervise(cmd);
     }
     match try_main(parsed) {
         Ok(()) => ExitCode::SUCCESS,

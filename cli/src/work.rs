@@ -216,7 +216,8 @@ async fn run_work(
     // Set when a command died of SIGPIPE on our closed stdout: stop at once,
     // leaving the unfinished items pending (SPEC section 9).
     let stdout_closed = Arc::new(Notify::new());
-    let cmd: Arc<str> = Arc::from(args.exec.exec.as_str());
+    // One long-lived supervisor per slot, reused item after item.
+    let supervisors = Arc::new(exec::Supervisors::new(&args.exec.exec));
     let timeout = args.exec.timeout;
     let worker = Worker::new(queue.clone())
         .concurrency(concurrency)
@@ -231,10 +232,10 @@ async fn run_work(
     let default_back_off = args.exec.backoff;
     let run = worker.run_with_result(
         move |claimed| {
-            let cmd = cmd.clone();
+            let supervisors = supervisors.clone();
             let closed = closed.clone();
             async move {
-                match exec::run(&cmd, &claimed, timeout, keep_stdout).await {
+                match supervisors.run(&claimed, timeout, keep_stdout).await {
                     exec::Outcome::Ok(result) => Ok(result),
                     exec::Outcome::Failed(f) => Err(HandlerError::from(f)),
                     exec::Outcome::NotStarted(f) => Err(HandlerError::not_attempted(f)),
@@ -361,7 +362,8 @@ async fn run_step(queue: &BoxQueue, args: &StepArgs) -> CliResult {
     };
     let receipt = claimed.receipt;
     let run = async {
-        match exec::run(&args.exec.exec, &claimed, args.exec.timeout, false).await {
+        let supervisors = exec::Supervisors::new(&args.exec.exec);
+        match supervisors.run(&claimed, args.exec.timeout, false).await {
             exec::Outcome::Ok(_) => Ok(()),
             exec::Outcome::Failed(f) => Err((f, true)),
             exec::Outcome::NotStarted(f) => Err((f, false)),

@@ -1471,40 +1471,193 @@ fn a_command_exiting_75_backs_its_flow_off() {
     assert_eq!(s["limited"], 1, "{s}");
 }
 
-/// The supervisor `work` starts per item (`__supervise BYTES -- CMD`) is
-/// read without clap on that exact spelling, and through clap on any other
-/// (here with `--db` in front): both run the command on exactly the payload
-/// and exit as it did, and neither runs it on a payload cut short (SPEC
-/// section 9).
+/// One request of the worker to a supervisor (SPEC section 9, the wire
+/// format): the head, the flow, and `payload_sent` of the payload's
+/// `payload_len` bytes.
+fn supervisor_request(id: u64, flow: &str, payload: &[u8], payload_sent: usize) -> Vec<u8> {
+    let mut r = Vec::new();
+    r.extend_from_slice(&id.to_le_bytes());
+    r.extend_from_slice(&1u32.to_le_bytes()); // delivery
+    r.extend_from_slice(&0u64.to_le_bytes()); // no timeout
+    r.push(0); // stdout not kept
+    r.extend_from_slice(&(flow.len() as u32).to_le_bytes());
+    r.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    r.extend_from_slice(flow.as_bytes());
+    r.extend_from_slice(&payload[..payload_sent]);
+    r
+}
+
+/// A status record from a supervisor: (kind, code or signal, stderr).
+fn supervisor_status(s: &mut std::os::unix::net::UnixStream) -> (u8, i32, String) {
+    use std::io::Read;
+    let mut head = [0u8; 14];
+    s.read_exact(&mut head).unwrap();
+    let value = i32::from_le_bytes(head[1..5].try_into().unwrap());
+    let stderr_len = u32::from_le_bytes(head[6..10].try_into().unwrap()) as usize;
+    let stdout_len = u32::from_le_bytes(head[10..14].try_into().unwrap()) as usize;
+    let mut rest = vec![0u8; stderr_len + stdout_len];
+    s.read_exact(&mut rest).unwrap();
+    (head[0], value, text(&rest[..stderr_len]))
+}
+
+/// The supervisor a slot of `work` keeps (`__supervise -- CMD`) is read
+/// without clap on that exact spelling, and through clap on any other
+/// (here with `--db` in front). Both answer request after request on the
+/// socket that is their stdin, each by a run of the command on exactly its
+/// payload, reporting how it exited; a request cut short (the worker died
+/// while writing it) never runs the command, and the supervisor ends
+/// (SPEC section 9).
 #[test]
-fn the_supervisor_runs_on_the_whole_payload_by_either_spelling() {
+fn the_supervisor_runs_each_whole_payload_and_never_a_cut_one_by_either_spelling() {
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
     let env = Env::new();
-    let run = |mut c: Command, input: &[u8]| {
-        let mut child = c
+    let cmd = r#"cat; touch "ran-$WORKJOURNAL_ID-$WORKJOURNAL_FLOW"; echo oops >&2; exit 3"#;
+    let fast = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_workjournal"));
+        c.args(["__supervise", "--", cmd]);
+        c
+    };
+    let parsed = || env.cmd(&["__supervise", "--", cmd]);
+    for (how, make) in [("fast", &fast as &dyn Fn() -> Command), ("clap", &parsed)] {
+        let (mut ours, theirs) = UnixStream::pair().unwrap();
+        let child = make()
             .current_dir(env.dir.path())
-            .stdin(Stdio::piped())
+            .stdin(Stdio::from(OwnedFd::from(theirs)))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        child.stdin.take().unwrap().write_all(input).unwrap();
-        child.wait_with_output().unwrap()
-    };
-    let fast = || {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_workjournal"));
-        c.args(["__supervise", "5", "--", "cat; touch ran; exit 3"]);
-        c
-    };
-    let parsed = || env.cmd(&["__supervise", "5", "--", "cat; touch ran; exit 3"]);
-    for (how, make) in [("fast", &fast as &dyn Fn() -> Command), ("clap", &parsed)] {
-        let out = run(make(), b"hello");
-        assert_eq!(out.status.code(), Some(3), "{how}: {}", text(&out.stderr));
-        assert_eq!(text(&out.stdout), "hello", "{how}");
-        assert!(env.path("ran").exists(), "{how}");
-        std::fs::remove_file(env.path("ran")).unwrap();
-        // Three bytes of five, then stdin closes: the command never starts.
-        let out = run(make(), b"hel");
-        assert_eq!(out.status.code(), Some(125), "{how}");
-        assert!(!env.path("ran").exists(), "{how}: ran on a cut payload");
+        for (id, payload) in [(7u64, &b"hello"[..]), (8, b"world")] {
+            ours.write_all(&supervisor_request(id, "f", payload, payload.len()))
+                .unwrap();
+            let (kind, code, stderr) = supervisor_status(&mut ours);
+            assert_eq!((kind, code), (0, 3), "{how}");
+            assert_eq!(stderr, "oops\n", "{how}");
+            let ran = env.path(&format!("ran-{id}-f"));
+            assert!(ran.exists(), "{how}: {id} did not run");
+            std::fs::remove_file(ran).unwrap();
+        }
+        // Three bytes of five, then the socket closes: the command never
+        // starts and the supervisor ends.
+        ours.write_all(&supervisor_request(9, "f", b"hello", 3))
+            .unwrap();
+        drop(ours);
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(125), "{how}: {}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), "helloworld", "{how}");
+        assert!(!env.path("ran-9-f").exists(), "{how}: ran on a cut payload");
     }
+}
+
+/// SPEC 9: a slot's supervisor lives from item to item (every command's
+/// parent is the same process, not the worker), and a worker SIGKILLed
+/// while a later item's command runs under it still takes that command's
+/// whole group with it, and the supervisor too.
+#[test]
+fn a_reused_supervisor_still_kills_the_command_group_of_a_killed_worker() {
+    let env = Env::new();
+    for i in 0..5 {
+        env.ok(&["add", &format!("quick{i}")]);
+    }
+    env.ok(&["add", "last"]);
+    let mut worker = spawn_quiet(env.cmd(&[
+        "work",
+        "--concurrency",
+        "1",
+        "--exec",
+        r#"echo $PPID >> parents; if [ "$(cat)" = last ]; then sleep 300 & echo $! > bg.pid; echo $$ > sh.pid; wait; fi"#,
+    ]));
+    wait_for("the last command", Duration::from_secs(30), || {
+        env.read("bg.pid").ends_with('\n') && env.read("sh.pid").ends_with('\n')
+    });
+    let parents = env.read("parents");
+    let distinct: std::collections::BTreeSet<&str> = parents.lines().collect();
+    assert_eq!(parents.lines().count(), 6, "{parents}");
+    assert_eq!(
+        distinct.len(),
+        1,
+        "not one supervisor for the slot: {parents}"
+    );
+    let supervisor = parents.lines().next().unwrap_or_default().to_string();
+    assert_ne!(supervisor, worker.id().to_string());
+    worker.kill().unwrap();
+    worker.wait().unwrap();
+    let (sh, bg) = (env.read("sh.pid"), env.read("bg.pid"));
+    wait_for(
+        "the command's group and its supervisor to die",
+        Duration::from_secs(20),
+        || ended(sh.trim()) && ended(bg.trim()) && ended(&supervisor),
+    );
+}
+
+/// SPEC 9: `--timeout` kills one item's command and the slot's supervisor
+/// goes on to the next items, still the same process.
+#[test]
+fn a_supervisor_runs_on_after_a_timed_out_command() {
+    let env = Env::new();
+    for p in ["hang", "ok1", "ok2"] {
+        env.ok(&["add", p]);
+    }
+    let out = env.run(&[
+        "work",
+        "--until-empty",
+        "--concurrency",
+        "1",
+        "--max-deliveries",
+        "1",
+        "--timeout",
+        "300ms",
+        "--exec",
+        r#"echo $PPID >> parents; p=$(cat); if [ "$p" = hang ]; then sleep 60 & echo $! > bg.pid; wait; fi; echo "$p" >> ran.txt"#,
+    ]);
+    assert_eq!(out.status.code(), Some(10), "{}", text(&out.stderr));
+    assert_eq!(env.read("ran.txt"), "ok1\nok2\n");
+    let parents = env.read("parents");
+    let distinct: std::collections::BTreeSet<&str> = parents.lines().collect();
+    assert_eq!(
+        (parents.lines().count(), distinct.len()),
+        (3, 1),
+        "{parents}"
+    );
+    let bg = env.read("bg.pid");
+    wait_for(
+        "the timed-out group to die",
+        Duration::from_secs(20),
+        || ended(bg.trim()),
+    );
+    let dead = env.ok(&["dead-letters"]);
+    assert!(dead.contains("command timed out after 300ms"), "{dead}");
+}
+
+/// SPEC 9: items that follow each other through one slot's supervisor
+/// keep apart: each kept stdout is its own command's, and a failure's
+/// reason is its own command's stderr, not a neighbour's.
+#[test]
+fn items_through_one_supervisor_keep_their_own_output() {
+    let env = Env::new();
+    for p in ["a", "b", "bad", "c"] {
+        env.ok(&["add", p]);
+    }
+    let out = env.run(&[
+        "work",
+        "--until-empty",
+        "--concurrency",
+        "1",
+        "--max-deliveries",
+        "1",
+        "--keep-stdout",
+        "--exec",
+        r#"p=$(cat); echo "err-$p" >&2; [ "$p" = bad ] && exit 3; printf '%s-%s' "$p" "$WORKJOURNAL_ID""#,
+    ]);
+    assert_eq!(out.status.code(), Some(10), "{}", text(&out.stderr));
+    for (id, want) in [("1", "a-1"), ("2", "b-2"), ("4", "c-4")] {
+        assert_eq!(env.ok(&["result", id]), want);
+    }
+    let dead = env.ok(&["dead-letters"]);
+    assert!(
+        dead.contains("command exited with code 3: err-bad"),
+        "{dead}"
+    );
+    assert_eq!(dead.matches("err-").count(), 1, "{dead}");
 }
