@@ -30,14 +30,22 @@ const BATCH: usize = 100;
 const SQLITE_WRITER_ENV: &str = "WJ_SQLITE_SECOND_WRITER";
 
 /// The second process of the SQLite baseline: single-insert transactions
-/// until killed.
+/// until killed, each followed by a pause of `SECOND_WRITER_PAUSE`. Without
+/// the pause it took the write lock again the moment it let go of it, and
+/// the measured process, whose busy handler sleeps and looks again, could
+/// wait out its whole 10 s busy timeout (SQLite has no fair lock: one run
+/// failed with `database is locked`).
 fn second_writer(path: &str) {
     let sqlite = Sqlite::open_shared(std::path::Path::new(path));
     let body = common::payload(PAYLOAD_BYTES);
     loop {
-        sqlite.adds(100, 1, &body);
+        sqlite.adds(1, 1, &body);
+        std::thread::sleep(SECOND_WRITER_PAUSE);
     }
 }
+
+/// How long the second SQLite writer waits between its transactions.
+const SECOND_WRITER_PAUSE: Duration = Duration::from_millis(1);
 
 /// The second writer's process, killed when this is dropped: also when the
 /// bench fails part-way, which once left one writing (and syncing) under
