@@ -192,20 +192,7 @@ pub(crate) fn decode_item(what: &str, bytes: &[u8]) -> Result<ItemRecord> {
 /// flow that is not a valid encoding. The rest of the record is not
 /// checked here; the read that hands the item out decodes it whole.
 pub(crate) fn decode_item_flow(what: &str, bytes: &[u8]) -> Result<String> {
-    let fail = |detail: String| Error::Decode {
-        what: what.to_string(),
-        detail,
-    };
-    let (&version, body) = bytes
-        .split_first()
-        .ok_or_else(|| fail("empty record".to_string()))?;
-    if version != ITEM_RECORD_VERSION {
-        return Err(fail(format!(
-            "record version {version}, this build reads version {ITEM_RECORD_VERSION}"
-        )));
-    }
-    let (flow, _) = decode_body::<String>(body).map_err(|e| fail(e.to_string()))?;
-    Ok(flow)
+    Ok(decode_front::<String>(ITEM_RECORD_VERSION, what, bytes)?.0)
 }
 
 /// Encode `value` after the version byte `version`.
@@ -272,6 +259,23 @@ pub(crate) fn decode<T: Decode<()>>(what: &str, bytes: &[u8]) -> Result<T> {
 ///
 /// As [`decode`].
 pub(crate) fn decode_as<T: Decode<()>>(expected: u8, what: &str, bytes: &[u8]) -> Result<T> {
+    let (value, used, len) = decode_front::<T>(expected, what, bytes)?;
+    if used != len {
+        return Err(Error::Decode {
+            what: what.to_string(),
+            detail: format!("{} trailing bytes", len - used),
+        });
+    }
+    Ok(value)
+}
+
+/// Decode a `T` from the front of a record whose version byte must be
+/// `expected`: the value, the body bytes it took and the body's length.
+fn decode_front<T: Decode<()>>(
+    expected: u8,
+    what: &str,
+    bytes: &[u8],
+) -> Result<(T, usize, usize)> {
     let fail = |detail: String| Error::Decode {
         what: what.to_string(),
         detail,
@@ -285,10 +289,7 @@ pub(crate) fn decode_as<T: Decode<()>>(expected: u8, what: &str, bytes: &[u8]) -
         )));
     }
     let (value, used) = decode_body::<T>(body).map_err(|e| fail(e.to_string()))?;
-    if used != body.len() {
-        return Err(fail(format!("{} trailing bytes", body.len() - used)));
-    }
-    Ok(value)
+    Ok((value, used, body.len()))
 }
 
 #[cfg(test)]
