@@ -504,29 +504,41 @@ where
     Fut: std::future::Future<Output = (BoxQueue, Kept)>,
 {
     let (q, _keep) = make(Config::default()).await;
-    add_n(&q, 1).await;
+    let first = q.add(NewItem::new("first")).await.unwrap().id;
     let now = q.now_ms().await.unwrap();
-    q.add_delayed(NewItem::new("timer"), now + 200)
+    // A second of margin: a worker that starts later than the deadline
+    // (a loaded machine: CI saw it) claims the promoted timer itself.
+    q.add_delayed(NewItem::new("timer"), now + 1_000)
         .await
         .unwrap();
     let q2 = q.clone();
     // The only slot is busy for the whole run, so no claim promotes the
     // timer: only the worker's timer task can.
     let watch = async move {
-        tokio::time::sleep(Duration::from_millis(700)).await;
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
         q2.stats().await.unwrap()
     };
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let r2 = ran.clone();
     let run = Worker::new(q.clone())
         .concurrency(1)
         .grace(Duration::ZERO)
         .run(
-            |_c| async move {
-                tokio::time::sleep(Duration::from_secs(60)).await;
-                Ok::<(), String>(())
+            move |c| {
+                r2.lock().unwrap().push(c.item.id);
+                async move {
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                    Ok::<(), String>(())
+                }
             },
-            tokio::time::sleep(Duration::from_millis(800)),
+            tokio::time::sleep(Duration::from_millis(1_600)),
         );
     let (stats, report) = tokio::join!(watch, run);
+    assert_eq!(
+        *ran.lock().unwrap(),
+        vec![first],
+        "the slot took the first item"
+    );
     assert_eq!((stats.due, stats.delayed), (1, 0), "{stats:?}");
     assert_eq!(report.unwrap().abandoned, 1);
 }
