@@ -638,8 +638,7 @@ impl Tables<'_> {
                 continue;
             };
             self.remove_pending(id, &lease, now)?;
-            self.keep_deliveries(id, &lease)?;
-            let rec = self.record(id)?;
+            let rec = self.keep_deliveries(id, &lease)?;
             if rec.deliveries >= self.limits.max_deliveries {
                 self.bury(id, MAX_DELIVERIES_REASON, now)?;
                 dead_lettered.push(Receipt {

@@ -118,16 +118,11 @@ impl Tables<'_> {
 
     /// Write the lease's delivery count into item `id`'s record, for a
     /// move out of pending that keeps the record as it is otherwise.
-    pub(super) fn keep_deliveries(&mut self, id: u64, lease: &LeaseRecord) -> Result<()> {
-        let rec = self.record(id)?;
-        if rec.deliveries != lease.deliveries {
-            let rec = ItemRecord {
-                deliveries: lease.deliveries,
-                ..rec
-            };
-            self.put_record(id, &rec)?;
-        }
-        Ok(())
+    /// Returns the record as written.
+    pub(super) fn keep_deliveries(&mut self, id: u64, lease: &LeaseRecord) -> Result<ItemRecord> {
+        let rec = self.record_leaving(id, lease)?;
+        self.put_record(id, &rec)?;
+        Ok(rec)
     }
 
     /// Pending item `id` as its lease shows it (the lease's delivery count).
