@@ -6,6 +6,8 @@
 //! damaged length prefix gives [`Error::Decode`] rather than a huge
 //! allocation or a panic.
 
+use std::fmt::Display;
+
 use bincode::{Decode, Encode};
 
 use crate::error::{Error, Result};
@@ -86,9 +88,9 @@ pub(crate) fn encode_lease(lease: &LeaseRecord) -> Result<Vec<u8>> {
 /// # Errors
 ///
 /// As [`decode`].
-pub(crate) fn decode_lease(what: &str, bytes: &[u8]) -> Result<(LeaseRecord, bool)> {
+pub(crate) fn decode_lease(what: impl Display, bytes: &[u8]) -> Result<(LeaseRecord, bool)> {
     if bytes.first() == Some(&RECORD_VERSION) {
-        let v1: LeaseRecordV1 = decode(what, bytes)?;
+        let v1: LeaseRecordV1 = decode(&what, bytes)?;
         return Ok((
             LeaseRecord {
                 claimed_at_ms: v1.claimed_at_ms,
@@ -143,7 +145,7 @@ pub(crate) fn lane_to_u8(lane: Lane) -> u8 {
     }
 }
 
-pub(crate) fn lane_from_u8(v: u8, what: &str) -> Result<Lane> {
+pub(crate) fn lane_from_u8(v: u8, what: impl Display) -> Result<Lane> {
     match v {
         0 => Ok(Lane::Backlog),
         1 => Ok(Lane::Due),
@@ -177,7 +179,7 @@ pub(crate) fn encode_item(value: &ItemRecord) -> Result<Vec<u8>> {
 /// # Errors
 ///
 /// As [`decode`].
-pub(crate) fn decode_item(what: &str, bytes: &[u8]) -> Result<ItemRecord> {
+pub(crate) fn decode_item(what: impl Display, bytes: &[u8]) -> Result<ItemRecord> {
     decode_as(ITEM_RECORD_VERSION, what, bytes)
 }
 
@@ -191,7 +193,7 @@ pub(crate) fn decode_item(what: &str, bytes: &[u8]) -> Result<ItemRecord> {
 /// [`Error::Decode`] for an empty record, an unknown version byte or a
 /// flow that is not a valid encoding. The rest of the record is not
 /// checked here; the read that hands the item out decodes it whole.
-pub(crate) fn decode_item_flow(what: &str, bytes: &[u8]) -> Result<String> {
+pub(crate) fn decode_item_flow(what: impl Display, bytes: &[u8]) -> Result<String> {
     Ok(decode_front::<String>(ITEM_RECORD_VERSION, what, bytes)?.0)
 }
 
@@ -249,7 +251,7 @@ fn decode_body<T: Decode<()>>(
 ///
 /// [`Error::Decode`] for an empty record, an unknown version byte, bytes
 /// that are not a valid encoding, or trailing bytes.
-pub(crate) fn decode<T: Decode<()>>(what: &str, bytes: &[u8]) -> Result<T> {
+pub(crate) fn decode<T: Decode<()>>(what: impl Display, bytes: &[u8]) -> Result<T> {
     decode_as(RECORD_VERSION, what, bytes)
 }
 
@@ -258,8 +260,12 @@ pub(crate) fn decode<T: Decode<()>>(what: &str, bytes: &[u8]) -> Result<T> {
 /// # Errors
 ///
 /// As [`decode`].
-pub(crate) fn decode_as<T: Decode<()>>(expected: u8, what: &str, bytes: &[u8]) -> Result<T> {
-    let (value, used, len) = decode_front::<T>(expected, what, bytes)?;
+pub(crate) fn decode_as<T: Decode<()>>(
+    expected: u8,
+    what: impl Display,
+    bytes: &[u8],
+) -> Result<T> {
+    let (value, used, len) = decode_front::<T>(expected, &what, bytes)?;
     if used != len {
         return Err(Error::Decode {
             what: what.to_string(),
@@ -273,7 +279,7 @@ pub(crate) fn decode_as<T: Decode<()>>(expected: u8, what: &str, bytes: &[u8]) -
 /// `expected`: the value, the body bytes it took and the body's length.
 fn decode_front<T: Decode<()>>(
     expected: u8,
-    what: &str,
+    what: impl Display,
     bytes: &[u8],
 ) -> Result<(T, usize, usize)> {
     let fail = |detail: String| Error::Decode {

@@ -96,7 +96,7 @@ fn rewrite_items(txn: &WriteTransaction) -> Result<()> {
         let mut items = txn.open_table(ITEMS).ctx("open table items")?;
         let mut payloads = txn.open_table(PAYLOADS).ctx("open table payloads")?;
         for (id, bytes) in chunk {
-            let old: ItemRecordV1 = codec::decode(&format!("items[{id}]"), &bytes)?;
+            let old: ItemRecordV1 = codec::decode(format_args!("items[{id}]"), &bytes)?;
             let stored = payloads
                 .get(id)
                 .ctx("read payload")?

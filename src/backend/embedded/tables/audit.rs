@@ -49,7 +49,7 @@ impl Tables<'_> {
         let mut out = Vec::new();
         for entry in self.dead()?.iter().ctx("scan dead letters")? {
             let (k, v) = entry.ctx("scan dead letters")?;
-            let rec: DeadRecord = codec::decode(&format!("dead[{}]", k.value()), v.value())?;
+            let rec: DeadRecord = codec::decode(format_args!("dead[{}]", k.value()), v.value())?;
             out.push((rec.id, k.value()));
         }
         Ok(out)
@@ -97,7 +97,7 @@ impl Tables<'_> {
         for entry in self.pending()?.iter().ctx("scan leases")? {
             let (k, v) = entry.ctx("scan leases")?;
             let id = k.value();
-            let (lease, _) = codec::decode_lease(&format!("pending[{id}]"), v.value())?;
+            let (lease, _) = codec::decode_lease(format_args!("pending[{id}]"), v.value())?;
             by_time.insert((lease.claimed_at_ms, id));
         }
         let mut indexed = BTreeSet::new();

@@ -81,7 +81,7 @@ impl Tables<'_> {
                 pager.fill(rows.map(|row| -> Result<Option<ListedItem>> {
                     let (k, v) = row.ctx(what)?;
                     let rec: DeadRecord =
-                        codec::decode(&format!("dead[{}]", k.value()), v.value())?;
+                        codec::decode(format_args!("dead[{}]", k.value()), v.value())?;
                     Ok(Some(ListedItem::dead(
                         self.item(rec.id)?,
                         rec.reason,
@@ -110,7 +110,7 @@ impl Tables<'_> {
         if let Some(seq) = self.dead_by_id()?.get(id).ctx(what)? {
             let seq = seq.value();
             if let Some(v) = self.dead()?.get(seq).ctx(what)? {
-                let rec: DeadRecord = codec::decode(&format!("dead[{seq}]"), v.value())?;
+                let rec: DeadRecord = codec::decode(format_args!("dead[{seq}]"), v.value())?;
                 return Ok(Some(ListedItem::dead(item, rec.reason, rec.failed_at_ms)));
             }
         }

@@ -109,7 +109,7 @@ impl Tables<'_> {
         for e in self.items()?.range(range).ctx("read items")? {
             let (k, v) = e.ctx("read item")?;
             let id = k.value();
-            let rec: ItemRecord = codec::decode_item(&format!("items[{id}]"), v.value())?;
+            let rec: ItemRecord = codec::decode_item(format_args!("items[{id}]"), v.value())?;
             if !selected(flows, &rec.flow) || self.held(id, &parked)? {
                 continue;
             }

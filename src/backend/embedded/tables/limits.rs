@@ -49,7 +49,7 @@ impl<'t> Tables<'t> {
     pub(super) fn limit_rec(&self, flow: &str) -> Result<Option<LimitRecord>> {
         match self.flow_limits_t()?.get(flow).ctx("read flow limit")? {
             Some(v) => Ok(Some(codec::decode(
-                &format!("flow_limits[{flow:?}]"),
+                format_args!("flow_limits[{flow:?}]"),
                 v.value(),
             )?)),
             None => Ok(None),
@@ -356,7 +356,7 @@ impl<'t> Tables<'t> {
         for entry in self.flow_limits_t()?.iter().ctx("scan flow limits")? {
             let (k, v) = entry.ctx("scan flow limits")?;
             let flow = k.value().to_string();
-            let rec: LimitRecord = codec::decode(&format!("flow_limits[{flow:?}]"), v.value())?;
+            let rec: LimitRecord = codec::decode(format_args!("flow_limits[{flow:?}]"), v.value())?;
             out.push((flow, state(&rec)));
         }
         Ok(out)

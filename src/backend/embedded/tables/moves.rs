@@ -654,7 +654,7 @@ impl Tables<'_> {
                 self.park_id(&rec.flow, id)?;
                 continue;
             }
-            let lane = codec::lane_from_u8(lease.lane, &format!("pending[{id}]"))?;
+            let lane = codec::lane_from_u8(lease.lane, format_args!("pending[{id}]"))?;
             handed.insert(id);
             out.push(self.hand_out(id, lane, now)?);
         }

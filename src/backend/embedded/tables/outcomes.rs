@@ -43,7 +43,10 @@ impl Tables<'_> {
 
     pub(super) fn outcome_record(&self, id: u64) -> Result<Option<OutcomeRecord>> {
         match self.outcomes()?.get(id).ctx("read outcome")? {
-            Some(g) => Ok(Some(codec::decode(&format!("outcomes[{id}]"), g.value())?)),
+            Some(g) => Ok(Some(codec::decode(
+                format_args!("outcomes[{id}]"),
+                g.value(),
+            )?)),
             None => Ok(None),
         }
     }
@@ -55,7 +58,7 @@ impl Tables<'_> {
             .ctx("delete outcome")?
             .map(|g| g.value().to_vec());
         if let Some(bytes) = expires {
-            let rec: OutcomeRecord = codec::decode(&format!("outcomes[{id}]"), &bytes)?;
+            let rec: OutcomeRecord = codec::decode(format_args!("outcomes[{id}]"), &bytes)?;
             self.outcome_expiry_mut()?
                 .remove((rec.expires_at_ms, id))
                 .ctx("delete outcome expiry")?;

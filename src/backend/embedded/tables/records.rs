@@ -9,13 +9,13 @@ use crate::item::{Item, Receipt};
 
 impl Tables<'_> {
     pub(super) fn record(&self, id: u64) -> Result<ItemRecord> {
-        let what = format!("items[{id}]");
         let guard = self
             .items()?
             .get(id)
             .ctx("read item")?
-            .ok_or_else(|| Error::corrupt(format!("{what} is missing")))?;
-        codec::decode_item(&what, guard.value())
+            .ok_or_else(|| Error::corrupt(format!("items[{id}] is missing")))?;
+        // The record's name is formatted only for an error.
+        codec::decode_item(format_args!("items[{id}]"), guard.value())
     }
 
     pub(super) fn put_record(&mut self, id: u64, rec: &ItemRecord) -> Result<()> {
@@ -98,7 +98,7 @@ impl Tables<'_> {
     /// version-1 lease, the item record's).
     pub(super) fn lease(&self, id: u64) -> Result<Option<LeaseRecord>> {
         let (mut lease, v1) = match self.pending()?.get(id).ctx("read lease")? {
-            Some(g) => codec::decode_lease(&format!("pending[{id}]"), g.value())?,
+            Some(g) => codec::decode_lease(format_args!("pending[{id}]"), g.value())?,
             None => return Ok(None),
         };
         if v1 {
