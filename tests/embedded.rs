@@ -393,7 +393,7 @@ async fn a_schema_1_file_migrates_at_open_keeping_every_item_and_its_order() {
         b"dead".to_vec()
     );
     q.close().await.unwrap();
-    // The migration was committed: the next open is schema 2 already, and
+    // The migration was committed: the next open is schema 3 already, and
     // the claims made before are orphans as after any reopen.
     let q = open(&path, &clock).await;
     assert_eq!(q.audit().await.unwrap().len(), 7);
@@ -497,6 +497,94 @@ async fn outcomes_survive_reopen_and_expired_ones_are_purged() {
     for t in ["outcomes", "outcome_expiry", "progress", "chunks"] {
         assert!(tables[t].is_empty(), "{t}: {tables:?}");
     }
+}
+
+/// SPEC 6, schema 3: the outcomes of plain acks go into ack runs, one row
+/// and one expiry entry per run of up to 64 ids, not two rows per ack; they
+/// survive a reopen and expired runs are purged with their items' progress.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_acks_share_ack_runs_that_survive_reopen_and_are_purged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let clock = ManualClock::new(T0);
+    let q = open(&path, &clock).await;
+    let items = (0..130u8).map(|i| NewItem::new(vec![i])).collect();
+    let ids: Vec<u64> = q
+        .add_batch(items)
+        .await
+        .unwrap()
+        .iter()
+        .map(|a| a.id)
+        .collect();
+    let c = q.claim(130, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    q.set_progress(c[70].receipt, b"half".to_vec())
+        .await
+        .unwrap();
+    let mut receipts: Vec<_> = c.iter().map(|c| c.receipt).collect();
+    let last = receipts.pop().unwrap();
+    assert_eq!(q.ack_batch(receipts).await.unwrap(), 129);
+    q.ack(last).await.unwrap();
+    let tables = q.dump_tables().await.unwrap();
+    // 1..=64, 65..=128, 129..=129 (one batch), then 130 (a single ack).
+    assert_eq!(tables["ack_runs"].len(), 4, "{:?}", tables["ack_runs"]);
+    assert_eq!(tables["ack_run_expiry"].len(), 4);
+    assert!(tables["outcomes"].is_empty(), "{:?}", tables["outcomes"]);
+    q.close().await.unwrap();
+    drop(q);
+
+    let q = open(&path, &clock).await;
+    for &id in &ids {
+        let got = q.outcome(id).await.unwrap().unwrap();
+        assert_eq!((got.id, got.result(), got.at_ms), (id, Some(&b""[..]), T0));
+    }
+    assert_eq!(q.outcome(ids[129] + 1).await.unwrap(), None);
+    assert_eq!(q.progress(ids[70]).await.unwrap(), Some(b"half".to_vec()));
+    clock.advance(workjournal::DEFAULT_RESULT_TTL);
+    assert_eq!(q.outcome(ids[0]).await.unwrap(), None);
+    assert_eq!(q.progress(ids[70]).await.unwrap(), None);
+    q.add(NewItem::new(b"later".to_vec())).await.unwrap();
+    let tables = q.dump_tables().await.unwrap();
+    for t in ["ack_runs", "ack_run_expiry", "progress"] {
+        assert!(tables[t].is_empty(), "{t}: {tables:?}");
+    }
+}
+
+/// A schema-2 file (outcomes one row per item) opens as schema 3 with its
+/// outcomes readable, and a later plain ack of it goes into an ack run.
+#[tokio::test]
+async fn a_schema_2_file_migrates_and_keeps_its_outcomes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let clock = ManualClock::new(T0);
+    let q = open(&path, &clock).await;
+    let a = q.add(NewItem::new(b"a".to_vec())).await.unwrap().id;
+    let b = q.add(NewItem::new(b"b".to_vec())).await.unwrap().id;
+    let c = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    q.ack_with_result(c[0].receipt, b"answer".to_vec())
+        .await
+        .unwrap();
+    q.close().await.unwrap();
+    drop(q);
+    set_meta(&path, "schema_version", 2);
+
+    let q = open(&path, &clock).await;
+    let meta = &q.dump_tables().await.unwrap()["meta"];
+    assert!(
+        meta.iter().any(|r| r == "\"schema_version\" = 3"),
+        "{meta:?}"
+    );
+    let got = q.outcome(a).await.unwrap().unwrap();
+    assert_eq!(got.result(), Some(&b"answer"[..]));
+    let c = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    q.ack(c[0].receipt).await.unwrap();
+    assert_eq!(
+        q.outcome(b).await.unwrap().unwrap().result(),
+        Some(&b""[..])
+    );
+    let tables = q.dump_tables().await.unwrap();
+    assert_eq!(tables["outcomes"].len(), 1);
+    assert_eq!(tables["ack_runs"].len(), 1);
+    q.close().await.unwrap();
 }
 
 /// SPEC section 9, read-only inspection: a read-only open sees every state

@@ -259,6 +259,7 @@ macro_rules! conformance_case_list {
             wait_outcome_is_woken_by_an_ack,
             wait_outcome_times_out_empty,
             dead_lettered_outcome_holds_the_reason,
+            plain_acks_keep_their_outcomes_in_any_id_order,
             progress_is_fenced_like_touch,
             chunks_arrive_in_order,
             dedup_then_await_gets_the_first_outcome,

@@ -13,6 +13,9 @@
 //!   the lane stays in its old order, and its rank is that arrival (tier
 //!   0). The lane clocks are set to the last arrival.
 //!
+//! Schema 2 to 3: the version only (the ack runs of schema 3 start
+//! empty; older outcomes stay where they are and are still read).
+//!
 //! Memory stays bounded: item records are rewritten in chunks of
 //! [`CHUNK`] and the lanes are streamed from the old table into the new one.
 
@@ -68,6 +71,21 @@ pub(super) fn schema1_to_2(txn: &WriteTransaction, aging_step: Duration) -> Resu
     })?;
     let mut meta = txn.open_table(META).ctx("open table meta")?;
     meta.insert(SCHEMA_VERSION_KEY, 2)
+        .ctx("write schema version")?;
+    Ok(())
+}
+
+/// Migrate a schema-2 file to schema 3 inside `txn` (the caller commits).
+/// Schema 3 adds the ack runs (`ack_runs`, `ack_run_expiry`), which start
+/// empty: the outcomes a schema-2 file holds stay in `outcomes`, where
+/// schema 3 still reads them, so only the version changes.
+///
+/// # Errors
+///
+/// Storage failures.
+pub(super) fn schema2_to_3(txn: &WriteTransaction) -> Result<()> {
+    let mut meta = txn.open_table(META).ctx("open table meta")?;
+    meta.insert(SCHEMA_VERSION_KEY, 3)
         .ctx("write schema version")?;
     Ok(())
 }

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::{
-    Factory, NOW, T0, add, claim, claim_one, dead, done, env, env_with, ids, invalid, item,
-    lease_lost,
+    Factory, HOUR, NOW, T0, add, claim, claim_one, dead, done, env, env_with, ids, in_flow,
+    invalid, item, lease_lost, step_back,
 };
 use crate::config::Config;
 use crate::item::{MAX_DELIVERIES_REASON, RetryOutcome};
@@ -161,6 +161,83 @@ pub async fn dead_lettered_outcome_holds_the_reason(f: &dyn Factory) {
         e.q.outcome(a).await.unwrap(),
         done(a, b"second try", T0 + 1000)
     );
+}
+
+/// Plain acks (`ack` and `ack_batch`) keep an empty result for
+/// `result_ttl` whatever the order of their ids: a claim over priority
+/// tiers acks every other id, a redriven dead letter is acked after later
+/// ids; each outcome keeps its own time, hides the item's progress when it
+/// expires, and keeps its elapsed ttl across a step back of the clock.
+pub async fn plain_acks_keep_their_outcomes_in_any_id_order(f: &dyn Factory) {
+    let e = env_with(f, Config::default().result_ttl(Duration::from_secs(10))).await;
+    // One flow, so that a partitioned queue keeps them on one partition.
+    let d = e.q.add(in_flow("d", "f")).await.unwrap().id;
+    let first = claim_one(&e.q).await;
+    e.q.dead_letter(first.receipt, "bad").await.unwrap();
+    let mut tiered = Vec::new();
+    for i in 0..6u8 {
+        let p = if i % 2 == 1 { 5 } else { 0 };
+        tiered.push(e.q.add(in_flow("t", "f").priority(p)).await.unwrap().id);
+    }
+    let high = claim(&e.q, 3).await;
+    assert_eq!(ids(&high), vec![tiered[1], tiered[3], tiered[5]]);
+    e.q.set_progress(high[0].receipt, b"half".to_vec())
+        .await
+        .unwrap();
+    let receipts = high.iter().map(|c| c.receipt).collect();
+    assert_eq!(e.q.ack_batch(receipts).await.unwrap(), 3);
+    for &id in &[tiered[1], tiered[3], tiered[5]] {
+        assert_eq!(e.q.outcome(id).await.unwrap(), done(id, b"", T0));
+    }
+    assert_eq!(e.q.outcome(tiered[0]).await.unwrap(), None);
+    e.clock.advance(Duration::from_secs(1));
+    let low = claim(&e.q, 1).await;
+    e.q.ack(low[0].receipt).await.unwrap();
+    assert_eq!(
+        e.q.outcome(tiered[0]).await.unwrap(),
+        done(tiered[0], b"", T0 + 1000)
+    );
+    // The dead letter's outcome, then the plain ack's after its redrive.
+    assert_eq!(e.q.outcome(d).await.unwrap(), dead(d, "bad", T0));
+    assert!(e.q.redrive(d).await.unwrap());
+    let mut left = claim(&e.q, 3).await;
+    let again = left.pop().unwrap();
+    assert_eq!(again.item.id, d);
+    e.q.ack(again.receipt).await.unwrap();
+    assert_eq!(e.q.outcome(d).await.unwrap(), done(d, b"", T0 + 1000));
+    let receipts = left.iter().map(|c| c.receipt).collect();
+    assert_eq!(e.q.ack_batch(receipts).await.unwrap(), 2);
+
+    step_back(&e.clock, HOUR);
+    assert_eq!(e.q.stats().await.unwrap().backlog, 0);
+    e.clock.advance(Duration::from_millis(8_999));
+    assert_eq!(
+        e.q.outcome(tiered[1]).await.unwrap(),
+        done(tiered[1], b"", T0)
+    );
+    assert_eq!(
+        e.q.progress(tiered[1]).await.unwrap(),
+        Some(b"half".to_vec())
+    );
+    e.clock.advance(Duration::from_millis(1));
+    for &id in &[tiered[1], tiered[3], tiered[5]] {
+        assert_eq!(
+            e.q.outcome(id).await.unwrap(),
+            None,
+            "{id} outlived its ttl"
+        );
+    }
+    assert_eq!(e.q.progress(tiered[1]).await.unwrap(), None);
+    assert!(e.q.outcome(tiered[0]).await.unwrap().is_some());
+    assert!(e.q.outcome(d).await.unwrap().is_some());
+    e.clock.advance(Duration::from_secs(1));
+    for id in [tiered[0], tiered[2], tiered[4], d] {
+        assert_eq!(
+            e.q.outcome(id).await.unwrap(),
+            None,
+            "{id} outlived its ttl"
+        );
+    }
 }
 
 /// Progress and chunks need the current receipt: a stale one (after a

@@ -18,7 +18,7 @@ use std::ops::Bound;
 use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::{Ctx, Tables};
-use crate::backend::embedded::codec::{self, ItemRecord, LeaseRecord, OutcomeRecord};
+use crate::backend::embedded::codec::{self, ItemRecord, LeaseRecord};
 use crate::error::Result;
 use crate::item::{Claimed, Lane, Receipt};
 
@@ -28,6 +28,9 @@ const BATCHED_FROM: usize = 2;
 /// A range pass is taken when the batch's keys span at most this many
 /// times as many ids as the batch holds.
 const SPREAD: u64 = 4;
+
+/// The ids an ack run stands for, from its first (the bits of a `u64`).
+pub(super) const RUN_IDS: u64 = 64;
 
 /// Write `rows` into `table`: appended in one run through a cursor at the
 /// table's end when they are ascending and all sort after its last key (new
@@ -253,51 +256,43 @@ impl Tables<'_> {
         Ok(Some(n))
     }
 
-    /// The outcomes of acks without a result of `ids` (ascending), as
-    /// `finish` writes them: ids past the last kept outcome cannot have an
-    /// earlier one to replace and are appended in one run; the others
-    /// replace theirs one at a time. One encoded record and one run of
-    /// expiry entries serve the whole batch.
-    fn append_outcomes(&mut self, ids: &[u64], now: u64) -> Result<()> {
-        if self.limits.result_ttl_ms == 0 {
-            for &id in ids {
-                self.forget_outcome(id)?;
-            }
-            return Ok(());
-        }
+    /// The outcomes of acks without a result of `ids` (ascending): ack
+    /// runs of up to [`RUN_IDS`] ids from each run's first, one row and
+    /// one expiry entry per run (SPEC 6, schema 3), where one outcome row
+    /// and one expiry entry per id cost two inserts per ack. An earlier
+    /// outcome of an acked id (a dead letter, then a redrive) is deleted,
+    /// so that the run answers for it; ids past the last kept outcome
+    /// cannot have one and are not looked up.
+    pub(super) fn append_outcomes(&mut self, ids: &[u64], now: u64) -> Result<()> {
         let last = self
             .outcomes()?
             .last()
             .ctx("read outcomes")?
             .map(|(k, _)| k.value());
-        let split = match last {
-            Some(last) => ids.partition_point(|&id| id <= last),
-            None => 0,
-        };
-        let (old, new) = ids.split_at(split);
-        let expires_at_ms = now.saturating_add(self.limits.result_ttl_ms);
-        let bytes = codec::encode(&OutcomeRecord {
-            dead: false,
-            result: Vec::new(),
-            reason: String::new(),
-            at_ms: now,
-            expires_at_ms,
-        })?;
-        // Ids among the kept outcomes (a claim over priority tiers acks
-        // ids far apart) replace any outcome of theirs one by one, as
-        // `finish` does; the expiry entries of the whole batch share one
-        // time and go in one run.
-        for &id in old {
-            self.forget_outcome(id)?;
-            self.outcomes_mut()?
-                .insert(id, bytes.as_slice())
-                .ctx("write outcome")?;
+        if let Some(last) = last {
+            for &id in ids.iter().take_while(|&&id| id <= last) {
+                self.forget_outcome(id)?;
+            }
         }
-        let rows: Vec<(u64, &[u8])> = new.iter().map(|&id| (id, bytes.as_slice())).collect();
-        put_run(self.outcomes_mut()?, &rows, "write outcomes")?;
-        let expiry: Vec<((u64, u64), ())> =
-            ids.iter().map(|&id| ((expires_at_ms, id), ())).collect();
-        put_run(self.outcome_expiry_mut()?, &expiry, "write outcome expiry")?;
+        if self.limits.result_ttl_ms == 0 {
+            return Ok(());
+        }
+        let expires_at_ms = now.saturating_add(self.limits.result_ttl_ms);
+        let mut runs: Vec<(u64, (u64, u64, u64))> = Vec::new();
+        for &id in ids {
+            match runs.last_mut() {
+                Some((first, (bits, _, _))) if id - *first < RUN_IDS => {
+                    *bits |= 1 << (id - *first);
+                }
+                _ => runs.push((id, (1, now, expires_at_ms))),
+            }
+        }
+        put_run(self.ack_runs_mut()?, &runs, "write ack runs")?;
+        let expiry: Vec<((u64, u64), ())> = runs
+            .iter()
+            .map(|&(first, _)| ((expires_at_ms, first), ()))
+            .collect();
+        put_run(self.ack_run_expiry_mut()?, &expiry, "write ack run expiry")?;
         Ok(())
     }
 }

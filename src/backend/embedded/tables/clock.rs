@@ -197,6 +197,29 @@ impl Tables<'_> {
                     .ctx("move outcome")?;
             }
         }
+        let mut runs = Vec::new();
+        for entry in self.ack_run_expiry()?.iter().ctx("scan ack run expiry")? {
+            runs.push(entry.ctx("scan ack run expiry")?.0.value());
+        }
+        for (t, first) in runs {
+            let moved = t.saturating_sub(back);
+            self.ack_run_expiry_mut()?
+                .remove((t, first))
+                .ctx("move ack run expiry")?;
+            self.ack_run_expiry_mut()?
+                .insert((moved, first), ())
+                .ctx("move ack run expiry")?;
+            let run = self
+                .ack_runs()?
+                .get(first)
+                .ctx("read ack run")?
+                .map(|g| g.value());
+            if let Some((bits, at_ms, _)) = run {
+                self.ack_runs_mut()?
+                    .insert(first, (bits, at_ms, moved))
+                    .ctx("move ack run")?;
+            }
+        }
         Ok(())
     }
 
@@ -269,6 +292,19 @@ impl Tables<'_> {
                 .ctx("purge outcome")?;
             self.outcomes_mut()?.remove(id).ctx("purge outcome")?;
             self.forget_progress(id)?;
+        }
+        let mut runs = Vec::new();
+        for entry in self
+            .ack_run_expiry()?
+            .range(..(now.saturating_add(1), 0u64))
+            .ctx("scan ack run expiry")?
+            .take(PURGE_PER_TXN)
+        {
+            let (k, _) = entry.ctx("scan ack run expiry")?;
+            runs.push(k.value());
+        }
+        for (t, first) in runs {
+            self.purge_ack_run(t, first)?;
         }
         Ok(())
     }

@@ -2,8 +2,9 @@
 //! for `result_ttl`, its progress and chunks while it runs, and the done
 //! markers of its steps (SPEC 3, Idempotency).
 
-use redb::ReadableTable;
+use redb::{ReadableTable, ReadableTableMetadata};
 
+use super::batches::RUN_IDS;
 use super::{Ctx, Tables};
 use crate::backend::embedded::codec::{self, OutcomeRecord};
 use crate::error::Result;
@@ -75,15 +76,15 @@ impl Tables<'_> {
         Ok(())
     }
 
+    /// The outcome of item `id` (SPEC 3, Outcomes and progress): its own
+    /// record, else the ack run that holds it; `None` once expired.
     pub(in crate::backend::embedded) fn outcome(
         &self,
         id: u64,
         now: u64,
     ) -> Result<Option<Outcome>> {
-        Ok(self
-            .outcome_record(id)?
-            .filter(|r| r.expires_at_ms > now)
-            .map(|r| Outcome {
+        if let Some(r) = self.outcome_record(id)? {
+            return Ok((r.expires_at_ms > now).then_some(Outcome {
                 id,
                 kind: if r.dead {
                     OutcomeKind::DeadLettered { reason: r.reason }
@@ -91,7 +92,59 @@ impl Tables<'_> {
                     OutcomeKind::Done { result: r.result }
                 },
                 at_ms: r.at_ms,
+            }));
+        }
+        Ok(self
+            .ack_run_of(id)?
+            .filter(|&(_, _, expires_at_ms)| expires_at_ms > now)
+            .map(|(_, at_ms, _)| Outcome {
+                id,
+                kind: OutcomeKind::Done { result: Vec::new() },
+                at_ms,
             }))
+    }
+
+    /// The ack run that holds item `id`: (first id, at_ms, expires_at_ms).
+    /// A run stands for ids below its first + [`RUN_IDS`], so at most that
+    /// many runs start in the range looked at.
+    pub(super) fn ack_run_of(&self, id: u64) -> Result<Option<(u64, u64, u64)>> {
+        let from = id.saturating_sub(RUN_IDS - 1);
+        for entry in self.ack_runs()?.range(from..=id).ctx("read ack runs")? {
+            let (k, v) = entry.ctx("read ack runs")?;
+            let first = k.value();
+            let (bits, at_ms, expires_at_ms) = v.value();
+            if (bits >> (id - first)) & 1 == 1 {
+                return Ok(Some((first, at_ms, expires_at_ms)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Drop the ack run starting at `first` that expired at `t` (with the
+    /// progress and chunks of its items).
+    pub(super) fn purge_ack_run(&mut self, t: u64, first: u64) -> Result<()> {
+        self.ack_run_expiry_mut()?
+            .remove((t, first))
+            .ctx("purge ack run")?;
+        let bits = self
+            .ack_runs_mut()?
+            .remove(first)
+            .ctx("purge ack run")?
+            .map(|g| g.value().0);
+        let Some(bits) = bits else {
+            return Ok(());
+        };
+        if self.progress_table()?.is_empty().ctx("read progress")?
+            && self.chunks()?.is_empty().ctx("read chunks")?
+        {
+            return Ok(());
+        }
+        for i in 0..RUN_IDS {
+            if (bits >> i) & 1 == 1 {
+                self.forget_progress(first + i)?;
+            }
+        }
+        Ok(())
     }
 
     pub(in crate::backend::embedded) fn set_progress(
@@ -132,9 +185,12 @@ impl Tables<'_> {
     /// Whether `id` has an outcome that expired by `now` (its progress and
     /// chunks went with it, even before the purge).
     pub(super) fn expired(&self, id: u64, now: u64) -> Result<bool> {
+        if let Some(r) = self.outcome_record(id)? {
+            return Ok(r.expires_at_ms <= now);
+        }
         Ok(self
-            .outcome_record(id)?
-            .is_some_and(|r| r.expires_at_ms <= now))
+            .ack_run_of(id)?
+            .is_some_and(|(_, _, expires_at_ms)| expires_at_ms <= now))
     }
 
     pub(in crate::backend::embedded) fn progress(

@@ -135,6 +135,13 @@ tables! {
     /// (expires_at_ms, id) -> (): outcomes by expiry.
     OUTCOME_EXPIRY = "outcome_expiry": (u64, u64) => (),
         outcome_expiry, outcome_expiry, outcome_expiry_mut;
+    /// first id -> (bits, at_ms, expires_at_ms): the outcomes of plain acks
+    /// (an empty result) of one commit, up to 64 ids from the first: bit
+    /// `i` stands for id `first + i` (SPEC 6, schema 3).
+    ACK_RUNS = "ack_runs": u64 => (u64, u64, u64), ack_runs, ack_runs, ack_runs_mut;
+    /// (expires_at_ms, first id) -> (): ack runs by expiry.
+    ACK_RUN_EXPIRY = "ack_run_expiry": (u64, u64) => (),
+        ack_run_expiry, ack_run_expiry, ack_run_expiry_mut;
     /// id -> the last progress bytes.
     PROGRESS = "progress": u64 => &'static [u8], progress, progress_table, progress_mut;
     /// (id, seq) -> chunk bytes.
@@ -156,7 +163,7 @@ tables! {
 
 pub(in crate::backend::embedded) const SCHEMA_VERSION_KEY: &str = "schema_version";
 /// The schema this build writes (SPEC section 6).
-pub(in crate::backend::embedded) const SCHEMA_VERSION: u64 = 2;
+pub(in crate::backend::embedded) const SCHEMA_VERSION: u64 = 3;
 /// The tag of the redo log generation the file's records go under: random,
 /// new at every checkpoint (module `redo`, SPEC section 6).
 pub(in crate::backend::embedded) const REDO_LOG_KEY: &str = "redo_log";

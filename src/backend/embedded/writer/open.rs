@@ -155,7 +155,12 @@ pub(super) fn open_and_recover(
             // (made durable by the open's checkpoint below).
             Some(1) => {
                 migrate::schema1_to_2(&txn, limits.aging_step)?;
-                tracing::info!(path = %path.display(), "migrated the queue file from schema 1 to 2");
+                migrate::schema2_to_3(&txn)?;
+                tracing::info!(path = %path.display(), "migrated the queue file from schema 1 to 3");
+            }
+            Some(2) => {
+                migrate::schema2_to_3(&txn)?;
+                tracing::info!(path = %path.display(), "migrated the queue file from schema 2 to 3");
             }
             Some(_) => {}
         }
