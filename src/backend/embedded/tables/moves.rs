@@ -452,12 +452,7 @@ impl Tables<'_> {
         let lease = self.current(r)?;
         self.remove_pending(r.id, &lease, now)?;
         self.delete_item(r.id)?;
-        if result.is_empty() {
-            // A plain ack's outcome goes into an ack run, as `ack_batch`'s.
-            self.append_outcomes(&[r.id], now)
-        } else {
-            self.finish(r.id, false, result.to_vec(), "", now)
-        }
+        self.finish(r.id, false, result.to_vec(), "", now)
     }
 
     pub(in crate::backend::embedded) fn ack_batch(

@@ -13,7 +13,8 @@ use crate::outcome::{Chunk, Outcome, OutcomeKind, check_size};
 
 impl Tables<'_> {
     /// Keep how item `id` finished for `result_ttl`, replacing an earlier
-    /// outcome.
+    /// outcome: a plain ack (done, empty result) as a bit of an ack run
+    /// (SPEC 6, schema 3), anything else as a row of its own.
     pub(super) fn finish(
         &mut self,
         id: u64,
@@ -22,6 +23,9 @@ impl Tables<'_> {
         reason: &str,
         now: u64,
     ) -> Result<()> {
+        if !dead && result.is_empty() {
+            return self.append_outcomes(&[id], now);
+        }
         self.forget_outcome(id)?;
         if self.limits.result_ttl_ms == 0 {
             return Ok(());
