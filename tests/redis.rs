@@ -29,7 +29,8 @@ use std::time::{Duration, Instant};
 use workjournal::testing::redis_server::fresh_namespace;
 use workjournal::testing::{RawConnection, RedisKind, RedisServer, RedisServerOptions};
 use workjournal::{
-    ClaimFrom, Config, Error, ManualClock, NewItem, RedisOptions, RedisQueue, WorkQueue,
+    ClaimFrom, Config, Error, ManualClock, NewItem, OutcomeKind, Receipt, RedisOptions, RedisQueue,
+    WorkQueue,
 };
 
 const T0: u64 = 1_700_000_000_000;
@@ -57,6 +58,7 @@ workjournal::on_server_and_cluster!(
     done_markers_live_in_the_expiry_set_alone,
     a_claim_does_not_walk_a_held_flows_items,
     redis_hand_outs_share_one_lease_counter,
+    a_namespace_from_before_the_leases_index_acks_and_reads_its_outcomes,
 );
 
 /// A queue with `options`' short timeouts, for a test of what happens
@@ -701,13 +703,26 @@ async fn expired_outcomes_are_pruned_with_their_progress_and_chunks(kind: RedisK
         }
     };
     let prefix = format!("{{{ns}}}:");
-    assert_eq!(count(format!("{prefix}out:[0-9]*")).await, 5);
+    // SPEC 6: outcomes are the fields of one hash, `{ns}:out`.
+    let outcomes = |mut conn: RawConnection| {
+        let key = format!("{prefix}out");
+        async move {
+            let n: u64 = redis::cmd("HLEN")
+                .arg(key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            n
+        }
+    };
+    assert_eq!(outcomes(conn.clone()).await, 5);
+    assert_eq!(count(format!("{prefix}out:[0-9]*")).await, 0);
     assert_eq!(count(format!("{prefix}chunks:*")).await, 5);
     clock.advance(Duration::from_secs(10));
     q.add(NewItem::new(b"later".to_vec())).await.unwrap();
     let c = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
     q.ack(c[0].receipt).await.unwrap();
-    assert_eq!(count(format!("{prefix}out:[0-9]*")).await, 1);
+    assert_eq!(outcomes(conn.clone()).await, 1);
     assert_eq!(count(format!("{prefix}chunks:*")).await, 0);
     assert_eq!(count(format!("{prefix}prog:*")).await, 0);
     let expiring: u64 = redis::cmd("ZCARD")
@@ -886,17 +901,19 @@ async fn stats_stay_true_when_a_ready_lane_member_is_removed(kind: RedisKind) {
 
 // The item hash deleted behind the backend's back: of a ready item, it is
 // counted until a claim meets its lane member and drops it; of a pending
-// item, the ack finds no lease and a reclaim drops the pending entry. No
+// item, its receipt still acks it once (the leases index holds its lease,
+// SPEC 8) and a reclaim drops the pending entry of one nobody acks. No
 // count ever fails or stays wrong.
 async fn stats_stay_true_when_an_item_hash_is_deleted(kind: RedisKind) {
     let url = shared_url(kind);
     let ns = fresh_namespace();
     let q = connect(&url, &ns, Config::default()).await;
     q.add(NewItem::new(b"one".to_vec())).await.unwrap();
-    let ready = q.add(NewItem::new(b"two".to_vec())).await.unwrap().id;
-    let held = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    q.add(NewItem::new(b"two".to_vec())).await.unwrap();
+    let ready = q.add(NewItem::new(b"three".to_vec())).await.unwrap().id;
+    let held = q.claim(2, Duration::ZERO, ClaimFrom::All).await.unwrap();
     let mut conn = raw(&url).await;
-    for id in [ready, held[0].item.id] {
+    for id in [ready, held[0].item.id, held[1].item.id] {
         let n: u64 = redis::cmd("DEL")
             .arg(format!("{{{ns}}}:item:{id}"))
             .query_async(&mut conn)
@@ -905,24 +922,32 @@ async fn stats_stay_true_when_an_item_hash_is_deleted(kind: RedisKind) {
         assert_eq!(n, 1);
     }
     let s = q.stats().await.unwrap();
-    assert_eq!((s.backlog, s.pending), (1, 1), "{s:?}");
+    assert_eq!((s.backlog, s.pending), (1, 2), "{s:?}");
     assert!(
         q.claim(1, Duration::ZERO, ClaimFrom::All)
             .await
             .unwrap()
             .is_empty()
     );
+    // The first: acked once by its receipt, then its lease is gone.
+    q.ack(held[0].receipt).await.unwrap();
     let err = q.ack(held[0].receipt).await.unwrap_err();
     assert!(matches!(err, Error::LeaseLost { .. }), "{err:?}");
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.backlog, s.pending), (0, 1), "{s:?}");
+    // The second: nobody acks it; a reclaim drops its pending entry and
+    // its lease with it.
     assert!(
         q.reclaim_stale(Duration::ZERO, 10)
             .await
             .unwrap()
             .is_empty()
     );
+    let err = q.ack(held[1].receipt).await.unwrap_err();
+    assert!(matches!(err, Error::LeaseLost { .. }), "{err:?}");
     let s = q.stats().await.unwrap();
     assert_eq!((s.backlog, s.pending), (0, 0), "{s:?}");
-    q.add(NewItem::new(b"three".to_vec())).await.unwrap();
+    q.add(NewItem::new(b"four".to_vec())).await.unwrap();
     let s = q.stats().await.unwrap();
     assert_eq!((s.backlog, s.pending), (1, 0), "{s:?}");
 }
@@ -1099,9 +1124,112 @@ async fn redis_hand_outs_share_one_lease_counter(kind: RedisKind) {
         .unwrap();
     assert_eq!(pending.len(), 3);
     assert!(pending.iter().all(|(_, at)| *at == (T0 + 61_000) as f64));
+    // The leases index (SPEC 7, Redis ack path) holds the current lease of
+    // each pending item, and nothing of the leases the reclaim replaced.
+    let mut held: Vec<(u64, u64)> = redis::cmd("HGETALL")
+        .arg(format!("{{{ns}}}:leases"))
+        .query_async::<std::collections::HashMap<u64, u64>>(&mut conn)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    held.sort();
+    let mut want: Vec<(u64, u64)> = reclaimed
+        .claimed
+        .iter()
+        .map(|c| (c.item.id, c.receipt.lease))
+        .collect();
+    want.sort();
+    assert_eq!(held, want);
     for c in &reclaimed.claimed {
         q.ack(c.receipt).await.unwrap();
     }
     assert_eq!(q.stats().await.unwrap().pending, 0);
+    let left: u64 = redis::cmd("HLEN")
+        .arg(format!("{{{ns}}}:leases"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "acked items leave the leases index");
+    q.close().await.unwrap();
+}
+
+/// A namespace written by a build before the leases index and the outcomes
+/// hash (SPEC 6 and 7): an item it handed out (no `{ns}:leases` entry) is
+/// still acked by its receipt and fenced against a wrong lease, and an
+/// outcome it kept (a hash `{ns}:out:<id>`) is still read, then deleted
+/// with its expiry.
+async fn a_namespace_from_before_the_leases_index_acks_and_reads_its_outcomes(kind: RedisKind) {
+    let url = shared_url(kind);
+    let ns = fresh_namespace();
+    let clock = ManualClock::new(T0);
+    let config = Config::default()
+        .clock(clock.clone())
+        .result_ttl(Duration::from_secs(10));
+    let q = connect(&url, &ns, config).await;
+    q.add_batch(vec![
+        NewItem::new(b"a".to_vec()),
+        NewItem::new(b"b".to_vec()),
+    ])
+    .await
+    .unwrap();
+    let got = q.claim(2, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    let mut conn = raw(&url).await;
+    // As the older build left them: no index entries, and an outcome of
+    // an earlier item as a hash of its own with its expiry.
+    let _: u64 = redis::cmd("DEL")
+        .arg(format!("{{{ns}}}:leases"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: u64 = redis::cmd("HSET")
+        .arg(format!("{{{ns}}}:out:77"))
+        .arg(&["kind", "done", "value", "old:result", "at"])
+        .arg(T0)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: u64 = redis::cmd("ZADD")
+        .arg(format!("{{{ns}}}:out:exp"))
+        .arg(T0 + 10_000)
+        .arg(format!("{:020}", 77))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let wrong = Receipt {
+        lease: got[0].receipt.lease + 100,
+        ..got[0].receipt
+    };
+    let err = q.ack(wrong).await.unwrap_err();
+    assert!(matches!(err, Error::LeaseLost { .. }), "{err:?}");
+    let n = q
+        .ack_batch(got.iter().map(|c| c.receipt).collect())
+        .await
+        .unwrap();
+    assert_eq!(n, 2, "both acked through their item hashes");
+    assert_eq!(q.stats().await.unwrap().pending, 0);
+    let old = q.outcome(77).await.unwrap().expect("the older outcome");
+    assert_eq!(
+        old.kind,
+        OutcomeKind::Done {
+            result: b"old:result".to_vec()
+        }
+    );
+    assert_eq!(old.at_ms, T0);
+    for c in &got {
+        let o = q.outcome(c.item.id).await.unwrap().expect("outcome");
+        assert_eq!(o.kind, OutcomeKind::Done { result: Vec::new() });
+    }
+    clock.advance(Duration::from_secs(11));
+    q.add(NewItem::new(b"later".to_vec())).await.unwrap();
+    let c = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    q.ack(c[0].receipt).await.unwrap();
+    assert_eq!(q.outcome(77).await.unwrap(), None);
+    let left: u64 = redis::cmd("EXISTS")
+        .arg(format!("{{{ns}}}:out:77"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "the older outcome hash is pruned with its expiry");
     q.close().await.unwrap();
 }

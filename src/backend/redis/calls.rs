@@ -3,7 +3,7 @@
 
 use redis::Value;
 
-use super::reply::{array, at, bytes, claims, int, opt_uint, text, uint};
+use super::reply::{added, array, at, bytes, claims, int, opt_uint, text, uint};
 use super::{MAX_LUA_MS, RedisQueue, n_arg, receipt_args};
 use crate::config::ms;
 use crate::error::{Error, Result};
@@ -37,7 +37,8 @@ impl RedisQueue {
             return Ok(Vec::new());
         }
         let c = &self.inner.config;
-        let mut args = Vec::with_capacity(2 + items.len() * 7);
+        let n = items.len();
+        let mut args = Vec::with_capacity(2 + n * 8);
         let step = ms(c.aging_step);
         args.push(ms(c.dedup_window).min(MAX_LUA_MS).to_string().into_bytes());
         args.push(match c.max_backlog {
@@ -74,16 +75,11 @@ impl RedisQueue {
                 limit: uint(at(a, 1, "add")?, "add limit")?,
             });
         }
-        array(at(a, 1, "add")?, "add ids")?
-            .iter()
-            .map(|pair| {
-                let p = array(pair, "add id")?;
-                Ok(Added {
-                    id: uint(at(p, 0, "add id")?, "add id")?,
-                    duplicate: int(at(p, 1, "add id")?, "add duplicate")? == 1,
-                })
-            })
-            .collect()
+        added(
+            n,
+            uint(at(a, 1, "add")?, "add first id")?,
+            array(at(a, 2, "add")?, "add duplicates")?,
+        )
     }
 
     /// One claim attempt: the items, the wake-stream tail, the next due time

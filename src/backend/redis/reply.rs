@@ -4,7 +4,7 @@
 use redis::Value;
 
 use crate::error::{Error, Result};
-use crate::item::{Claimed, Item, Lane, Receipt};
+use crate::item::{Added, Claimed, Item, Lane, Receipt};
 
 fn bad(what: &str, detail: impl Into<String>) -> Error {
     Error::Decode {
@@ -149,6 +149,47 @@ pub(crate) fn claims(v: &Value) -> Result<Vec<Claimed>> {
     array(v, "claims")?.iter().map(claimed).collect()
 }
 
+/// The ids of an add of `n` items from the add script's reply: the fresh
+/// items took `first`, `first + 1`, ... in call order; `duplicates` is a
+/// flat list of (index in the call, id first added under the key).
+/// Errors: an index out of the call, an index given twice, or more fresh
+/// items than the ids after `first` can hold.
+pub(crate) fn added(n: usize, first: u64, duplicates: &[Value]) -> Result<Vec<Added>> {
+    let mut dup: Vec<Option<u64>> = vec![None; n];
+    for pair in duplicates.chunks(2) {
+        let [i, id] = pair else {
+            return Err(bad("add duplicates", "an index without an id"));
+        };
+        let i = uint(i, "add duplicate index")?;
+        let slot = usize::try_from(i)
+            .ok()
+            .and_then(|i| dup.get_mut(i))
+            .ok_or_else(|| bad("add duplicates", format!("index {i} of {n} items")))?;
+        if slot.replace(uint(id, "add duplicate id")?).is_some() {
+            return Err(bad("add duplicates", format!("index {i} given twice")));
+        }
+    }
+    let mut fresh = 0u64;
+    dup.into_iter()
+        .map(|d| match d {
+            Some(id) => Ok(Added {
+                id,
+                duplicate: true,
+            }),
+            None => {
+                let id = first
+                    .checked_add(fresh)
+                    .ok_or_else(|| bad("add", "ids past u64::MAX"))?;
+                fresh += 1;
+                Ok(Added {
+                    id,
+                    duplicate: false,
+                })
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,6 +213,19 @@ mod tests {
             Value::Int(5),
         ]);
         let c = claimed(&good).unwrap();
+        // Add replies: fresh ids count up from `first` past the duplicates.
+        let s = |t: &str| Value::BulkString(t.as_bytes().to_vec());
+        let a = added(3, 10, &[s("1"), s("4")]).unwrap();
+        let got: Vec<(u64, bool)> = a.iter().map(|a| (a.id, a.duplicate)).collect();
+        assert_eq!(got, vec![(10, false), (4, true), (11, false)]);
+        assert!(
+            added(2, 1, &[s("2"), s("4")]).is_err(),
+            "index out of the call"
+        );
+        assert!(added(2, 1, &[s("0"), s("4"), s("0"), s("5")]).is_err());
+        assert!(added(2, 1, &[s("0")]).is_err(), "index without an id");
+        assert!(added(2, u64::MAX, &[]).is_err(), "ids past u64::MAX");
+        assert_eq!(added(1, u64::MAX, &[]).unwrap()[0].id, u64::MAX);
         assert_eq!(c.item.id, 7);
         assert_eq!(c.item.payload, vec![0, 255]);
         assert_eq!(c.lane, Lane::Due);

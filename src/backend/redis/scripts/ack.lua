@@ -1,19 +1,53 @@
 -- ack / ack_batch / ack_with_result. ARGV: now, result_ttl, then id, lease,
 -- result triples. Returns how many were acked (lost receipts, and repeats
--- of one receipt, are skipped). Per item one HMGET; the rest is written once
--- per call, apart from one HSET per item's outcome (SPEC 3, Outcomes and
--- progress), and each limited flow's record once.
+-- of one receipt, are skipped).
+-- The receipts are checked against the leases index with one HMGET for
+-- the whole call; only an id missing from it (an item handed out before
+-- the index existed) reads its item hash. The item hash is read per acked
+-- item only while some flow has limits (its flow's record counts the ack).
 -- Only an acked id is marked seen: a lost receipt of an item (from before a
 -- retry or reclaim) must not hide its current receipt later in the batch.
 local n, seen = 0, {}
-local zrem, dels, results, flows, acked_of = {}, {}, {}, {}, {}
-for i = 3, #ARGV - 2, 3 do
-  local id, lease = ARGV[i], ARGV[i + 1]
+local zrem, dels, acked, results = {}, {}, {}, {}
+local ids = {}
+for i = 3, #ARGV - 2, 3 do ids[#ids + 1] = ARGV[i] end
+local held = {}
+local i = 1
+while i <= #ids do
+  local last = math.min(i + 999, #ids)
+  local part = redis.call('HMGET', K_LEASES, unpack(ids, i, last))
+  for j = 1, #part do held[i + j - 1] = part[j] end
+  i = last + 1
+end
+for k = 1, #ids do
+  local id, lease = ids[k], ARGV[k * 3 + 1]
   if not seen[id] then
-    local f = redis.call('HMGET', item_key(id), 'st', 'ls', 'flow')
-    if f[1] == 'pending' and f[2] and tonumber(f[2]) == tonumber(lease) then
+    local ls = held[k]
+    local ok
+    if ls then
+      ok = tonumber(ls) == tonumber(lease)
+    else
+      local f = redis.call('HMGET', item_key(id), 'st', 'ls')
+      ok = f[1] == 'pending' and f[2] and tonumber(f[2]) == tonumber(lease)
+    end
+    if ok then
       seen[id] = true
-      local flow = f[3]
+      zrem[#zrem + 1] = pad(id)
+      dels[#dels + 1] = item_key(id)
+      acked[#acked + 1] = id
+      results[#results + 1] = { id, ARGV[k * 3 + 2] }
+      n = n + 1
+    end
+  end
+end
+if n > 0 then
+  local now = clock_now()
+  -- SPEC 3, Flow limits: each ack frees its flow's slot; the acks of one
+  -- flow are counted off its record at once.
+  if any_limits() then
+    local flows, acked_of = {}, {}
+    for _, id in ipairs(acked) do
+      local flow = redis.call('HGET', item_key(id), 'flow')
       if flow and flow ~= '' then
         if not acked_of[flow] then
           acked_of[flow] = 0
@@ -21,22 +55,12 @@ for i = 3, #ARGV - 2, 3 do
         end
         acked_of[flow] = acked_of[flow] + 1
       end
-      zrem[#zrem + 1] = pad(id)
-      dels[#dels + 1] = item_key(id)
-      results[#results + 1] = { id, ARGV[i + 2] }
-      n = n + 1
     end
-  end
-end
-if n > 0 then
-  call_chunked('ZREM', K_PENDING, zrem)
-  del_chunked(dels)
-  local now = clock_now()
-  -- SPEC 3, Flow limits: each ack frees its flow's slot; the acks of one
-  -- flow are counted off its record at once.
-  if any_limits() then
     for _, flow in ipairs(flows) do lim_pending(flow, -acked_of[flow], now) end
   end
+  call_chunked('ZREM', K_PENDING, zrem)
+  call_chunked('HDEL', K_LEASES, acked)
+  del_chunked(dels)
   prune_outcomes(now)
   finish_all(results, 'done', now, ARGV[2])
 end

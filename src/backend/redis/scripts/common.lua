@@ -17,6 +17,12 @@ local K_POS = P .. 'pos'
 local K_CLOCKS = P .. 'clocks'
 local K_DELAYED = P .. 'delayed'
 local K_PENDING = P .. 'pending'
+-- The lease of every pending item (id -> lease), a copy of the item hash's
+-- `ls` kept where the item is handed out and its lease ends, so that an
+-- `ack_batch` checks all its receipts with one HMGET (SPEC 7, "Redis ack
+-- path"). An id of a pending item missing here (handed out by a build
+-- before this index) is checked against its item hash.
+local K_LEASES = P .. 'leases'
 local K_PAUSED = P .. 'paused'
 local K_FLOWS = P .. 'flows'
 local K_DEAD = P .. 'dead'
@@ -26,6 +32,11 @@ local K_DEDUP_EXP = P .. 'dedup:exp'
 local K_DONE_EXP = P .. 'done:exp'
 local K_WAKE = P .. 'wake'
 local K_OUT_EXP = P .. 'out:exp'
+-- Outcomes (SPEC 3): one hash, id -> `<kind>:<at>:<value>`, so that the
+-- outcomes of one call are one HSET. Outcomes written by builds before it
+-- are hashes `{ns}:out:<id>`, still read (after this one) and deleted
+-- with their expiry.
+local K_OUT = P .. 'out'
 local K_EVENTS = P .. 'events'
 local K_CLOCK = P .. 'clock'
 -- SPEC 3, Flow limits: the set of flows with a limit record, each record a
@@ -183,19 +194,41 @@ end
 local function events_tail() return stream_tail(K_EVENTS) end
 
 local function forget_outcome(id)
+  redis.call('HDEL', K_OUT, id)
   redis.call('DEL', out_key(id))
   redis.call('ZREM', K_OUT_EXP, pad(id))
 end
 
+-- Item `id`'s outcome as {kind, value, at}, or nil; expiry is the caller's.
+local function outcome_of(id)
+  local s = redis.call('HGET', K_OUT, id)
+  if s then
+    local i = string.find(s, ':', 1, true)
+    local j = i and string.find(s, ':', i + 1, true)
+    if j then return { string.sub(s, 1, i - 1), string.sub(s, j + 1), string.sub(s, i + 1, j - 1) } end
+    return nil
+  end
+  local f = redis.call('HMGET', out_key(id), 'kind', 'value', 'at')
+  if f[1] then return { f[1], f[2] or '', f[3] or '0' } end
+  return nil
+end
+
 -- Delete up to PRUNE_LIMIT outcomes expired at `now`, with their progress
--- and chunks.
+-- and chunks: one HDEL and one DEL for all of them.
 local function prune_outcomes(now)
   local ms = redis.call('ZRANGEBYSCORE', K_OUT_EXP, '-inf', now, 'LIMIT', 0, PRUNE_LIMIT)
+  if #ms == 0 then return end
+  local ids, keys = {}, {}
   for _, m in ipairs(ms) do
     local id = unpad(m)
-    redis.call('DEL', out_key(id), prog_key(id), chunks_key(id))
+    ids[#ids + 1] = id
+    keys[#keys + 1] = out_key(id)
+    keys[#keys + 1] = prog_key(id)
+    keys[#keys + 1] = chunks_key(id)
   end
-  if #ms > 0 then redis.call('ZREM', K_OUT_EXP, unpack(ms)) end
+  call_chunked('HDEL', K_OUT, ids)
+  del_chunked(keys)
+  redis.call('ZREM', K_OUT_EXP, unpack(ms))
 end
 
 -- The most outcomes one signal on the events stream carries.
@@ -205,22 +238,26 @@ local OUTCOMES_PER_SIGNAL = 100
 -- dead, `value` the result or reason) for `ttl` ms; 0 keeps nothing. Wakes
 -- the waiters: one signal per OUTCOMES_PER_SIGNAL items, a group `id`
 -- [`kind`, `value`, `at`] per item (a small outcome rides on its signal,
--- so a waiter needs no second read). Per item one HSET; the expiry index,
--- deletions and signals are written once per call. The caller prunes
+-- so a waiter needs no second read). The outcomes, the expiry index,
+-- deletions and signals are each written once per call. The caller prunes
 -- expired outcomes once per script (`prune_outcomes`).
 local function finish_all(list, kind, now, ttl)
   if #list == 0 then return end
   ttl = tonumber(ttl) or 0
   local at = fmt(now)
-  local index, gone, signal = {}, {}, {}
+  local head = kind .. ':' .. at .. ':'
+  local index, gone, ids, outs, signal = {}, {}, {}, {}, {}
+  local exp = now + ttl
   for i, r in ipairs(list) do
     local id, value = r[1], r[2]
     if ttl > 0 then
-      -- The hash has no fields but these three: HSET replaces the old outcome.
-      redis.call('HSET', out_key(id), 'kind', kind, 'value', value, 'at', at)
-      index[#index + 1] = now + ttl
+      -- HSET replaces the old outcome of the id.
+      outs[#outs + 1] = id
+      outs[#outs + 1] = head .. value
+      index[#index + 1] = exp
       index[#index + 1] = pad(id)
     else
+      ids[#ids + 1] = id
       gone[#gone + 1] = out_key(id)
       index[#index + 1] = pad(id)
     end
@@ -240,8 +277,10 @@ local function finish_all(list, kind, now, ttl)
     end
   end
   if ttl > 0 then
+    call_chunked('HSET', K_OUT, outs)
     call_chunked('ZADD', K_OUT_EXP, index)
   else
+    call_chunked('HDEL', K_OUT, ids)
     del_chunked(gone)
     call_chunked('ZREM', K_OUT_EXP, index)
   end
@@ -472,6 +511,7 @@ end
 local function release(id, now)
   if any_limits() then lim_pending(redis.call('HGET', item_key(id), 'flow'), -1, now) end
   redis.call('ZREM', K_PENDING, pad(id))
+  redis.call('HDEL', K_LEASES, id)
   redis.call('HDEL', item_key(id), 'ls', 'ca', 'owner')
 end
 
@@ -529,7 +569,7 @@ end
 local HAND_OUT_FIELDS = { 'flow', 'payload', 'enq', 'nb', 'dlv', 'pri', 'cost' }
 local H = nil
 local function hand_outs_begin(now, consumer)
-  H = { lease = tonumber(redis.call('GET', K_LEASE) or '0'), zadd = {},
+  H = { lease = tonumber(redis.call('GET', K_LEASE) or '0'), zadd = {}, leases = {},
     now = now, snow = fmt(now), consumer = consumer }
 end
 
@@ -541,10 +581,13 @@ local function hand_out(id, lane, f, counted)
   f = f or redis.call('HMGET', item_key(id), unpack(HAND_OUT_FIELDS))
   H.lease = H.lease + 1
   local dlv = (tonumber(f[5]) or 0) + 1
+  local ls = fmt(H.lease)
   redis.call('HSET', item_key(id), 'dlv', dlv, 'st', 'pending', 'lane', lane,
-    'ls', fmt(H.lease), 'ca', H.snow, 'owner', H.consumer)
+    'ls', ls, 'ca', H.snow, 'owner', H.consumer)
   H.zadd[#H.zadd + 1] = H.now
   H.zadd[#H.zadd + 1] = pad(id)
+  H.leases[#H.leases + 1] = id
+  H.leases[#H.leases + 1] = ls
   if not counted then lim_pending(f[1], 1, H.now) end
   return { id, f[1] or '', f[2] or '', f[3] or '0', f[4] or '', dlv, lane, H.snow, H.lease,
     f[6] or '0', f[7] or '1' }
@@ -554,6 +597,7 @@ local function hand_outs_end()
   if #H.zadd > 0 then
     redis.call('SET', K_LEASE, fmt(H.lease))
     call_chunked('ZADD', K_PENDING, H.zadd)
+    call_chunked('HSET', K_LEASES, H.leases)
   end
 end
 
@@ -625,6 +669,7 @@ local function adds_begin(now)
     A.pos = A.pos0
     A.last = tonumber(redis.call('HGET', K_CLOCKS, 'backlog') or '0')
     A.arrival = math.max(now, A.last)
+    A.rank0 = fmt(A.arrival)
   end
 end
 
@@ -639,6 +684,19 @@ local function new_item(flow, payload, enq, nb, pri, boost, has_key, key, now, w
     id = fmt(redis.call('INCR', K_SEQ))
   end
   local k = item_key(id)
+  if A.fast and nb == '' and (pri == '0' or pri == '') and (cost == nil or cost == '' or cost == '1') then
+    -- The common item (backlog, tier 0, cost 1): no field table, and the
+    -- rank every such item of this call shares (arrival - 0).
+    redis.call('HSET', k, 'flow', flow, 'payload', payload, 'enq', enq, 'dlv', '0', 'st', 'backlog')
+    A.pos = A.pos + 1
+    A.ready[#A.ready + 1] = A.rank0
+    A.ready[#A.ready + 1] = pad(A.pos) .. ':' .. id
+    if has_key == '1' then
+      redis.call('HSET', K_DEDUP, key, id)
+      redis.call('ZADD', K_DEDUP_EXP, now + window, key)
+    end
+    return id
+  end
   local f = { 'flow', flow, 'payload', payload, 'enq', enq, 'dlv', 0 }
   if cost and cost ~= '' and cost ~= '1' then
     f[#f + 1] = 'cost'

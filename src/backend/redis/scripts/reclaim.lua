@@ -44,6 +44,7 @@ for _, p in ipairs(plan) do
   local id, what = p[1], p[2]
   if what == 'missing' then
     redis.call('ZREM', K_PENDING, p[3])
+    redis.call('HDEL', K_LEASES, id)
     missing = missing + 1
   elseif what == 'bury' then
     local f = redis.call('HMGET', item_key(id), 'dlv', 'ls')

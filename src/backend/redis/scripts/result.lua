@@ -15,11 +15,11 @@ end
 local function live_outcome(now)
   local exp = redis.call('ZSCORE', K_OUT_EXP, pad(id))
   if not exp or tonumber(exp) <= now then return nil end
-  return redis.call('HMGET', out_key(id), 'kind', 'value', 'at')
+  return outcome_of(id)
 end
 if op == 'outcome' then
   local f = live_outcome(clock_now())
-  if f and f[1] then return { 1, f[1], f[2] or '', f[3] or '0', events_tail() } end
+  if f then return { 1, f[1], f[2], f[3], events_tail() } end
   return { 0, '', '', '0', events_tail() }
 elseif op == 'get_progress' then
   if expired(clock_now()) then return { 0, '' } end
@@ -41,7 +41,7 @@ else
   local now = clock_now()
   local f = live_outcome(now)
   local finished = 0
-  if f and f[1] then finished = 1 end
+  if f then finished = 1 end
   local list = {}
   if not expired(now) then list = redis.call('LRANGE', chunks_key(id), after, -1) end
   return { list, finished, events_tail() }
