@@ -670,9 +670,9 @@ async fn url_with_a_password_authenticates_and_a_wrong_one_is_a_backend_error() 
     assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
 }
 
-/// Expired outcomes are deleted by later writes, with their progress and
-/// chunks (SPEC 6): the namespace does not grow with every acked item.
-async fn expired_outcomes_are_pruned_with_their_progress_and_chunks(kind: RedisKind) {
+/// A queue in a fresh namespace on `kind`'s server whose outcomes live
+/// 10 s by a manual clock at `T0`: its URL, namespace, clock and handle.
+async fn short_results(kind: RedisKind) -> (String, String, ManualClock, RedisQueue) {
     let url = shared_url(kind);
     let ns = fresh_namespace();
     let clock = ManualClock::new(T0);
@@ -680,6 +680,13 @@ async fn expired_outcomes_are_pruned_with_their_progress_and_chunks(kind: RedisK
         .clock(clock.clone())
         .result_ttl(Duration::from_secs(10));
     let q = connect(&url, &ns, config).await;
+    (url, ns, clock, q)
+}
+
+/// Expired outcomes are deleted by later writes, with their progress and
+/// chunks (SPEC 6): the namespace does not grow with every acked item.
+async fn expired_outcomes_are_pruned_with_their_progress_and_chunks(kind: RedisKind) {
+    let (url, ns, clock, q) = short_results(kind).await;
     for i in 0..5u8 {
         q.add(NewItem::new(vec![i])).await.unwrap();
     }
@@ -1160,13 +1167,7 @@ async fn redis_hand_outs_share_one_lease_counter(kind: RedisKind) {
 /// outcome it kept (a hash `{ns}:out:<id>`) is still read, then deleted
 /// with its expiry.
 async fn a_namespace_from_before_the_leases_index_acks_and_reads_its_outcomes(kind: RedisKind) {
-    let url = shared_url(kind);
-    let ns = fresh_namespace();
-    let clock = ManualClock::new(T0);
-    let config = Config::default()
-        .clock(clock.clone())
-        .result_ttl(Duration::from_secs(10));
-    let q = connect(&url, &ns, config).await;
+    let (url, ns, clock, q) = short_results(kind).await;
     q.add_batch(vec![
         NewItem::new(b"a".to_vec()),
         NewItem::new(b"b".to_vec()),

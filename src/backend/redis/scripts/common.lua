@@ -673,30 +673,10 @@ local function adds_begin(now)
   end
 end
 
--- Journal one new item of tier `pri` (`boost` = tier x aging_step in ms,
--- SPEC 3, Priority); nb = '' for the backlog. Returns its id.
-local function new_item(flow, payload, enq, nb, pri, boost, has_key, key, now, window, cost)
-  local id
-  if A.fast then
-    A.seq = A.seq + 1
-    id = fmt(A.seq)
-  else
-    id = fmt(redis.call('INCR', K_SEQ))
-  end
-  local k = item_key(id)
-  if A.fast and nb == '' and (pri == '0' or pri == '') and (cost == nil or cost == '' or cost == '1') then
-    -- The common item (backlog, tier 0, cost 1): no field table, and the
-    -- rank every such item of this call shares (arrival - 0).
-    redis.call('HSET', k, 'flow', flow, 'payload', payload, 'enq', enq, 'dlv', '0', 'st', 'backlog')
-    A.pos = A.pos + 1
-    A.ready[#A.ready + 1] = A.rank0
-    A.ready[#A.ready + 1] = pad(A.pos) .. ':' .. id
-    if has_key == '1' then
-      redis.call('HSET', K_DEDUP, key, id)
-      redis.call('ZADD', K_DEDUP_EXP, now + window, key)
-    end
-    return id
-  end
+-- Write a new item `id` (hash key `k`) that is not the common kind: a
+-- table of its fields, then the delayed set, the fast ready list, or
+-- `to_backlog` (its flow may hold it).
+local function journal_item(id, k, flow, payload, enq, nb, pri, boost, now, cost)
   local f = { 'flow', flow, 'payload', payload, 'enq', enq, 'dlv', 0 }
   if cost and cost ~= '' and cost ~= '1' then
     f[#f + 1] = 'cost'
@@ -728,6 +708,29 @@ local function new_item(flow, payload, enq, nb, pri, boost, has_key, key, now, w
   else
     redis.call('HSET', k, unpack(f))
     to_backlog(id, now)
+  end
+end
+
+-- Journal one new item of tier `pri` (`boost` = tier x aging_step in ms,
+-- SPEC 3, Priority); nb = '' for the backlog. Returns its id.
+local function new_item(flow, payload, enq, nb, pri, boost, has_key, key, now, window, cost)
+  local id
+  if A.fast then
+    A.seq = A.seq + 1
+    id = fmt(A.seq)
+  else
+    id = fmt(redis.call('INCR', K_SEQ))
+  end
+  local k = item_key(id)
+  if A.fast and nb == '' and (pri == '0' or pri == '') and (cost == nil or cost == '' or cost == '1') then
+    -- The common item (backlog, tier 0, cost 1): no field table, and the
+    -- rank every such item of this call shares (arrival - 0).
+    redis.call('HSET', k, 'flow', flow, 'payload', payload, 'enq', enq, 'dlv', '0', 'st', 'backlog')
+    A.pos = A.pos + 1
+    A.ready[#A.ready + 1] = A.rank0
+    A.ready[#A.ready + 1] = pad(A.pos) .. ':' .. id
+  else
+    journal_item(id, k, flow, payload, enq, nb, pri, boost, now, cost)
   end
   if has_key == '1' then
     redis.call('HSET', K_DEDUP, key, id)
