@@ -2,7 +2,7 @@
 //! every timer, claim time and expiry with it, and expired done markers,
 //! dedup keys and outcomes are purged a bounded number per transaction.
 
-use redb::ReadableTable;
+use redb::{ReadableTable, Table};
 
 use super::{BACKLOG_CLOCK, CLOCK_HIGH, Ctx, DUE_CLOCK, Tables};
 use crate::backend::embedded::codec;
@@ -14,7 +14,11 @@ use crate::item::Lane;
 /// most, so that a backlog of expiries never makes one commit slow.
 const PURGE_PER_TXN: usize = 256;
 
-impl Tables<'_> {
+/// A time index: (time in ms, id) -> (), the shape of `delayed`,
+/// `pending_by_time`, `orphans`, `outcome_expiry` and `ack_run_expiry`.
+type TimeIndex<'t> = Table<'t, (u64, u64), ()>;
+
+impl<'t> Tables<'t> {
     /// If the clock reads more than the tolerance below `latest` (the latest
     /// time this process has seen) or below the latest time a commit of the
     /// file saw, move every timer, claim time and expiry back by the step.
@@ -92,32 +96,14 @@ impl Tables<'_> {
                 self.set_counter(key, t.saturating_sub(back));
             }
         }
-        let mut delayed = Vec::new();
-        for entry in self.delayed()?.iter().ctx("scan delayed")? {
-            delayed.push(entry.ctx("scan delayed")?.0.value());
-        }
-        for (nb, id) in delayed {
-            let moved = nb.saturating_sub(back);
-            self.delayed_mut()?.remove((nb, id)).ctx("move delayed")?;
-            self.delayed_mut()?
-                .insert((moved, id), ())
-                .ctx("move delayed")?;
+        for (_, moved, id) in self.shift_index(Self::delayed_mut, "move delayed", back)? {
             let mut rec = self.record(id)?;
             rec.not_before_ms = Some(moved);
             self.put_record(id, &rec)?;
         }
-        let mut leases = Vec::new();
-        for entry in self.pending_by_time()?.iter().ctx("scan lease index")? {
-            leases.push(entry.ctx("scan lease index")?.0.value());
-        }
-        for (at, id) in leases {
-            let moved = at.saturating_sub(back);
-            self.pending_by_time_mut()?
-                .remove((at, id))
-                .ctx("move lease index")?;
-            self.pending_by_time_mut()?
-                .insert((moved, id), ())
-                .ctx("move lease index")?;
+        for (at, moved, id) in
+            self.shift_index(Self::pending_by_time_mut, "move lease index", back)?
+        {
             if self
                 .orphans_mut()?
                 .remove((at, id))
@@ -178,18 +164,9 @@ impl Tables<'_> {
                     .ctx("move dedup key")?;
             }
         }
-        let mut outcomes = Vec::new();
-        for entry in self.outcome_expiry()?.iter().ctx("scan outcome expiry")? {
-            outcomes.push(entry.ctx("scan outcome expiry")?.0.value());
-        }
-        for (t, id) in outcomes {
-            let moved = t.saturating_sub(back);
-            self.outcome_expiry_mut()?
-                .remove((t, id))
-                .ctx("move outcome expiry")?;
-            self.outcome_expiry_mut()?
-                .insert((moved, id), ())
-                .ctx("move outcome expiry")?;
+        for (_, moved, id) in
+            self.shift_index(Self::outcome_expiry_mut, "move outcome expiry", back)?
+        {
             if let Some(mut rec) = self.outcome_record(id)? {
                 rec.expires_at_ms = moved;
                 self.outcomes_mut()?
@@ -197,18 +174,9 @@ impl Tables<'_> {
                     .ctx("move outcome")?;
             }
         }
-        let mut runs = Vec::new();
-        for entry in self.ack_run_expiry()?.iter().ctx("scan ack run expiry")? {
-            runs.push(entry.ctx("scan ack run expiry")?.0.value());
-        }
-        for (t, first) in runs {
-            let moved = t.saturating_sub(back);
-            self.ack_run_expiry_mut()?
-                .remove((t, first))
-                .ctx("move ack run expiry")?;
-            self.ack_run_expiry_mut()?
-                .insert((moved, first), ())
-                .ctx("move ack run expiry")?;
+        for (_, moved, first) in
+            self.shift_index(Self::ack_run_expiry_mut, "move ack run expiry", back)?
+        {
             let run = self
                 .ack_runs()?
                 .get(first)
@@ -221,6 +189,30 @@ impl Tables<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Move every key `(t, id)` of the time index `index` back by `back`
+    /// ms (not below 0); returns each move as (old t, new t, id). All keys
+    /// are read before any moves, so a moved key is never met again.
+    fn shift_index(
+        &mut self,
+        index: fn(&mut Self) -> Result<&mut TimeIndex<'t>>,
+        what: &str,
+        back: u64,
+    ) -> Result<Vec<(u64, u64, u64)>> {
+        let table = index(self)?;
+        let mut keys = Vec::new();
+        for entry in table.iter().ctx(what)? {
+            keys.push(entry.ctx(what)?.0.value());
+        }
+        let mut moves = Vec::with_capacity(keys.len());
+        for (t, id) in keys {
+            let moved = t.saturating_sub(back);
+            table.remove((t, id)).ctx(what)?;
+            table.insert((moved, id), ()).ctx(what)?;
+            moves.push((t, moved, id));
+        }
+        Ok(moves)
     }
 
     pub(in crate::backend::embedded) fn purge_expired(&mut self, now: u64) -> Result<()> {
