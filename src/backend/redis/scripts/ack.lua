@@ -27,15 +27,15 @@ for k = 1, #ids do
     if ls then
       ok = tonumber(ls) == tonumber(lease)
     else
-      local f = redis.call('HMGET', item_key(id), 'st', 'ls')
-      ok = f[1] == 'pending' and f[2] and tonumber(f[2]) == tonumber(lease)
+      ok = current(id, lease)
     end
     if ok then
       seen[id] = true
-      zrem[#zrem + 1] = pad(id)
+      local padded = pad(id)
+      zrem[#zrem + 1] = padded
       dels[#dels + 1] = item_key(id)
       acked[#acked + 1] = id
-      results[#results + 1] = { id, ARGV[k * 3 + 2] }
+      results[#results + 1] = { id, ARGV[k * 3 + 2], padded }
       n = n + 1
     end
   end

@@ -234,7 +234,8 @@ end
 -- The most outcomes one signal on the events stream carries.
 local OUTCOMES_PER_SIGNAL = 100
 
--- Keep how each item of `list` ({id, value} pairs) finished (`kind` done or
+-- Keep how each item of `list` ({id, value} pairs, or {id, value, padded
+-- id} from a caller that has padded it already) finished (`kind` done or
 -- dead, `value` the result or reason) for `ttl` ms; 0 keeps nothing. Wakes
 -- the waiters: one signal per OUTCOMES_PER_SIGNAL items, a group `id`
 -- [`kind`, `value`, `at`] per item (a small outcome rides on its signal,
@@ -250,16 +251,17 @@ local function finish_all(list, kind, now, ttl)
   local exp = now + ttl
   for i, r in ipairs(list) do
     local id, value = r[1], r[2]
+    local padded = r[3] or pad(id)
     if ttl > 0 then
       -- HSET replaces the old outcome of the id.
       outs[#outs + 1] = id
       outs[#outs + 1] = head .. value
       index[#index + 1] = exp
-      index[#index + 1] = pad(id)
+      index[#index + 1] = padded
     else
       ids[#ids + 1] = id
       gone[#gone + 1] = out_key(id)
-      index[#index + 1] = pad(id)
+      index[#index + 1] = padded
     end
     signal[#signal + 1] = 'id'
     signal[#signal + 1] = id
