@@ -393,7 +393,7 @@ async fn a_schema_1_file_migrates_at_open_keeping_every_item_and_its_order() {
         b"dead".to_vec()
     );
     q.close().await.unwrap();
-    // The migration was committed: the next open is schema 3 already, and
+    // The migration was committed: the next open is schema 4 already, and
     // the claims made before are orphans as after any reopen.
     let q = open(&path, &clock).await;
     assert_eq!(q.audit().await.unwrap().len(), 7);
@@ -549,7 +549,118 @@ async fn plain_acks_share_ack_runs_that_survive_reopen_and_are_purged() {
     }
 }
 
-/// A schema-2 file (outcomes one row per item) opens as schema 3 with its
+/// The deferred ids the dump's `deferred` table names (bucket = bits).
+fn deferred_ids(tables: &std::collections::BTreeMap<String, Vec<String>>) -> Vec<u64> {
+    let mut out = Vec::new();
+    for row in &tables["deferred"] {
+        let (k, v) = row.split_once(" = ").unwrap();
+        let (bucket, bits): (u64, u64) = (k.parse().unwrap(), v.parse().unwrap());
+        out.extend((0..64).filter(|b| bits >> b & 1 == 1).map(|b| bucket * 64 + b));
+    }
+    out
+}
+
+/// Claim everything in batches of `batch` and ack each batch with
+/// `ack_batch`; returns the ids in the order they were claimed.
+async fn drain_in_batches(q: &EmbeddedQueue, batch: usize, max: usize) -> Vec<u64> {
+    let mut ids = Vec::new();
+    while ids.len() < max {
+        let c = q
+            .claim(batch.min(max - ids.len()), Duration::ZERO, ClaimFrom::All)
+            .await
+            .unwrap();
+        if c.is_empty() {
+            break;
+        }
+        ids.extend(c.iter().map(|c| c.item.id));
+        let n = c.len() as u64;
+        assert_eq!(q.ack_batch(c.iter().map(|c| c.receipt).collect()).await.unwrap(), n);
+    }
+    ids
+}
+
+/// SPEC 6, schema 4: an `ack_batch` of ids far apart (a claim over ten
+/// priority tiers takes every tenth) leaves the records for a sweep. The
+/// items are gone for every reader (find, stats, claims, the audit) and
+/// answer with their outcomes, across a reopen; a bucket of 64 ids is swept
+/// once half of it waits, so draining the tiers deletes records as it goes.
+#[tokio::test]
+async fn acks_of_spread_ids_defer_their_records_and_sweep_them_in_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let clock = ManualClock::new(T0);
+    let q = open(&path, &clock).await;
+    let items = (0..640u32)
+        .map(|i| NewItem::new(i.to_be_bytes().to_vec()).priority((i % 10) as u8))
+        .collect();
+    q.add_batch(items).await.unwrap();
+    let first = drain_in_batches(&q, 64, 64).await;
+    assert!(first.windows(2).all(|w| w[1] == w[0] + 10), "{first:?}");
+    let tables = q.dump_tables().await.unwrap();
+    assert_eq!(deferred_ids(&tables), first);
+    assert_eq!(tables["items"].len(), 576, "deferred records are left out");
+    assert_eq!(q.audit().await.unwrap().len(), 576);
+    assert!(q.find(first[3]).await.unwrap().is_none());
+    assert_eq!(q.stats().await.unwrap().backlog, 576);
+    let got = q.outcome(first[3]).await.unwrap().unwrap();
+    assert_eq!(got.result(), Some(&b""[..]));
+    q.close().await.unwrap();
+    drop(q);
+
+    let q = open(&path, &clock).await;
+    assert_eq!(deferred_ids(&q.dump_tables().await.unwrap()), first);
+    assert!(q.find(first[0]).await.unwrap().is_none());
+    assert!(q.find(first[0] + 1).await.unwrap().is_some());
+    // Three more tiers: a bucket holds 24 to 28 of them, under half.
+    let more = drain_in_batches(&q, 64, 3 * 64).await;
+    assert_eq!(deferred_ids(&q.dump_tables().await.unwrap()).len(), 256);
+    // Two more take every bucket of 64 ids past half (36 to 40): each is
+    // swept, and only the acks after its sweep are left deferred.
+    let sixth = drain_in_batches(&q, 64, 2 * 64).await;
+    let left = deferred_ids(&q.dump_tables().await.unwrap());
+    assert!(left.len() <= 7 * 11, "{} deferred after six tiers", left.len());
+    let peeked: Vec<u64> = q.peek(1000).await.unwrap().iter().map(|i| i.id).collect();
+    for id in first.iter().chain(&more).chain(&sixth) {
+        assert!(!peeked.contains(id));
+        assert!(q.find(*id).await.unwrap().is_none(), "item {id}");
+    }
+    assert_eq!(peeked.len(), 256);
+    drain_in_batches(&q, 64, 1000).await;
+    assert_eq!(q.stats().await.unwrap().backlog, 0);
+    assert!(q.audit().await.unwrap().is_empty());
+    assert!(q.dump_tables().await.unwrap()["items"].is_empty());
+    q.close().await.unwrap();
+}
+
+/// SPEC 6, schema 4: the file holds at most max(4096, live records)
+/// deferred records. Acks of dense ids delete their records at once and
+/// lower the live count, so the lowest buckets are swept to keep the bound.
+#[tokio::test]
+async fn deferred_records_stay_within_their_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let clock = ManualClock::new(T0);
+    let q = open(&path, &clock).await;
+    // Every fifth item at tier 1: its acks are five ids apart (spread),
+    // thirteen to a bucket, which never reaches half.
+    for chunk in 0..21u32 {
+        let items = (0..1000u32)
+            .map(|i| NewItem::new(vec![1]).priority(u8::from((chunk * 1000 + i) % 5 == 4)))
+            .collect();
+        q.add_batch(items).await.unwrap();
+    }
+    drain_in_batches(&q, 500, 4200).await;
+    assert_eq!(deferred_ids(&q.dump_tables().await.unwrap()).len(), 4200);
+    // The tier-0 items go in dense batches.
+    drain_in_batches(&q, 500, 100_000).await;
+    let left = deferred_ids(&q.dump_tables().await.unwrap());
+    assert!(left.len() <= 4096, "{} deferred", left.len());
+    assert!(left.len() > 4000, "swept more than the bound needs");
+    assert!(q.audit().await.unwrap().is_empty());
+    q.close().await.unwrap();
+}
+
+/// A schema-2 file (outcomes one row per item) opens as schema 4 with its
 /// outcomes readable, and a later plain ack of it goes into an ack run.
 #[tokio::test]
 async fn a_schema_2_file_migrates_and_keeps_its_outcomes() {
@@ -570,7 +681,7 @@ async fn a_schema_2_file_migrates_and_keeps_its_outcomes() {
     let q = open(&path, &clock).await;
     let meta = &q.dump_tables().await.unwrap()["meta"];
     assert!(
-        meta.iter().any(|r| r == "\"schema_version\" = 3"),
+        meta.iter().any(|r| r == "\"schema_version\" = 4"),
         "{meta:?}"
     );
     let got = q.outcome(a).await.unwrap().unwrap();

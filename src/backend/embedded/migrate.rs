@@ -16,6 +16,11 @@
 //! Schema 2 to 3: the version only (the ack runs of schema 3 start
 //! empty; older outcomes stay where they are and are still read).
 //!
+//! Schema 3 to 4: the version only (the deferred deletes of schema 4
+//! start empty: a schema-3 file has none). The version moves so that an
+//! older build, which would take a deferred delete's record for an item
+//! in the backlog, refuses the file.
+//!
 //! Memory stays bounded: item records are rewritten in chunks of
 //! [`CHUNK`] and the lanes are streamed from the old table into the new one.
 
@@ -86,6 +91,19 @@ pub(super) fn schema1_to_2(txn: &WriteTransaction, aging_step: Duration) -> Resu
 pub(super) fn schema2_to_3(txn: &WriteTransaction) -> Result<()> {
     let mut meta = txn.open_table(META).ctx("open table meta")?;
     meta.insert(SCHEMA_VERSION_KEY, 3)
+        .ctx("write schema version")?;
+    Ok(())
+}
+
+/// Migrate a schema-3 file to schema 4 inside `txn` (the caller commits).
+/// Schema 4 adds the deferred deletes (`deferred`), which start empty.
+///
+/// # Errors
+///
+/// Storage failures.
+pub(super) fn schema3_to_4(txn: &WriteTransaction) -> Result<()> {
+    let mut meta = txn.open_table(META).ctx("open table meta")?;
+    meta.insert(SCHEMA_VERSION_KEY, 4)
         .ctx("write schema version")?;
     Ok(())
 }

@@ -18,6 +18,7 @@
 //!   hand-outs and `ack_batch`;
 //! - [`flows`]: paused flows and their parked lists;
 //! - [`dead`]: dead letters and redrive;
+//! - [`deferred`]: deferred deletes of finished items' records;
 //! - [`outcomes`]: outcomes, progress, chunks and done markers;
 //! - [`limits`]: rate limits, concurrency caps and back-off;
 //! - [`clock`]: clock steps (SPEC 8) and the purge of expired entries;
@@ -34,6 +35,7 @@ mod batches;
 mod browse;
 mod clock;
 mod dead;
+mod deferred;
 mod flows;
 #[cfg(feature = "forward")]
 mod forward;

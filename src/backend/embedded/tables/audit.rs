@@ -8,7 +8,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use redb::{ReadableTable, ReadableTableMetadata, TableHandle};
 
-use super::{Ctx, META, ORPHANS, REDO_AT_KEY, REDO_LOG_KEY, Tables};
+use super::{
+    Ctx, DEFERRED_RECORDS, ITEMS, META, ORPHANS, PAYLOADS, REDO_AT_KEY, REDO_LOG_KEY,
+    Tables,
+};
 use crate::backend::embedded::codec::{self, DeadRecord};
 use crate::backend::memory::Location;
 use crate::error::{Error, Result};
@@ -67,6 +70,7 @@ impl Tables<'_> {
             out.entry(id).or_default().push(at);
             Ok(())
         })?;
+        let deferred = self.deferred_ids()?;
         for id in out.keys() {
             if self.items()?.get(*id).ctx("read item")?.is_none() {
                 return Err(Error::corrupt(format!(
@@ -74,9 +78,12 @@ impl Tables<'_> {
                 )));
             }
         }
+        // A deferred delete's record is a finished item's, in no state.
         for entry in self.items()?.iter().ctx("scan items")? {
             let id = entry.ctx("scan items")?.0.value();
-            out.entry(id).or_default();
+            if !deferred.contains(&id) {
+                out.entry(id).or_default();
+            }
         }
         Ok(out)
     }
@@ -134,10 +141,25 @@ impl Tables<'_> {
         for entry in self.items()?.iter().ctx("scan items")? {
             records.insert(entry.ctx("scan items")?.0.value());
         }
-        let located: BTreeSet<u64> = out.keys().copied().collect();
-        if records != located {
+        // Every deferred delete names a record, of an item in no state.
+        let deferred = self.deferred_ids()?;
+        if let Some(id) = deferred.difference(&records).next() {
             return Err(Error::corrupt(format!(
-                "item records {records:?} and located items {located:?} differ"
+                "deferred delete {id} names no item record"
+            )));
+        }
+        if deferred.len() as u64 != self.counter(DEFERRED_RECORDS, 0)? {
+            return Err(Error::corrupt(format!(
+                "{} deferred deletes, the counter says {}",
+                deferred.len(),
+                self.counter(DEFERRED_RECORDS, 0)?
+            )));
+        }
+        let live: BTreeSet<u64> = records.difference(&deferred).copied().collect();
+        let located: BTreeSet<u64> = out.keys().copied().collect();
+        if live != located {
+            return Err(Error::corrupt(format!(
+                "item records {live:?} and located items {located:?} differ"
             )));
         }
         for entry in self.payloads()?.iter().ctx("scan payloads")? {
@@ -161,7 +183,21 @@ impl Tables<'_> {
             meta.retain(|r| {
                 !r.starts_with(&format!("{REDO_LOG_KEY:?} ="))
                     && !r.starts_with(&format!("{REDO_AT_KEY:?} ="))
+                    && !r.starts_with(&format!("{DEFERRED_RECORDS:?} ="))
             });
+        }
+        // Deferred deletes are finished items whose records wait for a
+        // sweep (SPEC 6, schema 4): their rows are left out of `items` and
+        // `payloads`, and the `deferred` table names them.
+        let deferred = self.deferred_ids()?;
+        for table in [ITEMS.name(), PAYLOADS.name()] {
+            if let Some(rows) = out.get_mut(table) {
+                rows.retain(|r| {
+                    r.split_once(" = ")
+                        .and_then(|(k, _)| k.parse::<u64>().ok())
+                        .is_none_or(|id| !deferred.contains(&id))
+                });
+            }
         }
         Ok(out)
     }

@@ -224,9 +224,13 @@ impl Tables<'_> {
                 })
                 .ctx("delete items")?;
         } else {
-            for &id in &ids {
-                if let Some(v) = self.items_mut()?.remove(id).ctx("delete item")? {
-                    count_flow(v.value());
+            // Ids far apart (a claim over priority tiers): the records are
+            // deleted later, in groups (module `deferred`).
+            if limited {
+                for &id in &ids {
+                    if let Some(v) = self.items()?.get(id).ctx("read item")? {
+                        count_flow(v.value());
+                    }
                 }
             }
         }
@@ -251,7 +255,12 @@ impl Tables<'_> {
             self.note_pending(flow, false, *k, now)?;
         }
         self.remove_orphans(acked.iter().map(|(id, l)| (l.claimed_at_ms, *id)))?;
-        self.remove_payloads(ids.iter().copied())?;
+        if dense {
+            self.remove_payloads(ids.iter().copied())?;
+            self.bound_deferred()?;
+        } else {
+            self.defer_deletes(&ids)?;
+        }
         self.append_outcomes(&ids, now)?;
         Ok(Some(n))
     }

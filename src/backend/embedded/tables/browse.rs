@@ -99,7 +99,8 @@ impl Tables<'_> {
     /// `Decode` for an unreadable record; storage failures.
     pub(in crate::backend::embedded) fn find(&self, id: u64) -> Result<Option<ListedItem>> {
         let what = "find an item";
-        if self.items()?.get(id).ctx(what)?.is_none() {
+        // A deferred delete's record is a finished item's (SPEC 6, schema 4).
+        if self.items()?.get(id).ctx(what)?.is_none() || self.is_deferred(id)? {
             return Ok(None);
         }
         if let Some(lease) = self.lease(id)? {

@@ -109,6 +109,11 @@ impl Tables<'_> {
         for e in self.items()?.range(range).ctx("read items")? {
             let (k, v) = e.ctx("read item")?;
             let id = k.value();
+            // A deferred delete's record is a finished item's (SPEC 6,
+            // schema 4): nothing to forward.
+            if self.is_deferred(id)? {
+                continue;
+            }
             let rec: ItemRecord = codec::decode_item(format_args!("items[{id}]"), v.value())?;
             if !selected(flows, &rec.flow) || self.held(id, &parked)? {
                 continue;
@@ -247,7 +252,7 @@ impl Tables<'_> {
         let mut rest = BTreeSet::new();
         let mut removed = 0;
         for &id in ids {
-            if self.items()?.get(id).ctx("read item")?.is_none() {
+            if self.items()?.get(id).ctx("read item")?.is_none() || self.is_deferred(id)? {
                 continue;
             }
             let rec = self.record(id)?;

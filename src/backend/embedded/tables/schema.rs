@@ -159,11 +159,15 @@ tables! {
     /// When a held flow's back-off or rate window ends: (ms, flow).
     LIMIT_TIMERS = "limit_timers": (u64, &'static str) => (),
         limit_timers, timers_t, timers_mut;
+    /// Deferred deletes (SPEC 6, schema 4): bucket (id / 64) -> bits; bit
+    /// `i` names id `bucket * 64 + i`, a finished item whose record (and
+    /// payload row) is still in `items` until a sweep (module `deferred`).
+    DEFERRED = "deferred": u64 => u64, deferred, deferred, deferred_mut;
 }
 
 pub(in crate::backend::embedded) const SCHEMA_VERSION_KEY: &str = "schema_version";
 /// The schema this build writes (SPEC section 6).
-pub(in crate::backend::embedded) const SCHEMA_VERSION: u64 = 3;
+pub(in crate::backend::embedded) const SCHEMA_VERSION: u64 = 4;
 /// The tag of the redo log generation the file's records go under: random,
 /// new at every checkpoint (module `redo`, SPEC section 6).
 pub(in crate::backend::embedded) const REDO_LOG_KEY: &str = "redo_log";
@@ -182,6 +186,8 @@ pub(super) const DEAD_DROPPED: &str = "dead_dropped";
 /// The latest time (ms, queue clock) a committed transaction saw: how a
 /// clock step back during a restart is noticed (SPEC 8, Clock steps).
 pub(super) const CLOCK_HIGH: &str = "clock_high";
+/// How many ids the `deferred` table names (module `deferred`).
+pub(super) const DEFERRED_RECORDS: &str = "deferred_records";
 
 /// One table of a write transaction, opened when first asked for.
 pub(super) struct Lazy<'t, K: Key + 'static, V: Value + 'static> {

@@ -1,0 +1,171 @@
+//! Deferred deletes (SPEC 6, schema 4; docs/DESIGN.md, "Deferred
+//! deletes"): the item records of an `ack_batch` whose ids lie far apart
+//! stay in `items` for a while, named in `deferred`, and are deleted later
+//! in groups.
+//!
+//! A claim over priority tiers takes ids in rank order, not id order (ten
+//! tiers mixed: every tenth id). Deleting each of those records at once
+//! rebuilt a leaf of `items` per record (about 9 400 instructions each, and
+//! one more dirty page for the next checkpoint), where a FIFO batch
+//! rebuilds one leaf per dozen records. Deferred, the ids of a batch set
+//! bits in a few buckets of 64 ids; a bucket is swept (its records deleted
+//! one after the other, so that the ones sharing a leaf rebuild it once)
+//! when half of its ids wait, by which time the later tiers' acks have made
+//! the bucket's leaves dense with finished records.
+//!
+//! A deferred record belongs to no state: no index names it, so claims,
+//! lists and counts never meet it. The readers that look at `items` by id
+//! alone (`find`, store and forward, the test audits) ask
+//! [`Tables::is_deferred`]. The file holds at most
+//! `max(DEFERRED_FLOOR, live records)` deferred records: past that, the
+//! lowest buckets are swept whatever their count.
+
+use std::collections::BTreeSet;
+
+use redb::{ReadableTable, ReadableTableMetadata};
+
+use super::{Ctx, DEFERRED_RECORDS, Tables};
+use crate::error::Result;
+
+/// Ids per bucket of `deferred`: one bit each in a `u64`.
+const BUCKET_IDS: u64 = 64;
+/// A bucket is swept once this many of its ids wait.
+const SWEEP_AT: u32 = 32;
+/// Deferred records a file may hold whatever its live records.
+const DEFERRED_FLOOR: u64 = 4096;
+
+/// The ids a bucket's bits stand for, ascending.
+fn ids_of(bucket: u64, bits: u64) -> impl Iterator<Item = u64> {
+    (0..BUCKET_IDS)
+        .filter(move |b| (bits >> b) & 1 == 1)
+        .map(move |b| bucket * BUCKET_IDS + b)
+}
+
+impl Tables<'_> {
+    /// Leave the records (and payload rows) of the finished items `ids`
+    /// (ascending, each with a record, none deferred already) for a later
+    /// sweep; sweep every bucket that reaches [`SWEEP_AT`], and the lowest
+    /// buckets while the file holds more deferred records than its bound.
+    ///
+    /// # Errors
+    ///
+    /// Storage failures.
+    pub(super) fn defer_deletes(&mut self, ids: &[u64]) -> Result<()> {
+        let before = self.counter(DEFERRED_RECORDS, 0)?;
+        let mut waiting = before;
+        let mut rest = ids;
+        while let Some(&first) = rest.first() {
+            let bucket = first / BUCKET_IDS;
+            let n = rest
+                .iter()
+                .take_while(|&&id| id / BUCKET_IDS == bucket)
+                .count();
+            let (these, after) = rest.split_at(n);
+            rest = after;
+            let bits = these
+                .iter()
+                .fold(0u64, |acc, id| acc | 1 << (id % BUCKET_IDS));
+            let old = self
+                .deferred()?
+                .get(bucket)
+                .ctx("read deferred deletes")?
+                .map_or(0, |v| v.value());
+            let new = old | bits;
+            if new.count_ones() >= SWEEP_AT {
+                if old != 0 {
+                    self.deferred_mut()?
+                        .remove(bucket)
+                        .ctx("delete deferred deletes")?;
+                }
+                self.sweep(bucket, new)?;
+                waiting = waiting.saturating_sub(u64::from(old.count_ones()));
+            } else {
+                self.deferred_mut()?
+                    .insert(bucket, new)
+                    .ctx("write deferred deletes")?;
+                waiting += u64::from(new.count_ones() - old.count_ones());
+            }
+        }
+        if waiting != before {
+            self.set_counter(DEFERRED_RECORDS, waiting);
+        }
+        self.bound_deferred()
+    }
+
+    /// Sweep the lowest buckets while the file holds more deferred records
+    /// than `max(DEFERRED_FLOOR, live records)`. Every `ack_batch` calls it
+    /// (a batch of dense ids too, whose eager deletes lower the live
+    /// count), so the bound holds from one batch to the next.
+    ///
+    /// # Errors
+    ///
+    /// Storage failures.
+    pub(super) fn bound_deferred(&mut self) -> Result<()> {
+        let before = self.counter(DEFERRED_RECORDS, 0)?;
+        if before <= DEFERRED_FLOOR {
+            return Ok(());
+        }
+        let records = self.items()?.len().ctx("count items")?;
+        let bound = DEFERRED_FLOOR.max(records.saturating_sub(before));
+        let mut waiting = before;
+        while waiting > bound {
+            let Some((bucket, bits)) = self
+                .deferred_mut()?
+                .pop_first()
+                .ctx("read deferred deletes")?
+                .map(|(k, v)| (k.value(), v.value()))
+            else {
+                break;
+            };
+            self.sweep(bucket, bits)?;
+            waiting = waiting.saturating_sub(u64::from(bits.count_ones()));
+        }
+        if waiting != before {
+            self.set_counter(DEFERRED_RECORDS, waiting);
+        }
+        Ok(())
+    }
+
+    /// Delete the records and payload rows of a bucket's ids: one range
+    /// pass over the bucket's 64 ids, which rebuilds each leaf once for
+    /// all its deletes (a `remove` each rebuilt or merged a leaf per id).
+    fn sweep(&mut self, bucket: u64, bits: u64) -> Result<()> {
+        let lo = bucket * BUCKET_IDS;
+        let hi = lo + (BUCKET_IDS - 1);
+        let keep = |id: u64| (bits >> (id % BUCKET_IDS)) & 1 == 0;
+        self.items_mut()?
+            .retain_in(lo..=hi, |id, _| keep(id))
+            .ctx("delete items")?;
+        self.remove_payloads(ids_of(bucket, bits))
+    }
+
+    /// Whether `id`'s record is a deferred delete: its item has finished,
+    /// and the record only waits for a sweep.
+    ///
+    /// # Errors
+    ///
+    /// Storage failures.
+    pub(super) fn is_deferred(&self, id: u64) -> Result<bool> {
+        let t = self.deferred()?;
+        if t.is_empty().ctx("read deferred deletes")? {
+            return Ok(false);
+        }
+        Ok(t.get(id / BUCKET_IDS)
+            .ctx("read deferred deletes")?
+            .is_some_and(|v| (v.value() >> (id % BUCKET_IDS)) & 1 == 1))
+    }
+
+    /// Every deferred id (test support, and readers that scan `items`).
+    ///
+    /// # Errors
+    ///
+    /// Storage failures.
+    pub(super) fn deferred_ids(&self) -> Result<BTreeSet<u64>> {
+        let mut out = BTreeSet::new();
+        for entry in self.deferred()?.iter().ctx("scan deferred deletes")? {
+            let (k, v) = entry.ctx("scan deferred deletes")?;
+            out.extend(ids_of(k.value(), v.value()));
+        }
+        Ok(out)
+    }
+}
