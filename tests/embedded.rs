@@ -555,7 +555,11 @@ fn deferred_ids(tables: &std::collections::BTreeMap<String, Vec<String>>) -> Vec
     for row in &tables["deferred"] {
         let (k, v) = row.split_once(" = ").unwrap();
         let (bucket, bits): (u64, u64) = (k.parse().unwrap(), v.parse().unwrap());
-        out.extend((0..64).filter(|b| bits >> b & 1 == 1).map(|b| bucket * 64 + b));
+        out.extend(
+            (0..64)
+                .filter(|b| bits >> b & 1 == 1)
+                .map(|b| bucket * 64 + b),
+        );
     }
     out
 }
@@ -574,7 +578,12 @@ async fn drain_in_batches(q: &EmbeddedQueue, batch: usize, max: usize) -> Vec<u6
         }
         ids.extend(c.iter().map(|c| c.item.id));
         let n = c.len() as u64;
-        assert_eq!(q.ack_batch(c.iter().map(|c| c.receipt).collect()).await.unwrap(), n);
+        assert_eq!(
+            q.ack_batch(c.iter().map(|c| c.receipt).collect())
+                .await
+                .unwrap(),
+            n
+        );
     }
     ids
 }
@@ -618,7 +627,11 @@ async fn acks_of_spread_ids_defer_their_records_and_sweep_them_in_groups() {
     // swept, and only the acks after its sweep are left deferred.
     let sixth = drain_in_batches(&q, 64, 2 * 64).await;
     let left = deferred_ids(&q.dump_tables().await.unwrap());
-    assert!(left.len() <= 7 * 11, "{} deferred after six tiers", left.len());
+    assert!(
+        left.len() <= 7 * 11,
+        "{} deferred after six tiers",
+        left.len()
+    );
     let peeked: Vec<u64> = q.peek(1000).await.unwrap().iter().map(|i| i.id).collect();
     for id in first.iter().chain(&more).chain(&sixth) {
         assert!(!peeked.contains(id));
@@ -695,6 +708,36 @@ async fn a_schema_2_file_migrates_and_keeps_its_outcomes() {
     let tables = q.dump_tables().await.unwrap();
     assert_eq!(tables["outcomes"].len(), 1);
     assert_eq!(tables["ack_runs"].len(), 1);
+    q.close().await.unwrap();
+}
+
+/// A schema-3 file opens as schema 4 (it has no deferred deletes), keeps
+/// its items, and its acks of spread ids are deferred from then on.
+#[tokio::test]
+async fn a_schema_3_file_migrates_by_its_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let clock = ManualClock::new(T0);
+    let q = open(&path, &clock).await;
+    let items = (0..40u32)
+        .map(|i| NewItem::new(vec![1]).priority((i % 10) as u8))
+        .collect();
+    q.add_batch(items).await.unwrap();
+    q.close().await.unwrap();
+    drop(q);
+    set_meta(&path, "schema_version", 3);
+
+    let q = open(&path, &clock).await;
+    let tables = q.dump_tables().await.unwrap();
+    assert!(
+        tables["meta"].iter().any(|r| r == "\"schema_version\" = 4"),
+        "{:?}",
+        tables["meta"]
+    );
+    assert_eq!(tables["items"].len(), 40);
+    let acked = drain_in_batches(&q, 4, 4).await;
+    assert_eq!(deferred_ids(&q.dump_tables().await.unwrap()), acked);
+    assert_eq!(q.audit().await.unwrap().len(), 36);
     q.close().await.unwrap();
 }
 

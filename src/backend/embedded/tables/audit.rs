@@ -9,8 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use redb::{ReadableTable, ReadableTableMetadata, TableHandle};
 
 use super::{
-    Ctx, DEFERRED_RECORDS, ITEMS, META, ORPHANS, PAYLOADS, REDO_AT_KEY, REDO_LOG_KEY,
-    Tables,
+    Ctx, DEFERRED_RECORDS, ITEMS, META, ORPHANS, PAYLOADS, REDO_AT_KEY, REDO_LOG_KEY, Tables,
 };
 use crate::backend::embedded::codec::{self, DeadRecord};
 use crate::backend::memory::Location;
@@ -174,6 +173,8 @@ impl Tables<'_> {
     /// Every table's entries as text, table by table (test support):
     /// two files hold the same queue state exactly when their dumps are
     /// equal. `orphans` is left out: each open rewrites it from `pending`.
+    /// The records of deferred deletes are left out of `items` and
+    /// `payloads` (the `deferred` table names them), and so is their count.
     pub(in crate::backend::embedded) fn dump(&self) -> Result<BTreeMap<String, Vec<String>>> {
         let mut out = self.dump_all()?;
         out.remove(ORPHANS.name());
