@@ -592,7 +592,7 @@ async fn drain_in_batches(q: &EmbeddedQueue, batch: usize, max: usize) -> Vec<u6
 /// priority tiers takes every tenth) leaves the records for a sweep. The
 /// items are gone for every reader (find, stats, claims, the audit) and
 /// answer with their outcomes, across a reopen; a bucket of 64 ids is swept
-/// once half of it waits, so draining the tiers deletes records as it goes.
+/// once 56 of its ids wait, and `compact` sweeps the rest.
 #[tokio::test]
 async fn acks_of_spread_ids_defer_their_records_and_sweep_them_in_groups() {
     let dir = tempfile::tempdir().unwrap();
@@ -620,94 +620,100 @@ async fn acks_of_spread_ids_defer_their_records_and_sweep_them_in_groups() {
     assert_eq!(deferred_ids(&q.dump_tables().await.unwrap()), first);
     assert!(q.find(first[0]).await.unwrap().is_none());
     assert!(q.find(first[0] + 1).await.unwrap().is_some());
-    // Three more tiers: a bucket holds 24 to 28 of them, under half.
-    let more = drain_in_batches(&q, 64, 3 * 64).await;
-    assert_eq!(deferred_ids(&q.dump_tables().await.unwrap()).len(), 256);
-    // Two more take every bucket of 64 ids past half (36 to 40): each is
-    // swept, and only the acks after its sweep are left deferred.
-    let sixth = drain_in_batches(&q, 64, 2 * 64).await;
-    let left = deferred_ids(&q.dump_tables().await.unwrap());
-    assert!(
-        left.len() <= 7 * 11,
-        "{} deferred after six tiers",
-        left.len()
-    );
+    // Seven more tiers: a bucket holds 48 to 52 of them, under 56.
+    let more = drain_in_batches(&q, 64, 7 * 64).await;
+    assert_eq!(deferred_ids(&q.dump_tables().await.unwrap()).len(), 512);
     let peeked: Vec<u64> = q.peek(1000).await.unwrap().iter().map(|i| i.id).collect();
-    for id in first.iter().chain(&more).chain(&sixth) {
+    assert_eq!(peeked.len(), 128);
+    for id in first.iter().chain(&more) {
         assert!(!peeked.contains(id));
         assert!(q.find(*id).await.unwrap().is_none(), "item {id}");
     }
-    assert_eq!(peeked.len(), 256);
+    // The last two tiers fill every bucket: each is swept, and only acks
+    // after a bucket's sweep (and id 640, alone in its bucket) are left.
     drain_in_batches(&q, 64, 1000).await;
+    let left = deferred_ids(&q.dump_tables().await.unwrap());
+    assert!(
+        left.len() <= 1 + 7 * 10,
+        "{} deferred after ten tiers",
+        left.len()
+    );
+    assert!(left.contains(&640));
     assert_eq!(q.stats().await.unwrap().backlog, 0);
     assert!(q.audit().await.unwrap().is_empty());
     assert!(q.dump_tables().await.unwrap()["items"].is_empty());
+    // `compact` deletes what is left, durably.
+    q.compact().await.unwrap();
+    assert!(q.dump_tables().await.unwrap()["deferred"].is_empty());
+    q.close().await.unwrap();
+    drop(q);
+    let q = open(&path, &clock).await;
+    let tables = q.dump_tables().await.unwrap();
+    assert!(tables["deferred"].is_empty());
+    assert!(
+        !tables["meta"]
+            .iter()
+            .any(|r| r.starts_with("\"deferred_records\" = "))
+    );
+    assert!(q.audit().await.unwrap().is_empty());
     q.close().await.unwrap();
 }
 
-/// SPEC 6, schema 4: the file holds at most max(4096, live records)
-/// deferred records. Acks of dense ids delete their records at once and
-/// lower the live count, so the lowest buckets are swept to keep the bound.
+/// SPEC 6, schema 4: an `ack_batch` of dense ids sweeps the deferred
+/// deletes in its range. One item in five at tier 1: its acks are five ids
+/// apart (deferred, thirteen to a bucket, which never reaches 56); the
+/// FIFO acks of the others then pass over every bucket and sweep it.
+#[tokio::test]
+async fn dense_acks_sweep_the_deferred_deletes_they_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let clock = ManualClock::new(T0);
+    let q = open(&path, &clock).await;
+    let items = (0..5000u32)
+        .map(|i| NewItem::new(vec![1]).priority(u8::from(i % 5 == 4)))
+        .collect();
+    q.add_batch(items).await.unwrap();
+    drain_in_batches(&q, 500, 1000).await;
+    assert_eq!(deferred_ids(&q.dump_tables().await.unwrap()).len(), 1000);
+    // Half the tier-0 items: the buckets they passed are swept.
+    drain_in_batches(&q, 500, 2000).await;
+    let left = deferred_ids(&q.dump_tables().await.unwrap());
+    assert!(left.iter().all(|&id| id > 2400), "{left:?}");
+    assert!(left.len() >= 480, "{} deferred", left.len());
+    assert_eq!(q.audit().await.unwrap().len(), 2000);
+    drain_in_batches(&q, 500, 100_000).await;
+    assert!(deferred_ids(&q.dump_tables().await.unwrap()).is_empty());
+    assert!(q.audit().await.unwrap().is_empty());
+    q.close().await.unwrap();
+}
+
+/// SPEC 6, schema 4: the file holds at most max(4096, 4 x live records)
+/// deferred records; past that, the lowest buckets are swept whatever
+/// their count.
 #[tokio::test]
 async fn deferred_records_stay_within_their_bound() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("q.redb");
     let clock = ManualClock::new(T0);
     let q = open(&path, &clock).await;
-    // Every fifth item at tier 1: its acks are five ids apart (spread),
-    // thirteen to a bucket, which never reaches half.
-    for chunk in 0..21u32 {
-        let items = (0..1000u32)
-            .map(|i| NewItem::new(vec![1]).priority(u8::from((chunk * 1000 + i) % 5 == 4)))
-            .collect();
-        q.add_batch(items).await.unwrap();
-    }
-    drain_in_batches(&q, 500, 4200).await;
-    assert_eq!(deferred_ids(&q.dump_tables().await.unwrap()).len(), 4200);
-    // The tier-0 items go in dense batches.
-    drain_in_batches(&q, 500, 100_000).await;
+    // Six tiers: every claim of 500 spans 3 000 ids (spread), and five
+    // tiers fill a bucket to 50 to 54 ids, under 56.
+    let items = (0..6000u32)
+        .map(|i| NewItem::new(vec![1]).priority((i % 6) as u8))
+        .collect();
+    q.add_batch(items).await.unwrap();
+    drain_in_batches(&q, 500, 4500).await;
+    assert_eq!(deferred_ids(&q.dump_tables().await.unwrap()).len(), 4500);
+    // At 5 000 deferred against 1 000 live, the bound is 4 096.
+    drain_in_batches(&q, 500, 500).await;
     let left = deferred_ids(&q.dump_tables().await.unwrap());
     assert!(left.len() <= 4096, "{} deferred", left.len());
     assert!(left.len() > 4000, "swept more than the bound needs");
+    assert!(*left.first().unwrap() > 64, "the lowest buckets go first");
+    assert_eq!(q.audit().await.unwrap().len(), 1000);
+    drain_in_batches(&q, 500, 100_000).await;
     assert!(q.audit().await.unwrap().is_empty());
-    q.close().await.unwrap();
-}
-
-/// A schema-2 file (outcomes one row per item) opens as schema 4 with its
-/// outcomes readable, and a later plain ack of it goes into an ack run.
-#[tokio::test]
-async fn a_schema_2_file_migrates_and_keeps_its_outcomes() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("q.redb");
-    let clock = ManualClock::new(T0);
-    let q = open(&path, &clock).await;
-    let a = q.add(NewItem::new(b"a".to_vec())).await.unwrap().id;
-    let b = q.add(NewItem::new(b"b".to_vec())).await.unwrap().id;
-    let c = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
-    q.ack_with_result(c[0].receipt, b"answer".to_vec())
-        .await
-        .unwrap();
-    q.close().await.unwrap();
-    drop(q);
-    set_meta(&path, "schema_version", 2);
-
-    let q = open(&path, &clock).await;
-    let meta = &q.dump_tables().await.unwrap()["meta"];
-    assert!(
-        meta.iter().any(|r| r == "\"schema_version\" = 4"),
-        "{meta:?}"
-    );
-    let got = q.outcome(a).await.unwrap().unwrap();
-    assert_eq!(got.result(), Some(&b"answer"[..]));
-    let c = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
-    q.ack(c[0].receipt).await.unwrap();
-    assert_eq!(
-        q.outcome(b).await.unwrap().unwrap().result(),
-        Some(&b""[..])
-    );
-    let tables = q.dump_tables().await.unwrap();
-    assert_eq!(tables["outcomes"].len(), 1);
-    assert_eq!(tables["ack_runs"].len(), 1);
+    assert_eq!(q.stats().await.unwrap().backlog, 0);
     q.close().await.unwrap();
 }
 

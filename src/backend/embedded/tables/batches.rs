@@ -257,6 +257,7 @@ impl Tables<'_> {
         self.remove_orphans(acked.iter().map(|(id, l)| (l.claimed_at_ms, *id)))?;
         if dense {
             self.remove_payloads(ids.iter().copied())?;
+            self.sweep_deferred_in(lo, hi)?;
             self.bound_deferred()?;
         } else {
             self.defer_deletes(&ids)?;

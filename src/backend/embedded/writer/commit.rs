@@ -465,6 +465,35 @@ pub(super) fn checkpoint(
     }
 }
 
+/// `compact`'s first step after its checkpoint: delete the records of
+/// every deferred delete (SPEC 6, schema 4), so that their space is given
+/// back too, in one durable transaction of its own. It changes no item's
+/// state, so the redo log (empty after the checkpoint) needs no record of
+/// it: a crash before its commit only leaves the records for later.
+///
+/// # Errors
+///
+/// Storage failures.
+pub(super) fn sweep_deferred(db: &Database, limits: Limits) -> Result<()> {
+    let mut txn = db.begin_write().ctx("begin sweep")?;
+    txn.set_durability(Durability::Immediate)
+        .ctx("set durability")?;
+    let swept = (|| -> Result<bool> {
+        let mut t = Tables::open(&txn, limits)?;
+        t.sweep_all_deferred()?;
+        t.write_counters()?;
+        Ok(t.is_dirty())
+    })();
+    match swept {
+        Ok(true) => txn.commit().ctx("commit sweep"),
+        Ok(false) => txn.abort().ctx("end sweep"),
+        Err(e) => {
+            let _ = txn.abort();
+            Err(e)
+        }
+    }
+}
+
 pub(super) fn panic_error(what: &str) -> Error {
     Error::corrupt(format!(
         "the storage engine panicked during {what}; the file is likely damaged"

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use redb::Database;
 use tokio::sync::{Notify, mpsc};
 
-use super::commit::{Open, abandon, checkpoint, execute, panic_error};
+use super::commit::{Open, abandon, checkpoint, execute, panic_error, sweep_deferred};
 use super::open::{Build, PathClaim, open_and_recover};
 use super::{Msg, Op, Request};
 use crate::backend::embedded::redo::{self, Log};
@@ -235,8 +235,9 @@ pub(in crate::backend::embedded) fn run(
     }
 }
 
-/// `compact`: checkpoint first (redb compacts durable state only), then
-/// let redb move pages to the front of the file and shrink it.
+/// `compact`: checkpoint first (redb compacts durable state only), sweep
+/// the deferred deletes, then let redb move pages to the front of the
+/// file and shrink it.
 fn compact(store: &mut Store) -> Result<bool> {
     let limits = store.limits;
     store.ready()?;
@@ -252,6 +253,7 @@ fn compact(store: &mut Store) -> Result<bool> {
         .ok_or_else(|| Error::corrupt("the database is not open"))?;
     let done = match catch_unwind(AssertUnwindSafe(|| -> Result<bool> {
         checkpoint(db, log, open, limits, false, None, false)?;
+        sweep_deferred(db, limits)?;
         db.compact().ctx("compact")
     })) {
         Ok(r) => r,
