@@ -8,6 +8,7 @@
 
 use std::fmt::Display;
 
+use bincode::enc::write::{SizeWriter, Writer};
 use bincode::{Decode, Encode};
 
 use crate::error::{Error, Result};
@@ -199,11 +200,27 @@ pub(crate) fn decode_item_flow(what: impl Display, bytes: &[u8]) -> Result<Strin
 
 /// Encode `value` after the version byte `version`.
 pub(crate) fn encode_as<T: Encode>(version: u8, value: &T) -> Result<Vec<u8>> {
-    let mut out = vec![version];
-    let body = bincode::encode_to_vec(value, bincode::config::standard())
-        .map_err(|e| Error::storage("encoding a record", e))?;
-    out.extend_from_slice(&body);
+    // One allocation of the record's exact size: the version byte pushed
+    // in front of a body encoded by `encode_to_vec` grew the vector again
+    // (and freed the body), about 400 instructions a record, 5% of an add.
+    let config = bincode::config::standard();
+    let err = |e| Error::storage("encoding a record", e);
+    let mut size = SizeWriter::default();
+    bincode::encode_into_writer(value, &mut size, config).map_err(err)?;
+    let mut out = Vec::with_capacity(1 + size.bytes_written);
+    out.push(version);
+    bincode::encode_into_writer(value, Append(&mut out), config).map_err(err)?;
     Ok(out)
+}
+
+/// A bincode writer that appends to a vector.
+struct Append<'a>(&'a mut Vec<u8>);
+
+impl Writer for Append<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::result::Result<(), bincode::error::EncodeError> {
+        self.0.extend_from_slice(bytes);
+        Ok(())
+    }
 }
 
 macro_rules! decode_with_limit {
