@@ -19,7 +19,7 @@ use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::{Ctx, Tables};
 use crate::backend::embedded::codec::{self, ItemRecord, LeaseRecord};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::item::{Claimed, Lane, Receipt};
 
 /// Below this many ids the one-by-one path is as cheap (2, so that the
@@ -136,8 +136,7 @@ impl Tables<'_> {
     ) -> Result<Vec<Claimed>> {
         let mut out = Vec::with_capacity(ids.len());
         let mut leases = Vec::with_capacity(ids.len());
-        for &id in ids {
-            let rec = self.record(id)?;
+        for (&id, rec) in ids.iter().zip(self.records_of(ids)?) {
             if !may(self, &rec)? {
                 break;
             }
@@ -153,6 +152,39 @@ impl Tables<'_> {
         let index: Vec<((u64, u64), ())> = leases.iter().map(|&(id, _)| ((now, id), ())).collect();
         put_run(self.pending_by_time_mut()?, &index, "write lease index")?;
         Ok(out)
+    }
+
+    /// The records of `ids`, in their order. Ascending ids that lie close
+    /// together (a FIFO claim) are read in one pass over their range, at
+    /// a few hundred instructions a record, where a lookup each descended
+    /// the tree at about 1 900; others are looked up one by one.
+    ///
+    /// # Errors
+    ///
+    /// `Corrupt` if a record is missing; `Decode` for an unreadable one.
+    fn records_of(&self, ids: &[u64]) -> Result<Vec<ItemRecord>> {
+        let (Some(&lo), Some(&hi)) = (ids.first(), ids.last()) else {
+            return Ok(Vec::new());
+        };
+        let ascending = ids.windows(2).all(|w| w[0] < w[1]);
+        if !ascending || hi - lo >= (ids.len() as u64).saturating_mul(SPREAD) {
+            return ids.iter().map(|&id| self.record(id)).collect();
+        }
+        let mut out = Vec::with_capacity(ids.len());
+        let mut want = ids.iter().copied().peekable();
+        for entry in self.items()?.range(lo..=hi).ctx("read items")? {
+            let (k, v) = entry.ctx("read item")?;
+            let id = k.value();
+            if want.peek() == Some(&id) {
+                want.next();
+                // The record's name is formatted only for an error.
+                out.push(codec::decode_item(format_args!("items[{id}]"), v.value())?);
+            }
+        }
+        match want.next() {
+            Some(id) => Err(Error::corrupt(format!("items[{id}] is missing"))),
+            None => Ok(out),
+        }
     }
 
     /// `ack_batch` for a batch the range passes suit: at least
