@@ -564,6 +564,18 @@ fn deferred_ids(tables: &std::collections::BTreeMap<String, Vec<String>>) -> Vec
     out
 }
 
+/// A queue in a fresh temp dir holding `n` items of one byte, item `i` at
+/// tier `tier(i)`, added in one batch.
+async fn queue_with_tiers(n: u32, tier: impl Fn(u32) -> u8) -> (tempfile::TempDir, EmbeddedQueue) {
+    let dir = tempfile::tempdir().unwrap();
+    let q = open(&dir.path().join("q.redb"), &ManualClock::new(T0)).await;
+    let items = (0..n)
+        .map(|i| NewItem::new(vec![1]).priority(tier(i)))
+        .collect();
+    q.add_batch(items).await.unwrap();
+    (dir, q)
+}
+
 /// Claim everything in batches of `batch` and ack each batch with
 /// `ack_batch`; returns the ids in the order they were claimed.
 async fn drain_in_batches(q: &EmbeddedQueue, batch: usize, max: usize) -> Vec<u64> {
@@ -665,14 +677,7 @@ async fn acks_of_spread_ids_defer_their_records_and_sweep_them_in_groups() {
 /// FIFO acks of the others then pass over every bucket and sweep it.
 #[tokio::test]
 async fn dense_acks_sweep_the_deferred_deletes_they_pass() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("q.redb");
-    let clock = ManualClock::new(T0);
-    let q = open(&path, &clock).await;
-    let items = (0..5000u32)
-        .map(|i| NewItem::new(vec![1]).priority(u8::from(i % 5 == 4)))
-        .collect();
-    q.add_batch(items).await.unwrap();
+    let (_dir, q) = queue_with_tiers(5000, |i| u8::from(i % 5 == 4)).await;
     drain_in_batches(&q, 500, 1000).await;
     assert_eq!(deferred_ids(&q.dump_tables().await.unwrap()).len(), 1000);
     // Half the tier-0 items: the buckets they passed are swept.
@@ -692,16 +697,9 @@ async fn dense_acks_sweep_the_deferred_deletes_they_pass() {
 /// their count.
 #[tokio::test]
 async fn deferred_records_stay_within_their_bound() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("q.redb");
-    let clock = ManualClock::new(T0);
-    let q = open(&path, &clock).await;
     // Six tiers: every claim of 500 spans 3 000 ids (spread), and five
     // tiers fill a bucket to 50 to 54 ids, under 56.
-    let items = (0..6000u32)
-        .map(|i| NewItem::new(vec![1]).priority((i % 6) as u8))
-        .collect();
-    q.add_batch(items).await.unwrap();
+    let (_dir, q) = queue_with_tiers(6000, |i| (i % 6) as u8).await;
     drain_in_batches(&q, 500, 4500).await;
     assert_eq!(deferred_ids(&q.dump_tables().await.unwrap()).len(), 4500);
     // At 5 000 deferred against 1 000 live, the bound is 4 096.
