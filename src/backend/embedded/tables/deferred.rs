@@ -40,7 +40,7 @@ const SWEEP_AT: u32 = 56;
 const DEFERRED_FLOOR: u64 = 4096;
 /// Deferred records a file may hold per live record. A drain over ten
 /// tiers has four deferred records per live one at 80% done; at 1 the
-/// bound swept buckets half full from 50% done on, at 5% more instructions
+/// bound swept buckets half full from 50% done on, at 8% more instructions
 /// per claim + ack round.
 const PER_LIVE: u64 = 4;
 
@@ -103,9 +103,10 @@ impl Tables<'_> {
     }
 
     /// Sweep the lowest buckets while the file holds more deferred records
-    /// than `max(DEFERRED_FLOOR, PER_LIVE * live records)`. Every `ack_batch` calls it
-    /// (a batch of dense ids too, whose eager deletes lower the live
-    /// count), so the bound holds from one batch to the next.
+    /// than `max(DEFERRED_FLOOR, PER_LIVE * live records)`. Every
+    /// `ack_batch` calls it (a batch of dense ids too, whose eager deletes
+    /// lower the live count), so the bound holds from one batch to the
+    /// next.
     ///
     /// # Errors
     ///
