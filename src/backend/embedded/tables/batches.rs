@@ -19,7 +19,7 @@ use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::{Ctx, Tables};
 use crate::backend::embedded::codec::{self, ItemRecord, LeaseRecord};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::item::{Claimed, Lane, Receipt};
 
 /// Below this many ids the one-by-one path is as cheap (2, so that the
@@ -182,7 +182,7 @@ impl Tables<'_> {
             }
         }
         match want.next() {
-            Some(id) => Err(Error::corrupt(format!("items[{id}] is missing"))),
+            Some(id) => Err(super::records::missing_record(id)),
             None => Ok(out),
         }
     }
@@ -290,7 +290,6 @@ impl Tables<'_> {
         if dense {
             self.remove_payloads(ids.iter().copied())?;
             self.sweep_deferred_in(lo, hi)?;
-            self.bound_deferred()?;
         } else {
             self.defer_deletes(&ids)?;
         }

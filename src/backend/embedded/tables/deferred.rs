@@ -61,8 +61,6 @@ impl Tables<'_> {
     ///
     /// Storage failures.
     pub(super) fn defer_deletes(&mut self, ids: &[u64]) -> Result<()> {
-        let before = self.counter(DEFERRED_RECORDS, 0)?;
-        let mut waiting = before;
         let mut rest = ids;
         while let Some(&first) = rest.first() {
             let bucket = first / BUCKET_IDS;
@@ -87,17 +85,16 @@ impl Tables<'_> {
                         .remove(bucket)
                         .ctx("delete deferred deletes")?;
                 }
-                self.sweep(bucket, new)?;
-                waiting = waiting.saturating_sub(u64::from(old.count_ones()));
+                // The batch's own ids were never counted.
+                self.sweep(bucket, new, old)?;
             } else {
                 self.deferred_mut()?
                     .insert(bucket, new)
                     .ctx("write deferred deletes")?;
-                waiting += u64::from(new.count_ones() - old.count_ones());
+                let waiting = self.counter(DEFERRED_RECORDS, 0)?;
+                let added = u64::from(new.count_ones() - old.count_ones());
+                self.set_counter(DEFERRED_RECORDS, waiting + added);
             }
-        }
-        if waiting != before {
-            self.set_counter(DEFERRED_RECORDS, waiting);
         }
         self.bound_deferred()
     }
@@ -111,44 +108,27 @@ impl Tables<'_> {
     /// # Errors
     ///
     /// Storage failures.
-    pub(super) fn bound_deferred(&mut self) -> Result<()> {
-        let before = self.counter(DEFERRED_RECORDS, 0)?;
-        if before <= DEFERRED_FLOOR {
+    fn bound_deferred(&mut self) -> Result<()> {
+        let waiting = self.counter(DEFERRED_RECORDS, 0)?;
+        if waiting <= DEFERRED_FLOOR {
             return Ok(());
         }
         let records = self.items()?.len().ctx("count items")?;
-        let bound = DEFERRED_FLOOR.max(PER_LIVE.saturating_mul(records.saturating_sub(before)));
-        let mut waiting = before;
-        while waiting > bound {
-            let Some((bucket, bits)) = self
-                .deferred_mut()?
-                .pop_first()
-                .ctx("read deferred deletes")?
-                .map(|(k, v)| (k.value(), v.value()))
-            else {
-                break;
-            };
-            self.sweep(bucket, bits)?;
-            waiting = waiting.saturating_sub(u64::from(bits.count_ones()));
-        }
-        if waiting != before {
-            self.set_counter(DEFERRED_RECORDS, waiting);
-        }
-        Ok(())
+        let live = records.saturating_sub(waiting);
+        self.sweep_lowest(DEFERRED_FLOOR.max(PER_LIVE.saturating_mul(live)))
     }
 
-    /// Sweep every bucket that shares ids with `lo..=hi`, the range of an
-    /// `ack_batch` of dense ids that has just deleted its records there:
-    /// the leaves are being rebuilt already, and a bucket whose other ids
-    /// go by FIFO acks (one item in five at a higher tier, say) would
-    /// otherwise never fill up.
+    /// After an `ack_batch` of dense ids, which has just deleted its
+    /// records in `lo..=hi`: sweep every bucket that shares ids with that
+    /// range (its leaves are being rebuilt already, and a bucket whose
+    /// other ids go by FIFO acks, one item in five at a higher tier, say,
+    /// would otherwise never fill up), then keep the bound.
     ///
     /// # Errors
     ///
     /// Storage failures.
     pub(super) fn sweep_deferred_in(&mut self, lo: u64, hi: u64) -> Result<()> {
-        let before = self.counter(DEFERRED_RECORDS, 0)?;
-        if before == 0 {
+        if self.counter(DEFERRED_RECORDS, 0)? == 0 {
             return Ok(());
         }
         let mut found = Vec::new();
@@ -160,18 +140,13 @@ impl Tables<'_> {
             let (k, v) = entry.ctx("read deferred deletes")?;
             found.push((k.value(), v.value()));
         }
-        let mut waiting = before;
         for (bucket, bits) in found {
             self.deferred_mut()?
                 .remove(bucket)
                 .ctx("delete deferred deletes")?;
-            self.sweep(bucket, bits)?;
-            waiting = waiting.saturating_sub(u64::from(bits.count_ones()));
+            self.sweep(bucket, bits, bits)?;
         }
-        if waiting != before {
-            self.set_counter(DEFERRED_RECORDS, waiting);
-        }
-        Ok(())
+        self.bound_deferred()
     }
 
     /// Sweep every bucket (`compact`, which gives their space back).
@@ -180,10 +155,12 @@ impl Tables<'_> {
     ///
     /// Storage failures.
     pub(in crate::backend::embedded) fn sweep_all_deferred(&mut self) -> Result<()> {
-        if self.counter(DEFERRED_RECORDS, 0)? == 0 {
-            return Ok(());
-        }
-        loop {
+        self.sweep_lowest(0)
+    }
+
+    /// Sweep the lowest buckets while more than `bound` records wait.
+    fn sweep_lowest(&mut self, bound: u64) -> Result<()> {
+        while self.counter(DEFERRED_RECORDS, 0)? > bound {
             let popped = self
                 .deferred_mut()?
                 .pop_first()
@@ -192,16 +169,22 @@ impl Tables<'_> {
             let Some((bucket, bits)) = popped else {
                 break;
             };
-            self.sweep(bucket, bits)?;
+            self.sweep(bucket, bits, bits)?;
         }
-        self.set_counter(DEFERRED_RECORDS, 0);
         Ok(())
     }
 
-    /// Delete the records and payload rows of a bucket's ids: one range
-    /// pass over the bucket's 64 ids, which rebuilds each leaf once for
-    /// all its deletes (a `remove` each rebuilt or merged a leaf per id).
-    fn sweep(&mut self, bucket: u64, bits: u64) -> Result<()> {
+    /// Delete the records and payload rows of a bucket's ids `bits` (its
+    /// entry in `deferred` already gone), of which `counted` were in the
+    /// count of deferred records: one range pass over the bucket's 64 ids,
+    /// which rebuilds each leaf once for all its deletes (a `remove` each
+    /// rebuilt or merged a leaf per id).
+    fn sweep(&mut self, bucket: u64, bits: u64, counted: u64) -> Result<()> {
+        if counted != 0 {
+            let waiting = self.counter(DEFERRED_RECORDS, 0)?;
+            let left = waiting.saturating_sub(u64::from(counted.count_ones()));
+            self.set_counter(DEFERRED_RECORDS, left);
+        }
         let lo = bucket * BUCKET_IDS;
         let hi = lo + (BUCKET_IDS - 1);
         let keep = |id: u64| (bits >> (id % BUCKET_IDS)) & 1 == 0;

@@ -7,13 +7,18 @@ use crate::backend::embedded::codec::{self, ItemRecord, LeaseRecord};
 use crate::error::{Error, Result};
 use crate::item::{Item, Receipt};
 
+/// The error for an index naming item `id`, whose record is not there.
+pub(super) fn missing_record(id: u64) -> Error {
+    Error::corrupt(format!("items[{id}] is missing"))
+}
+
 impl Tables<'_> {
     pub(super) fn record(&self, id: u64) -> Result<ItemRecord> {
         let guard = self
             .items()?
             .get(id)
             .ctx("read item")?
-            .ok_or_else(|| Error::corrupt(format!("items[{id}] is missing")))?;
+            .ok_or_else(|| missing_record(id))?;
         // The record's name is formatted only for an error.
         codec::decode_item(format_args!("items[{id}]"), guard.value())
     }
