@@ -87,14 +87,28 @@ fn killed(kind: &str, dir: &Path, file: &str) -> PathBuf {
     out
 }
 
-/// Copy every file of `from` into a fresh `to`.
+/// Copy every file of `from` into a fresh `to`, and sync the copies.
+///
+/// The sync (not timed) puts the copy where a killed process leaves its
+/// file: on disk up to its last sync, with only what it wrote since then
+/// dirty in the page cache. Unsynced, the whole copy would be dirty, and
+/// the first fsync of the file during the timed open (a checkpoint, a
+/// repair's commit) would write all of it: the copy's cost, not the
+/// reopen's.
 fn copy_dir(from: &Path, to: &Path) {
     let _ = std::fs::remove_dir_all(to);
     std::fs::create_dir_all(to).expect("mkdir");
     for e in std::fs::read_dir(from).expect("read dir") {
         let e = e.expect("dir entry");
-        std::fs::copy(e.path(), to.join(e.file_name())).expect("copy");
+        let copy = to.join(e.file_name());
+        std::fs::copy(e.path(), &copy).expect("copy");
+        std::fs::File::open(&copy)
+            .and_then(|f| f.sync_all())
+            .expect("sync the copy");
     }
+    std::fs::File::open(to)
+        .and_then(|d| d.sync_all())
+        .expect("sync the copy's directory");
 }
 
 fn benches() {
