@@ -40,6 +40,22 @@ pub(crate) struct ItemRecord {
     pub(crate) payload: Option<Vec<u8>>,
 }
 
+/// An [`ItemRecord`] to be written, borrowing its flow and payload from
+/// the item being added: its encoding is byte for byte the owned record's
+/// (bincode writes a `String` and a `&str`, a `Vec<u8>` and a `&[u8]`
+/// alike), without copying either into a record first. The copies and
+/// their frees were about 600 instructions an added item.
+#[derive(Debug, Clone, Copy, Encode)]
+pub(crate) struct ItemRecordRef<'a> {
+    pub(crate) flow: &'a str,
+    pub(crate) enqueued_at_ms: u64,
+    pub(crate) not_before_ms: Option<u64>,
+    pub(crate) deliveries: u32,
+    pub(crate) priority: u8,
+    pub(crate) cost: u32,
+    pub(crate) payload: Option<&'a [u8]>,
+}
+
 /// An item record of schema 1 (record version 1), read only by the
 /// migration to schema 2 (and written by the schema-1 fixture of the
 /// tests).
@@ -172,6 +188,16 @@ pub(crate) fn encode<T: Encode>(value: &T) -> Result<Vec<u8>> {
 
 /// Encode an item record (version [`ITEM_RECORD_VERSION`]).
 pub(crate) fn encode_item(value: &ItemRecord) -> Result<Vec<u8>> {
+    encode_as(ITEM_RECORD_VERSION, value)
+}
+
+/// Encode a new item's record from borrowed parts: the same bytes as
+/// [`encode_item`] of the owned record.
+///
+/// # Errors
+///
+/// As [`encode_item`].
+pub(crate) fn encode_item_ref(value: &ItemRecordRef<'_>) -> Result<Vec<u8>> {
     encode_as(ITEM_RECORD_VERSION, value)
 }
 
@@ -318,6 +344,35 @@ fn decode_front<T: Decode<()>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_borrowed_item_record_encodes_as_the_owned_one() {
+        for payload in [None, Some(Vec::new()), Some(b"inline \x00\xff".to_vec())] {
+            for (flow, not_before_ms) in [("", None), ("flow-\u{e9}", Some(u64::MAX))] {
+                let owned = ItemRecord {
+                    flow: flow.to_string(),
+                    enqueued_at_ms: 1 << 40,
+                    not_before_ms,
+                    deliveries: 0,
+                    priority: 255,
+                    cost: 70_000,
+                    payload: payload.clone(),
+                };
+                let borrowed = ItemRecordRef {
+                    flow,
+                    enqueued_at_ms: owned.enqueued_at_ms,
+                    not_before_ms,
+                    deliveries: 0,
+                    priority: 255,
+                    cost: 70_000,
+                    payload: payload.as_deref(),
+                };
+                let bytes = encode_item_ref(&borrowed).unwrap();
+                assert_eq!(bytes, encode_item(&owned).unwrap());
+                assert_eq!(decode_item("x", &bytes).unwrap(), owned);
+            }
+        }
+    }
 
     #[test]
     fn item_record_round_trips() {

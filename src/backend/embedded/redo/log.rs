@@ -47,8 +47,11 @@ pub(in crate::backend::embedded) struct Log {
     ops: u64,
     /// An append failed: checkpoint before the next one.
     broken: bool,
-    /// The next record, reused between batches.
-    pub(in crate::backend::embedded) buf: Vec<u8>,
+    /// The next record, reused between batches: [`HEADER`] bytes kept for
+    /// its header (filled in by the append), then its body. The body is
+    /// written in place, so the append copies nothing (a copy into a
+    /// fresh vector was 3% of an `add_batch`).
+    record: Vec<u8>,
 }
 
 impl Log {
@@ -61,7 +64,7 @@ impl Log {
             len: None,
             ops: 0,
             broken: false,
-            buf: Vec::new(),
+            record: Vec::new(),
         }
     }
 
@@ -95,10 +98,18 @@ impl Log {
         self.broken
     }
 
-    /// The offset just past a record with a body of `body` bytes appended
-    /// now.
-    pub(in crate::backend::embedded) fn end_after(&self, body: usize) -> u64 {
-        self.pos + (HEADER + body) as u64
+    /// Begin the next record: its body is what the caller appends to the
+    /// vector returned (after the header's room, which it must leave).
+    pub(in crate::backend::embedded) fn start_record(&mut self) -> &mut Vec<u8> {
+        self.record.clear();
+        self.record.resize(HEADER, 0);
+        &mut self.record
+    }
+
+    /// The offset just past the record begun by
+    /// [`start_record`](Self::start_record), once appended.
+    pub(in crate::backend::embedded) fn record_end(&self) -> u64 {
+        self.pos + self.record.len().max(HEADER) as u64
     }
 
     /// Whether a checkpoint is due by size or operation count.
@@ -118,19 +129,19 @@ impl Log {
         self.applied = 0;
         self.ops = 0;
         self.broken = false;
-        if self.buf.capacity() > CHECKPOINT_BYTES as usize {
-            self.buf = Vec::new();
+        if self.record.capacity() > CHECKPOINT_BYTES as usize {
+            self.record = Vec::new();
         }
     }
 
-    /// Append the record whose body is `self.buf` (holding operations of
-    /// [`weight`] `ops` in all) and sync it. On failure the log is broken until the
-    /// next checkpoint.
+    /// Append the record begun by [`start_record`](Self::start_record)
+    /// (holding operations of [`weight`] `ops` in all) and sync it. On
+    /// failure the log is broken until the next checkpoint.
     pub(in crate::backend::embedded) fn append(&mut self, ops: u64) -> io::Result<()> {
         let result = self.try_append();
         match result {
             Ok(()) => {
-                self.pos = self.end_after(self.buf.len());
+                self.pos = self.record_end();
                 self.ops += ops.max(1);
             }
             Err(_) => self.broken = true,
@@ -139,9 +150,12 @@ impl Log {
     }
 
     fn try_append(&mut self) -> io::Result<()> {
-        let body_len = u32::try_from(self.buf.len())
+        if self.record.len() < HEADER {
+            self.start_record();
+        }
+        let body_len = u32::try_from(self.record.len() - HEADER)
             .map_err(|_| io::Error::other("a redo record over 4 GiB"))?;
-        let end = self.end_after(self.buf.len());
+        let end = self.record_end();
         let len = match self.len {
             Some(l) => l,
             None => self.file.len()?,
@@ -160,10 +174,9 @@ impl Log {
             }
             self.len = Some(target);
         }
-        let mut record = Vec::with_capacity(HEADER + self.buf.len());
-        record.extend_from_slice(&header(body_len, self.tag, self.pos, &self.buf));
-        record.extend_from_slice(&self.buf);
-        self.file.write(self.pos, &record)?;
+        let (head, body) = self.record.split_at_mut(HEADER);
+        head.copy_from_slice(&header(body_len, self.tag, self.pos, body));
+        self.file.write(self.pos, &self.record)?;
         self.file.sync_data()
     }
 
@@ -247,9 +260,9 @@ mod tests {
         let file = MemLog::default();
         let mut log = Log::new(Box::new(file.clone()));
         log.reset(42);
-        log.buf = b"first".to_vec();
+        log.start_record().extend_from_slice(b"first");
         log.append(1).unwrap();
-        log.buf = b"second".to_vec();
+        log.start_record().extend_from_slice(b"second");
         log.append(1).unwrap();
         let (first, end) = log.read_record(42, 0).unwrap().unwrap();
         assert_eq!(first, b"first");
@@ -282,7 +295,7 @@ mod tests {
         }
         // After a checkpoint the log starts over, under the new tag.
         log.reset(43);
-        log.buf = b"third".to_vec();
+        log.start_record().extend_from_slice(b"third");
         log.append(1).unwrap();
         assert_eq!(log.read_record(43, 0).unwrap().unwrap().0, b"third");
         assert!(log.read_record(42, 0).unwrap().is_none());

@@ -62,16 +62,15 @@ impl W<'_> {
     }
 }
 
-/// Encode a batch's header fields into `out` (cleared first); the
-/// operations follow with [`encode_op`], and [`finish_batch`] writes their
-/// count.
+/// Append a batch's header fields to `out` (the body begun by
+/// `Log::start_record`, empty until now); the operations follow, each
+/// appended by [`encode_op`].
 pub(in crate::backend::embedded) fn begin_batch(
     out: &mut Vec<u8>,
     limits: &Limits,
     latest: u64,
     now: u64,
 ) {
-    out.clear();
     out.push(BODY_VERSION);
     let mut w = W(out);
     w.u(u64::from(limits.max_deliveries));

@@ -8,7 +8,9 @@ use std::ops::Bound;
 use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::{BACKLOG_CLOCK, Ctx, DUE_CLOCK, NEXT_ID, NEXT_LEASE, Tables};
-use crate::backend::embedded::codec::{self, INLINE_PAYLOAD_BYTES, ItemRecord, LeaseRecord};
+use crate::backend::embedded::codec::{
+    self, INLINE_PAYLOAD_BYTES, ItemRecord, ItemRecordRef, LeaseRecord,
+};
 use crate::config::rank;
 use crate::error::{Error, Result};
 use crate::item::{
@@ -98,14 +100,14 @@ impl Tables<'_> {
             let inline = item.payload.len() <= INLINE_PAYLOAD_BYTES;
             records.push((
                 id,
-                codec::encode_item(&ItemRecord {
-                    flow: item.flow.clone(),
+                codec::encode_item_ref(&ItemRecordRef {
+                    flow: &item.flow,
                     enqueued_at_ms: now,
                     not_before_ms: *not_before,
                     deliveries: 0,
                     priority: item.priority,
                     cost: item.cost.max(1),
-                    payload: inline.then(|| item.payload.clone()),
+                    payload: inline.then_some(item.payload.as_slice()),
                 })?,
             ));
             if !inline {

@@ -359,14 +359,15 @@ pub(super) fn execute(
         // The record: the operations that succeeded (a failed one changed
         // nothing), each with its time; reads write nothing and are left
         // out.
-        redo::begin_batch(&mut log.buf, &limits, latest, now);
+        let body = log.start_record();
+        redo::begin_batch(body, &limits, latest, now);
         let mut logged = 0u64;
         for (&i, r) in active.iter().zip(&ran.done) {
-            if r.is_ok() && redo::encode_op(&mut log.buf, &reqs[i].0, reqs[i].1) {
+            if r.is_ok() && redo::encode_op(body, &reqs[i].0, reqs[i].1) {
                 logged += redo::weight(&reqs[i].0);
             }
         }
-        let end = log.end_after(log.buf.len());
+        let end = log.record_end();
         if let Err(e) = Tables::open(&txn, limits).and_then(|mut t| t.set_redo_at(end)) {
             behind |= !abandon(db, log, txn);
             fail_all(&mut results, &active, e);
