@@ -510,13 +510,42 @@ fn targets(r: &Results) {
             "x",
         );
     }
-    for (key, label) in WORKLOADS.iter().take(5) {
+    // Issue 13, item 1: every single-consumer row and both latencies at
+    // or above SQLite WAL, group commit still well ahead, one producer
+    // near the disk's own fsync rate, and a fast reopen after SIGKILL.
+    for (key, label) in WORKLOADS.iter().take(7) {
         verdict(
             &format!("embedded vs SQLite WAL (level or better), {label}"),
             rat(key, EMBEDDED, "sqlite-wal"),
             1.0,
             true,
             "x",
+        );
+    }
+    verdict(
+        "embedded vs SQLite WAL, add, 64 producers (issue 13)",
+        rat("add_64_producers", EMBEDDED, "sqlite-wal"),
+        5.0,
+        true,
+        "x",
+    );
+    verdict(
+        "embedded add, 1 producer vs raw fsync (issue 13)",
+        rat("add_1_producer", EMBEDDED, "raw-fsync"),
+        0.8,
+        true,
+        "x",
+    );
+    for (subject, name) in [
+        (EMBEDDED, "default (verify_on_open)"),
+        ("workjournal-embedded-noverify", "verify_on_open(false)"),
+    ] {
+        verdict(
+            &format!("embedded reopen of 1M items after SIGKILL, {name}, ms (issue 13)"),
+            get(r, "reopen_1m_after_sigkill", subject).map(|v| v.v),
+            50.0,
+            false,
+            "",
         );
     }
 }
