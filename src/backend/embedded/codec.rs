@@ -27,8 +27,9 @@ pub(crate) const INLINE_PAYLOAD_BYTES: usize = 512;
 
 /// An item's metadata (record version 2): its priority tier, and its
 /// payload when that is at most [`INLINE_PAYLOAD_BYTES`] (`None`: the
-/// payload is in the payloads table).
-#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+/// payload is in the payloads table). Decoded as this; written through
+/// [`ItemRecordRef`], the one layout of the fields on disk.
+#[derive(Debug, Clone, PartialEq, Eq, Decode)]
 pub(crate) struct ItemRecord {
     pub(crate) flow: String,
     pub(crate) enqueued_at_ms: u64,
@@ -40,11 +41,11 @@ pub(crate) struct ItemRecord {
     pub(crate) payload: Option<Vec<u8>>,
 }
 
-/// An [`ItemRecord`] to be written, borrowing its flow and payload from
-/// the item being added: its encoding is byte for byte the owned record's
-/// (bincode writes a `String` and a `&str`, a `Vec<u8>` and a `&[u8]`
-/// alike), without copying either into a record first. The copies and
-/// their frees were about 600 instructions an added item.
+/// An [`ItemRecord`] as written, borrowing its flow and payload: bincode
+/// writes a `&str` as it reads a `String`, and a `&[u8]` as a `Vec<u8>`,
+/// so an add encodes the item it was given without copying its flow and
+/// payload into a record first (the copies and their frees were about 600
+/// instructions an added item).
 #[derive(Debug, Clone, Copy, Encode)]
 pub(crate) struct ItemRecordRef<'a> {
     pub(crate) flow: &'a str,
@@ -187,16 +188,27 @@ pub(crate) fn encode<T: Encode>(value: &T) -> Result<Vec<u8>> {
 }
 
 /// Encode an item record (version [`ITEM_RECORD_VERSION`]).
-pub(crate) fn encode_item(value: &ItemRecord) -> Result<Vec<u8>> {
-    encode_as(ITEM_RECORD_VERSION, value)
-}
-
-/// Encode a new item's record from borrowed parts: the same bytes as
-/// [`encode_item`] of the owned record.
 ///
 /// # Errors
 ///
-/// As [`encode_item`].
+/// As [`encode`].
+pub(crate) fn encode_item(value: &ItemRecord) -> Result<Vec<u8>> {
+    encode_item_ref(&ItemRecordRef {
+        flow: &value.flow,
+        enqueued_at_ms: value.enqueued_at_ms,
+        not_before_ms: value.not_before_ms,
+        deliveries: value.deliveries,
+        priority: value.priority,
+        cost: value.cost,
+        payload: value.payload.as_deref(),
+    })
+}
+
+/// Encode an item record from borrowed parts (an add's new item).
+///
+/// # Errors
+///
+/// As [`encode`].
 pub(crate) fn encode_item_ref(value: &ItemRecordRef<'_>) -> Result<Vec<u8>> {
     encode_as(ITEM_RECORD_VERSION, value)
 }
@@ -346,7 +358,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_borrowed_item_record_encodes_as_the_owned_one() {
+    fn an_item_record_written_from_borrowed_parts_reads_back_as_the_owned_one() {
         for payload in [None, Some(Vec::new()), Some(b"inline \x00\xff".to_vec())] {
             for (flow, not_before_ms) in [("", None), ("flow-\u{e9}", Some(u64::MAX))] {
                 let owned = ItemRecord {
@@ -368,7 +380,6 @@ mod tests {
                     payload: payload.as_deref(),
                 };
                 let bytes = encode_item_ref(&borrowed).unwrap();
-                assert_eq!(bytes, encode_item(&owned).unwrap());
                 assert_eq!(decode_item("x", &bytes).unwrap(), owned);
             }
         }
@@ -391,7 +402,9 @@ mod tests {
         assert!(decode_item_flow("x", &bytes[..1]).is_err());
         assert!(decode_item_flow("x", &[]).is_err());
         // A schema-1 record is not an item record of this version.
-        assert!(decode_item("x", &encode(&r).unwrap()).is_err());
+        let mut v1 = bytes.clone();
+        v1[0] = RECORD_VERSION;
+        assert!(decode_item("x", &v1).is_err());
     }
 
     #[test]
