@@ -64,7 +64,7 @@ impl Log {
             len: None,
             ops: 0,
             broken: false,
-            record: Vec::new(),
+            record: vec![0; HEADER],
         }
     }
 
@@ -99,9 +99,9 @@ impl Log {
     }
 
     /// Begin the next record: its body is what the caller appends to the
-    /// vector returned (after the header's room, which it must leave).
+    /// vector returned (after the header's room, which it must leave: an
+    /// append refuses a record without it).
     pub(in crate::backend::embedded) fn start_record(&mut self) -> &mut Vec<u8> {
-        self.record.clear();
         self.record.resize(HEADER, 0);
         &mut self.record
     }
@@ -109,7 +109,7 @@ impl Log {
     /// The offset just past the record begun by
     /// [`start_record`](Self::start_record), once appended.
     pub(in crate::backend::embedded) fn record_end(&self) -> u64 {
-        self.pos + self.record.len().max(HEADER) as u64
+        self.pos + self.record.len() as u64
     }
 
     /// Whether a checkpoint is due by size or operation count.
@@ -130,7 +130,7 @@ impl Log {
         self.ops = 0;
         self.broken = false;
         if self.record.capacity() > CHECKPOINT_BYTES as usize {
-            self.record = Vec::new();
+            self.record = vec![0; HEADER];
         }
     }
 
@@ -150,11 +150,13 @@ impl Log {
     }
 
     fn try_append(&mut self) -> io::Result<()> {
-        if self.record.len() < HEADER {
-            self.start_record();
-        }
-        let body_len = u32::try_from(self.record.len() - HEADER)
-            .map_err(|_| io::Error::other("a redo record over 4 GiB"))?;
+        let body = self
+            .record
+            .len()
+            .checked_sub(HEADER)
+            .ok_or_else(|| io::Error::other("a redo record without room for its header"))?;
+        let body_len =
+            u32::try_from(body).map_err(|_| io::Error::other("a redo record over 4 GiB"))?;
         let end = self.record_end();
         let len = match self.len {
             Some(l) => l,
@@ -299,5 +301,22 @@ mod tests {
         log.append(1).unwrap();
         assert_eq!(log.read_record(43, 0).unwrap().unwrap().0, b"third");
         assert!(log.read_record(42, 0).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_record_without_its_header_room_is_refused_and_writes_nothing() {
+        let file = MemLog::default();
+        let mut log = Log::new(Box::new(file.clone()));
+        log.reset(7);
+        log.start_record().clear();
+        assert!(log.append(1).is_err());
+        assert!(log.is_broken(), "a failed append breaks the log");
+        assert_eq!(log.pos(), 0);
+        assert_eq!(file.len().unwrap(), 0, "nothing written");
+        // The next record starts with its room again.
+        log.reset(8);
+        log.start_record().extend_from_slice(b"next");
+        log.append(1).unwrap();
+        assert_eq!(log.read_record(8, 0).unwrap().unwrap().0, b"next");
     }
 }
