@@ -3,7 +3,9 @@
 //!
 //! A [`Worker`] runs an async handler for every item it takes from a queue:
 //!
-//! - it claims only as many items as it has free slots (`concurrency`);
+//! - it claims only as many items as it has free slots (`concurrency`),
+//!   plus up to [`Worker::prefetch`] items held ahead, which start the
+//!   moment a slot frees;
 //! - `Ok` acks; `Err` retries with exponential backoff and jitter
 //!   ([`RetryPolicy`]), and once the item has had `max_deliveries` deliveries
 //!   it is dead-lettered with the error's text as the reason;
@@ -16,7 +18,8 @@
 //! - it touches its in-flight items every lease / 3 (heartbeat), reclaims
 //!   stale items of dead consumers every lease / 2, and promotes timers at
 //!   their deadline;
-//! - on shutdown it stops claiming, waits for in-flight items up to a grace
+//! - on shutdown it stops claiming, gives back prefetched items that have
+//!   not started, waits for in-flight items up to a grace
 //!   period and gives the rest back with [`WorkQueue::release`] (no delivery
 //!   spent), or leaves them pending for `reclaim_stale` if that fails.
 //!
@@ -132,6 +135,7 @@ type EventFn = Arc<dyn Fn(&Event) + Send + Sync>;
 pub struct Worker<Q> {
     queue: Q,
     concurrency: usize,
+    prefetch: usize,
     lease: Duration,
     retry: RetryPolicy,
     grace: Duration,
@@ -145,6 +149,7 @@ impl<Q> fmt::Debug for Worker<Q> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Worker")
             .field("concurrency", &self.concurrency)
+            .field("prefetch", &self.prefetch)
             .field("lease", &self.lease)
             .field("retry", &self.retry)
             .field("grace", &self.grace)
@@ -172,6 +177,7 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
         Worker {
             queue,
             concurrency: 1,
+            prefetch: 0,
             lease: DEFAULT_LEASE,
             retry: RetryPolicy::default(),
             grace: DEFAULT_GRACE,
@@ -183,12 +189,28 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
     }
 
     /// How many handlers run at once. The worker claims only into free
-    /// slots; a slot frees when its handler returns, so the next claim can
+    /// slots (and its [`Worker::prefetch`]); a slot frees when its handler returns, so the next claim can
     /// share a commit with that item's ack (which may briefly leave one more
     /// item pending per slot). 0 is treated as 1, and values above
     /// [`MAX_CONCURRENCY`] as that. Default: 1.
     pub fn concurrency(mut self, n: usize) -> Self {
         self.concurrency = n.clamp(1, MAX_CONCURRENCY);
+        self
+    }
+
+    /// Prefetch: how many items, in all, the worker may hold claimed ahead
+    /// of its free slots (SPEC 9, Worker). With `n > 0` it claims up to
+    /// `concurrency + n` items; those beyond the running handlers wait,
+    /// their leases kept fresh by the heartbeat, and the next one starts
+    /// the moment a handler returns, while that handler's ack and the claim
+    /// that refills the prefetch share one commit. Only a worker that runs
+    /// short handlers gains; pending can then reach `concurrency + n`.
+    /// Prefetched items not started at shutdown are given back at once with
+    /// [`WorkQueue::release`] (their deliveries not spent; counted in
+    /// [`Report::released`]). Values above [`MAX_CONCURRENCY`] are that.
+    /// Default: 0 (claim only into free slots).
+    pub fn prefetch(mut self, n: usize) -> Self {
+        self.prefetch = n.min(MAX_CONCURRENCY);
         self
     }
 
@@ -344,7 +366,10 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
             .map(|s| s.dead_letters_dropped)
             .ok();
         let claim_wait = self.claim_wait.min(self.lease / 2);
-        let permits = Arc::new(Semaphore::new(self.concurrency));
+        // Claims take `permits` (running handlers plus the prefetch); a
+        // claimed item starts once it holds one of `running`.
+        let permits = Arc::new(Semaphore::new(self.concurrency + self.prefetch));
+        let running = Arc::new(Semaphore::new(self.concurrency));
 
         let mut background = JoinSet::new();
         background.spawn(heartbeat(shared.clone()));
@@ -403,7 +428,12 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
                         }
                         Ok(got) => {
                             for (claimed, permit) in got {
-                                tasks.spawn(supervise(shared.clone(), claimed, permit));
+                                tasks.spawn(supervise(
+                                    shared.clone(),
+                                    claimed,
+                                    permit,
+                                    running.clone(),
+                                ));
                             }
                         }
                         Err(e) if e.is_retryable() => {
@@ -425,6 +455,9 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
         // dropped after it was submitted leaves its items pending for
         // reclaim (the trait's cancel-safety contract).
         drop(fill);
+        // Prefetched items that have not started are given back now, not
+        // started (their supervisors see the closed semaphore).
+        running.close();
 
         // A grace too long to represent (`Duration::MAX`) waits for every
         // item, however long it runs.

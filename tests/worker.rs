@@ -81,6 +81,7 @@ cases!(
     dead_letters_at_the_queues_own_max_deliveries,
     heartbeat_keeps_a_redriven_items_new_claim_beside_its_lost_one,
     back_off_holds_the_flow_for_every_consumer_and_gives_the_item_back,
+    prefetch_holds_items_ahead_fresh_and_gives_back_unstarted_ones_at_shutdown,
 );
 
 fn fast_retry() -> RetryPolicy {
@@ -128,6 +129,122 @@ where
     assert!(most.load(Ordering::SeqCst) >= 2, "never ran in parallel");
     let s = q.stats().await.unwrap();
     assert_eq!((s.backlog, s.pending, s.delayed), (0, 0, 0));
+}
+
+/// SPEC 9, Worker, Prefetch: with concurrency 2 and prefetch 3 the worker
+/// holds 5 items pending but runs 2; the 3 waiting keep fresh leases (an
+/// outside reclaim past two leases finds nothing stale, and with
+/// `max_deliveries` 1 a stale one would be dead-lettered); at shutdown the
+/// 3 are given back at once, unstarted, their deliveries not spent.
+async fn prefetch_holds_items_ahead_fresh_and_gives_back_unstarted_ones_at_shutdown<F, Fut>(make: F)
+where
+    F: Fn(Config) -> Fut,
+    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
+{
+    let (q, _keep) = make(Config::default().max_deliveries(1)).await;
+    add_n(&q, 8).await;
+    let lease = Duration::from_millis(600);
+    let running = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let started_events = Arc::new(AtomicUsize::new(0));
+    let released_events = Arc::new(AtomicUsize::new(0));
+    let outside = q.clone();
+    let (r3, seen_pending) = (running.clone(), Arc::new(AtomicUsize::new(0)));
+    let seen = seen_pending.clone();
+    // Stop once both slots run and the prefetch is full, after two leases
+    // of waiting (the prefetched items' leases would have run out twice
+    // without the heartbeat).
+    let stop = async move {
+        loop {
+            let pending = outside.stats().await.unwrap().pending as usize;
+            if r3.load(Ordering::SeqCst) == 2 && pending == 5 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(2 * lease + lease / 2).await;
+        let stale = outside.reclaim(lease, 10).await.unwrap();
+        assert!(
+            stale.claimed.is_empty() && stale.dead_lettered.is_empty(),
+            "a prefetched item went stale: {stale:?}"
+        );
+        seen.store(
+            outside.stats().await.unwrap().pending as usize,
+            Ordering::SeqCst,
+        );
+    };
+    let (r2, m2, rel2) = (running.clone(), most.clone(), released_events.clone());
+    let (st_ev, rel_ev) = (started_events.clone(), released_events.clone());
+    let report = Worker::new(q.clone())
+        .concurrency(2)
+        .prefetch(3)
+        .lease(lease)
+        .grace(Duration::from_secs(10))
+        .on_event(move |e| match e {
+            WorkerEvent::Started { .. } => {
+                st_ev.fetch_add(1, Ordering::SeqCst);
+            }
+            WorkerEvent::Released { reason, .. } => {
+                assert_eq!(reason, "worker stopped");
+                rel_ev.fetch_add(1, Ordering::SeqCst);
+            }
+            _ => {}
+        })
+        .run(
+            move |_c| {
+                let (r2, m2, rel2) = (r2.clone(), m2.clone(), rel2.clone());
+                async move {
+                    let now = r2.fetch_add(1, Ordering::SeqCst) + 1;
+                    m2.fetch_max(now, Ordering::SeqCst);
+                    // Run until the three prefetched items are given back,
+                    // so none of them could start in a freed slot.
+                    while rel2.load(Ordering::SeqCst) < 3 {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    r2.fetch_sub(1, Ordering::SeqCst);
+                    Ok::<(), String>(())
+                }
+            },
+            stop,
+        )
+        .await
+        .unwrap();
+    assert_eq!(seen_pending.load(Ordering::SeqCst), 5);
+    assert_eq!(most.load(Ordering::SeqCst), 2);
+    assert_eq!(started_events.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        (
+            report.acked,
+            report.released,
+            report.abandoned,
+            report.lease_lost
+        ),
+        (2, 3, 0, 0),
+        "{report:?}"
+    );
+    // `backlog` counts the due lane too (SPEC 3, Looking).
+    let s = q.stats().await.unwrap();
+    assert_eq!(
+        (s.pending, s.backlog + s.delayed, s.dead_letters),
+        (0, 6, 0),
+        "{s:?}"
+    );
+    // None of the six spent a delivery: with max_deliveries 1 a spent one
+    // would come back as delivery 2 and be dead-lettered on failure.
+    let report = Worker::new(q.clone())
+        .concurrency(2)
+        .prefetch(2)
+        .until_empty(true)
+        .run(
+            |c| async move {
+                assert_eq!(c.receipt.delivery, 1, "item {}", c.item.id);
+                Ok::<(), String>(())
+            },
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    assert_eq!((report.acked, report.dead_lettered), (6, 0), "{report:?}");
 }
 
 async fn failure_retries_with_backoff_then_dead_letters_with_the_error_text<F, Fut>(make: F)

@@ -303,6 +303,12 @@ pub(crate) struct WorkArgs {
     #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_CONCURRENCY)))]
     pub(crate) concurrency: Option<u32>,
+    /// Items claimed ahead of the running commands, 0 to 1024 (default: as
+    /// many as --concurrency): the next command starts the moment one ends,
+    /// while that one's ack and the claim that refills this share a commit.
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_CONCURRENCY)))]
+    pub(crate) prefetch: Option<u32>,
     /// Exit once nothing is left: backlog, delayed (retries too) and pending
     /// all empty. Exits 10 if any item was dead-lettered in the run.
     #[arg(long)]

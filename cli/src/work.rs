@@ -94,6 +94,7 @@ async fn run_work(
         Some(n) => n as usize,
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
+    let prefetch = args.prefetch.map_or(concurrency, |n| n as usize);
     if let Some(flow) = &args.flow
         && !queue.paused_flows().await?.contains(flow)
     {
@@ -221,6 +222,7 @@ async fn run_work(
     let timeout = args.exec.timeout;
     let worker = Worker::new(queue.clone())
         .concurrency(concurrency)
+        .prefetch(prefetch)
         .lease(args.exec.lease)
         .grace(args.exec.lease)
         .retry_policy(RetryPolicy::default().base(args.exec.backoff))

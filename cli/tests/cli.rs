@@ -706,6 +706,37 @@ fn a_huge_concurrency_is_a_usage_error() {
     assert_eq!(env.stats()["backlog"], 0);
 }
 
+/// SPEC 9, CLI: `--prefetch` is 0 to 1024; past it is a usage error that
+/// runs nothing, and both ends of the range drain the queue.
+#[test]
+fn prefetch_outside_its_range_is_a_usage_error() {
+    let env = Env::new();
+    env.ok(&["add", "x"]);
+    for bad in ["--prefetch=1025", "--prefetch=-1", "--prefetch=many"] {
+        assert_error(
+            &env.run(&["work", "--exec", "true", "--until-empty", bad]),
+            2,
+            "--prefetch",
+        );
+    }
+    assert_eq!(env.stats()["backlog"], 1);
+    for ok in ["0", "1024"] {
+        env.ok(&["add", "y"]);
+        env.ok(&[
+            "work",
+            "--exec",
+            "true",
+            "--until-empty",
+            "--concurrency",
+            "2",
+            "--prefetch",
+            ok,
+        ]);
+        assert_eq!(env.stats()["backlog"], 0);
+        assert_eq!(env.stats()["pending"], 0);
+    }
+}
+
 // Failed: `step F --exec true --lease 0s` panicked (heartbeat period zero);
 // `2ns` was taken as a lease.
 #[test]

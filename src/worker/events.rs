@@ -99,7 +99,8 @@ pub struct Report {
     pub dead_letters_dropped: u64,
     /// Given back without spending a delivery ([`WorkQueue::release`](crate::WorkQueue::release)):
     /// not attempted ([`HandlerError::not_attempted`](crate::HandlerError::not_attempted)), or unfinished at
-    /// shutdown.
+    /// shutdown (running past the grace period, or prefetched and not
+    /// started: [`Worker::prefetch`](crate::Worker::prefetch)).
     pub released: u64,
     /// Of the failures, how many were handler panics.
     pub panicked: u64,

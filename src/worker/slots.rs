@@ -11,7 +11,9 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::Event;
-use super::finish::{finish_back_off, finish_err, finish_not_attempted, finish_ok};
+use super::finish::{
+    finish_back_off, finish_err, finish_not_attempted, finish_ok, give_back_unfinished,
+};
 use super::{Shared, lock};
 use crate::error::{Error, Result};
 use crate::item::{ClaimFrom, Claimed};
@@ -138,6 +140,13 @@ pub(super) fn slot_each(
     out
 }
 
+/// A running item's two permits: its claim (of `concurrency + prefetch`)
+/// and its running slot (of `concurrency`), given back together.
+struct Slot {
+    _claim: OwnedSemaphorePermit,
+    _run: OwnedSemaphorePermit,
+}
+
 /// Removes an item from the heartbeat set and cancels its handler when the
 /// supervisor ends, however it ends (including abort at shutdown).
 struct InFlight<'a, Q> {
@@ -155,10 +164,15 @@ impl<Q> Drop for InFlight<'_, Q> {
     }
 }
 
+/// Run one claimed item: wait for a running slot (an item claimed ahead,
+/// `Worker::prefetch`, waits here with its lease in the heartbeat set; at
+/// shutdown `running` closes and it is given back unstarted), run the
+/// handler, finish the item.
 pub(super) async fn supervise<Q: WorkQueue + 'static>(
     shared: Arc<Shared<Q>>,
     claimed: Claimed,
-    permit: OwnedSemaphorePermit,
+    claim_permit: OwnedSemaphorePermit,
+    running: Arc<Semaphore>,
 ) {
     let receipt = claimed.receipt;
     let span = tracing::info_span!(
@@ -173,6 +187,16 @@ pub(super) async fn supervise<Q: WorkQueue + 'static>(
             shared: &shared,
             lease: receipt.lease,
             handler: None,
+        };
+        let Ok(run_permit) = running.acquire_owned().await else {
+            drop(claim_permit);
+            give_back_unfinished(&shared, vec![receipt]).await;
+            drop(guard);
+            return;
+        };
+        let permit = Slot {
+            _claim: claim_permit,
+            _run: run_permit,
         };
         shared.emit(Event::Started {
             id: receipt.id,
