@@ -208,7 +208,9 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
     /// Prefetched items not started at shutdown are given back at once with
     /// [`WorkQueue::release`] (their deliveries not spent; counted in
     /// [`Report::released`]). Values above [`MAX_CONCURRENCY`] are that.
-    /// Default: 0 (claim only into free slots).
+    /// One-flow mode ([`Worker::flow`]) does not prefetch: an item stepped
+    /// ahead and given back would go to its paused flow's parked tail, out
+    /// of order. Default: 0 (claim only into free slots).
     pub fn prefetch(mut self, n: usize) -> Self {
         self.prefetch = n.min(MAX_CONCURRENCY);
         self
@@ -368,7 +370,14 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
         let claim_wait = self.claim_wait.min(self.lease / 2);
         // Claims take `permits` (running handlers plus the prefetch); a
         // claimed item starts once it holds one of `running`.
-        let permits = Arc::new(Semaphore::new(self.concurrency + self.prefetch));
+        // One-flow mode never prefetches: an item stepped ahead and given
+        // back unstarted would go to its paused flow's parked tail.
+        let prefetch = if shared.flow.is_some() {
+            0
+        } else {
+            self.prefetch
+        };
+        let permits = Arc::new(Semaphore::new(self.concurrency + prefetch));
         let running = Arc::new(Semaphore::new(self.concurrency));
 
         let mut background = JoinSet::new();

@@ -82,6 +82,7 @@ cases!(
     heartbeat_keeps_a_redriven_items_new_claim_beside_its_lost_one,
     back_off_holds_the_flow_for_every_consumer_and_gives_the_item_back,
     prefetch_holds_items_ahead_fresh_and_gives_back_unstarted_ones_at_shutdown,
+    a_flow_worker_does_not_prefetch,
 );
 
 fn fast_retry() -> RetryPolicy {
@@ -727,6 +728,69 @@ where
     assert_eq!(report.acked, 3, "{report:?}");
     assert_eq!(q.paused_flows().await.unwrap(), vec!["held".to_string()]);
     assert_eq!(q.stats().await.unwrap().pending, 0);
+}
+
+/// SPEC 9, Prefetch: one-flow mode takes a paused flow's items one `step`
+/// per free slot and no more, whatever the prefetch, since an item given
+/// back unstarted would go to the flow's parked tail, out of its order.
+async fn a_flow_worker_does_not_prefetch<F, Fut>(make: F)
+where
+    F: Fn(Config) -> Fut,
+    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
+{
+    let (q, _keep) = make(Config::default()).await;
+    q.pause("held").await.unwrap();
+    let items = (0..4)
+        .map(|i| NewItem::new(format!("{i}")).flow("held"))
+        .collect();
+    q.add_batch(items).await.unwrap();
+    assert!(
+        q.claim(1, Duration::ZERO, ClaimFrom::All)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(q.parked("held").await.unwrap(), 4);
+    let (started, done) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let (s2, d2) = (started.clone(), done.clone());
+    let outside = q.clone();
+    // Stop after the first item has run for ten step polls: long enough
+    // for a prefetching worker to have stepped the rest ahead.
+    let stop = async move {
+        while !s2.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let s = outside.stats().await.unwrap();
+        assert_eq!((s.pending, s.parked), (1, 3), "{s:?}");
+        d2.store(true, Ordering::SeqCst);
+    };
+    let (s3, d3) = (started.clone(), done.clone());
+    let report = Worker::new(q.clone())
+        .flow(Some("held".into()))
+        .prefetch(3)
+        .claim_wait(Duration::from_millis(20))
+        .run(
+            move |c| {
+                let (s3, d3) = (s3.clone(), d3.clone());
+                async move {
+                    assert_eq!(c.item.payload, b"0");
+                    s3.store(true, Ordering::SeqCst);
+                    while !d3.load(Ordering::SeqCst) {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    Ok::<(), String>(())
+                }
+            },
+            stop,
+        )
+        .await
+        .unwrap();
+    assert_eq!((report.acked, report.released), (1, 0), "{report:?}");
+    assert_eq!(q.parked("held").await.unwrap(), 3);
 }
 
 #[test]

@@ -306,6 +306,7 @@ pub(crate) struct WorkArgs {
     /// Items claimed ahead of the running commands, 0 to 1024 (default: as
     /// many as --concurrency): the next command starts the moment one ends,
     /// while that one's ack and the claim that refills this share a commit.
+    /// Not with --flow (a stepped item given back would lose its place).
     #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_CONCURRENCY)))]
     pub(crate) prefetch: Option<u32>,
