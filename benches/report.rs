@@ -315,9 +315,13 @@ fn forwarding_rows(r: &Results) {
 /// --exec true` over 5 000 items against `xargs -P N -n1` of `true` and of
 /// `sh -c true` (what `--exec true` runs), whole runs in ms.
 const WORK: &str = "workjournal-cli";
-const WORK_OTHERS: &[(&str, &str)] = &[
-    ("xargs-true", "xargs -n1 true"),
-    ("xargs-sh-c-true", "xargs -n1 sh -c true"),
+/// The others of each worker row: subject, label, and whether the label
+/// takes the row's `-P N` (xargs does; our own `--prefetch 0` run has the
+/// row's `--concurrency`).
+const WORK_OTHERS: &[(&str, &str, bool)] = &[
+    ("workjournal-cli-prefetch-0", "cli --prefetch 0", false),
+    ("xargs-true", "xargs -n1 true", true),
+    ("xargs-sh-c-true", "xargs -n1 sh -c true", true),
 ];
 
 fn worker_rows(r: &Results) {
@@ -326,10 +330,15 @@ fn worker_rows(r: &Results) {
         let Some(ours) = get(r, &key, WORK) else {
             continue;
         };
-        for (other, label) in WORK_OTHERS {
+        for (other, label, takes_p) in WORK_OTHERS {
             if let Some(x) = get(r, &key, other) {
+                let label = if *takes_p {
+                    format!("{label} -P{n}")
+                } else {
+                    (*label).to_string()
+                };
                 println!(
-                    "| work --exec true, 5 000 items, --concurrency {n} | cli: {} | {label} -P{n}: {} | {:.2}x |",
+                    "| work --exec true, 5 000 items, --concurrency {n} | cli: {} | {label}: {} | {:.2}x |",
                     ours.show(),
                     x.show(),
                     ratio(ours, x)

@@ -3,7 +3,8 @@
 //! `--concurrency 2` and `8`, timed from start to exit (the queue drained),
 //! next to `xargs -P N -n1` running the same command 5 000 times from the
 //! same run: `true` (what the issue names) and `sh -c true` (what `--exec
-//! true` runs under its supervisor, SPEC section 9).
+//! true` runs under its supervisor, SPEC section 9), and the same `work`
+//! with `--prefetch 0`, the lever's own baseline.
 //!
 //! Each figure is the median of `WJ_WORK_RUNS` runs (default 3) of
 //! `WJ_WORK_ITEMS` items (default 5 000), in ms for the whole run; the rows
@@ -82,8 +83,14 @@ fn drained(rt: &tokio::runtime::Runtime, path: &Path) -> bool {
     })
 }
 
-/// One timed `work --exec true --until-empty` over a fresh file of `items`.
-fn workjournal_ms(rt: &tokio::runtime::Runtime, items: usize, concurrency: usize) -> f64 {
+/// One timed `work --exec true --until-empty` over a fresh file of `items`,
+/// with `extra` arguments (`--prefetch 0` for the lever's own baseline).
+fn workjournal_ms(
+    rt: &tokio::runtime::Runtime,
+    items: usize,
+    concurrency: usize,
+    extra: &[&str],
+) -> f64 {
     let dir = temp_dir();
     let db = dir.path().join("q.redb");
     fill(rt, &db, items);
@@ -93,6 +100,7 @@ fn workjournal_ms(rt: &tokio::runtime::Runtime, items: usize, concurrency: usize
         .arg(&db)
         .args(["work", "--exec", "true", "--until-empty", "--concurrency"])
         .arg(concurrency.to_string())
+        .args(extra)
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -149,7 +157,14 @@ fn main() {
         let workload = format!("work_exec_true_c{concurrency}");
         let ours = median(
             (0..runs)
-                .map(|_| workjournal_ms(&rt, items, concurrency))
+                .map(|_| workjournal_ms(&rt, items, concurrency, &[]))
+                .collect(),
+        );
+        // The same without prefetch (SPEC 9): what the lever gives, in
+        // this run.
+        let no_prefetch = median(
+            (0..runs)
+                .map(|_| workjournal_ms(&rt, items, concurrency, &["--prefetch", "0"]))
                 .collect(),
         );
         let plain = median(
@@ -163,12 +178,15 @@ fn main() {
                 .collect(),
         );
         record(&workload, "workjournal-cli", ours);
+        record(&workload, "workjournal-cli-prefetch-0", no_prefetch);
         record(&workload, "xargs-true", plain);
         record(&workload, "xargs-sh-c-true", sh);
         let rate = |ms: f64| items as f64 / (ms / 1e3);
         println!(
-            "{workload}: workjournal {:.0} items/s ({ours:.0} ms); xargs -P{concurrency} true {:.0} items/s ({:.2}x); xargs -P{concurrency} sh -c true {:.0} items/s ({:.2}x)",
+            "{workload}: workjournal {:.0} items/s ({ours:.0} ms); with --prefetch 0 {:.0} items/s ({:.2}x); xargs -P{concurrency} true {:.0} items/s ({:.2}x); xargs -P{concurrency} sh -c true {:.0} items/s ({:.2}x)",
             rate(ours),
+            rate(no_prefetch),
+            no_prefetch / ours,
             rate(plain),
             plain / ours,
             rate(sh),
