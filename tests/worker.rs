@@ -230,22 +230,8 @@ where
         (0, 6, 0),
         "{s:?}"
     );
-    // None of the six spent a delivery: with max_deliveries 1 a spent one
-    // would come back as delivery 2 and be dead-lettered on failure.
-    let report = Worker::new(q.clone())
-        .concurrency(2)
-        .prefetch(2)
-        .until_empty(true)
-        .run(
-            |c| async move {
-                assert_eq!(c.receipt.delivery, 1, "item {}", c.item.id);
-                Ok::<(), String>(())
-            },
-            std::future::pending(),
-        )
-        .await
-        .unwrap();
-    assert_eq!((report.acked, report.dead_lettered), (6, 0), "{report:?}");
+    // None of the six spent a delivery.
+    drain_on_first_deliveries(&q, 6).await;
 }
 
 async fn failure_retries_with_backoff_then_dead_letters_with_the_error_text<F, Fut>(make: F)
@@ -435,6 +421,13 @@ where
     // Item 2 was given back, due at once, with its delivery not spent.
     let s = q.stats().await.unwrap();
     assert_eq!((s.pending, s.backlog, s.delayed), (0, 4, 1));
+    drain_on_first_deliveries(&q, 5).await;
+}
+
+/// Work `q` until empty, asserting that every item comes on its first
+/// delivery (none was spent by a stop: with `max_deliveries` 1 a spent one
+/// would have been dead-lettered) and that `n` are acked.
+async fn drain_on_first_deliveries(q: &BoxQueue, n: u64) {
     let report = Worker::new(q.clone())
         .until_empty(true)
         .run(
@@ -446,7 +439,7 @@ where
         )
         .await
         .unwrap();
-    assert_eq!((report.acked, report.dead_lettered), (5, 0), "{report:?}");
+    assert_eq!((report.acked, report.dead_lettered), (n, 0), "{report:?}");
 }
 
 async fn not_attempted_gives_the_item_back_without_spending_a_delivery<F, Fut>(make: F)
@@ -699,25 +692,30 @@ where
     assert_eq!(effects.load(Ordering::SeqCst), 1);
 }
 
-async fn flow_worker_steps_through_a_paused_flow<F, Fut>(make: F)
-where
-    F: Fn(Config) -> Fut,
-    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
-{
-    let (q, _keep) = make(Config::default()).await;
+/// Pause flow "held", add `n` items to it (payloads "0", "1", ...) and let
+/// a normal claim meet them, which parks them all.
+async fn park_in_paused_flow(q: &BoxQueue, n: usize) {
     q.pause("held").await.unwrap();
-    let items = (0..3)
+    let items = (0..n)
         .map(|i| NewItem::new(format!("{i}")).flow("held"))
         .collect();
     q.add_batch(items).await.unwrap();
-    // A normal claim meets the paused flow's items and parks them.
     assert!(
         q.claim(1, Duration::ZERO, ClaimFrom::All)
             .await
             .unwrap()
             .is_empty()
     );
-    assert_eq!(q.parked("held").await.unwrap(), 3);
+    assert_eq!(q.parked("held").await.unwrap(), n as u64);
+}
+
+async fn flow_worker_steps_through_a_paused_flow<F, Fut>(make: F)
+where
+    F: Fn(Config) -> Fut,
+    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
+{
+    let (q, _keep) = make(Config::default()).await;
+    park_in_paused_flow(&q, 3).await;
     let report = Worker::new(q.clone())
         .flow(Some("held".into()))
         .until_empty(true)
@@ -739,18 +737,7 @@ where
     Fut: std::future::Future<Output = (BoxQueue, Kept)>,
 {
     let (q, _keep) = make(Config::default()).await;
-    q.pause("held").await.unwrap();
-    let items = (0..4)
-        .map(|i| NewItem::new(format!("{i}")).flow("held"))
-        .collect();
-    q.add_batch(items).await.unwrap();
-    assert!(
-        q.claim(1, Duration::ZERO, ClaimFrom::All)
-            .await
-            .unwrap()
-            .is_empty()
-    );
-    assert_eq!(q.parked("held").await.unwrap(), 4);
+    park_in_paused_flow(&q, 4).await;
     let (started, done) = (
         Arc::new(AtomicBool::new(false)),
         Arc::new(AtomicBool::new(false)),

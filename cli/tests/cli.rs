@@ -722,15 +722,13 @@ fn prefetch_outside_its_range_is_a_usage_error() {
     assert_eq!(env.stats()["backlog"], 1);
     for ok in ["0", "1024"] {
         env.ok(&["add", "y"]);
+        let prefetch = format!("--prefetch={ok}");
         env.ok(&[
             "work",
-            "--exec",
-            "true",
+            "--concurrency=2",
+            &prefetch,
+            "--exec=true",
             "--until-empty",
-            "--concurrency",
-            "2",
-            "--prefetch",
-            ok,
         ]);
         assert_eq!(env.stats()["backlog"], 0);
         assert_eq!(env.stats()["pending"], 0);
