@@ -189,9 +189,9 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
     }
 
     /// How many handlers run at once. The worker claims only into free
-    /// slots (and its [`Worker::prefetch`]); a slot frees when its handler returns, so the next claim can
-    /// share a commit with that item's ack (which may briefly leave one more
-    /// item pending per slot). 0 is treated as 1, and values above
+    /// slots (and its [`Worker::prefetch`]); a slot frees when its handler
+    /// returns, so the next claim can share a commit with that item's ack
+    /// (which may briefly leave one more item pending per slot). 0 is treated as 1, and values above
     /// [`MAX_CONCURRENCY`] as that. Default: 1.
     pub fn concurrency(mut self, n: usize) -> Self {
         self.concurrency = n.clamp(1, MAX_CONCURRENCY);
@@ -207,7 +207,11 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
     /// short handlers gains; pending can then reach `concurrency + n`.
     /// Prefetched items not started at shutdown are given back at once with
     /// [`WorkQueue::release`] (their deliveries not spent; counted in
-    /// [`Report::released`]). Values above [`MAX_CONCURRENCY`] are that.
+    /// [`Report::released`]); one whose claim the heartbeat finds lost
+    /// while it waits is not run ([`Report::lease_lost`]), and one of a
+    /// flow this worker backed off meanwhile is given back, due at once,
+    /// for the back-off to hold ([`HandlerError::back_off`]). Values above
+    /// [`MAX_CONCURRENCY`] are that.
     /// One-flow mode ([`Worker::flow`]) does not prefetch: an item stepped
     /// ahead and given back would go to its paused flow's parked tail, out
     /// of order. Default: 0 (claim only into free slots).
@@ -360,6 +364,7 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
             next_reclaim: Mutex::new(Some(Instant::now())),
             claims_paused_until: Mutex::new(Instant::now()),
             worker_faults: AtomicU32::new(0),
+            backed_off: Mutex::new(HashMap::new()),
         });
         let dropped_at_start = shared
             .queue
@@ -464,8 +469,8 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
         // dropped after it was submitted leaves its items pending for
         // reclaim (the trait's cancel-safety contract).
         drop(fill);
-        // Prefetched items that have not started are given back now, not
-        // started (their supervisors see the closed semaphore).
+        // Prefetched items that have not started are given back now
+        // (their supervisors see the closed semaphore).
         running.close();
 
         // A grace too long to represent (`Duration::MAX`) waits for every
@@ -531,6 +536,11 @@ struct Shared<Q> {
     /// Worker-side failures in a row (reset by any handler that ran): the
     /// backoff grows with it as a retry's does with deliveries.
     worker_faults: AtomicU32,
+    /// Flows this worker backed off ([`HandlerError::back_off`]), with
+    /// when their back-off ends: a prefetched item of such a flow is given
+    /// back instead of started (SPEC 9, Prefetch). Expired entries are
+    /// dropped at the next back-off.
+    backed_off: Mutex<HashMap<String, Instant>>,
 }
 
 /// Sleep until `deadline`, or forever for `None` (a time past what

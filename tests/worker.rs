@@ -83,6 +83,8 @@ cases!(
     back_off_holds_the_flow_for_every_consumer_and_gives_the_item_back,
     prefetch_holds_items_ahead_fresh_and_gives_back_unstarted_ones_at_shutdown,
     a_flow_worker_does_not_prefetch,
+    a_prefetched_item_taken_over_while_it_waits_does_not_run,
+    back_off_holds_the_flow_items_the_worker_prefetched,
 );
 
 fn fast_retry() -> RetryPolicy {
@@ -507,6 +509,24 @@ where
     Fut: std::future::Future<Output = (BoxQueue, Kept)>,
 {
     let (q, _keep) = make(Config::default()).await;
+    back_off_run(&q, 0).await;
+}
+
+/// SPEC 9, Back-off and Prefetch: a2, prefetched when a1 backs the flow
+/// off, is given back unstarted (its delivery not spent) and waits out the
+/// back-off like the rest of the flow; b1 runs meanwhile.
+async fn back_off_holds_the_flow_items_the_worker_prefetched<F, Fut>(make: F)
+where
+    F: Fn(Config) -> Fut,
+    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
+{
+    let (q, _keep) = make(Config::default()).await;
+    back_off_run(&q, 2).await;
+}
+
+/// a1, a2 of flow "api" and b1 of "other", one slot and `prefetch`: a1's
+/// first run backs "api" off for 0.4 s; checks the order and timing.
+async fn back_off_run(q: &BoxQueue, prefetch: usize) {
     for (p, flow) in [("a1", "api"), ("a2", "api"), ("b1", "other")] {
         q.add(NewItem::new(p).flow(flow)).await.unwrap();
     }
@@ -515,6 +535,7 @@ where
     let start = std::time::Instant::now();
     let report = Worker::new(q.clone())
         .concurrency(1)
+        .prefetch(prefetch)
         .until_empty(true)
         .claim_wait(Duration::from_millis(50))
         .run(
@@ -550,7 +571,9 @@ where
         assert!(r.2 >= runs[0].2 + Duration::from_millis(350), "{runs:?}");
         assert_eq!(r.1, 1, "{runs:?}");
     }
-    assert_eq!((report.acked, report.released), (3, 1), "{report:?}");
+    // a1 by its back-off; a2 too when it was prefetched.
+    let released = if prefetch > 0 { 2 } else { 1 };
+    assert_eq!((report.acked, report.released), (3, released), "{report:?}");
 }
 
 async fn items_dead_lettered_by_reclaim_count_in_the_report_and_events<F, Fut>(make: F)
@@ -726,6 +749,81 @@ where
     assert_eq!(report.acked, 3, "{report:?}");
     assert_eq!(q.paused_flows().await.unwrap(), vec!["held".to_string()]);
     assert_eq!(q.stats().await.unwrap().pending, 0);
+}
+
+/// SPEC 9, Prefetch: another consumer takes over both items of a worker
+/// (one running, one prefetched); once the heartbeat has found both claims
+/// lost, the running one's ack is `LeaseLost` and the prefetched one is not
+/// run at all: its new holder runs it.
+async fn a_prefetched_item_taken_over_while_it_waits_does_not_run<F, Fut>(make: F)
+where
+    F: Fn(Config) -> Fut,
+    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
+{
+    let (q, _keep) = make(Config::default()).await;
+    add_n(&q, 2).await;
+    let lease = Duration::from_millis(600);
+    let ran = Arc::new(Mutex::new(Vec::<u64>::new()));
+    let go = Arc::new(AtomicBool::new(false));
+    let lost = Arc::new(AtomicUsize::new(0));
+    let (ran2, go2, lost2) = (ran.clone(), go.clone(), lost.clone());
+    let outside = q.clone();
+    let stop = async move {
+        loop {
+            let pending = outside.stats().await.unwrap().pending;
+            if ran2.lock().unwrap().len() == 1 && pending == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // Take both over (idle >= 0), wait for the heartbeat to find them
+        // lost (it beats every lease / 3), then keep them fresh so that the
+        // worker's own reclaim does not take them back.
+        let stolen = outside.reclaim(Duration::ZERO, 10).await.unwrap().claimed;
+        assert_eq!(stolen.len(), 2);
+        tokio::time::sleep(lease + lease / 6).await;
+        outside
+            .touch(stolen.iter().map(|c| c.receipt).collect())
+            .await
+            .unwrap();
+        go2.store(true, Ordering::SeqCst);
+        while lost2.load(Ordering::SeqCst) < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    let (ran3, go3, lost3) = (ran.clone(), go.clone(), lost.clone());
+    let report = Worker::new(q.clone())
+        .concurrency(1)
+        .prefetch(1)
+        .lease(lease)
+        .on_event(move |e| {
+            if let WorkerEvent::LeaseLost { .. } = e {
+                lost3.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+        .run(
+            move |c| {
+                let (ran3, go3) = (ran3.clone(), go3.clone());
+                async move {
+                    ran3.lock().unwrap().push(c.item.id);
+                    while !go3.load(Ordering::SeqCst) {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    Ok::<(), String>(())
+                }
+            },
+            stop,
+        )
+        .await
+        .unwrap();
+    assert_eq!(ran.lock().unwrap().len(), 1, "{ran:?}");
+    assert_eq!(
+        (report.acked, report.lease_lost, report.released),
+        (0, 2, 0),
+        "{report:?}"
+    );
+    // Both stay with the consumer that took them over.
+    assert_eq!(q.stats().await.unwrap().pending, 2);
 }
 
 /// SPEC 9, Prefetch: one-flow mode takes a paused flow's items one `step`

@@ -63,8 +63,9 @@ pub enum Event {
         /// Why (the handler's text, or `"worker stopped"`).
         reason: String,
     },
-    /// The item's claim was no longer current when the worker finished it
-    /// (it was reclaimed by another consumer); nothing was changed.
+    /// The item's claim was no longer current when the worker finished it,
+    /// or, prefetched, before it started (it was reclaimed by another
+    /// consumer; a prefetched one is then not run); nothing was changed.
     LeaseLost {
         /// The item's id.
         id: u64,
@@ -104,7 +105,8 @@ pub struct Report {
     pub released: u64,
     /// Of the failures, how many were handler panics.
     pub panicked: u64,
-    /// Finished after their claim was taken over; nothing changed.
+    /// Finished after their claim was taken over, or prefetched and found
+    /// taken over before they started (not run); nothing changed.
     pub lease_lost: u64,
     /// Still running when the grace period ran out: cancelled and given
     /// back with [`WorkQueue::release`](crate::WorkQueue::release) (counted in `released` too), or, if

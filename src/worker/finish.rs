@@ -149,6 +149,14 @@ pub(super) async fn finish_back_off<Q: WorkQueue>(
     text: String,
 ) {
     tracing::info!(flow, back_off_ms = ms(d), reason = %text, "flow backed off");
+    if !flow.is_empty() {
+        let now = Instant::now();
+        let mut backed_off = lock(&shared.backed_off);
+        backed_off.retain(|_, until| *until > now);
+        if let Some(until) = now.checked_add(d) {
+            backed_off.insert(flow.to_string(), until);
+        }
+    }
     if !flow.is_empty()
         && let Err(e) = shared.queue.back_off(flow, d).await
     {

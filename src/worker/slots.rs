@@ -12,7 +12,7 @@ use tracing::Instrument;
 
 use super::Event;
 use super::finish::{
-    finish_back_off, finish_err, finish_not_attempted, finish_ok, give_back_unfinished,
+    finish_back_off, finish_err, finish_not_attempted, finish_ok, give_back_unfinished, release_for,
 };
 use super::{Shared, lock};
 use crate::error::{Error, Result};
@@ -140,6 +140,10 @@ pub(super) fn slot_each(
     out
 }
 
+/// The reason of a prefetched item given back because its flow was backed
+/// off while it waited.
+const BACKED_OFF: &str = "flow backed off";
+
 /// A running item's two permits: its claim (of `concurrency + prefetch`)
 /// and its running slot (of `concurrency`), given back together.
 struct Slot {
@@ -198,6 +202,30 @@ pub(super) async fn supervise<Q: WorkQueue + 'static>(
             _claim: claim_permit,
             _run: run_permit,
         };
+        // A prefetched item whose claim the heartbeat found lost while it
+        // waited (taken over by another consumer) is not run here: its new
+        // holder runs it.
+        if !lock(&shared.in_flight).contains_key(&receipt.lease) {
+            shared.report().lease_lost += 1;
+            shared.emit(Event::LeaseLost {
+                id: receipt.id,
+                delivery: receipt.delivery,
+            });
+            drop(permit);
+            drop(guard);
+            return;
+        }
+        // A prefetched item of a flow this worker backed off meanwhile is
+        // given back, due at once: the flow's back-off then holds it.
+        let held = lock(&shared.backed_off)
+            .get(&claimed.item.flow)
+            .is_some_and(|until| *until > Instant::now());
+        if held {
+            release_for(&shared, receipt, Duration::ZERO, BACKED_OFF.into()).await;
+            drop(permit);
+            drop(guard);
+            return;
+        }
         shared.emit(Event::Started {
             id: receipt.id,
             flow: claimed.item.flow.clone(),
