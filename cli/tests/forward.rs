@@ -1129,14 +1129,26 @@ async fn stats_shows_the_forwarding_lag_once_the_file_has_been_forwarded() {
     assert_eq!(rows(&url, "fleet").await.len(), 3);
 
     // While `work` serves the file, stats goes through it and still shows
-    // the lag (the file has been forwarded): one item runs, one waits.
+    // the lag (the file has been forwarded): one item runs, one waits
+    // (not prefetched, so that it waits in the backlog).
     add(&["add", "four"]);
-    let mut work = workjournal(&db, &["work", "--exec", "sleep 30", "--concurrency", "1"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut work = workjournal(
+        &db,
+        &[
+            "work",
+            "--exec",
+            "sleep 30",
+            "--concurrency",
+            "1",
+            "--prefetch",
+            "0",
+        ],
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
     wait_for_socket(&db, &mut work);
     let v = stats_until(&db, "the claim", |v| v["pending"] == 1).await;
     assert_eq!(v["forward_lag"]["count"], 1, "{v}");
