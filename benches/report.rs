@@ -256,10 +256,13 @@ fn main() {
             }
         }
         if *key == "reopen_1m_after_sigkill"
-            && let Some(&x) = r.get(&(key.to_string(), "workjournal-embedded-noverify".into()))
+            && let Some(&x) = r.get(&(
+                key.to_string(),
+                "workjournal-embedded-verify-every-open".into(),
+            ))
         {
             println!(
-                "| {label} | embedded, verify_on_open(false): {} | - | - |",
+                "| {label} | embedded, verify_on_open(true): {} | - | - |",
                 x.show()
             );
         }
@@ -545,16 +548,13 @@ fn targets(r: &Results) {
         true,
         "x",
     );
-    for (subject, name) in [
-        (EMBEDDED, "default (verify_on_open)"),
-        ("workjournal-embedded-noverify", "verify_on_open(false)"),
-    ] {
-        verdict(
-            &format!("embedded reopen of 1M items after SIGKILL, {name}, ms (issue 13)"),
-            get(r, "reopen_1m_after_sigkill", subject).map(|v| v.v),
-            50.0,
-            false,
-            "",
-        );
-    }
+    // The target is the default's; `verify_on_open(true)` (a read of the
+    // whole file per open) is printed in the table for comparison.
+    verdict(
+        "embedded reopen of 1M items after SIGKILL, default (verified once a day), ms (issue 13)",
+        get(r, "reopen_1m_after_sigkill", EMBEDDED).map(|v| v.v),
+        50.0,
+        false,
+        "",
+    );
 }

@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use workjournal::testing::conformance::T0;
-use workjournal::{ClaimFrom, Config, EmbeddedQueue, Error, ManualClock, NewItem, WorkQueue};
+use workjournal::{
+    ClaimFrom, Config, EmbeddedOptions, EmbeddedQueue, Error, ManualClock, NewItem, WorkQueue,
+};
 
 fn config(clock: &ManualClock) -> Config {
     Config::default().clock(clock.clone())
@@ -176,6 +178,21 @@ async fn a_truncated_file_is_corrupt_not_a_panic() {
 
 #[tokio::test]
 async fn bit_flips_give_corrupt_or_a_working_queue_never_a_panic() {
+    // The default open inside the verification interval trusts the file
+    // (the damage is found when an operation reads it); `verify_on_open`
+    // checks it whole first. Neither lets a panic out.
+    for (name, options) in [
+        ("scheduled", EmbeddedOptions::default()),
+        (
+            "every open",
+            EmbeddedOptions::default().verify_on_open(true),
+        ),
+    ] {
+        bit_flips_with(name, options).await;
+    }
+}
+
+async fn bit_flips_with(name: &str, options: EmbeddedOptions) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("q.redb");
     let bytes = make_queue_file(&path).await;
@@ -189,7 +206,7 @@ async fn bit_flips_give_corrupt_or_a_working_queue_never_a_panic() {
         let mut damaged = bytes.clone();
         damaged[offset] ^= 0x10;
         std::fs::write(&path, &damaged).unwrap();
-        match EmbeddedQueue::open(&path, config(&clock)).await {
+        match EmbeddedQueue::open_with(&path, config(&clock), options.clone()).await {
             Ok(q) => {
                 let _ = q.stats().await;
                 let _ = q.claim(5, Duration::ZERO, ClaimFrom::All).await;
@@ -197,10 +214,90 @@ async fn bit_flips_give_corrupt_or_a_working_queue_never_a_panic() {
                 q.close().await.unwrap();
             }
             Err(Error::Corrupt { .. }) => refused += 1,
-            Err(e) => panic!("flip at {offset}: expected Corrupt, got {e:?}"),
+            Err(e) => panic!("{name}: flip at {offset}: expected Corrupt, got {e:?}"),
         }
     }
-    assert!(refused > 0, "no damaged file was refused");
+    assert!(refused > 0, "{name}: no damaged file was refused");
+}
+
+/// The meta counter `key` of the closed queue file at `path`.
+fn meta(path: &std::path::Path, key: &str) -> Option<u64> {
+    use redb::ReadableDatabase;
+    let db = redb::Database::create(path).unwrap();
+    let txn = db.begin_read().unwrap();
+    let def: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta");
+    let t = txn.open_table(def).unwrap();
+    t.get(key).unwrap().map(|v| v.value())
+}
+
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+#[tokio::test]
+async fn the_whole_file_is_verified_on_its_schedule_not_at_every_open() {
+    const KEY: &str = "verified_at_ms";
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let clock = ManualClock::new(T0);
+    let reopen = |options: EmbeddedOptions| {
+        let (path, clock) = (path.clone(), clock.clone());
+        async move {
+            let q = EmbeddedQueue::open_with(&path, config(&clock), options)
+                .await
+                .unwrap();
+            assert_eq!(q.stats().await.unwrap().backlog, 1, "the item is kept");
+            q.close().await.unwrap();
+        }
+    };
+    // A new file is verified (there is no earlier verification) and says when.
+    let before = wall_ms();
+    let q = open(&path, &clock).await;
+    q.add(NewItem::new(b"kept".to_vec())).await.unwrap();
+    q.close().await.unwrap();
+    let first = meta(&path, KEY).expect("a new file records its verification");
+    assert!(
+        first >= before && first <= wall_ms(),
+        "{first} not in [{before}, now]"
+    );
+    // Inside the interval, an open trusts the file and writes no new time.
+    reopen(EmbeddedOptions::default()).await;
+    assert_eq!(meta(&path, KEY), Some(first));
+    // `verify_on_open(false)` never verifies by schedule, however old.
+    set_meta(&path, KEY, 5);
+    reopen(EmbeddedOptions::default().verify_on_open(false)).await;
+    assert_eq!(meta(&path, KEY), Some(5));
+    // Older than the interval (a day by default): verified again.
+    let before = wall_ms();
+    reopen(EmbeddedOptions::default()).await;
+    let again = meta(&path, KEY).unwrap();
+    assert!(again >= before, "a day-old verification is redone");
+    // A time ahead of the system clock (a clock set back) is not trusted.
+    set_meta(&path, KEY, wall_ms() + 86_400_000);
+    let before = wall_ms();
+    reopen(EmbeddedOptions::default()).await;
+    let ahead = meta(&path, KEY).unwrap();
+    assert!(
+        ahead >= before && ahead <= wall_ms(),
+        "a time ahead is redone"
+    );
+    // A short interval runs out, and `verify_on_open(true)` verifies at
+    // every open whatever the record says.
+    set_meta(&path, KEY, wall_ms() - 50);
+    let before = wall_ms();
+    reopen(EmbeddedOptions::default().verify_interval(Duration::from_millis(10))).await;
+    assert!(meta(&path, KEY).unwrap() >= before);
+    set_meta(&path, KEY, wall_ms() - 1);
+    let before = wall_ms();
+    reopen(EmbeddedOptions::default().verify_on_open(true)).await;
+    assert!(meta(&path, KEY).unwrap() >= before);
+    // A read-only open verifies when due too, but writes nothing.
+    set_meta(&path, KEY, 5);
+    reopen(EmbeddedOptions::default().read_only(true)).await;
+    assert_eq!(meta(&path, KEY), Some(5));
 }
 
 #[tokio::test]

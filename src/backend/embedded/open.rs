@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{Notify, mpsc, oneshot};
 
@@ -42,6 +43,7 @@ impl EmbeddedQueue {
         let file = path.clone();
         let log_of = path.clone();
         let policy = options.checkpoint;
+        let verify = options.verify_interval;
         if options.read_only {
             return Self::start(
                 config,
@@ -65,7 +67,9 @@ impl EmbeddedQueue {
                         }
                     }
                     let db = redb::Builder::new()
-                        .set_check_integrity_on_open(options.verify_on_open)
+                        .set_check_integrity_on_open(
+                            options.verify_interval == Some(Duration::ZERO),
+                        )
                         .set_cache_size(options.cache_size_bytes)
                         .create_with_backend(backend);
                     // The lock lasts as long as any descriptor of the open
@@ -80,6 +84,7 @@ impl EmbeddedQueue {
                     })
                 }),
                 policy,
+                verify,
                 true,
             )
             .await;
@@ -92,7 +97,7 @@ impl EmbeddedQueue {
                 create_fresh(&file, options.refuses_hard_links())
                     .map_err(|e| redb::DatabaseError::Storage(redb::StorageError::Io(e)))?;
                 redb::Builder::new()
-                    .set_check_integrity_on_open(options.verify_on_open)
+                    .set_check_integrity_on_open(options.verify_interval == Some(Duration::ZERO))
                     .set_cache_size(options.cache_size_bytes)
                     .create(&file)
             }),
@@ -103,6 +108,7 @@ impl EmbeddedQueue {
                 }
             }),
             policy,
+            verify,
             false,
         )
         .await
@@ -191,7 +197,7 @@ impl EmbeddedQueue {
             None => Box::new(redo::MemLog::default()),
         };
         let mut first = Some(first);
-        let verify_on_open = options.verify_on_open;
+        let verify_every_open = options.verify_interval == Some(Duration::ZERO);
         Self::start(
             config,
             path,
@@ -203,7 +209,7 @@ impl EmbeddedQueue {
                         .map_err(|e| redb::DatabaseError::Storage(redb::StorageError::Io(e)))?,
                 };
                 let mut builder = redb::Builder::new();
-                builder.set_check_integrity_on_open(verify_on_open);
+                builder.set_check_integrity_on_open(verify_every_open);
                 // Under cargo-fuzz (`--cfg fuzzing`, which also unlocks this
                 // redb setting): 1 MiB regions instead of one of 4 GiB, whose
                 // allocator bitmaps redb writes at every close and rebuilds
@@ -214,11 +220,13 @@ impl EmbeddedQueue {
             }),
             Box::new(move || Ok(log)),
             options.checkpoint,
+            options.verify_interval,
             false,
         )
         .await
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn start(
         config: Config,
         path: PathBuf,
@@ -226,6 +234,7 @@ impl EmbeddedQueue {
         mut build: writer::Build,
         open_log: LogOpen,
         policy: redo::Policy,
+        verify: Option<Duration>,
         read_only: bool,
     ) -> Result<Self> {
         let limits = Limits {
@@ -258,7 +267,7 @@ impl EmbeddedQueue {
                         source,
                     })
                     .and_then(|mut log| {
-                        writer::open_database(&mut build, &mut log, &thread_path, limits)
+                        writer::open_database(&mut build, &mut log, &thread_path, limits, verify)
                             .map(|db| (db, log))
                     });
                 match opened {
@@ -269,6 +278,7 @@ impl EmbeddedQueue {
                             build,
                             log,
                             policy,
+                            verify,
                             thread_path,
                             rx,
                             limits,

@@ -10,6 +10,7 @@ use redb::{ReadableTable, ReadableTableMetadata, TableHandle};
 
 use super::{
     Ctx, DEFERRED_RECORDS, ITEMS, META, ORPHANS, PAYLOADS, REDO_AT_KEY, REDO_LOG_KEY, Tables,
+    VERIFIED_AT_KEY,
 };
 use crate::backend::embedded::codec::{self, DeadRecord};
 use crate::backend::memory::Location;
@@ -185,6 +186,7 @@ impl Tables<'_> {
                 !r.starts_with(&format!("{REDO_LOG_KEY:?} ="))
                     && !r.starts_with(&format!("{REDO_AT_KEY:?} ="))
                     && !r.starts_with(&format!("{DEFERRED_RECORDS:?} ="))
+                    && !r.starts_with(&format!("{VERIFIED_AT_KEY:?} ="))
             });
         }
         // Deferred deletes are finished items whose records wait for a

@@ -173,6 +173,9 @@ pub(in crate::backend::embedded) const SCHEMA_VERSION: u64 = 4;
 pub(in crate::backend::embedded) const REDO_LOG_KEY: &str = "redo_log";
 /// The offset in the redo log of the first record this file does not hold.
 pub(in crate::backend::embedded) const REDO_AT_KEY: &str = "redo_at";
+/// When the whole file was last verified (ms since the Unix epoch, system
+/// clock; SPEC 8, Verification).
+pub(in crate::backend::embedded) const VERIFIED_AT_KEY: &str = "verified_at_ms";
 pub(in crate::backend::embedded) const NEXT_ID: &str = "next_id";
 pub(in crate::backend::embedded) const NEXT_SEQ: &str = "next_seq";
 pub(super) const NEXT_LEASE: &str = "next_lease";
@@ -337,6 +340,14 @@ impl Tables<'_> {
         let meta = self.meta_mut()?;
         meta.insert(REDO_LOG_KEY, tag).ctx("write redo log tag")?;
         meta.insert(REDO_AT_KEY, at).ctx("write redo log offset")?;
+        Ok(())
+    }
+
+    /// The whole file was verified at `at` (ms since the epoch).
+    pub(in crate::backend::embedded) fn set_verified_at(&mut self, at: u64) -> Result<()> {
+        self.meta_mut()?
+            .insert(VERIFIED_AT_KEY, at)
+            .ctx("write verification time")?;
         Ok(())
     }
 

@@ -8,6 +8,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use redb::{Database, Durability, TableHandle};
 
@@ -99,8 +100,67 @@ pub(in crate::backend::embedded) fn open_database(
     log: &mut Log,
     path: &std::path::Path,
     limits: Limits,
+    interval: Option<Duration>,
 ) -> Result<Database> {
-    open_and_recover(build, log, path, limits, true)
+    let verify = Verify {
+        interval,
+        now: false,
+    };
+    open_and_recover(build, log, path, limits, true, verify)
+}
+
+/// When an open verifies the whole file (SPEC 8, Verification).
+#[derive(Debug, Clone, Copy)]
+pub(in crate::backend::embedded) struct Verify {
+    /// How long a full verification holds: `Some(ZERO)` verifies at every
+    /// open (in redb's open itself, `Build` asks for it), `None` never by
+    /// schedule.
+    pub(in crate::backend::embedded) interval: Option<Duration>,
+    /// Verify at this open whatever the schedule: a redb panic was caught,
+    /// evidence of a damaged file.
+    pub(in crate::backend::embedded) now: bool,
+}
+
+/// Milliseconds since the Unix epoch by the system clock (not the queue's
+/// clock: the schedule of verification is about the file's age on this
+/// machine); 0 before 1970.
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// When the file was last verified whole (ms since the epoch), as recorded
+/// in its meta table; `None` if never, or if it cannot be read (the
+/// verification that follows then says why).
+fn verified_at(db: &Database) -> Option<u64> {
+    use redb::ReadableDatabase;
+    let read = || -> std::result::Result<Option<u64>, redb::Error> {
+        let txn = db.begin_read()?;
+        let meta = match txn.open_table(tables::META) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        Ok(meta.get(tables::VERIFIED_AT_KEY)?.map(|v| v.value()))
+    };
+    catch_unwind(AssertUnwindSafe(read)).ok()?.ok()?
+}
+
+/// Whether this open must verify the whole file now: forced, or the last
+/// verification is missing, older than the interval, or ahead of `now`
+/// (a clock that was set back, or a device that booted at 1970).
+fn verification_due(db: &Database, verify: Verify, now: u64) -> bool {
+    if verify.now {
+        return true;
+    }
+    let Some(interval) = verify.interval else {
+        return false;
+    };
+    match verified_at(db) {
+        None => true,
+        Some(at) => at > now || now - at >= crate::config::ms(interval),
+    }
 }
 
 /// Open, check the schema, replay the log and checkpoint; with `orphan`,
@@ -113,12 +173,28 @@ pub(super) fn open_and_recover(
     path: &std::path::Path,
     limits: Limits,
     orphan: bool,
+    verify: Verify,
 ) -> Result<Database> {
-    let db = match catch_unwind(AssertUnwindSafe(build)) {
+    let mut db = match catch_unwind(AssertUnwindSafe(build)) {
         Ok(Ok(db)) => db,
         Ok(Err(e)) => return Err(open_error(e, path)),
         Err(_) => return Err(panic_error("open")),
     };
+    let now = wall_ms();
+    // With an interval of zero, redb's open has just verified the file.
+    let verified = verify.interval == Some(Duration::ZERO)
+        || (verification_due(&db, verify, now)
+            && {
+                match catch_unwind(AssertUnwindSafe(|| db.check_integrity())) {
+                    Ok(Ok(true)) => {}
+                    Ok(Ok(false)) => {
+                        tracing::warn!(path = %path.display(), "the verification found the queue file damaged and repaired it");
+                    }
+                    Ok(Err(e)) => return Err(open_error(e, path)),
+                    Err(_) => return Err(panic_error("verification")),
+                }
+                true
+            });
     let recovered = catch_unwind(AssertUnwindSafe(|| -> Result<(u64, u64)> {
         let mut txn = db.begin_write().ctx("begin recovery")?;
         // Durable with the checkpoint below: a crash before it leaves the
@@ -164,6 +240,9 @@ pub(super) fn open_and_recover(
                 tracing::info!(path = %path.display(), "migrated the queue file from schema {v} to 4");
             }
             Some(_) => {}
+        }
+        if verified {
+            Tables::open(&txn, limits)?.set_verified_at(now)?;
         }
         txn.commit().ctx("commit recovery")?;
         let replayed = match redo {

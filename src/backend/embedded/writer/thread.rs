@@ -11,7 +11,7 @@ use redb::Database;
 use tokio::sync::{Notify, mpsc};
 
 use super::commit::{Open, abandon, checkpoint, execute, panic_error, sweep_deferred};
-use super::open::{Build, PathClaim, open_and_recover};
+use super::open::{Build, PathClaim, Verify, open_and_recover};
 use super::{Msg, Op, Request};
 use crate::backend::embedded::redo::{self, Log};
 use crate::backend::embedded::tables::{Ctx, Limits};
@@ -45,6 +45,11 @@ struct Store {
     /// When the last checkpoint was made.
     checkpointed: std::time::Instant,
     policy: redo::Policy,
+    /// How often an open verifies the whole file (SPEC 8, Verification).
+    verify: Option<std::time::Duration>,
+    /// A redb panic was caught (evidence of a damaged file): the reopen
+    /// verifies the whole file whatever the schedule.
+    damaged: bool,
 }
 
 /// Whether `db` refuses all work after an earlier I/O error (redb then
@@ -91,6 +96,10 @@ impl Store {
                     &self.path,
                     self.limits,
                     false,
+                    Verify {
+                        interval: self.verify,
+                        now: self.damaged,
+                    },
                 )
                 .map_err(|e| Error::Io {
                     context: format!("reopen {} after an i/o error", self.path.display()),
@@ -98,6 +107,7 @@ impl Store {
                 })?;
                 tracing::warn!(path = %self.path.display(), "reopened after an i/o error");
                 self.db = Some(db);
+                self.damaged = false;
                 self.checkpointed = std::time::Instant::now();
             }
             self.suspect = false;
@@ -119,10 +129,13 @@ impl Store {
                     true,
                 )
             }))
-            .unwrap_or_else(|_| Err(panic_error("a checkpoint")));
+            .unwrap_or_else(|_| {
+                self.damaged = true;
+                Err(panic_error("a checkpoint"))
+            });
             if let Err(e) = done {
                 self.suspect = true;
-                self.behind = self.log.has_unapplied();
+                self.behind = self.damaged || self.log.has_unapplied();
                 return Err(e);
             }
             self.checkpointed = std::time::Instant::now();
@@ -164,7 +177,10 @@ impl Store {
                 false,
             )
         }))
-        .unwrap_or_else(|_| Err(panic_error("a checkpoint")));
+        .unwrap_or_else(|_| {
+            self.damaged = true;
+            Err(panic_error("a checkpoint"))
+        });
         match done {
             Ok(_) => self.checkpointed = std::time::Instant::now(),
             Err(e) => {
@@ -182,6 +198,7 @@ pub(in crate::backend::embedded) fn run(
     build: Build,
     log: Log,
     policy: redo::Policy,
+    verify: Option<std::time::Duration>,
     path: PathBuf,
     mut rx: mpsc::UnboundedReceiver<Msg>,
     limits: Limits,
@@ -200,6 +217,8 @@ pub(in crate::backend::embedded) fn run(
         latest: 0,
         checkpointed: std::time::Instant::now(),
         policy,
+        verify,
+        damaged: false,
     };
     let mut close_reply = None;
     'outer: while let Some(first) = rx.blocking_recv() {
@@ -246,6 +265,7 @@ fn compact(store: &mut Store) -> Result<bool> {
         log,
         open,
         behind,
+        damaged,
         ..
     } = store;
     let db = db
@@ -257,7 +277,11 @@ fn compact(store: &mut Store) -> Result<bool> {
         db.compact().ctx("compact")
     })) {
         Ok(r) => r,
-        Err(_) => Err(panic_error("compact")),
+        Err(_) => {
+            *damaged = true;
+            *behind = true;
+            Err(panic_error("compact"))
+        }
     };
     if done.is_err() && (log.has_unapplied() || open.is_some()) {
         *open = None;
@@ -333,6 +357,7 @@ fn run_batch(store: &mut Store, wake: &Notify, reqs: Vec<Request>) -> bool {
                 // waiters, and reopen with a replay before the next batch.
                 Err(_) => {
                     store.behind = true;
+                    store.damaged = true;
                     store.open = None;
                     (
                         ops.iter()
