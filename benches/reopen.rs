@@ -15,12 +15,12 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::EMBEDDED;
-
-/// The reopen with a verification of the whole file at every open.
-const VERIFY_EVERY_OPEN: &str = "workjournal-embedded-verify-every-open";
 use common::baselines::Sqlite;
 use criterion::criterion_main;
 use workjournal::{ClaimFrom, Config, EmbeddedOptions, EmbeddedQueue, WorkQueue};
+
+/// The reopen with a verification of the whole file at every open.
+const VERIFY_EVERY_OPEN: &str = "workjournal-embedded-verify-every-open";
 
 /// Items in the file; `WJ_REOPEN_ITEMS` overrides it for a smoke run.
 fn items() -> u64 {

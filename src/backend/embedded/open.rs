@@ -9,7 +9,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::create::{claim_path, create_fresh, refuse_special_file};
 use super::tables::Limits;
-use super::writer::{self, PathClaim};
+use super::writer::{self, PathClaim, Verify};
 use super::{EmbeddedOptions, EmbeddedQueue, Inner, LogFile, read_only, redo};
 use crate::clock::SystemClock;
 use crate::config::{Config, ms};
@@ -67,9 +67,7 @@ impl EmbeddedQueue {
                         }
                     }
                     let db = redb::Builder::new()
-                        .set_check_integrity_on_open(
-                            options.verify_interval == Some(Duration::ZERO),
-                        )
+                        .set_check_integrity_on_open(Verify::every_open(verify))
                         .set_cache_size(options.cache_size_bytes)
                         .create_with_backend(backend);
                     // The lock lasts as long as any descriptor of the open
@@ -97,7 +95,7 @@ impl EmbeddedQueue {
                 create_fresh(&file, options.refuses_hard_links())
                     .map_err(|e| redb::DatabaseError::Storage(redb::StorageError::Io(e)))?;
                 redb::Builder::new()
-                    .set_check_integrity_on_open(options.verify_interval == Some(Duration::ZERO))
+                    .set_check_integrity_on_open(Verify::every_open(verify))
                     .set_cache_size(options.cache_size_bytes)
                     .create(&file)
             }),
@@ -197,7 +195,7 @@ impl EmbeddedQueue {
             None => Box::new(redo::MemLog::default()),
         };
         let mut first = Some(first);
-        let verify_every_open = options.verify_interval == Some(Duration::ZERO);
+        let verify_every_open = Verify::every_open(options.verify_interval);
         Self::start(
             config,
             path,

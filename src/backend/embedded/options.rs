@@ -62,7 +62,7 @@ impl EmbeddedOptions {
     /// before any item is read: `true` is [`EmbeddedOptions::verify_interval`]
     /// of zero; `false` never verifies by schedule (only after evidence of
     /// damage). Costs one read of the whole file per open: about 170 ms for
-    /// 1M items. Default: neither; the file is verified once a day (SPEC 6,
+    /// 1M items. Default: neither; the file is verified once a day (SPEC 8,
     /// Verification).
     pub fn verify_on_open(mut self, verify: bool) -> Self {
         self.verify_interval = verify.then_some(Duration::ZERO);
@@ -73,7 +73,7 @@ impl EmbeddedOptions {
     /// verification is older than `interval` (or lies ahead of the system
     /// clock, or was never made); between, an open trusts the file and a
     /// page damaged outside redb is found when an operation reads it
-    /// (`Error::Corrupt`) or at the next verification (SPEC 6,
+    /// (`Error::Corrupt`) or at the next verification (SPEC 8,
     /// Verification). A caught redb panic makes the next reopen verify
     /// whatever the interval. Zero: at every open. Default: 24 h.
     pub fn verify_interval(mut self, interval: Duration) -> Self {

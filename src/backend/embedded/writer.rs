@@ -29,7 +29,7 @@ use crate::item::{
 };
 use crate::outcome::{Chunk, Outcome};
 
-pub(super) use open::{Build, PathClaim, open_database};
+pub(super) use open::{Build, PathClaim, Verify, open_database};
 pub(super) use thread::run;
 
 /// One operation of the contract, with its arguments.

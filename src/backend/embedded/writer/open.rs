@@ -121,13 +121,11 @@ pub(in crate::backend::embedded) struct Verify {
     pub(in crate::backend::embedded) now: bool,
 }
 
-/// Milliseconds since the Unix epoch by the system clock (not the queue's
-/// clock: the schedule of verification is about the file's age on this
-/// machine); 0 before 1970.
-fn wall_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+impl Verify {
+    /// Whether redb's open itself verifies (an interval of zero).
+    pub(in crate::backend::embedded) fn every_open(interval: Option<Duration>) -> bool {
+        interval == Some(Duration::ZERO)
+    }
 }
 
 /// When the file was last verified whole (ms since the epoch), as recorded
@@ -180,9 +178,11 @@ pub(super) fn open_and_recover(
         Ok(Err(e)) => return Err(open_error(e, path)),
         Err(_) => return Err(panic_error("open")),
     };
-    let now = wall_ms();
+    // The system clock, not the queue's: the schedule is about the file's
+    // age on this machine.
+    let now = crate::clock::system_now_ms();
     // With an interval of zero, redb's open has just verified the file.
-    let verified = verify.interval == Some(Duration::ZERO)
+    let verified = Verify::every_open(verify.interval)
         || (verification_due(&db, verify, now)
             && {
                 match catch_unwind(AssertUnwindSafe(|| db.check_integrity())) {

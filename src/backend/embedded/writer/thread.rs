@@ -45,11 +45,10 @@ struct Store {
     /// When the last checkpoint was made.
     checkpointed: std::time::Instant,
     policy: redo::Policy,
-    /// How often an open verifies the whole file (SPEC 8, Verification).
-    verify: Option<std::time::Duration>,
-    /// A redb panic was caught (evidence of a damaged file): the reopen
-    /// verifies the whole file whatever the schedule.
-    damaged: bool,
+    /// When a reopen verifies the whole file (SPEC 8, Verification);
+    /// `verify.now` is set when a redb panic was caught (evidence of a
+    /// damaged file), so that the reopen verifies whatever the schedule.
+    verify: Verify,
 }
 
 /// Whether `db` refuses all work after an earlier I/O error (redb then
@@ -96,10 +95,7 @@ impl Store {
                     &self.path,
                     self.limits,
                     false,
-                    Verify {
-                        interval: self.verify,
-                        now: self.damaged,
-                    },
+                    self.verify,
                 )
                 .map_err(|e| Error::Io {
                     context: format!("reopen {} after an i/o error", self.path.display()),
@@ -107,7 +103,7 @@ impl Store {
                 })?;
                 tracing::warn!(path = %self.path.display(), "reopened after an i/o error");
                 self.db = Some(db);
-                self.damaged = false;
+                self.verify.now = false;
                 self.checkpointed = std::time::Instant::now();
             }
             self.suspect = false;
@@ -130,12 +126,12 @@ impl Store {
                 )
             }))
             .unwrap_or_else(|_| {
-                self.damaged = true;
+                self.verify.now = true;
                 Err(panic_error("a checkpoint"))
             });
             if let Err(e) = done {
                 self.suspect = true;
-                self.behind = self.damaged || self.log.has_unapplied();
+                self.behind = self.verify.now || self.log.has_unapplied();
                 return Err(e);
             }
             self.checkpointed = std::time::Instant::now();
@@ -178,7 +174,7 @@ impl Store {
             )
         }))
         .unwrap_or_else(|_| {
-            self.damaged = true;
+            self.verify.now = true;
             Err(panic_error("a checkpoint"))
         });
         match done {
@@ -217,8 +213,10 @@ pub(in crate::backend::embedded) fn run(
         latest: 0,
         checkpointed: std::time::Instant::now(),
         policy,
-        verify,
-        damaged: false,
+        verify: Verify {
+            interval: verify,
+            now: false,
+        },
     };
     let mut close_reply = None;
     'outer: while let Some(first) = rx.blocking_recv() {
@@ -265,7 +263,7 @@ fn compact(store: &mut Store) -> Result<bool> {
         log,
         open,
         behind,
-        damaged,
+        verify,
         ..
     } = store;
     let db = db
@@ -278,7 +276,7 @@ fn compact(store: &mut Store) -> Result<bool> {
     })) {
         Ok(r) => r,
         Err(_) => {
-            *damaged = true;
+            verify.now = true;
             *behind = true;
             Err(panic_error("compact"))
         }
@@ -357,7 +355,7 @@ fn run_batch(store: &mut Store, wake: &Notify, reqs: Vec<Request>) -> bool {
                 // waiters, and reopen with a replay before the next batch.
                 Err(_) => {
                     store.behind = true;
-                    store.damaged = true;
+                    store.verify.now = true;
                     store.open = None;
                     (
                         ops.iter()
