@@ -77,7 +77,7 @@ mod upkeep;
 pub use events::{Event, Report};
 use finish::give_back_unfinished;
 pub use retry::{HandlerError, RetryPolicy};
-use slots::{fill_slots, supervise};
+use slots::{StartTurn, fill_slots, supervise};
 use upkeep::{heartbeat, timers};
 
 /// Run an idempotent step: if `step` of item `id` was already marked done
@@ -395,6 +395,8 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
         let mut shutdown = std::pin::pin!(shutdown);
         let mut fill: Option<FillFuture> = None;
         let mut failure: Option<Error> = None;
+        // Where the next claimed item queues for a running slot.
+        let mut last_turn: Option<tokio::sync::oneshot::Receiver<()>> = None;
 
         loop {
             if fill.is_none() {
@@ -447,6 +449,7 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
                                     claimed,
                                     permit,
                                     running.clone(),
+                                    StartTurn::next(&mut last_turn),
                                 ));
                             }
                         }

@@ -85,6 +85,7 @@ cases!(
     a_flow_worker_does_not_prefetch,
     a_prefetched_item_taken_over_while_it_waits_does_not_run,
     back_off_holds_the_flow_items_the_worker_prefetched,
+    prefetched_items_start_in_claim_order,
 );
 
 fn fast_retry() -> RetryPolicy {
@@ -96,6 +97,48 @@ fn fast_retry() -> RetryPolicy {
 async fn add_n(q: &BoxQueue, n: usize) {
     let items = (0..n).map(|i| NewItem::new(format!("item {i}"))).collect();
     q.add_batch(items).await.unwrap();
+}
+
+/// SPEC 9, Worker, Prefetch: an item claimed ahead waits for a running slot
+/// in claim order. Regression: each prefetched item queued for its slot
+/// from its own task, so with one slot the second claimed (`mid1`) could
+/// start before the first (`high`), seen in CI as `work --concurrency 1`
+/// running a lower tier first.
+async fn prefetched_items_start_in_claim_order<F, Fut>(make: F)
+where
+    F: Fn(Config) -> Fut,
+    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
+{
+    let (q, _keep) = make(Config::default()).await;
+    // Tiers rising with the add order, so that the claim order (highest
+    // tier first) is the reverse of the add order and of the ids.
+    let items = (0..24u8)
+        .map(|i| NewItem::new(format!("{i}")).priority(i))
+        .collect();
+    q.add_batch(items).await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let seen = order.clone();
+    let report = Worker::new(q.clone())
+        .concurrency(1)
+        .prefetch(23)
+        .until_empty(true)
+        .claim_wait(Duration::from_millis(50))
+        .run(
+            move |claimed| {
+                let seen = seen.clone();
+                async move {
+                    let text = String::from_utf8_lossy(&claimed.item.payload).into_owned();
+                    seen.lock().unwrap().push(text);
+                    Ok::<(), String>(())
+                }
+            },
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.acked, 24);
+    let want: Vec<String> = (0..24).rev().map(|i| i.to_string()).collect();
+    assert_eq!(*order.lock().unwrap(), want);
 }
 
 async fn claims_no_more_than_its_free_slots<F, Fut>(make: F)

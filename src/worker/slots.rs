@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -168,6 +168,27 @@ impl<Q> Drop for InFlight<'_, Q> {
     }
 }
 
+/// One item's place in the start order (SPEC 9, Worker: prefetched items
+/// start in claim order). `after` resolves (or is dropped) once the item
+/// claimed just before holds a running slot or has gone; dropping `then`
+/// tells the item claimed just after.
+pub(super) struct StartTurn {
+    pub(super) after: Option<oneshot::Receiver<()>>,
+    pub(super) then: oneshot::Sender<()>,
+}
+
+impl StartTurn {
+    /// The turn for the next claimed item, after the one `last` leads to;
+    /// `last` becomes the turn of the item after it.
+    pub(super) fn next(last: &mut Option<oneshot::Receiver<()>>) -> Self {
+        let (then, following) = oneshot::channel();
+        StartTurn {
+            after: last.replace(following),
+            then,
+        }
+    }
+}
+
 /// Run one claimed item: wait for a running slot (an item claimed ahead,
 /// `Worker::prefetch`, waits here with its lease in the heartbeat set; at
 /// shutdown `running` closes and it is given back unstarted), run the
@@ -177,6 +198,7 @@ pub(super) async fn supervise<Q: WorkQueue + 'static>(
     claimed: Claimed,
     claim_permit: OwnedSemaphorePermit,
     running: Arc<Semaphore>,
+    turn: StartTurn,
 ) {
     let receipt = claimed.receipt;
     let span = tracing::info_span!(
@@ -192,7 +214,16 @@ pub(super) async fn supervise<Q: WorkQueue + 'static>(
             lease: receipt.lease,
             handler: None,
         };
-        let Ok(run_permit) = running.acquire_owned().await else {
+        // Prefetched items start in claim order: this one asks for a running
+        // slot only once the item claimed before it has one (the semaphore
+        // then serves them first come, first served).
+        let StartTurn { after, then } = turn;
+        if let Some(after) = after {
+            let _ = after.await;
+        }
+        let run_permit = running.acquire_owned().await;
+        drop(then);
+        let Ok(run_permit) = run_permit else {
             drop(claim_permit);
             give_back_unfinished(&shared, vec![receipt]).await;
             drop(guard);
