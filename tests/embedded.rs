@@ -339,6 +339,71 @@ async fn orphaned_claims_are_reclaimed_after_reopen_with_one_more_delivery() {
 
 /// Write `key = value` into the `meta` table of the closed queue file at
 /// `path`, as another build would.
+/// SPEC 8, Verification: an open that did not finish (its marker
+/// `NAME-opening` is still there: the process aborted inside redb, was
+/// killed or lost power while it opened) makes the next open verify the
+/// whole file whatever the schedule, even with `verify_on_open(false)`.
+/// A successful open removes the marker; a read-only open reads it and
+/// neither makes nor removes it; an open refused as `Locked` leaves the
+/// holder's marker alone.
+#[tokio::test]
+async fn an_open_that_did_not_finish_makes_the_next_one_verify() {
+    const KEY: &str = "verified_at_ms";
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let marker = dir.path().join("q.redb-opening");
+    let clock = ManualClock::new(T0);
+    let q = open(&path, &clock).await;
+    q.add(NewItem::new(b"kept".to_vec())).await.unwrap();
+    assert!(!marker.exists(), "a finished open leaves no marker");
+    q.close().await.unwrap();
+    let trusting = || EmbeddedOptions::default().verify_on_open(false);
+    // The marker an open that died leaves behind.
+    set_meta(&path, KEY, 5);
+    std::fs::write(&marker, b"").unwrap();
+    // Read-only: verifies (records nothing) and leaves the marker.
+    let q = EmbeddedQueue::open_with(&path, config(&clock), trusting().read_only(true))
+        .await
+        .unwrap();
+    assert_eq!(q.stats().await.unwrap().backlog, 1);
+    q.close().await.unwrap();
+    assert!(
+        marker.exists(),
+        "a read-only open does not remove the marker"
+    );
+    assert_eq!(meta(&path, KEY), Some(5));
+    // Writable, trusting by schedule: verifies, records it, removes the marker.
+    let before = wall_ms();
+    let q = EmbeddedQueue::open_with(&path, config(&clock), trusting())
+        .await
+        .unwrap();
+    assert!(!marker.exists(), "the open finished: marker removed");
+    // A second handle is refused; the holder's state is untouched.
+    std::fs::write(&marker, b"").unwrap();
+    let second = EmbeddedQueue::open_with(&path, config(&clock), trusting()).await;
+    assert!(matches!(second, Err(Error::Locked { .. })), "{second:?}");
+    assert!(
+        marker.exists(),
+        "a Locked open leaves a marker it did not make"
+    );
+    std::fs::remove_file(&marker).unwrap();
+    assert_eq!(q.stats().await.unwrap().backlog, 1, "the item is kept");
+    q.close().await.unwrap();
+    let at = meta(&path, KEY).unwrap();
+    assert!(
+        at >= before,
+        "verified because of the marker: {at} < {before}"
+    );
+    // Without a marker the trusting open verifies nothing.
+    set_meta(&path, KEY, 5);
+    let q = EmbeddedQueue::open_with(&path, config(&clock), trusting())
+        .await
+        .unwrap();
+    q.close().await.unwrap();
+    assert_eq!(meta(&path, KEY), Some(5));
+    assert!(!marker.exists());
+}
+
 fn set_meta(path: &std::path::Path, key: &str, value: u64) {
     let db = redb::Database::create(path).unwrap();
     let txn = db.begin_write().unwrap();

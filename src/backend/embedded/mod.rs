@@ -19,6 +19,7 @@ pub(crate) mod codec;
 mod create;
 pub(crate) mod migrate;
 mod open;
+mod opening;
 mod options;
 mod read_only;
 mod redo;

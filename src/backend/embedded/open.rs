@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::create::{claim_path, create_fresh, refuse_special_file};
+use super::opening::OpeningMarker;
 use super::tables::Limits;
 use super::writer::{self, PathClaim, Verify};
 use super::{EmbeddedOptions, EmbeddedQueue, Inner, LogFile, read_only, redo};
@@ -42,6 +43,7 @@ impl EmbeddedQueue {
         let claim = PathClaim::take(path.clone()).await?;
         let file = path.clone();
         let log_of = path.clone();
+        let marker_of = path.clone();
         let policy = options.checkpoint;
         let verify = options.verify_interval;
         if options.read_only {
@@ -84,6 +86,7 @@ impl EmbeddedQueue {
                 policy,
                 verify,
                 true,
+                Some(OpeningMarker::of(&marker_of, false)),
             )
             .await;
         }
@@ -108,6 +111,7 @@ impl EmbeddedQueue {
             policy,
             verify,
             false,
+            Some(OpeningMarker::of(&marker_of, true)),
         )
         .await
     }
@@ -220,6 +224,7 @@ impl EmbeddedQueue {
             options.checkpoint,
             options.verify_interval,
             false,
+            None,
         )
         .await
     }
@@ -234,6 +239,7 @@ impl EmbeddedQueue {
         policy: redo::Policy,
         verify: Option<Duration>,
         read_only: bool,
+        mut marker: Option<OpeningMarker>,
     ) -> Result<Self> {
         let limits = Limits {
             max_deliveries: config.max_deliveries,
@@ -265,8 +271,21 @@ impl EmbeddedQueue {
                         source,
                     })
                     .and_then(|mut log| {
-                        writer::open_database(&mut build, &mut log, &thread_path, limits, verify)
-                            .map(|db| (db, log))
+                        // SPEC 8: an open that did not finish verifies the
+                        // next one (see `opening`).
+                        let unfinished = marker.as_mut().is_some_and(OpeningMarker::begin);
+                        let db = writer::open_database(
+                            &mut build,
+                            &mut log,
+                            &thread_path,
+                            limits,
+                            verify,
+                            unfinished,
+                        );
+                        if let Some(marker) = &marker {
+                            marker.end(db.as_ref().map(|_| ()));
+                        }
+                        db.map(|db| (db, log))
                     });
                 match opened {
                     Ok((db, log)) => {

@@ -74,8 +74,9 @@ impl EmbeddedOptions {
     /// clock, or was never made); between, an open trusts the file and a
     /// page damaged outside redb is found when an operation reads it
     /// (`Error::Corrupt`) or at the next verification (SPEC 8,
-    /// Verification). A caught redb panic makes the next reopen verify
-    /// whatever the interval. Zero: at every open. Default: 24 h.
+    /// Verification). A caught redb panic, and an open that did not finish
+    /// (its marker file `NAME-opening` is still there), make the next open
+    /// verify whatever the interval. Zero: at every open. Default: 24 h.
     pub fn verify_interval(mut self, interval: Duration) -> Self {
         self.verify_interval = Some(interval);
         self

@@ -94,17 +94,19 @@ pub(in crate::backend::embedded) type Build =
 
 /// Open (or create) the file and run recovery: check the schema (migrating
 /// an older one), replay the redo log's tail, mark every pending item as
-/// orphaned, checkpoint. Runs on the writer thread.
+/// orphaned, checkpoint. Runs on the writer thread. `unfinished`: an
+/// earlier open did not finish (SPEC 8): verify whatever the schedule.
 pub(in crate::backend::embedded) fn open_database(
     build: &mut Build,
     log: &mut Log,
     path: &std::path::Path,
     limits: Limits,
     interval: Option<Duration>,
+    unfinished: bool,
 ) -> Result<Database> {
     let verify = Verify {
         interval,
-        now: false,
+        now: unfinished,
     };
     open_and_recover(build, log, path, limits, true, verify)
 }
