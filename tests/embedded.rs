@@ -378,7 +378,9 @@ async fn an_open_that_did_not_finish_makes_the_next_one_verify() {
         .await
         .unwrap();
     assert!(!marker.exists(), "the open finished: marker removed");
-    // A second handle is refused; the holder's state is untouched.
+    // A second handle in this process is refused by the path claim before
+    // the marker is looked at (another process's open would reach redb's
+    // lock, and remove only a marker it made itself: not covered here).
     std::fs::write(&marker, b"").unwrap();
     let second = EmbeddedQueue::open_with(&path, config(&clock), trusting()).await;
     assert!(matches!(second, Err(Error::Locked { .. })), "{second:?}");

@@ -7,6 +7,14 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
+/// The companion file of the queue file `path`: `path` with `suffix`
+/// appended (`NAME-redo`, the redo log; `NAME-opening`, the open marker).
+pub(super) fn companion(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
 pub(super) fn claim_path(path: &Path) -> Result<PathBuf> {
     // Canonicalise the directory (the file may not exist yet) so that two
     // spellings of one path are one claim.

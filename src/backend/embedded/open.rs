@@ -43,7 +43,7 @@ impl EmbeddedQueue {
         let claim = PathClaim::take(path.clone()).await?;
         let file = path.clone();
         let log_of = path.clone();
-        let marker_of = path.clone();
+        let marker = OpeningMarker::of(&path, !options.read_only);
         let policy = options.checkpoint;
         let verify = options.verify_interval;
         if options.read_only {
@@ -86,7 +86,7 @@ impl EmbeddedQueue {
                 policy,
                 verify,
                 true,
-                Some(OpeningMarker::of(&marker_of, false)),
+                Some(marker),
             )
             .await;
         }
@@ -111,7 +111,7 @@ impl EmbeddedQueue {
             policy,
             verify,
             false,
-            Some(OpeningMarker::of(&marker_of, true)),
+            Some(marker),
         )
         .await
     }

@@ -30,10 +30,8 @@ impl OpeningMarker {
     /// The marker of the queue file `queue_file`: `queue_file` with
     /// `-opening` appended.
     pub(super) fn of(queue_file: &Path, writable: bool) -> Self {
-        let mut name = queue_file.as_os_str().to_os_string();
-        name.push("-opening");
         OpeningMarker {
-            path: PathBuf::from(name),
+            path: super::create::companion(queue_file, "-opening"),
             writable,
             created: false,
         }

@@ -33,7 +33,7 @@ impl FileLog {
         path: &std::path::Path,
         writable: bool,
     ) -> io::Result<Option<Self>> {
-        let log = log_path(path);
+        let log = crate::backend::embedded::create::companion(path, "-redo");
         if !writable {
             return match std::fs::File::open(&log) {
                 Ok(file) => Ok(Some(FileLog { file, writable })),
@@ -59,13 +59,6 @@ impl FileLog {
         }
         Ok(Some(FileLog { file, writable }))
     }
-}
-
-/// The log of the queue file `path`: `path` with `-redo` appended.
-fn log_path(path: &std::path::Path) -> std::path::PathBuf {
-    let mut name = path.as_os_str().to_os_string();
-    name.push("-redo");
-    std::path::PathBuf::from(name)
 }
 
 impl LogFile for FileLog {

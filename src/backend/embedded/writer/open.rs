@@ -163,6 +163,20 @@ fn verification_due(db: &Database, verify: Verify, now: u64) -> bool {
     }
 }
 
+/// Verify every page of the file and rebuild redb's allocator state,
+/// repairing what it can (SPEC 8, Verification).
+fn verify_whole_file(db: &mut Database, path: &Path) -> Result<()> {
+    match catch_unwind(AssertUnwindSafe(|| db.check_integrity())) {
+        Ok(Ok(true)) => Ok(()),
+        Ok(Ok(false)) => {
+            tracing::warn!(path = %path.display(), "the verification found the queue file damaged and repaired it");
+            Ok(())
+        }
+        Ok(Err(e)) => Err(open_error(e, path)),
+        Err(_) => Err(panic_error("verification")),
+    }
+}
+
 /// Open, check the schema, replay the log and checkpoint; with `orphan`,
 /// mark every pending item as belonging to a process that is gone. A reopen
 /// by the same process after an I/O error does not: its consumers still
@@ -184,19 +198,11 @@ pub(super) fn open_and_recover(
     // age on this machine.
     let now = crate::clock::system_now_ms();
     // With an interval of zero, redb's open has just verified the file.
-    let verified = Verify::every_open(verify.interval)
-        || (verification_due(&db, verify, now)
-            && {
-                match catch_unwind(AssertUnwindSafe(|| db.check_integrity())) {
-                    Ok(Ok(true)) => {}
-                    Ok(Ok(false)) => {
-                        tracing::warn!(path = %path.display(), "the verification found the queue file damaged and repaired it");
-                    }
-                    Ok(Err(e)) => return Err(open_error(e, path)),
-                    Err(_) => return Err(panic_error("verification")),
-                }
-                true
-            });
+    let every_open = Verify::every_open(verify.interval);
+    let verified = every_open || verification_due(&db, verify, now);
+    if verified && !every_open {
+        verify_whole_file(&mut db, path)?;
+    }
     let recovered = catch_unwind(AssertUnwindSafe(|| -> Result<(u64, u64)> {
         let mut txn = db.begin_write().ctx("begin recovery")?;
         // Durable with the checkpoint below: a crash before it leaves the
