@@ -1205,3 +1205,77 @@ async fn a_version_1_lease_takes_its_count_from_the_item_record() {
     q.audit().await.unwrap();
     q.close().await.unwrap();
 }
+
+/// The write transactions that find nothing expired do not look at the
+/// expiry indexes (SPEC 8, "Expiry floors"), and that skips no
+/// purge: done markers, dedup keys, outcomes and ack runs are kept while
+/// they live and gone after the first write once they expired, also when
+/// a read before that write purged them in a transaction it did not keep
+/// (a batch of reads is never committed).
+#[tokio::test]
+async fn expired_entries_are_purged_after_writes_that_skipped_the_purge() {
+    const EXPIRY: [&str; 4] = [
+        "done_expiry",
+        "dedup_expiry",
+        "outcome_expiry",
+        "ack_run_expiry",
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let clock = ManualClock::new(T0);
+    let ttl = Duration::from_secs(60);
+    let q = EmbeddedQueue::open(
+        &path,
+        config(&clock)
+            .done_ttl(ttl)
+            .result_ttl(ttl)
+            .dedup_window(ttl),
+    )
+    .await
+    .unwrap();
+    q.add(NewItem::new(b"keyed".to_vec()).dedup_key("k"))
+        .await
+        .unwrap();
+    q.add(NewItem::new(b"plain".to_vec())).await.unwrap();
+    let c = q.claim(2, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    let with_result = c[0].item.id;
+    q.ack_with_result(c[0].receipt, b"answer".to_vec())
+        .await
+        .unwrap();
+    q.ack(c[1].receipt).await.unwrap();
+    q.mark_done(c[1].item.id, "step").await.unwrap();
+    // Writes while everything lives: none of them loses an entry.
+    for i in 0..5u8 {
+        clock.advance(Duration::from_secs(5));
+        q.add(NewItem::new(vec![i])).await.unwrap();
+    }
+    let tables = q.dump_tables().await.unwrap();
+    for t in EXPIRY {
+        assert_eq!(tables[t].len(), 1, "{t}: {tables:?}");
+    }
+    assert!(q.was_done(c[1].item.id, "step").await.unwrap());
+    assert!(q.outcome(with_result).await.unwrap().is_some());
+
+    clock.advance(ttl);
+    // Reads first: each purges in a transaction that is then ended.
+    q.stats().await.unwrap();
+    assert!(q.outcome(with_result).await.unwrap().is_none());
+    // The first write purges them for good.
+    q.add(NewItem::new(b"later".to_vec())).await.unwrap();
+    let tables = q.dump_tables().await.unwrap();
+    for t in EXPIRY {
+        assert!(tables[t].is_empty(), "{t}: {tables:?}");
+    }
+    for t in ["done", "dedup", "outcomes", "ack_runs"] {
+        assert!(tables[t].is_empty(), "{t}: {tables:?}");
+    }
+    // A new entry after the purge is kept, and purged again in its turn.
+    q.add(NewItem::new(b"keyed again".to_vec()).dedup_key("k"))
+        .await
+        .unwrap();
+    q.add(NewItem::new(b"x".to_vec())).await.unwrap();
+    assert_eq!(q.dump_tables().await.unwrap()["dedup_expiry"].len(), 1);
+    clock.advance(ttl);
+    q.add(NewItem::new(b"y".to_vec())).await.unwrap();
+    assert!(q.dump_tables().await.unwrap()["dedup_expiry"].is_empty());
+}

@@ -47,6 +47,7 @@ mod records;
 mod schema;
 
 use crate::error::{Error, Result};
+pub(super) use clock::ExpiryFloors;
 #[cfg(feature = "forward")]
 pub(crate) use forward::{Outgoing, Unforwarded};
 pub(super) use schema::*;

@@ -334,6 +334,7 @@ impl Tables<'_> {
             .map(|&(first, _)| ((expires_at_ms, first), ()))
             .collect();
         put_run(self.ack_run_expiry_mut()?, &expiry, "write ack run expiry")?;
+        self.floors.ack_runs = self.floors.ack_runs.min(expires_at_ms);
         Ok(())
     }
 }

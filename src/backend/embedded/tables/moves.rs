@@ -96,6 +96,7 @@ impl Tables<'_> {
                 self.dedup_expiry_mut()?
                     .insert((expires, k), ())
                     .ctx("write dedup expiry")?;
+                self.floors.dedup = self.floors.dedup.min(expires);
             }
             let inline = item.payload.len() <= INLINE_PAYLOAD_BYTES;
             records.push((

@@ -43,6 +43,7 @@ impl Tables<'_> {
         self.outcome_expiry_mut()?
             .insert((rec.expires_at_ms, id), ())
             .ctx("write outcome expiry")?;
+        self.floors.outcomes = self.floors.outcomes.min(rec.expires_at_ms);
         Ok(())
     }
 
@@ -256,6 +257,7 @@ impl Tables<'_> {
         self.done_expiry_mut()?
             .insert((expires, id, step), ())
             .ctx("write done expiry")?;
+        self.floors.done = self.floors.done.min(expires);
         Ok(())
     }
 

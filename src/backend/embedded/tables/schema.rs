@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use redb::{Key, ReadableTable, Table, TableDefinition, Value, WriteTransaction};
 
-use super::{Ctx, Limits};
+use super::{Ctx, ExpiryFloors, Limits};
 use crate::error::{Error, Result};
 
 /// The table list: for each table its definition's name, its name in the
@@ -47,21 +47,27 @@ macro_rules! tables {
             /// Meta counters written in this batch and not yet put into
             /// the `meta` table (see [`Tables::set_counter`]).
             pub(super) counters: Vec<(&'static str, u64)>,
+            /// Lower bounds of the expiry indexes' earliest times, so that
+            /// the purge opens no index that cannot hold an expired entry
+            /// (module `clock`).
+            pub(super) floors: ExpiryFloors,
         }
 
         impl<'t> Tables<'t> {
-            /// The tables of `txn`, none opened yet.
+            /// The tables of `txn`, none opened yet (each opens on first
+            /// use, and an error opening it comes from that use).
             pub(in crate::backend::embedded) fn open(
                 txn: &'t WriteTransaction,
                 limits: Limits,
-            ) -> Result<Self> {
-                Ok(Tables {
+            ) -> Self {
+                Tables {
                     txn,
                     $($field: Lazy::new($konst, concat!("open table ", stringify!($field))),)*
                     limits,
                     dirty: false,
                     counters: Vec::new(),
-                })
+                    floors: ExpiryFloors::default(),
+                }
             }
 
             $(

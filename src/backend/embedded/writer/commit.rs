@@ -8,7 +8,7 @@ use redb::{Database, Durability, WriteTransaction};
 use super::open::replay;
 use super::{Op, Reply};
 use crate::backend::embedded::redo::{self, Log};
-use crate::backend::embedded::tables::{Ctx, Limits, Tables};
+use crate::backend::embedded::tables::{Ctx, ExpiryFloors, Limits, Tables};
 use crate::error::{Error, Result};
 
 fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
@@ -142,25 +142,26 @@ pub(super) struct Ran {
 }
 
 /// The body of every write transaction, live and at the replay of the redo
-/// log alike: move the stored times back after a clock step (from `latest`,
+/// log alike, on the batch's tables `t` (the caller then records the redo
+/// offset in the same tables, so that no table is opened twice in a
+/// batch): move the stored times back after a clock step (from `latest`,
 /// the latest reading this process had seen), purge expired markers as of
 /// `now` (the batch's time), apply each operation at its own time, note the
 /// clock. Given the same file state and the same arguments it writes the
-/// same changes, which is what makes the replay exact.
+/// same changes, which is what makes the replay exact (the purge skips
+/// only what it would not have changed: [`ExpiryFloors`]).
 pub(super) fn run_txn<'o>(
-    txn: &redb::WriteTransaction,
-    limits: Limits,
+    t: &mut Tables<'_>,
     latest: u64,
     now: u64,
     ops: impl Iterator<Item = (&'o Op, u64)>,
 ) -> Result<Ran> {
-    let mut t = Tables::open(txn, limits)?;
     let rebased = t.observe_clock(latest, now)?;
     t.purge_expired(now)?;
     let mut done = Vec::new();
     let mut poisoned = None;
     for (k, (op, at)) in ops.enumerate() {
-        match apply(&mut t, op, at) {
+        match apply(t, op, at) {
             Ok(r) => done.push(Ok(r)),
             Err(e) if changed_nothing(&e) => done.push(Err(e)),
             Err(e) => {
@@ -258,6 +259,10 @@ pub(super) fn apply_open(open: &mut Option<Open>, log: &mut Log) -> Result<()> {
 /// the tolerance below it, or below the file's own latest commit time, has
 /// stepped back, and the transaction first moves the stored times back by
 /// the step (SPEC 8, Clock steps).
+///
+/// `floors` are the expiry floors as of the last kept batch (see
+/// [`ExpiryFloors`]): the batch starts from them and leaves its own when
+/// its transaction is kept; every failure leaves them unknown.
 pub(super) fn execute(
     db: &Database,
     log: &mut Log,
@@ -265,6 +270,7 @@ pub(super) fn execute(
     limits: Limits,
     reqs: &[(Op, u64)],
     latest: u64,
+    floors: &mut ExpiryFloors,
 ) -> Executed {
     let mut results: Vec<Option<Result<Reply>>> = reqs.iter().map(|_| None).collect();
     let mut active: Vec<usize> = (0..reqs.len()).collect();
@@ -307,21 +313,28 @@ pub(super) fn execute(
             }
         };
         let now = active.iter().map(|&i| reqs[i].1).max().unwrap_or(0);
+        // One set of tables for the whole batch: the operations, then the
+        // redo offset (redb charges each table opened in a transaction an
+        // open and a close).
+        let mut t = Tables::open(&txn, limits).with_floors(*floors);
         let ran = match run_txn(
-            &txn,
-            limits,
+            &mut t,
             latest,
             now,
             active.iter().map(|&i| (&reqs[i].0, reqs[i].1)),
         ) {
             Ok(ran) => ran,
             Err(e) => {
+                drop(t);
+                *floors = ExpiryFloors::default();
                 behind |= !abandon(db, log, txn);
                 fail_all(&mut results, &active, e);
                 break;
             }
         };
         if let Some((k, e)) = ran.poisoned {
+            drop(t);
+            *floors = ExpiryFloors::default();
             let i = active.remove(k);
             results[i] = Some(Err(e));
             if !abandon(db, log, txn) {
@@ -337,6 +350,13 @@ pub(super) fn execute(
         // stored times, which must not be lost).
         let writes = active.iter().any(|&i| !reqs[i].0.is_read());
         if !(ran.rebased || (ran.dirty && writes)) {
+            // A clean transaction's floors hold whether it is kept or not;
+            // a dirty one (a batch of reads whose purge found something) is
+            // ended here, its purge undone, and the floors it raised with it.
+            if !ran.dirty {
+                *floors = t.floors();
+            }
+            drop(t);
             // This batch wrote nothing (`dirty` is false: the reads-alone
             // case committed what was open above): keep the transaction
             // that holds earlier batches, end an empty one.
@@ -368,12 +388,17 @@ pub(super) fn execute(
             }
         }
         let end = log.record_end();
-        if let Err(e) = Tables::open(&txn, limits).and_then(|mut t| t.set_redo_at(end)) {
+        let redo_at = t.set_redo_at(end);
+        let kept = t.floors();
+        drop(t);
+        if let Err(e) = redo_at {
+            *floors = ExpiryFloors::default();
             behind |= !abandon(db, log, txn);
             fail_all(&mut results, &active, e);
             break;
         }
         if let Err(source) = log.append(logged) {
+            *floors = ExpiryFloors::default();
             behind |= !abandon(db, log, txn);
             fail_all(
                 &mut results,
@@ -386,6 +411,7 @@ pub(super) fn execute(
             break;
         }
         // From here the batch is durable: wake waiters.
+        *floors = kept;
         changed = true;
         for (&i, r) in active.iter().zip(ran.done) {
             results[i] = Some(r);
@@ -437,7 +463,7 @@ pub(super) fn checkpoint(
     txn.set_quick_repair(true);
     let tag = redo::new_tag();
     let prepared = (|| -> Result<(u64, bool)> {
-        let mut t = Tables::open(&txn, limits)?;
+        let mut t = Tables::open(&txn, limits);
         let orphans = if orphan { t.orphan_all_pending()? } else { 0 };
         let saved = match clock {
             Some(latest) if latest > 0 => t.save_clock(latest)?,
@@ -480,7 +506,7 @@ pub(super) fn sweep_deferred(db: &Database, limits: Limits) -> Result<()> {
     txn.set_durability(Durability::Immediate)
         .ctx("set durability")?;
     let swept = (|| -> Result<bool> {
-        let mut t = Tables::open(&txn, limits)?;
+        let mut t = Tables::open(&txn, limits);
         t.sweep_all_deferred()?;
         t.write_counters()?;
         Ok(t.is_dirty())

@@ -221,11 +221,11 @@ pub(super) fn open_and_recover(
             )));
         }
         let (version, redo) = {
-            let t = Tables::open(&txn, limits)?;
+            let t = Tables::open(&txn, limits);
             (t.schema_version()?, t.redo_state()?)
         };
         match version {
-            None => Tables::open(&txn, limits)?.set_schema_version(tables::SCHEMA_VERSION)?,
+            None => Tables::open(&txn, limits).set_schema_version(tables::SCHEMA_VERSION)?,
             Some(v) if v > tables::SCHEMA_VERSION => {
                 return Err(Error::Decode {
                     what: format!("schema of {}", path.display()),
@@ -250,7 +250,7 @@ pub(super) fn open_and_recover(
             Some(_) => {}
         }
         if verified {
-            Tables::open(&txn, limits)?.set_verified_at(now)?;
+            Tables::open(&txn, limits).set_verified_at(now)?;
         }
         txn.commit().ctx("commit recovery")?;
         let replayed = match redo {
@@ -343,20 +343,19 @@ pub(super) fn replay(
         let batch = redo::decode_batch(&body)?;
         let mut txn = db.begin_write().ctx("begin replay")?;
         txn.set_durability(Durability::None).ctx("set durability")?;
-        let ran = run_txn(
-            &txn,
-            batch.limits,
-            batch.latest,
-            batch.now,
-            batch.ops.iter().map(|(op, t)| (op, *t)),
-        )
-        .and_then(
-            |ran| match (ran.poisoned, ran.done.into_iter().find_map(|r| r.err())) {
+        let ran = (|| {
+            let mut t = Tables::open(&txn, batch.limits);
+            let ran = run_txn(
+                &mut t,
+                batch.latest,
+                batch.now,
+                batch.ops.iter().map(|(op, t)| (op, *t)),
+            )?;
+            match (ran.poisoned, ran.done.into_iter().find_map(|r| r.err())) {
                 (Some((_, e)), _) | (None, Some(e)) => Err(e),
-                (None, None) => Ok(()),
-            },
-        )
-        .and_then(|()| Tables::open(&txn, batch.limits)?.set_redo_at(end));
+                (None, None) => t.set_redo_at(end),
+            }
+        })();
         if let Err(e) = ran {
             let _ = txn.abort();
             return Err(match e {

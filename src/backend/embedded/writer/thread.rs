@@ -14,7 +14,7 @@ use super::commit::{Open, abandon, checkpoint, execute, panic_error, sweep_defer
 use super::open::{Build, PathClaim, Verify, open_and_recover};
 use super::{Msg, Op, Request};
 use crate::backend::embedded::redo::{self, Log};
-use crate::backend::embedded::tables::{Ctx, Limits};
+use crate::backend::embedded::tables::{Ctx, ExpiryFloors, Limits};
 use crate::error::{Error, Result};
 
 /// Most operations one transaction takes; more wait for the next one.
@@ -49,6 +49,10 @@ struct Store {
     /// `verify.now` is set when a redb panic was caught (evidence of a
     /// damaged file), so that the reopen verifies whatever the schedule.
     verify: Verify,
+    /// The expiry floors of the file's state as of the last kept batch
+    /// (module `clock`'s `ExpiryFloors`); unknown again after anything
+    /// that may have undone or moved expiries behind the writer's back.
+    floors: ExpiryFloors,
 }
 
 /// Whether `db` refuses all work after an earlier I/O error (redb then
@@ -74,6 +78,7 @@ impl Store {
     /// full disk, a failing device) clears, without the caller reopening it.
     fn ready(&mut self) -> Result<&mut Database> {
         if self.suspect || self.behind {
+            self.floors = ExpiryFloors::default();
             // redb has one writer: the open transaction ends before the
             // check below begins another. Its batches are in the log.
             if let Some(o) = self.open.take() {
@@ -217,6 +222,7 @@ pub(in crate::backend::embedded) fn run(
             interval: verify,
             now: false,
         },
+        floors: ExpiryFloors::default(),
     };
     let mut close_reply = None;
     'outer: while let Some(first) = rx.blocking_recv() {
@@ -341,9 +347,9 @@ fn run_batch(store: &mut Store, wake: &Notify, reqs: Vec<Request>) -> bool {
     let ready = store.ready().map(|_| ());
     let (results, changed) = match (ready, &store.db) {
         (Ok(()), Some(db)) => {
-            let (log, open) = (&mut store.log, &mut store.open);
+            let (log, open, floors) = (&mut store.log, &mut store.open, &mut store.floors);
             match catch_unwind(AssertUnwindSafe(|| {
-                execute(db, log, open, limits, &ops, latest)
+                execute(db, log, open, limits, &ops, latest, floors)
             })) {
                 Ok(out) => {
                     if out.behind {
@@ -357,6 +363,7 @@ fn run_batch(store: &mut Store, wake: &Notify, reqs: Vec<Request>) -> bool {
                     store.behind = true;
                     store.verify.now = true;
                     store.open = None;
+                    store.floors = ExpiryFloors::default();
                     (
                         ops.iter()
                             .map(|_| Err(panic_error("a transaction")))
