@@ -250,11 +250,13 @@ impl<'t> Tables<'t> {
         Ok(moves)
     }
 
-    /// The expiry floors this transaction started from (see
-    /// [`ExpiryFloors`]); `Tables::open` starts from unknown ones.
-    pub(in crate::backend::embedded) fn with_floors(mut self, floors: ExpiryFloors) -> Self {
+    /// Start a batch on tables that an earlier batch of the same
+    /// transaction may have used: nothing written by it yet, and the
+    /// expiry floors the writer kept (see [`ExpiryFloors`]; `Tables::open`
+    /// starts from unknown ones).
+    pub(in crate::backend::embedded) fn begin_batch(&mut self, floors: ExpiryFloors) {
+        self.dirty = false;
         self.floors = floors;
-        self
     }
 
     /// The expiry floors as this transaction leaves them.

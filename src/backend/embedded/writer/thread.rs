@@ -84,7 +84,7 @@ impl Store {
             if let Some(o) = self.open.take() {
                 match self.db.as_ref() {
                     Some(db) if !self.behind => {
-                        self.behind = !abandon(db, &mut self.log, o.txn);
+                        self.behind = !abandon(db, &mut self.log, o.into_txn());
                     }
                     _ => drop(o),
                 }
