@@ -2,7 +2,7 @@
 //! every timer, claim time and expiry with it, and expired done markers,
 //! dedup keys and outcomes are purged a bounded number per transaction.
 
-use redb::{ReadableTable, Table};
+use redb::{Key, ReadableTable, Table, Value};
 
 use super::{BACKLOG_CLOCK, CLOCK_HIGH, Ctx, DUE_CLOCK, Tables};
 use crate::backend::embedded::codec;
@@ -42,6 +42,19 @@ pub(in crate::backend::embedded) struct ExpiryFloors {
     pub(super) dedup: u64,
     pub(super) outcomes: u64,
     pub(super) ack_runs: u64,
+}
+
+/// The earliest time an expiry index holds (`u64::MAX` when it is empty),
+/// read from its first key by `time`.
+fn earliest<K: Key + 'static, V: Value + 'static>(
+    index: &Table<'_, K, V>,
+    time: impl for<'a> Fn(K::SelfType<'a>) -> u64,
+    what: &str,
+) -> Result<u64> {
+    Ok(index
+        .first()
+        .ctx(what)?
+        .map_or(u64::MAX, |(k, _)| time(k.value())))
 }
 
 impl ExpiryFloors {
@@ -270,39 +283,21 @@ impl<'t> Tables<'t> {
     pub(in crate::backend::embedded) fn purge_expired(&mut self, now: u64) -> Result<()> {
         if ExpiryFloors::due(self.floors.done, now) {
             self.purge_done_markers(now)?;
-            let earliest = self
-                .done_expiry()?
-                .first()
-                .ctx("scan done expiry")?
-                .map_or(u64::MAX, |(k, _)| k.value().0);
-            self.floors.done = earliest;
+            self.floors.done = earliest(self.done_expiry()?, |k| k.0, "scan done expiry")?;
         }
         if ExpiryFloors::due(self.floors.dedup, now) {
             self.purge_dedup_keys(now)?;
-            let earliest = self
-                .dedup_expiry()?
-                .first()
-                .ctx("scan dedup expiry")?
-                .map_or(u64::MAX, |(k, _)| k.value().0);
-            self.floors.dedup = earliest;
+            self.floors.dedup = earliest(self.dedup_expiry()?, |k| k.0, "scan dedup expiry")?;
         }
         if ExpiryFloors::due(self.floors.outcomes, now) {
             self.purge_outcomes(now)?;
-            let earliest = self
-                .outcome_expiry()?
-                .first()
-                .ctx("scan outcome expiry")?
-                .map_or(u64::MAX, |(k, _)| k.value().0);
-            self.floors.outcomes = earliest;
+            self.floors.outcomes =
+                earliest(self.outcome_expiry()?, |k| k.0, "scan outcome expiry")?;
         }
         if ExpiryFloors::due(self.floors.ack_runs, now) {
             self.purge_ack_runs(now)?;
-            let earliest = self
-                .ack_run_expiry()?
-                .first()
-                .ctx("scan ack run expiry")?
-                .map_or(u64::MAX, |(k, _)| k.value().0);
-            self.floors.ack_runs = earliest;
+            self.floors.ack_runs =
+                earliest(self.ack_run_expiry()?, |k| k.0, "scan ack run expiry")?;
         }
         Ok(())
     }
