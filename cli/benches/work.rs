@@ -6,7 +6,8 @@
 //! true` runs under its supervisor, SPEC section 9), and the same `work`
 //! with `--prefetch 0`, the lever's own baseline.
 //!
-//! Each figure is the median of `WJ_WORK_RUNS` runs (default 3) of
+//! Each figure is the median of `WJ_WORK_RUNS` rounds (default 3; the
+//! four run in turn in each round) of
 //! `WJ_WORK_ITEMS` items (default 5 000), in ms for the whole run; the rows
 //! go to `WJ_BENCH_OUT/extra.tsv` for `benches/report.rs`, and the ratios
 //! are printed here as well. Temp files go to `WJ_BENCH_DIR`, as for every
@@ -155,28 +156,26 @@ fn main() {
         .expect("runtime");
     for concurrency in [2usize, 8] {
         let workload = format!("work_exec_true_c{concurrency}");
-        let ours = median(
-            (0..runs)
-                .map(|_| workjournal_ms(&rt, items, concurrency, &[]))
-                .collect(),
-        );
-        // The same without prefetch (SPEC 9): what the lever gives, in
-        // this run.
-        let no_prefetch = median(
-            (0..runs)
-                .map(|_| workjournal_ms(&rt, items, concurrency, &["--prefetch", "0"]))
-                .collect(),
-        );
-        let plain = median(
-            (0..runs)
-                .map(|_| xargs_ms(items, concurrency, &["true"]))
-                .collect(),
-        );
-        let sh = median(
-            (0..runs)
-                .map(|_| xargs_ms(items, concurrency, &["sh", "-c", "true"]))
-                .collect(),
-        );
+        // The four are run in turn, once per round, rather than each `runs`
+        // times in a row: a machine whose speed drifts within the minute (a
+        // shared VM does) then weighs on all four alike.
+        let (mut ours, mut no_prefetch, mut plain, mut sh) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..runs {
+            ours.push(workjournal_ms(&rt, items, concurrency, &[]));
+            // The same without prefetch (SPEC 9): what the lever gives, in
+            // this run.
+            no_prefetch.push(workjournal_ms(
+                &rt,
+                items,
+                concurrency,
+                &["--prefetch", "0"],
+            ));
+            plain.push(xargs_ms(items, concurrency, &["true"]));
+            sh.push(xargs_ms(items, concurrency, &["sh", "-c", "true"]));
+        }
+        let (ours, no_prefetch, plain, sh) =
+            (median(ours), median(no_prefetch), median(plain), median(sh));
         record(&workload, "workjournal-cli", ours);
         record(&workload, "workjournal-cli-prefetch-0", no_prefetch);
         record(&workload, "xargs-true", plain);
