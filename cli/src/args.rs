@@ -303,10 +303,11 @@ pub(crate) struct WorkArgs {
     #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_CONCURRENCY)))]
     pub(crate) concurrency: Option<u32>,
-    /// Items claimed ahead of the running commands, 0 to 1024 (default: as
-    /// many as --concurrency): the next command starts the moment one ends,
-    /// while that one's ack and the claim that refills this share a commit.
-    /// Not with --flow (a stepped item given back would lose its place).
+    /// Items claimed ahead of the running commands, 0 to 1024 (default:
+    /// three per --concurrency slot, at most 1024): the next command starts
+    /// the moment one ends, while that one's ack and the claim that refills
+    /// this share a commit. Not with --flow (a stepped item given back would
+    /// lose its place).
     #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_CONCURRENCY)))]
     pub(crate) prefetch: Option<u32>,
@@ -334,6 +335,14 @@ pub(crate) struct StepArgs {
 /// The largest `work --concurrency`: each slot can hold a running command,
 /// and more processes than this at once is a mistake, not a setting.
 pub(crate) const MAX_CONCURRENCY: u32 = 1024;
+
+/// Items `work` claims ahead per `--concurrency` slot when `--prefetch` is
+/// not given (SPEC section 9): with the slot's running item, four in hand
+/// per slot, the default of the field's usual knob (Celery's
+/// `worker_prefetch_multiplier`). One per slot ran dry on short commands:
+/// the refilling claim waits for a commit, and two more commands can end
+/// meanwhile (BENCHMARKS.md, issue 13).
+pub(crate) const PREFETCH_PER_SLOT: usize = 3;
 
 /// The shortest lease the worker uses; a shorter `--lease` (from 1ms) is
 /// raised to it, as [`workjournal::Worker::lease`] does.

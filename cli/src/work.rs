@@ -9,7 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tokio::sync::Notify;
 use workjournal::{BoxQueue, Config, HandlerError, RetryPolicy, WorkQueue, Worker, WorkerEvent};
 
-use crate::args::{ExecArgs, Global, StepArgs, WorkArgs};
+use crate::args::{ExecArgs, Global, MAX_CONCURRENCY, PREFETCH_PER_SLOT, StepArgs, WorkArgs};
 use crate::{CliError, CliResult, code, exec};
 
 /// How often `work` prints a progress line when stderr is not a terminal.
@@ -94,7 +94,14 @@ async fn run_work(
         Some(n) => n as usize,
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
-    let prefetch = args.prefetch.map_or(concurrency, |n| n as usize);
+    let prefetch = args.prefetch.map_or_else(
+        || {
+            concurrency
+                .saturating_mul(PREFETCH_PER_SLOT)
+                .min(MAX_CONCURRENCY as usize)
+        },
+        |n| n as usize,
+    );
     if let Some(flow) = &args.flow
         && !queue.paused_flows().await?.contains(flow)
     {
