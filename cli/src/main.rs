@@ -209,7 +209,18 @@ fn main() -> ExitCode {
 fn try_main(parsed: Result<Cli, clap::Error>) -> CliResult {
     let cli = parsed.map_err(clap_error)?;
     init_tracing();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    // `work` runs on one thread: its tasks (the slots, the heartbeat, the
+    // requests it serves) only wait on sockets, timers and the embedded
+    // writer's own thread, and handing each wake-up between two runtime
+    // threads cost it 6% of its speed on short commands (`work --exec true`
+    // at --concurrency 2; BENCHMARKS.md, issue 13). `serve` and the rest keep
+    // a thread per core.
+    let mut builder = if matches!(cli.command, args::Command::Work(_)) {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let runtime = builder
         .enable_all()
         .build()
         .map_err(|e| CliError::new(code::FAILURE, format!("cannot start the runtime: {e}")))?;
