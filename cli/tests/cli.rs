@@ -735,6 +735,46 @@ fn prefetch_outside_its_range_is_a_usage_error() {
     }
 }
 
+/// SPEC 9, Prefetch: without `--prefetch`, `work` holds three items claimed
+/// ahead per `--concurrency` slot besides the running ones, and no more,
+/// while its slots are busy; with `--prefetch N` it holds N.
+#[test]
+fn work_prefetches_three_items_per_slot_unless_told() {
+    for (concurrency, prefetch, pending) in [("1", None, 4), ("2", None, 8), ("2", Some("1"), 3)] {
+        let env = Env::new();
+        let lines: String = (0..12).map(|i| format!("item{i}\n")).collect();
+        let out = env.run_with_stdin(&["add", "--lines"], lines.as_bytes());
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let mut args = vec![
+            "work",
+            "--concurrency",
+            concurrency,
+            "--exec",
+            "echo >> started; sleep 60",
+        ];
+        if let Some(n) = prefetch {
+            args.extend(["--prefetch", n]);
+        }
+        let mut worker = spawn_quiet(env.cmd(&args));
+        let running: usize = concurrency.parse().unwrap();
+        wait_for("every slot's command", Duration::from_secs(30), || {
+            env.read("started").lines().count() == running
+        });
+        wait_for("the prefetch to fill", Duration::from_secs(30), || {
+            env.stats()["pending"] == pending
+        });
+        // It holds there: the slots are busy and the prefetch is full.
+        std::thread::sleep(Duration::from_millis(300));
+        let stats = env.stats();
+        assert_eq!(stats["pending"], pending, "{concurrency} {prefetch:?}");
+        assert_eq!(stats["backlog"], 12 - pending, "{concurrency} {prefetch:?}");
+        assert_eq!(env.read("started").lines().count(), running);
+        // The commands die with the worker (SPEC 9).
+        signal(&worker, "-KILL");
+        let _ = worker.wait();
+    }
+}
+
 // Failed: `step F --exec true --lease 0s` panicked (heartbeat period zero);
 // `2ns` was taken as a lease.
 #[test]
