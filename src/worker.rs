@@ -449,7 +449,7 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
                                     claimed,
                                     permit,
                                     running.clone(),
-                                    StartTurn::next(&mut last_turn),
+                                    StartTurn::next(&mut last_turn, &running),
                                 ));
                             }
                         }

@@ -171,20 +171,48 @@ impl<Q> Drop for InFlight<'_, Q> {
 /// One item's place in the start order (SPEC 9, Worker: prefetched items
 /// start in claim order). `after` resolves (or is dropped) once the item
 /// claimed just before holds a running slot or has gone; dropping `then`
-/// tells the item claimed just after.
+/// tells the item claimed just after. `slot` is the running slot the item
+/// was given at its claim, when one was free and no item claimed before it
+/// was still waiting.
 pub(super) struct StartTurn {
     pub(super) after: Option<oneshot::Receiver<()>>,
-    pub(super) then: oneshot::Sender<()>,
+    pub(super) then: Option<oneshot::Sender<()>>,
+    pub(super) slot: Option<OwnedSemaphorePermit>,
 }
 
 impl StartTurn {
     /// The turn for the next claimed item, after the one `last` leads to;
-    /// `last` becomes the turn of the item after it.
-    pub(super) fn next(last: &mut Option<oneshot::Receiver<()>>) -> Self {
+    /// `last` becomes the turn of the item after it. The item takes a free
+    /// running slot of `running` at once when every item claimed before it
+    /// has one (or has gone): it is then not claimed ahead but started, and
+    /// a stop or a failed claim that ends the run before its task first
+    /// runs does not give it back (SPEC 9, Prefetch).
+    pub(super) fn next(last: &mut Option<oneshot::Receiver<()>>, running: &Arc<Semaphore>) -> Self {
         let (then, following) = oneshot::channel();
-        StartTurn {
-            after: last.replace(following),
-            then,
+        let mut after = last.replace(following);
+        let first_in_line = match after.as_mut() {
+            None => true,
+            Some(rx) => !matches!(rx.try_recv(), Err(oneshot::error::TryRecvError::Empty)),
+        };
+        let slot = if first_in_line {
+            // (A receiver that has answered must not be polled again.)
+            after = None;
+            running.clone().try_acquire_owned().ok()
+        } else {
+            None
+        };
+        match slot {
+            // Holding its slot, it lets the next item ask for one at once.
+            Some(slot) => StartTurn {
+                after: None,
+                then: None,
+                slot: Some(slot),
+            },
+            None => StartTurn {
+                after,
+                then: Some(then),
+                slot: None,
+            },
         }
     }
 }
@@ -217,11 +245,16 @@ pub(super) async fn supervise<Q: WorkQueue + 'static>(
         // Prefetched items start in claim order: this one asks for a running
         // slot only once the item claimed before it has one (the semaphore
         // then serves them first come, first served).
-        let StartTurn { after, then } = turn;
-        if let Some(after) = after {
-            let _ = after.await;
-        }
-        let run_permit = running.acquire_owned().await;
+        let StartTurn { after, then, slot } = turn;
+        let run_permit = match slot {
+            Some(slot) => Ok(slot),
+            None => {
+                if let Some(after) = after {
+                    let _ = after.await;
+                }
+                running.acquire_owned().await
+            }
+        };
         drop(then);
         let Ok(run_permit) = run_permit else {
             drop(claim_permit);
