@@ -190,29 +190,23 @@ impl StartTurn {
     pub(super) fn next(last: &mut Option<oneshot::Receiver<()>>, running: &Arc<Semaphore>) -> Self {
         let (then, following) = oneshot::channel();
         let mut after = last.replace(following);
-        let first_in_line = match after.as_mut() {
-            None => true,
-            Some(rx) => !matches!(rx.try_recv(), Err(oneshot::error::TryRecvError::Empty)),
-        };
-        let slot = if first_in_line {
-            // (A receiver that has answered must not be polled again.)
+        // The item before has its slot or has gone: nothing to wait for (and
+        // a receiver that has answered must not be polled again).
+        if after
+            .as_mut()
+            .is_some_and(|rx| !matches!(rx.try_recv(), Err(oneshot::error::TryRecvError::Empty)))
+        {
             after = None;
-            running.clone().try_acquire_owned().ok()
-        } else {
-            None
+        }
+        let slot = match after {
+            None => running.clone().try_acquire_owned().ok(),
+            Some(_) => None,
         };
-        match slot {
+        StartTurn {
+            after,
             // Holding its slot, it lets the next item ask for one at once.
-            Some(slot) => StartTurn {
-                after: None,
-                then: None,
-                slot: Some(slot),
-            },
-            None => StartTurn {
-                after,
-                then: Some(then),
-                slot: None,
-            },
+            then: slot.is_none().then_some(then),
+            slot,
         }
     }
 }
