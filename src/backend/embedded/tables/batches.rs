@@ -35,6 +35,12 @@ pub(super) const RUN_IDS: u64 = 64;
 /// Write `rows` into `table`: appended in one run through a cursor at the
 /// table's end when they are ascending and all sort after its last key (new
 /// ids, a FIFO lane), else one insert each.
+///
+/// The rows' order is checked on their typed keys: every key type written
+/// here (ids, `(rank, seq)`, `(time, id)`) orders as redb orders its bytes,
+/// and serialising a tuple key to compare its bytes allocated twice per
+/// row, 7% of an `add_batch`. Only the table's last key is compared as
+/// bytes.
 fn put_run<'r, K, V>(
     table: &mut redb::Table<'_, K, V>,
     rows: &[(K::SelfType<'r>, V::SelfType<'r>)],
@@ -43,20 +49,23 @@ fn put_run<'r, K, V>(
 where
     K: redb::Key + 'static,
     V: redb::Value + 'static,
+    K::SelfType<'r>: Ord,
 {
     use std::cmp::Ordering::Less;
-    let before = |a: &K::SelfType<'_>, b: &K::SelfType<'_>| {
-        K::compare(K::as_bytes(a).as_ref(), K::as_bytes(b).as_ref()) == Less
-    };
     let Some((first, _)) = rows.first() else {
         return Ok(());
     };
     // Short-circuit: a single row (or a run out of order) never pays for
     // the look at the table's last key.
     let appends = rows.len() >= BATCHED_FROM
-        && rows.windows(2).all(|w| before(&w[0].0, &w[1].0))
+        && rows.windows(2).all(|w| w[0].0 < w[1].0)
         && match table.last().ctx(what)? {
-            Some((k, _)) => before(&k.value(), first),
+            Some((k, _)) => {
+                K::compare(
+                    K::as_bytes(&k.value()).as_ref(),
+                    K::as_bytes(first).as_ref(),
+                ) == Less
+            }
             None => true,
         };
     if appends {
