@@ -242,6 +242,13 @@ fn child_process_entry() {
             0 => EmbeddedOptions::default(),
             k => EmbeddedOptions::default().checkpoint_ops([1, 4, 32][k as usize - 1]),
         };
+        // Every add's record written ahead of its run (SPEC 6, redo log), or only
+        // those of batches of 32 items or more (the default).
+        let options = if (seed / 4).is_multiple_of(2) {
+            options.write_ahead_from(1)
+        } else {
+            options
+        };
         let q = match EmbeddedQueue::open_with(&path, Config::default(), options).await {
             Ok(q) => q,
             Err(e) => {

@@ -87,7 +87,7 @@ async fn power_loss_run(cuts: u64, seed: u64) -> Tally {
     let mut disk = SimDisk::new();
     let mut twin_disk = SimDisk::new();
     let mut every = 1 + rng.below(4);
-    let mut q = open_checkpointing(&format!("{tag}-q{generation}"), &disk, &clock, every).await;
+    let mut q = open_checkpointing(&format!("{tag}-q{generation}"), &disk, &clock, every, 1).await;
     let mut twin = open(&format!("{tag}-t{generation}"), &twin_disk, &clock, true).await;
     let mut held: Vec<Receipt> = Vec::new();
     let mut max_id = 0u64;
@@ -149,6 +149,8 @@ async fn power_loss_run(cuts: u64, seed: u64) -> Tally {
             disk = SimDisk::from_image(image.clone());
             let verify = rng.below(2) == 0;
             every = 1 + rng.below(4);
+            // Adds written ahead of their run always, from 32 items, never.
+            let ahead = [1, 32, 0][rng.below(3) as usize];
             let d = disk.clone();
             q = EmbeddedQueue::open_on_backend_with_options(
                 &format!("{tag}-q{generation}"),
@@ -156,6 +158,7 @@ async fn power_loss_run(cuts: u64, seed: u64) -> Tally {
                 config(&clock),
                 EmbeddedOptions::default()
                     .verify_on_open(verify)
+                    .write_ahead_from(ahead)
                     .checkpoint_ops(every)
                     .checkpoint_interval(Duration::from_secs(3600)),
             )
@@ -217,12 +220,14 @@ async fn power_loss_leaves_the_last_acknowledged_commit_or_the_one_in_flight() {
 
 /// Open a queue on `disk` with the redo log checkpointed after every
 /// `ops` operations (and never by time or size), able to reopen itself on
-/// the same disk.
+/// the same disk. Batches of adds of `ahead` items or more have their
+/// record written before they run (SPEC 6, redo log; 0: never).
 async fn open_checkpointing(
     name: &str,
     disk: &SimDisk,
     clock: &ManualClock,
     ops: u64,
+    ahead: usize,
 ) -> EmbeddedQueue {
     let d = disk.clone();
     EmbeddedQueue::open_on_backend_with_options(
@@ -230,6 +235,7 @@ async fn open_checkpointing(
         move || Ok(d.backend()),
         config(clock),
         EmbeddedOptions::default()
+            .write_ahead_from(ahead)
             .checkpoint_ops(ops)
             .checkpoint_interval(Duration::from_secs(3600)),
     )
@@ -264,7 +270,7 @@ fn log_records(log: &[u8]) -> Vec<(usize, usize)> {
 async fn a_torn_or_bit_flipped_log_tail_is_dropped_never_replayed_in_part() {
     let clock = ManualClock::new(1_000_000);
     let disk = SimDisk::new();
-    let q = open_checkpointing("torn", &disk, &clock, u64::MAX).await;
+    let q = open_checkpointing("torn", &disk, &clock, u64::MAX, 32).await;
     // One record per operation; the state after each.
     let mut states = vec![q.dump_tables().await.unwrap()];
     let ids = q
@@ -345,12 +351,21 @@ async fn a_torn_or_bit_flipped_log_tail_is_dropped_never_replayed_in_part() {
 // acknowledged.
 #[tokio::test]
 async fn a_fault_on_the_log_or_the_queue_file_fails_the_operation_and_the_queue_carries_on() {
-    for file in [SimFile::Log, SimFile::Queue] {
+    // Each add logged after it ran, and written ahead of its run (SPEC 6, redo log).
+    for (file, ahead) in [
+        (SimFile::Log, 0),
+        (SimFile::Log, 1),
+        (SimFile::Queue, 0),
+        (SimFile::Queue, 1),
+    ] {
         for (errno, sync) in [(EIO, false), (ENOSPC, false), (EIO, true), (ENOSPC, true)] {
-            let what = format!("{file:?}-{errno}-{}", if sync { "sync" } else { "write" });
+            let what = format!(
+                "{file:?}-{errno}-{}-ahead{ahead}",
+                if sync { "sync" } else { "write" }
+            );
             let clock = ManualClock::new(1_000_000);
             let disk = SimDisk::new();
-            let q = open_checkpointing(&what, &disk, &clock, 1).await;
+            let q = open_checkpointing(&what, &disk, &clock, 1, ahead).await;
             let mut acked: Vec<u64> = Vec::new();
             for i in 0..3u8 {
                 acked.push(q.add(NewItem::new(vec![i; 20])).await.unwrap().id);
@@ -532,14 +547,17 @@ struct FaultTally {
 
 /// Fail one write or fsync at a random point, `faults` times, on one queue
 /// that must carry on by itself after each.
-async fn fault_run(faults: u64, seed: u64) -> FaultTally {
+/// `faults` injected faults on a queue whose adds of `ahead` items or
+/// more have their record written before they run (SPEC 6, redo log; 0: never).
+async fn fault_run(faults: u64, seed: u64, ahead: usize) -> FaultTally {
     let mut rng = Rng(seed);
     let clock = ManualClock::new(1_000_000);
     let mut tally = FaultTally::default();
     let disk = SimDisk::new();
     let twin_disk = SimDisk::new();
     // Checkpoints every few operations, so that faults meet them too.
-    let q = open_checkpointing(&format!("io{seed}-q"), &disk, &clock, 1 + rng.below(4)).await;
+    let every = 1 + rng.below(4);
+    let q = open_checkpointing(&format!("io{seed}-q"), &disk, &clock, every, ahead).await;
     let twin = open(&format!("io{seed}-t"), &twin_disk, &clock, true).await;
     let mut held: Vec<Receipt> = Vec::new();
     let mut max_id = 0u64;
@@ -622,9 +640,19 @@ async fn random_write_and_fsync_faults_never_half_apply_an_operation() {
     let seed = seed_from_env("WORKJOURNAL_IO_FAULT_SEED");
     eprintln!("i/o faults: {faults}, WORKJOURNAL_IO_FAULT_SEED={seed}");
     let started = Instant::now();
-    let tally = fault_run(faults, seed).await;
-    eprintln!("{tally:?} in {:.1} s", started.elapsed().as_secs_f64());
-    assert_eq!(tally.faults, faults);
+    // Half of the faults with every add's record written ahead of its
+    // run, half with every add logged after it ran.
+    let mut total = 0;
+    for (n, seed, ahead) in [(faults / 2, seed, 1), (faults - faults / 2, seed ^ 1, 0)] {
+        let tally = fault_run(n, seed, ahead).await;
+        eprintln!(
+            "written ahead from {ahead} items (0: never), seed {seed}: {tally:?} in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        assert_eq!(tally.faults, n);
+        total += tally.faults;
+    }
+    assert_eq!(total, faults);
 }
 
 // The orderings of the open transaction (SPEC 6, redo log): several
@@ -636,12 +664,21 @@ async fn random_write_and_fsync_faults_never_half_apply_an_operation() {
 // and after a crash (the page cache kept, redb back at its last commit).
 #[tokio::test]
 async fn batches_held_in_the_open_transaction_survive_aborts_reads_and_crashes() {
-    for (errno, sync) in [(EIO, false), (ENOSPC, false), (EIO, true)] {
-        let what = format!("held-{errno}-{}", if sync { "sync" } else { "write" });
+    for (errno, sync, ahead) in [
+        (EIO, false, 0),
+        (ENOSPC, false, 0),
+        (EIO, true, 0),
+        (EIO, false, 1),
+        (EIO, true, 1),
+    ] {
+        let what = format!(
+            "held-{errno}-{}-ahead{ahead}",
+            if sync { "sync" } else { "write" }
+        );
         let clock = ManualClock::new(1_000_000);
         let disk = SimDisk::new();
         // Never checkpointed after the open's: every batch stays held.
-        let q = open_checkpointing(&what, &disk, &clock, u64::MAX).await;
+        let q = open_checkpointing(&what, &disk, &clock, u64::MAX, ahead).await;
         let mut acked: Vec<u64> = Vec::new();
         for i in 0..3u8 {
             acked.push(q.add(NewItem::new(vec![i; 20])).await.unwrap().id);

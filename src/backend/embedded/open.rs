@@ -265,7 +265,11 @@ impl EmbeddedQueue {
             .name("workjournal-writer".into())
             .spawn(move || {
                 let opened = open_log()
-                    .map(redo::Log::new)
+                    .map(|file| {
+                        let mut log = redo::Log::new(file);
+                        log.set_ahead_from(policy.ahead_from);
+                        log
+                    })
                     .map_err(|source| Error::Io {
                         context: format!("open the redo log of {}", thread_path.display()),
                         source,

@@ -99,6 +99,20 @@ impl EmbeddedOptions {
         self
     }
 
+    /// Write the redo record of a batch of adds holding at least this many
+    /// items (in all, across the callers whose adds share one commit)
+    /// before the adds run, and sync it while they apply (SPEC 6, redo
+    /// log): the batch then costs about the larger of the two rather than
+    /// their sum. The adds must all be able to succeed (valid items, room
+    /// under `max_backlog` for every one); a batch that cannot promise that
+    /// runs first and is logged after, as a smaller one is. A failed write
+    /// or sync fails the adds with `Io` and keeps nothing of them. 0 turns
+    /// it off. Default: 32.
+    pub fn write_ahead_from(mut self, items: usize) -> Self {
+        self.checkpoint.ahead_from = items;
+        self
+    }
+
     /// Checkpoint the redo log after a write once the last checkpoint is
     /// this old. Default: 2 s.
     pub fn checkpoint_interval(mut self, interval: Duration) -> Self {

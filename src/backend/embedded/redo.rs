@@ -107,6 +107,11 @@ pub(super) const CHECKPOINT_OPS: u64 = 8192;
 /// Default of [`Policy::interval`].
 pub(super) const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(2);
 
+/// Default of [`Policy::ahead_from`]: a batch of adds of 32 items or more
+/// is written to the log before it runs. Below that the adds run faster
+/// than the sync thread wakes.
+pub(super) const WRITE_AHEAD_FROM: usize = 32;
+
 /// When the writer checkpoints (SPEC 7, embedded checkpoints): after a
 /// batch, once the log holds `bytes` bytes or `ops` operations since the
 /// last checkpoint, or the last one is `interval` old.
@@ -119,6 +124,9 @@ pub(super) struct Policy {
     pub(super) ops: u64,
     /// Age of the last checkpoint (default 2 s).
     pub(super) interval: Duration,
+    /// Items from which a batch of adds has its record written and synced
+    /// while it runs (default [`WRITE_AHEAD_FROM`]; 0: never).
+    pub(super) ahead_from: usize,
 }
 
 impl Default for Policy {
@@ -127,6 +135,7 @@ impl Default for Policy {
             bytes: CHECKPOINT_BYTES,
             ops: CHECKPOINT_OPS,
             interval: CHECKPOINT_INTERVAL,
+            ahead_from: WRITE_AHEAD_FROM,
         }
     }
 }

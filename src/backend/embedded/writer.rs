@@ -144,6 +144,14 @@ impl Op {
         false
     }
 
+    /// The items of an add; `None` for every other operation.
+    pub(super) fn added(&self) -> Option<&[(NewItem, Option<u64>)]> {
+        match self {
+            Op::Add(items) => Some(items),
+            _ => None,
+        }
+    }
+
     /// The operation's name, for errors.
     pub(super) fn name(&self) -> &'static str {
         match self {

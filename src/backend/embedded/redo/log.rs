@@ -5,6 +5,7 @@
 //! body; little endian) and the body (module `record`).
 
 use std::io;
+use std::sync::{Arc, mpsc};
 
 use super::file::LogFile;
 use super::{CHECKPOINT_BYTES, Policy};
@@ -31,7 +32,13 @@ const MAX_BODY: u64 = u32::MAX as u64;
 /// which tag.
 #[derive(Debug)]
 pub(in crate::backend::embedded) struct Log {
-    file: Box<dyn LogFile>,
+    file: Arc<dyn LogFile>,
+    /// The thread that syncs a record written ahead of its batch's apply
+    /// ([`Log::write_ahead`]); started at the first such record.
+    syncer: Option<Syncer>,
+    /// A record was written by [`Log::write_ahead`] and its sync not yet
+    /// collected by [`Log::finish_ahead`].
+    ahead: bool,
     /// The tag of the current generation (the `redo_log` of the last
     /// checkpoint); 0 before the first.
     tag: u64,
@@ -47,6 +54,9 @@ pub(in crate::backend::embedded) struct Log {
     ops: u64,
     /// An append failed: checkpoint before the next one.
     broken: bool,
+    /// A batch of adds of at least this many items is written ahead of its
+    /// run ([`Log::write_ahead`]); 0: never.
+    ahead_from: usize,
     /// The next record, reused between batches: [`HEADER`] bytes kept for
     /// its header (filled in by the append), then its body. The body is
     /// written in place, so the append copies nothing (a copy into a
@@ -54,18 +64,59 @@ pub(in crate::backend::embedded) struct Log {
     record: Vec<u8>,
 }
 
+/// The thread that syncs the log file for [`Log::write_ahead`]: one `()`
+/// asked, one result answered, in order. It ends when the log is dropped
+/// (its asking side closes).
+#[derive(Debug)]
+struct Syncer {
+    ask: mpsc::Sender<()>,
+    answer: mpsc::Receiver<io::Result<()>>,
+}
+
+impl Syncer {
+    /// `None` if no thread could be started.
+    fn start(file: Arc<dyn LogFile>) -> Option<Self> {
+        let (ask, asked) = mpsc::channel::<()>();
+        let (answered, answer) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("workjournal-log-sync".into())
+            .spawn(move || {
+                for () in asked {
+                    if answered.send(file.sync_data()).is_err() {
+                        break;
+                    }
+                }
+            })
+            .ok()?;
+        Some(Syncer { ask, answer })
+    }
+}
+
 impl Log {
     pub(in crate::backend::embedded) fn new(file: Box<dyn LogFile>) -> Self {
         Log {
-            file,
+            file: Arc::from(file),
+            syncer: None,
+            ahead: false,
             tag: 0,
             pos: 0,
             applied: 0,
             len: None,
             ops: 0,
             broken: false,
+            ahead_from: super::WRITE_AHEAD_FROM,
             record: vec![0; HEADER],
         }
+    }
+
+    /// Set [`Log::ahead_from`] (the writer's policy).
+    pub(in crate::backend::embedded) fn set_ahead_from(&mut self, items: usize) {
+        self.ahead_from = items;
+    }
+
+    /// How many items a batch of adds needs to be written ahead of its run.
+    pub(in crate::backend::embedded) fn ahead_from(&self) -> usize {
+        self.ahead_from
     }
 
     /// The current generation's tag.
@@ -149,7 +200,85 @@ impl Log {
         result
     }
 
+    /// Write the record begun by [`start_record`](Self::start_record)
+    /// and start its sync on the log's sync thread, so that the caller can
+    /// apply the record's operations while the disk syncs (SPEC 6,
+    /// redo log: a large batch of adds). The record counts as
+    /// appended only once [`finish_ahead`](Self::finish_ahead) returns
+    /// `Ok`.
+    ///
+    /// # Errors
+    ///
+    /// The write's error (the log is then broken, as after a failed
+    /// [`append`](Self::append), and no sync is pending).
+    pub(in crate::backend::embedded) fn write_ahead(&mut self) -> io::Result<()> {
+        // A sync never collected (the batch before panicked between the two
+        // calls) must not answer for this record's.
+        if std::mem::take(&mut self.ahead)
+            && let Some(s) = &self.syncer
+            && s.answer.recv().is_err()
+        {
+            self.syncer = None;
+        }
+        if let Err(e) = self.try_write() {
+            self.broken = true;
+            return Err(e);
+        }
+        self.ahead = true;
+        if self.syncer.is_none() {
+            // No thread (the system refused one): the sync is made inline
+            // by `finish_ahead`.
+            self.syncer = Syncer::start(self.file.clone());
+        }
+        if let Some(s) = &self.syncer
+            && s.ask.send(()).is_err()
+        {
+            self.syncer = None;
+        }
+        Ok(())
+    }
+
+    /// Wait for the sync started by [`write_ahead`](Self::write_ahead):
+    /// on `Ok` the record is appended (durable, and counted as `ops`
+    /// operations), as by [`append`](Self::append).
+    ///
+    /// # Errors
+    ///
+    /// The sync's error; the log is then broken (checkpoint before the
+    /// next append), and the record is not counted.
+    pub(in crate::backend::embedded) fn finish_ahead(&mut self, ops: u64) -> io::Result<()> {
+        if !std::mem::take(&mut self.ahead) {
+            return Err(io::Error::other("no redo record was written ahead"));
+        }
+        let synced = match &self.syncer {
+            Some(s) => s.answer.recv().unwrap_or_else(|_| {
+                // The thread is gone: sync here (a second sync of the same
+                // bytes is harmless).
+                self.file.sync_data()
+            }),
+            None => self.file.sync_data(),
+        };
+        match synced {
+            Ok(()) => {
+                self.pos = self.record_end();
+                self.ops += ops.max(1);
+                Ok(())
+            }
+            Err(e) => {
+                self.broken = true;
+                Err(e)
+            }
+        }
+    }
+
     fn try_append(&mut self) -> io::Result<()> {
+        self.try_write()?;
+        self.file.sync_data()
+    }
+
+    /// Grow the file if the record needs it, then write the record with its
+    /// header at `pos` (no sync).
+    fn try_write(&mut self) -> io::Result<()> {
         let body = self
             .record
             .len()
@@ -178,8 +307,7 @@ impl Log {
         }
         let (head, body) = self.record.split_at_mut(HEADER);
         head.copy_from_slice(&header(body_len, self.tag, self.pos, body));
-        self.file.write(self.pos, &self.record)?;
-        self.file.sync_data()
+        self.file.write(self.pos, &self.record)
     }
 
     /// The record under `tag` at `offset`, whole, with the offset after
@@ -256,6 +384,85 @@ pub(in crate::backend::embedded) fn new_tag() -> u64 {
 mod tests {
     use super::*;
     use crate::backend::embedded::redo::MemLog;
+
+    /// A log file whose syncs fail while `fail` is set, counting them.
+    #[derive(Debug, Default, Clone)]
+    struct FailingSync {
+        mem: MemLog,
+        fail: std::sync::Arc<std::sync::atomic::AtomicBool>,
+        syncs: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    }
+
+    impl LogFile for FailingSync {
+        fn len(&self) -> io::Result<u64> {
+            self.mem.len()
+        }
+        fn read(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
+            self.mem.read(offset, out)
+        }
+        fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+            self.mem.write(offset, data)
+        }
+        fn sync_data(&self) -> io::Result<()> {
+            use std::sync::atomic::Ordering::SeqCst;
+            self.syncs.fetch_add(1, SeqCst);
+            if self.fail.load(SeqCst) {
+                return Err(io::Error::from_raw_os_error(5));
+            }
+            Ok(())
+        }
+    }
+
+    // SPEC 6, redo log: a record written ahead counts only once its sync
+    // (made on the log's own thread) has answered `Ok`; a failed sync
+    // breaks the log and counts nothing.
+    #[test]
+    fn a_record_written_ahead_counts_once_its_sync_answers() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let file = FailingSync::default();
+        let mut log = Log::new(Box::new(file.clone()));
+        log.reset(7);
+        log.start_record().extend_from_slice(b"ahead");
+        log.write_ahead().unwrap();
+        assert_eq!(log.pos(), 0, "not appended before its sync answered");
+        log.finish_ahead(3).unwrap();
+        let (body, end) = log.read_record(7, 0).unwrap().unwrap();
+        assert_eq!(body, b"ahead");
+        assert_eq!((log.pos(), log.ops), (end, 3));
+        assert_eq!(file.syncs.load(SeqCst), 1);
+
+        file.fail.store(true, SeqCst);
+        log.start_record().extend_from_slice(b"lost");
+        log.write_ahead().unwrap();
+        assert!(log.finish_ahead(1).is_err(), "the sync's error");
+        assert!(log.is_broken());
+        assert_eq!((log.pos(), log.ops), (end, 3), "nothing counted");
+        assert!(log.finish_ahead(1).is_err(), "no second answer");
+    }
+
+    // A record written ahead whose sync was never collected (its batch
+    // panicked in between) must not lend its answer to the next one.
+    #[test]
+    fn an_uncollected_sync_does_not_answer_for_the_next_record() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let file = FailingSync::default();
+        let mut log = Log::new(Box::new(file.clone()));
+        log.reset(9);
+        log.start_record().extend_from_slice(b"abandoned");
+        log.write_ahead().unwrap();
+        // The first sync answers Ok; the next one must fail.
+        while file.syncs.load(SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        file.fail.store(true, SeqCst);
+        log.start_record().extend_from_slice(b"next");
+        log.write_ahead().unwrap();
+        assert!(
+            log.finish_ahead(1).is_err(),
+            "the abandoned record's Ok answered for this one"
+        );
+        assert_eq!(file.syncs.load(SeqCst), 2);
+    }
 
     #[test]
     fn a_record_reads_back_only_whole_and_under_its_tag() {

@@ -37,6 +37,34 @@ impl Tables<'_> {
             .map(|(id, _)| id))
     }
 
+    /// Whether the adds `adds` (each one call's items) all pass
+    /// [`Tables::add`]'s checks whatever the others do: every item valid,
+    /// and the backlog limit not reached even if every item is fresh. A
+    /// batch of adds that fits has its redo record written before it runs
+    /// (SPEC 6, redo log).
+    ///
+    /// # Errors
+    ///
+    /// `Storage` if the lanes cannot be counted.
+    pub(in crate::backend::embedded) fn adds_fit<'a>(
+        &self,
+        adds: impl Iterator<Item = &'a [(NewItem, Option<u64>)]>,
+    ) -> Result<bool> {
+        let mut items = 0u64;
+        for add in adds {
+            for (item, _) in add {
+                if check_new_item(item, self.limits.max_payload_bytes).is_err() {
+                    return Ok(false);
+                }
+                items += 1;
+            }
+        }
+        Ok(match self.limits.max_backlog {
+            Some(limit) => self.waiting()?.saturating_add(items) <= limit,
+            None => true,
+        })
+    }
+
     pub(in crate::backend::embedded) fn add(
         &mut self,
         items: &[(NewItem, Option<u64>)],
