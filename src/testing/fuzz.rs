@@ -406,7 +406,11 @@ async fn crash_run(input: &CrashInput, fresh: &DiskImage) -> Result<(), String> 
     let disk = SimDisk::from_image(fresh.clone());
     // Half the inputs have every add's redo record written ahead of its
     // run (SPEC 6, redo log), half only the default's large batches.
-    let ahead = if input.keep_seed.is_multiple_of(2) { 1 } else { 32 };
+    let ahead = if input.keep_seed.is_multiple_of(2) {
+        1
+    } else {
+        32
+    };
     let queue = open_once(disk.backend(), config.clone(), ahead)
         .await
         .map_err(|e| format!("open a fresh queue: {e}"))?;

@@ -343,11 +343,11 @@ pub(super) fn execute(
             }
         };
         let now = active.iter().map(|&i| reqs[i].1).max().unwrap_or(0);
-        // SPEC 6, redo log: a large batch of adds that cannot
-        // fail (every item valid, room for all of them) has its record
-        // written and its sync started before the adds run, so that the
-        // disk syncs while they apply. Only on the first pass: a batch that
-        // lost an operation is not all adds any more.
+        // SPEC 6, redo log: a large batch of adds that cannot fail (every
+        // item valid, room for all of them) has its record written and its
+        // sync started before the adds run, so that the disk syncs while
+        // they apply. Only on the first pass: a batch that lost an
+        // operation is not all adds any more.
         let ahead = active.len() == reqs.len()
             && !log.is_broken()
             && writes_ahead(reqs, log.ahead_from())
@@ -356,13 +356,13 @@ pub(super) fn execute(
                 .unwrap_or(false);
         let mut logged_ahead = 0u64;
         if ahead {
-            let body = log.start_record();
-            redo::begin_batch(body, &limits, latest, now);
-            for (op, at) in reqs {
-                if redo::encode_op(body, op, *at) {
-                    logged_ahead += redo::weight(op);
-                }
-            }
+            logged_ahead = record(
+                log,
+                &limits,
+                latest,
+                now,
+                reqs.iter().map(|(op, at)| (op, *at)),
+            );
             if let Err(source) = log.write_ahead() {
                 // Nothing of this batch ran: the transaction keeps the
                 // earlier batches, and the broken log is checkpointed
@@ -506,14 +506,17 @@ pub(super) fn execute(
         // The record: the operations that succeeded (a failed one changed
         // nothing), each with its time; reads write nothing and are left
         // out.
-        let body = log.start_record();
-        redo::begin_batch(body, &limits, latest, now);
-        let mut logged = 0u64;
-        for (&i, r) in active.iter().zip(&ran.done) {
-            if r.is_ok() && redo::encode_op(body, &reqs[i].0, reqs[i].1) {
-                logged += redo::weight(&reqs[i].0);
-            }
-        }
+        let logged = record(
+            log,
+            &limits,
+            latest,
+            now,
+            active
+                .iter()
+                .zip(&ran.done)
+                .filter(|(_, r)| r.is_ok())
+                .map(|(&i, _)| (&reqs[i].0, reqs[i].1)),
+        );
         let end = log.record_end();
         let (redo_at, kept) = o
             .cell
@@ -556,6 +559,27 @@ pub(super) fn execute(
         changed,
         behind,
     }
+}
+
+/// Begin the log's next record with the batch's settings and times, and
+/// put `ops` into it (each with its time; reads are left out). Returns
+/// their [`redo::weight`] in all.
+fn record<'o>(
+    log: &mut Log,
+    limits: &Limits,
+    latest: u64,
+    now: u64,
+    ops: impl Iterator<Item = (&'o Op, u64)>,
+) -> u64 {
+    let body = log.start_record();
+    redo::begin_batch(body, limits, latest, now);
+    let mut logged = 0;
+    for (op, at) in ops {
+        if redo::encode_op(body, op, at) {
+            logged += redo::weight(op);
+        }
+    }
+    logged
 }
 
 /// Whether `reqs` is a batch whose redo record is written ahead of its run
