@@ -368,14 +368,7 @@ pub(super) fn execute(
                 // earlier batches, and the broken log is checkpointed
                 // before the next operation.
                 *open = Some(o);
-                fail_all(
-                    &mut results,
-                    &active,
-                    Error::Io {
-                        context: "append to the redo log".into(),
-                        source,
-                    },
-                );
+                fail_all(&mut results, &active, append_failed(source));
                 break;
             }
         }
@@ -421,14 +414,7 @@ pub(super) fn execute(
                     // Not durable: redb goes back to the log's last record.
                     *floors = ExpiryFloors::default();
                     behind |= !abandon(db, log, o.into_txn());
-                    fail_all(
-                        &mut results,
-                        &active,
-                        Error::Io {
-                            context: "append to the redo log".into(),
-                            source,
-                        },
-                    );
+                    fail_all(&mut results, &active, append_failed(source));
                 }
                 (Ok(()), Err(e)) => {
                     // The record is durable but the adds did not apply
@@ -530,14 +516,7 @@ pub(super) fn execute(
         if let Err(source) = log.append(logged) {
             *floors = ExpiryFloors::default();
             behind |= !abandon(db, log, o.into_txn());
-            fail_all(
-                &mut results,
-                &active,
-                Error::Io {
-                    context: "append to the redo log".into(),
-                    source,
-                },
-            );
+            fail_all(&mut results, &active, append_failed(source));
             break;
         }
         // From here the batch is durable: wake waiters.
@@ -558,6 +537,15 @@ pub(super) fn execute(
         results,
         changed,
         behind,
+    }
+}
+
+/// The error of an operation whose redo record could not be appended
+/// (written or synced): nothing of it is kept.
+fn append_failed(source: std::io::Error) -> Error {
+    Error::Io {
+        context: "append to the redo log".into(),
+        source,
     }
 }
 
