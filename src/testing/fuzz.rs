@@ -383,14 +383,9 @@ async fn open_once(
     config: crate::Config,
     ahead: usize,
 ) -> crate::Result<EmbeddedQueue> {
-    let mut backend = Some(backend);
     EmbeddedQueue::open_on_backend_with_options(
         &disk_name(),
-        move || {
-            backend
-                .take()
-                .ok_or_else(|| std::io::Error::other("this simulated disk is opened once"))
-        },
+        crate::backend::embedded::opened_once(backend),
         config,
         crate::EmbeddedOptions::default()
             .verify_on_open(true)

@@ -28,6 +28,8 @@ mod writer;
 
 pub use options::EmbeddedOptions;
 
+#[cfg(feature = "testing")]
+pub(crate) use open::opened_once;
 pub(crate) use redo::LogFile;
 
 #[cfg(feature = "forward")]

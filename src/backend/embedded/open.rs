@@ -130,20 +130,7 @@ impl EmbeddedQueue {
         config: Config,
         verify_on_open: bool,
     ) -> Result<Self> {
-        let mut backend = Some(backend);
-        Self::open_on_backend_with(
-            name,
-            move || {
-                backend.take().ok_or_else(|| {
-                    std::io::Error::other(
-                        "this storage backend cannot be opened twice: open the queue again",
-                    )
-                })
-            },
-            config,
-            verify_on_open,
-        )
-        .await
+        Self::open_on_backend_with(name, opened_once(backend), config, verify_on_open).await
     }
 
     /// As [`EmbeddedQueue::open_on_backend`], with a function that makes
@@ -328,6 +315,23 @@ impl EmbeddedQueue {
                 read_only,
                 max_deliveries: limits.max_deliveries,
             }),
+        })
+    }
+}
+
+/// A maker for [`EmbeddedQueue::open_on_backend_with_options`] that hands
+/// out `backend` once: a reopen after an I/O error then fails instead of
+/// opening the same storage again (what `open_on_backend` does).
+#[cfg(feature = "testing")]
+pub(crate) fn opened_once<B: Send + 'static>(
+    backend: B,
+) -> impl FnMut() -> std::io::Result<B> + Send + 'static {
+    let mut backend = Some(backend);
+    move || {
+        backend.take().ok_or_else(|| {
+            std::io::Error::other(
+                "this storage backend cannot be opened twice: open the queue again",
+            )
         })
     }
 }

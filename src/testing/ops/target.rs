@@ -88,15 +88,9 @@ impl Storage {
             // No whole-file integrity check at open: this file is never
             // damaged (`open_damaged_file` fuzzes that check).
             Storage::Sim(disk, name) => {
-                // Opened once, as by `open_on_backend`.
-                let mut backend = Some(disk.backend());
                 crate::EmbeddedQueue::open_on_backend_with_options(
                     name,
-                    move || {
-                        backend.take().ok_or_else(|| {
-                            std::io::Error::other("this simulated disk is opened once per open")
-                        })
-                    },
+                    crate::backend::embedded::opened_once(disk.backend()),
                     config,
                     options.verify_on_open(false),
                 )
