@@ -12,8 +12,7 @@
 //! - a handler that panics counts as a failed attempt; the worker lives on;
 //! - a [`HandlerError::not_attempted`] (the worker's own failure) gives the
 //!   item back with [`WorkQueue::release`], its delivery not spent, and
-//!   pauses claiming for a backoff; a [`HandlerError::give_back`] (the
-//!   handler withdrew work it had queued) releases it due at once;
+//!   pauses claiming for a backoff;
 //! - an ack (or retry, touch, ...) that fails with a retryable error is
 //!   tried again with a backoff for up to one lease;
 //! - it touches its in-flight items every lease / 3 (heartbeat), reclaims

@@ -71,7 +71,6 @@ cases!(
     reclaims_items_of_a_dead_consumer,
     shutdown_waits_for_short_items_and_gives_long_ones_back,
     not_attempted_gives_the_item_back_without_spending_a_delivery,
-    give_back_releases_at_once_without_a_delivery_or_a_pause,
     items_dead_lettered_by_reclaim_count_in_the_report_and_events,
     dropped_dead_letters_are_reported,
     promotes_a_timer_at_its_deadline_while_every_slot_is_busy,
@@ -541,65 +540,6 @@ where
         })
         .collect();
     assert_eq!(released, vec!["cannot start sh: EMFILE"; 2]);
-}
-
-/// SPEC 9, Worker: `HandlerError::give_back` (a handler that had queued the
-/// item's work withdrew it unstarted) releases the item due at once, its
-/// delivery not spent, and does not pause the worker's claims: with a
-/// retry base of an hour, a pause would hold the third run for an hour.
-async fn give_back_releases_at_once_without_a_delivery_or_a_pause<F, Fut>(make: F)
-where
-    F: Fn(Config) -> Fut,
-    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
-{
-    let (q, _keep) = make(Config::default().max_deliveries(1)).await;
-    add_n(&q, 1).await;
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let events = Arc::new(Mutex::new(Vec::new()));
-    let (s2, e2) = (seen.clone(), events.clone());
-    let before = q.now_ms().await.unwrap();
-    let report = Worker::new(q.clone())
-        .retry_policy(RetryPolicy::default().base(Duration::from_secs(3600)))
-        .until_empty(true)
-        .on_event(move |e| e2.lock().unwrap().push(e.clone()))
-        .run(
-            move |c| {
-                let s2 = s2.clone();
-                async move {
-                    let mut seen = s2.lock().unwrap();
-                    seen.push(c.receipt.delivery);
-                    if seen.len() < 3 {
-                        Err(HandlerError::give_back("worker stopped"))
-                    } else {
-                        Ok(())
-                    }
-                }
-            },
-            std::future::pending(),
-        )
-        .await
-        .unwrap();
-    let after = q.now_ms().await.unwrap();
-    assert_eq!(*seen.lock().unwrap(), vec![1, 1, 1]);
-    assert_eq!(
-        (report.acked, report.released, report.retried),
-        (1, 2, 0),
-        "{report:?}"
-    );
-    let released: Vec<_> = events
-        .lock()
-        .unwrap()
-        .iter()
-        .filter_map(|e| match e {
-            WorkerEvent::Released {
-                reason,
-                not_before_ms,
-                ..
-            } => Some((reason.clone(), (before..=after).contains(not_before_ms))),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(released, vec![("worker stopped".to_string(), true); 2]);
 }
 
 /// SPEC 9, Worker, Back-off: a handler's `HandlerError::back_off` holds the

@@ -154,13 +154,10 @@ pub(crate) enum Command {
     },
     /// Run the oldest parked item of a paused FLOW with --exec, once.
     Step(StepArgs),
-    /// Internal: the supervisor `work` runs its commands under (requests on
-    /// the socket that is its stdin; SPEC section 9).
+    /// Internal: the supervisor a slot of `work` runs its commands under
+    /// (requests on the socket that is its stdin; SPEC section 9).
     #[command(name = "__supervise", hide = true)]
     Supervise {
-        /// How many commands run at once (the rest of the requests wait).
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=i64::from(MAX_CONCURRENCY)))]
-        slots: u16,
         /// The command, for `sh -c`.
         #[arg(allow_hyphen_values = true)]
         cmd: String,

@@ -166,45 +166,35 @@ fn lock_holder(path: &std::path::Path) -> Option<u32> {
     })
 }
 
-/// The arguments of the supervisor as `work` starts it (`__supervise
-/// --slots N -- CMD`, or `__supervise -- CMD` for one slot, exactly), read
-/// without building the whole command line: clap's parser of every
-/// subcommand is most of what a supervisor would spend before it answers.
-/// Anything else (a supervisor run by hand with other spellings) goes
-/// through clap.
-fn supervisor_args() -> Option<(String, usize)> {
+/// The arguments of the supervisor as `work` starts it (`__supervise --
+/// CMD`, exactly), read without building the whole command line: clap's
+/// parser of every subcommand is most of what a supervisor would spend
+/// before it answers. Anything else (a supervisor run by hand with other
+/// spellings) goes through clap.
+fn supervisor_args() -> Option<String> {
     let mut args = std::env::args_os().skip(1);
     if args.next()? != exec::SUPERVISE {
         return None;
     }
-    let mut next = args.next()?;
-    let mut slots = 1;
-    if next == "--slots" {
-        slots = args.next()?.to_str()?.parse().ok()?;
-        if !(1..=args::MAX_CONCURRENCY as usize).contains(&slots) {
-            return None;
-        }
-        next = args.next()?;
-    }
-    if next != "--" {
+    if args.next()? != "--" {
         return None;
     }
     let cmd = args.next()?.into_string().ok()?;
-    args.next().is_none().then_some((cmd, slots))
+    args.next().is_none().then_some(cmd)
 }
 
 fn main() -> ExitCode {
-    if let Some((cmd, slots)) = supervisor_args() {
-        return exec::supervise(&cmd, slots);
+    if let Some(cmd) = supervisor_args() {
+        return exec::supervise(&cmd);
     }
     let parsed = Cli::try_parse();
     // The command supervisor of `work` (see `exec`) runs without a runtime.
     if let Ok(Cli {
-        command: args::Command::Supervise { cmd, slots },
+        command: args::Command::Supervise { cmd },
         ..
     }) = &parsed
     {
-        return exec::supervise(cmd, usize::from(*slots));
+        return exec::supervise(cmd);
     }
     match try_main(parsed) {
         Ok(()) => ExitCode::SUCCESS,

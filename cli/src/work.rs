@@ -186,30 +186,12 @@ async fn run_work(
         }
     };
 
-    // One command supervisor for the run, running `concurrency` commands at
-    // once. The worker runs up to `ahead` more handlers than that, each
-    // with its request already queued at the supervisor, which starts it
-    // the moment a command ends (SPEC 9): taken from the prefetch, so the
-    // items claimed in all stay `concurrency + prefetch`. One-flow mode
-    // queues nothing ahead (it does not prefetch either).
-    let supervisor = Arc::new(exec::Supervisor::new(&args.exec.exec, concurrency));
-    let ahead = if args.flow.is_some() {
-        0
-    } else {
-        prefetch.min(concurrency)
-    };
-
     let shutdown = {
         let first = first.clone();
         let bar = bar.clone();
         let lease = args.exec.lease;
-        let supervisor = supervisor.clone();
         async move {
             first.notified().await;
-            // Nothing starts after the first Ctrl-C: the requests queued at
-            // the supervisor come back withdrawn and their items are given
-            // back.
-            supervisor.stop();
             log_line(
                 bar.as_ref(),
                 &format!(
@@ -242,11 +224,12 @@ async fn run_work(
     // Set when a command died of SIGPIPE on our closed stdout: stop at once,
     // leaving the unfinished items pending (SPEC section 9).
     let stdout_closed = Arc::new(Notify::new());
+    // One long-lived supervisor per slot, reused item after item.
+    let supervisors = Arc::new(exec::Supervisors::new(&args.exec.exec));
     let timeout = args.exec.timeout;
-    let holder = queue.clone();
     let worker = Worker::new(queue.clone())
-        .concurrency(concurrency + ahead)
-        .prefetch(prefetch - ahead)
+        .concurrency(concurrency)
+        .prefetch(prefetch)
         .lease(args.exec.lease)
         .grace(args.exec.lease)
         .retry_policy(RetryPolicy::default().base(args.exec.backoff))
@@ -258,31 +241,15 @@ async fn run_work(
     let default_back_off = args.exec.backoff;
     let run = worker.run_with_result(
         move |claimed| {
-            // Queued now, in the order the worker starts handlers (the
-            // claim order), not when the future is first polled.
-            let run = supervisor.start(&claimed, timeout, keep_stdout);
+            let supervisors = supervisors.clone();
             let closed = closed.clone();
-            let queue = holder.clone();
-            let flow = claimed.item.flow.clone();
             async move {
-                match run.outcome().await {
+                match supervisors.run(&claimed, timeout, keep_stdout).await {
                     exec::Outcome::Ok(result) => Ok(result),
                     exec::Outcome::Failed(f) => Err(HandlerError::from(f)),
                     exec::Outcome::NotStarted(f) => Err(HandlerError::not_attempted(f)),
                     exec::Outcome::BackOff(d, f) => {
                         Err(HandlerError::back_off(d.unwrap_or(default_back_off), f))
-                    }
-                    exec::Outcome::GivenBack(reason) => Err(HandlerError::give_back(reason)),
-                    exec::Outcome::FlowBackedOff(d) => {
-                        // As for an item prefetched when its flow backed
-                        // off (SPEC 9): hold the flow first (the other
-                        // command's handler may not have yet), then give
-                        // the item back due at once, for the hold to keep.
-                        let d = d.unwrap_or(default_back_off);
-                        match queue.back_off(&flow, d).await {
-                            Ok(_) => Err(HandlerError::give_back(exec::BACKED_OFF)),
-                            Err(_) => Err(HandlerError::back_off(d, exec::BACKED_OFF)),
-                        }
                     }
                     exec::Outcome::StdoutClosed => {
                         // Not a failure of the item: never report back; the
@@ -404,21 +371,11 @@ async fn run_step(queue: &BoxQueue, args: &StepArgs) -> CliResult {
     };
     let receipt = claimed.receipt;
     let run = async {
-        let supervisor = exec::Supervisor::new(&args.exec.exec, 1);
-        match supervisor
-            .start(&claimed, args.exec.timeout, false)
-            .outcome()
-            .await
-        {
+        let supervisors = exec::Supervisors::new(&args.exec.exec);
+        match supervisors.run(&claimed, args.exec.timeout, false).await {
             exec::Outcome::Ok(_) => Ok(()),
             exec::Outcome::Failed(f) => Err((f, true)),
             exec::Outcome::NotStarted(f) => Err((f, false)),
-            // Nothing withdraws a step's one request; were it withdrawn, it
-            // did not run.
-            exec::Outcome::GivenBack(reason) => Err((exec::Failure(reason), false)),
-            exec::Outcome::FlowBackedOff(_) => {
-                Err((exec::Failure(exec::BACKED_OFF.to_string()), false))
-            }
             // A step runs one item by hand: a back-off request is a failure.
             exec::Outcome::BackOff(_, f) => Err((f, true)),
             exec::Outcome::StdoutClosed => Err((

@@ -1540,12 +1540,11 @@ fn a_command_exiting_75_backs_its_flow_off() {
     assert_eq!(s["limited"], 1, "{s}");
 }
 
-/// One run request of the worker to a supervisor (SPEC section 9, the wire
-/// format): kind 0 and the ticket (the item's id here), the head, the
-/// flow, and `payload_sent` of the payload's `payload_len` bytes.
+/// One request of the worker to a supervisor (SPEC section 9, the wire
+/// format): the head, the flow, and `payload_sent` of the payload's
+/// `payload_len` bytes.
 fn supervisor_request(id: u64, flow: &str, payload: &[u8], payload_sent: usize) -> Vec<u8> {
-    let mut r = vec![0u8];
-    r.extend_from_slice(&id.to_le_bytes()); // ticket
+    let mut r = Vec::new();
     r.extend_from_slice(&id.to_le_bytes());
     r.extend_from_slice(&1u32.to_le_bytes()); // delivery
     r.extend_from_slice(&0u64.to_le_bytes()); // no timeout
@@ -1557,26 +1556,17 @@ fn supervisor_request(id: u64, flow: &str, payload: &[u8], payload_sent: usize) 
     r
 }
 
-/// A cancel (1) or stop (2) message for `ticket`.
-fn supervisor_control(kind: u8, ticket: u64) -> Vec<u8> {
-    let mut r = vec![kind];
-    r.extend_from_slice(&ticket.to_le_bytes());
-    r
-}
-
-/// A status record from a supervisor: (ticket, kind, code or signal,
-/// stderr).
-fn supervisor_status(s: &mut std::os::unix::net::UnixStream) -> (u64, u8, i32, String) {
+/// A status record from a supervisor: (kind, code or signal, stderr).
+fn supervisor_status(s: &mut std::os::unix::net::UnixStream) -> (u8, i32, String) {
     use std::io::Read;
-    let mut head = [0u8; 22];
+    let mut head = [0u8; 14];
     s.read_exact(&mut head).unwrap();
-    let ticket = u64::from_le_bytes(head[..8].try_into().unwrap());
-    let value = i32::from_le_bytes(head[9..13].try_into().unwrap());
-    let stderr_len = u32::from_le_bytes(head[14..18].try_into().unwrap()) as usize;
-    let stdout_len = u32::from_le_bytes(head[18..22].try_into().unwrap()) as usize;
+    let value = i32::from_le_bytes(head[1..5].try_into().unwrap());
+    let stderr_len = u32::from_le_bytes(head[6..10].try_into().unwrap()) as usize;
+    let stdout_len = u32::from_le_bytes(head[10..14].try_into().unwrap()) as usize;
     let mut rest = vec![0u8; stderr_len + stdout_len];
     s.read_exact(&mut rest).unwrap();
-    (ticket, head[8], value, text(&rest[..stderr_len]))
+    (head[0], value, text(&rest[..stderr_len]))
 }
 
 /// The supervisor a slot of `work` keeps (`__supervise -- CMD`) is read
@@ -1610,8 +1600,8 @@ fn the_supervisor_runs_each_whole_payload_and_never_a_cut_one_by_either_spelling
         for (id, payload) in [(7u64, &b"hello"[..]), (8, b"world")] {
             ours.write_all(&supervisor_request(id, "f", payload, payload.len()))
                 .unwrap();
-            let (ticket, kind, code, stderr) = supervisor_status(&mut ours);
-            assert_eq!((ticket, kind, code), (id, 0, 3), "{how}");
+            let (kind, code, stderr) = supervisor_status(&mut ours);
+            assert_eq!((kind, code), (0, 3), "{how}");
             assert_eq!(stderr, "oops\n", "{how}");
             let ran = env.path(&format!("ran-{id}-f"));
             assert!(ran.exists(), "{how}: {id} did not run");
@@ -1629,171 +1619,7 @@ fn the_supervisor_runs_each_whole_payload_and_never_a_cut_one_by_either_spelling
     }
 }
 
-/// SPEC 9: one supervisor runs up to `--slots` commands at once and
-/// queues the requests past them in order, starting the next the moment a
-/// command ends; a cancel drops a queued request (answered withdrawn); a
-/// command that exits 75 withdraws the queued requests of its flow (and
-/// only those), passing its stderr on; a stop withdraws every queued
-/// request and every later one, while the running commands finish.
-#[test]
-fn the_supervisor_runs_its_slots_queues_the_rest_and_withdraws_on_cancel_back_off_and_stop() {
-    use std::os::fd::OwnedFd;
-    use std::os::unix::net::UnixStream;
-    let env = Env::new();
-    let cmd = r#"p=$(cat); echo "start $p" >> log; case $p in wait*) while [ ! -e "go-$p" ]; do sleep 0.02; done;; esac; [ "$p" = waitb ] && { echo 'retry-after: 90' >&2; exit 75; }; echo "end $p" >> log"#;
-    let (mut ours, theirs) = UnixStream::pair().unwrap();
-    ours.set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let child = env
-        .cmd(&["__supervise", "--slots", "2", "--", cmd])
-        .current_dir(env.dir.path())
-        .stdin(Stdio::from(OwnedFd::from(theirs)))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let run = |ours: &mut UnixStream, ticket: u64, flow: &str, p: &str| {
-        ours.write_all(&supervisor_request(ticket, flow, p.as_bytes(), p.len()))
-            .unwrap();
-    };
-    let log = || env.read("log");
-    let go = |p: &str| std::fs::write(env.path(&format!("go-{p}")), "").unwrap();
-    run(&mut ours, 1, "a", "wait1");
-    run(&mut ours, 2, "a", "wait2");
-    run(&mut ours, 3, "b", "x3");
-    run(&mut ours, 4, "b", "x4");
-    wait_for("two commands", Duration::from_secs(20), || {
-        log().lines().filter(|l| l.starts_with("start")).count() == 2
-    });
-    ours.write_all(&supervisor_control(1, 4)).unwrap();
-    assert_eq!(supervisor_status(&mut ours), (4, 4, 0, "cancelled".into()));
-    // Both slots busy: x3 waits for one.
-    std::thread::sleep(Duration::from_millis(200));
-    assert!(!log().contains("x3"), "{}", log());
-    go("wait1");
-    assert_eq!(supervisor_status(&mut ours), (1, 0, 0, String::new()));
-    assert_eq!(supervisor_status(&mut ours), (3, 0, 0, String::new()));
-    // wait2 (flow a) still runs; waitb (a) takes the other slot; x6 (a)
-    // and x7 (b) wait. waitb's exit 75 withdraws x6, not x7.
-    run(&mut ours, 5, "a", "waitb");
-    wait_for("waitb", Duration::from_secs(20), || {
-        log().contains("start waitb")
-    });
-    run(&mut ours, 6, "a", "x6");
-    run(&mut ours, 7, "b", "x7");
-    std::thread::sleep(Duration::from_millis(100));
-    go("waitb");
-    assert_eq!(
-        supervisor_status(&mut ours),
-        (5, 0, 75, "retry-after: 90\n".into())
-    );
-    assert_eq!(
-        supervisor_status(&mut ours),
-        (6, 4, 75, "retry-after: 90\n".into())
-    );
-    assert_eq!(supervisor_status(&mut ours), (7, 0, 0, String::new()));
-    // A stop: wait8 runs beside wait2, x9 waits and is withdrawn, x10
-    // comes after the stop and is withdrawn at once; the running finish.
-    run(&mut ours, 8, "b", "wait8");
-    wait_for("wait8", Duration::from_secs(20), || {
-        log().contains("start wait8")
-    });
-    run(&mut ours, 9, "b", "x9");
-    ours.write_all(&supervisor_control(2, 0)).unwrap();
-    run(&mut ours, 10, "b", "x10");
-    let stopped = (4u8, 0i32, "worker stopped".to_string());
-    let (t, kind, code, why) = supervisor_status(&mut ours);
-    assert_eq!((t, (kind, code, why)), (9, stopped.clone()));
-    let (t, kind, code, why) = supervisor_status(&mut ours);
-    assert_eq!((t, (kind, code, why)), (10, stopped));
-    go("wait2");
-    go("wait8");
-    let mut rest = vec![
-        supervisor_status(&mut ours).0,
-        supervisor_status(&mut ours).0,
-    ];
-    rest.sort_unstable();
-    assert_eq!(rest, [2, 8]);
-    drop(ours);
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let log = log();
-    for never in ["x4", "x6", "x9", "x10"] {
-        assert!(!log.contains(never), "{never} ran: {log}");
-    }
-    let at = |line: &str| log.lines().position(|l| l == line).unwrap();
-    assert!(at("start x3") > at("end wait1"), "{log}");
-    assert!(at("start x7") > at("start waitb"), "{log}");
-}
-
-/// SPEC 9: at the first SIGTERM the items whose commands wait at the
-/// supervisor for a slot never start: they are given back unstarted (due
-/// at once, their deliveries not spent) beside the prefetched ones, and
-/// the running command finishes.
-#[test]
-fn a_stop_gives_back_the_requests_waiting_at_the_supervisor_unstarted() {
-    let env = Env::new();
-    for p in ["first", "second", "third", "fourth"] {
-        env.ok(&["add", p]);
-    }
-    let worker = env
-        .cmd(&[
-            "work",
-            "--concurrency",
-            "1",
-            "--lease",
-            "5s",
-            "--exec",
-            r#"p=$(cat); echo "$p" >> started; [ "$p" = first ] && while [ ! -e go ]; do sleep 0.02; done; echo "$WORKJOURNAL_ID $WORKJOURNAL_DELIVERY $p" >> ran.txt"#,
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for("the first command", Duration::from_secs(20), || {
-        env.read("started") == "first\n"
-    });
-    // Every item claimed: one running, one queued at the supervisor, two
-    // prefetched.
-    wait_for("the prefetch", Duration::from_secs(20), || {
-        env.stats()["pending"] == 4
-    });
-    signal(&worker, "-TERM");
-    std::thread::sleep(Duration::from_millis(300));
-    std::fs::write(env.path("go"), "").unwrap();
-    let out = worker.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(env.read("started"), "first\n");
-    assert_eq!(env.read("ran.txt"), "1 1 first\n");
-    assert!(
-        text(&out.stderr).contains("; 3 given back without spending a delivery"),
-        "{}",
-        text(&out.stderr)
-    );
-    // Given back due at once (released items wait in the timer lane for
-    // their promotion).
-    let s = env.stats();
-    assert_eq!(
-        (
-            s["pending"].as_u64(),
-            s["backlog"]
-                .as_u64()
-                .zip(s["delayed"].as_u64())
-                .map(|(b, d)| b + d),
-        ),
-        (Some(0), Some(3)),
-        "{s}"
-    );
-    // Run again: each runs as its first delivery.
-    let out = env.run(&["work", "--until-empty", "--exec", &record("ran.txt")]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let ran = env.read("ran.txt");
-    for (id, p) in [(2, "second"), (3, "third"), (4, "fourth")] {
-        assert!(ran.contains(&format!("{id}  1 {p}\n")), "{ran}");
-    }
-}
-
-/// SPEC 9: the run's supervisor lives from item to item (every command's
+/// SPEC 9: a slot's supervisor lives from item to item (every command's
 /// parent is the same process, not the worker), and a worker SIGKILLed
 /// while a later item's command runs under it still takes that command's
 /// whole group with it, and the supervisor too.
@@ -1834,7 +1660,7 @@ fn a_reused_supervisor_still_kills_the_command_group_of_a_killed_worker() {
     );
 }
 
-/// SPEC 9: `--timeout` kills one item's command and the run's supervisor
+/// SPEC 9: `--timeout` kills one item's command and the slot's supervisor
 /// goes on to the next items, still the same process.
 #[test]
 fn a_supervisor_runs_on_after_a_timed_out_command() {
@@ -1873,7 +1699,7 @@ fn a_supervisor_runs_on_after_a_timed_out_command() {
     assert!(dead.contains("command timed out after 300ms"), "{dead}");
 }
 
-/// SPEC 9: items that follow each other through the run's supervisor
+/// SPEC 9: items that follow each other through one slot's supervisor
 /// keep apart: each kept stdout is its own command's, and a failure's
 /// reason is its own command's stderr, not a neighbour's.
 #[test]

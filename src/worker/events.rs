@@ -50,9 +50,8 @@ pub enum Event {
     },
     /// The item was given back without spending its delivery
     /// ([`WorkQueue::release`](crate::WorkQueue::release)): the handler said it was not attempted
-    /// ([`HandlerError::not_attempted`](crate::HandlerError::not_attempted)), gave the item back unstarted
-    /// ([`HandlerError::give_back`](crate::HandlerError::give_back)) or asked for a back-off, or the worker
-    /// stopped before the handler finished.
+    /// ([`HandlerError::not_attempted`](crate::HandlerError::not_attempted)), or the worker stopped before the
+    /// handler finished.
     Released {
         /// The item's id.
         id: u64,

@@ -135,9 +135,6 @@ pub struct HandlerError {
     pub(super) text: String,
     pub(super) attempt: bool,
     pub(super) back_off: Option<Duration>,
-    /// Given back unstarted by the handler itself ([`HandlerError::give_back`]):
-    /// due at once, and no pause of the worker's claims.
-    pub(super) given_back: bool,
 }
 
 impl HandlerError {
@@ -147,7 +144,6 @@ impl HandlerError {
             text: reason.to_string(),
             attempt: true,
             back_off: None,
-            given_back: false,
         }
     }
 
@@ -159,32 +155,6 @@ impl HandlerError {
             text: reason.to_string(),
             attempt: false,
             back_off: None,
-            given_back: false,
-        }
-    }
-
-    /// The handler gives the item back unstarted, of its own accord: it had
-    /// put the item's work in a queue of its own and withdrew it before it
-    /// began (its run was stopped, or another item of the same flow backed
-    /// the flow off meanwhile). The item is released due at once
-    /// ([`WorkQueue::release`](crate::WorkQueue::release), its delivery not
-    /// spent, a back-off in force on its flow holds it), counted in
-    /// `Report::released` with event `Released` and `reason`. Unlike
-    /// [`HandlerError::not_attempted`] it is not a failure of the worker:
-    /// claims do not pause. SPEC 9, Worker.
-    ///
-    /// ```
-    /// use workjournal::HandlerError;
-    /// let withdrawn = HandlerError::give_back("worker stopped");
-    /// assert!(!withdrawn.is_attempt());
-    /// assert!(withdrawn.is_given_back());
-    /// ```
-    pub fn give_back(reason: impl fmt::Display) -> Self {
-        HandlerError {
-            text: reason.to_string(),
-            attempt: false,
-            back_off: None,
-            given_back: true,
         }
     }
 
@@ -207,19 +177,12 @@ impl HandlerError {
             text: reason.to_string(),
             attempt: false,
             back_off: Some(duration),
-            given_back: false,
         }
     }
 
     /// The back-off asked for by [`HandlerError::back_off`], if any.
     pub fn back_off_for(&self) -> Option<Duration> {
         self.back_off
-    }
-
-    /// Whether the handler gave the item back unstarted
-    /// ([`HandlerError::give_back`]).
-    pub fn is_given_back(&self) -> bool {
-        self.given_back
     }
 
     /// Whether this counts as a failed attempt of the item.

@@ -304,12 +304,6 @@ pub(super) async fn supervise<Q: WorkQueue + 'static>(
                 drop(guard);
                 return;
             }
-            Ok(Err(e)) if e.given_back => {
-                drop(permit);
-                release_for(&shared, receipt, Duration::ZERO, e.text).await;
-                drop(guard);
-                return;
-            }
             Ok(Err(e)) if !e.is_attempt() => {
                 drop(permit);
                 finish_not_attempted(&shared, receipt, e.text).await;
