@@ -8,6 +8,7 @@
 //! build too; the rates are wall clock and do.
 //!
 //! Run: `cargo bench --bench redis_script_cost --features redis,testing -- [batches]`.
+//! Payloads are 256 bytes, as in `benches/run.sh`, or `WJ_PAYLOAD_BYTES`.
 
 #[path = "raw_streams.rs"]
 mod raw_streams;
@@ -117,9 +118,13 @@ async fn main() -> Result<(), BoxError> {
     let q = Arc::new(
         RedisQueue::connect(&url, "cost", Config::default(), RedisOptions::default()).await?,
     );
-    let body = vec![7u8; 64];
+    let bytes: usize = match std::env::var("WJ_PAYLOAD_BYTES") {
+        Ok(v) => v.parse()?,
+        Err(_) => 256,
+    };
+    let body = vec![7u8; bytes];
     println!(
-        "| workload ({items} items) | redis backend: rate, server us/item, commands/item | raw Streams | rate ratio | server-time ratio |"
+        "| workload ({items} items of {bytes} bytes) | redis backend: rate, server us/item, commands/item | raw Streams | rate ratio | server-time ratio |"
     );
     println!("|---|---|---|---|---|");
 
