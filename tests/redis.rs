@@ -59,6 +59,7 @@ workjournal::on_server_and_cluster!(
     a_claim_does_not_walk_a_held_flows_items,
     redis_hand_outs_share_one_lease_counter,
     a_namespace_from_before_the_leases_index_acks_and_reads_its_outcomes,
+    a_namespace_of_a_newer_layout_is_refused_untouched,
 );
 
 /// A queue with `options`' short timeouts, for a test of what happens
@@ -1232,5 +1233,50 @@ async fn a_namespace_from_before_the_leases_index_acks_and_reads_its_outcomes(ki
         .await
         .unwrap();
     assert_eq!(left, 0, "the older outcome hash is pruned with its expiry");
+    q.close().await.unwrap();
+}
+
+/// A namespace whose `{ns}:layout` a newer build raised (SPEC 6) is
+/// refused at connect with `Decode`, and nothing in it changes; the
+/// layout this build writes is recorded at connect.
+async fn a_namespace_of_a_newer_layout_is_refused_untouched(kind: RedisKind) {
+    let url = shared_url(kind);
+    let ns = fresh_namespace();
+    let q = connect(&url, &ns, Config::default()).await;
+    q.add(NewItem::new(b"kept".to_vec())).await.unwrap();
+    q.close().await.unwrap();
+    let mut conn = raw(&url).await;
+    let layout: u64 = redis::cmd("GET")
+        .arg(format!("{{{ns}}}:layout"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(layout, 1);
+    let _: () = redis::cmd("SET")
+        .arg(format!("{{{ns}}}:layout"))
+        .arg(99)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let err = RedisQueue::connect(&url, &ns, Config::default(), RedisOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Decode { .. }), "{err:?}");
+    assert!(err.to_string().contains("layout 99"), "{err}");
+    let layout: u64 = redis::cmd("GET")
+        .arg(format!("{{{ns}}}:layout"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(layout, 99, "the refused namespace was changed");
+    let _: () = redis::cmd("SET")
+        .arg(format!("{{{ns}}}:layout"))
+        .arg(1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let q = connect(&url, &ns, Config::default()).await;
+    let got = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!(got[0].item.payload, b"kept");
     q.close().await.unwrap();
 }

@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use super::reply::uint;
+use redis::Value;
+
+use super::reply::{text, uint};
+use super::scripts::LAYOUT;
 use super::tls::{client_for, connect_what};
 use super::{Inner, RedisOptions, RedisQueue, Scripts, bounded, combine};
 use crate::config::Config;
@@ -17,7 +20,8 @@ impl RedisQueue {
     /// or `rediss://...` for TLS, see [TLS](RedisQueue#tls)) and use
     /// the queue in `namespace`: every key starts with `{namespace}:`.
     /// Moves a namespace of the older stream layout to the ranked lanes
-    /// (docs/DESIGN.md, "Redis layout"). Logs a
+    /// (docs/DESIGN.md, "Redis layout") and records the layout version it
+    /// writes in `{ns}:layout` (SPEC 6). Logs a
     /// warning if the server may evict keys (`maxmemory-policy allkeys-*`)
     /// or keeps no persistence, saying what a crash can then lose.
     ///
@@ -30,7 +34,9 @@ impl RedisQueue {
     /// `connect_timeout + response_timeout` (+ `replica_timeout` with
     /// replicas), the bound of every call (SPEC 7). A TLS handshake that
     /// fails, e.g. a server certificate no trusted CA signed, is such a
-    /// failure: the source names the certificate problem.
+    /// failure: the source names the certificate problem. `Decode` for a
+    /// namespace a newer build wrote (its `{ns}:layout` above what this
+    /// build reads, SPEC 6): nothing in it is changed.
     pub async fn connect(
         url: &str,
         namespace: &str,
@@ -96,10 +102,20 @@ impl RedisQueue {
 
     pub(super) async fn setup(&mut self) -> Result<()> {
         // SPEC 6: a namespace of the stream layout moves to the ranked
-        // lanes, in one script.
+        // lanes, in one script; one a newer build wrote is refused.
         let moved = self
             .run("migrate", &self.inner.scripts.migrate, Vec::new(), false)
             .await?;
+        if let Value::Array(a) = &moved {
+            let found = a.get(1).map(|v| text(v, "layout")).transpose()?;
+            return Err(Error::Decode {
+                what: format!("redis namespace {}", self.inner.prefix),
+                detail: format!(
+                    "written by a newer build (layout {}, this build reads up to {LAYOUT}); upgrade the program",
+                    found.unwrap_or_default()
+                ),
+            });
+        }
         let moved = uint(&moved, "migrate")?;
         if moved > 0 {
             tracing::info!(

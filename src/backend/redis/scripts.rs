@@ -22,6 +22,13 @@ pub(super) const DELAYED: i64 = 1;
 pub(super) const DEAD_LETTERED: i64 = 2;
 /// Most expired dedup keys or done markers one script deletes.
 pub(super) const PRUNE_LIMIT: u32 = 500;
+/// The namespace layout these scripts read and write, kept in `{ns}:layout`
+/// (SPEC 6): 1 is the ranked lanes with the leases index and the outcomes
+/// hash; no key, a namespace written before the key, which this build
+/// reads as it is (moving the stream layout's lanes at connect). A
+/// namespace of a higher layout, which a later build wrote, is refused at
+/// connect.
+pub(super) const LAYOUT: u32 = 1;
 
 /// The constants the scripts share with this file, as Lua locals: written
 /// once here, never copied by hand into the scripts.
@@ -33,7 +40,8 @@ fn lua_constants() -> String {
          local LOST, DEFAULT_FLOW, PARKED = {LOST}, {DEFAULT_FLOW}, {PARKED}\n\
          local DELAYED, DEAD_LETTERED = {DELAYED}, {DEAD_LETTERED}\n\
          local CLOCK_TOLERANCE = {CLOCK_STEP_TOLERANCE_MS}\n\
-         local EVENTS_KEPT = {EVENTS_PER_READ}\n"
+         local EVENTS_KEPT = {EVENTS_PER_READ}\n\
+         local LAYOUT = {LAYOUT}\n"
     )
 }
 
@@ -232,6 +240,7 @@ mod constant_tests {
         assert!(prelude.contains(&format!("local PRUNE_LIMIT = {}", super::PRUNE_LIMIT)));
         assert!(prelude.contains(&format!("{:?}", super::MAX_DELIVERIES_REASON)));
         assert!(prelude.contains(&format!("local EVENTS_KEPT = {}", super::EVENTS_PER_READ)));
+        assert!(prelude.contains(&format!("local LAYOUT = {}", super::LAYOUT)));
     }
 
     // Failed: claim.lua had a hand-out of its own (its batched lease and

@@ -37,6 +37,8 @@ local K_OUT_EXP = P .. 'out:exp'
 -- are hashes `{ns}:out:<id>`, still read (after this one) and deleted
 -- with their expiry.
 local K_OUT = P .. 'out'
+-- The namespace's layout version (LAYOUT, SPEC 6), written at connect.
+local K_LAYOUT = P .. 'layout'
 local K_EVENTS = P .. 'events'
 local K_CLOCK = P .. 'clock'
 -- SPEC 3, Flow limits: the set of flows with a limit record, each record a
