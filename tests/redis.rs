@@ -1246,37 +1246,41 @@ async fn a_namespace_of_a_newer_layout_is_refused_untouched(kind: RedisKind) {
     q.add(NewItem::new(b"kept".to_vec())).await.unwrap();
     q.close().await.unwrap();
     let mut conn = raw(&url).await;
-    let layout: u64 = redis::cmd("GET")
-        .arg(format!("{{{ns}}}:layout"))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(layout, 1);
-    let _: () = redis::cmd("SET")
-        .arg(format!("{{{ns}}}:layout"))
-        .arg(99)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    assert_eq!(layout_of(&mut conn, &ns).await, 1);
+    set_layout(&mut conn, &ns, 99).await;
     let err = RedisQueue::connect(&url, &ns, Config::default(), RedisOptions::default())
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Decode { .. }), "{err:?}");
     assert!(err.to_string().contains("layout 99"), "{err}");
-    let layout: u64 = redis::cmd("GET")
-        .arg(format!("{{{ns}}}:layout"))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(layout, 99, "the refused namespace was changed");
-    let _: () = redis::cmd("SET")
-        .arg(format!("{{{ns}}}:layout"))
-        .arg(1)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    assert_eq!(
+        layout_of(&mut conn, &ns).await,
+        99,
+        "the refused namespace was changed"
+    );
+    set_layout(&mut conn, &ns, 1).await;
     let q = connect(&url, &ns, Config::default()).await;
     let got = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
     assert_eq!(got[0].item.payload, b"kept");
     q.close().await.unwrap();
+}
+
+/// The layout version recorded in namespace `ns` (`{ns}:layout`).
+async fn layout_of(conn: &mut RawConnection, ns: &str) -> u64 {
+    redis::cmd("GET")
+        .arg(format!("{{{ns}}}:layout"))
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+/// Record layout version `v` in namespace `ns`, as a build of that layout
+/// would.
+async fn set_layout(conn: &mut RawConnection, ns: &str, v: u64) {
+    let _: () = redis::cmd("SET")
+        .arg(format!("{{{ns}}}:layout"))
+        .arg(v)
+        .query_async(conn)
+        .await
+        .unwrap();
 }
