@@ -1246,27 +1246,36 @@ async fn a_namespace_of_a_newer_layout_is_refused_untouched(kind: RedisKind) {
     q.add(NewItem::new(b"kept".to_vec())).await.unwrap();
     q.close().await.unwrap();
     let mut conn = raw(&url).await;
-    assert_eq!(layout_of(&mut conn, &ns).await, 1);
-    set_layout(&mut conn, &ns, 99).await;
+    assert_eq!(layout_of(&mut conn, &ns).await, "1");
+    set_layout(&mut conn, &ns, "99").await;
     let err = RedisQueue::connect(&url, &ns, Config::default(), RedisOptions::default())
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Decode { .. }), "{err:?}");
-    assert!(err.to_string().contains("layout 99"), "{err}");
+    assert!(err.to_string().contains("layout is \"99\""), "{err}");
     assert_eq!(
         layout_of(&mut conn, &ns).await,
-        99,
+        "99",
         "the refused namespace was changed"
     );
-    set_layout(&mut conn, &ns, 1).await;
+    // Tried: a layout that is not a number (something else wrote the key)
+    // is refused the same way, not overwritten.
+    set_layout(&mut conn, &ns, "v2").await;
+    let err = RedisQueue::connect(&url, &ns, Config::default(), RedisOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Decode { .. }), "{err:?}");
+    assert!(err.to_string().contains("layout is \"v2\""), "{err}");
+    assert_eq!(layout_of(&mut conn, &ns).await, "v2");
+    set_layout(&mut conn, &ns, "1").await;
     let q = connect(&url, &ns, Config::default()).await;
     let got = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
     assert_eq!(got[0].item.payload, b"kept");
     q.close().await.unwrap();
 }
 
-/// The layout version recorded in namespace `ns` (`{ns}:layout`).
-async fn layout_of(conn: &mut RawConnection, ns: &str) -> u64 {
+/// The layout version recorded in namespace `ns` (`{ns}:layout`), as text.
+async fn layout_of(conn: &mut RawConnection, ns: &str) -> String {
     redis::cmd("GET")
         .arg(format!("{{{ns}}}:layout"))
         .query_async(conn)
@@ -1275,8 +1284,8 @@ async fn layout_of(conn: &mut RawConnection, ns: &str) -> u64 {
 }
 
 /// Record layout version `v` in namespace `ns`, as a build of that layout
-/// would.
-async fn set_layout(conn: &mut RawConnection, ns: &str, v: u64) {
+/// (or anything else writing the key) would.
+async fn set_layout(conn: &mut RawConnection, ns: &str, v: &str) {
     let _: () = redis::cmd("SET")
         .arg(format!("{{{ns}}}:layout"))
         .arg(v)

@@ -36,7 +36,8 @@ impl RedisQueue {
     /// fails, e.g. a server certificate no trusted CA signed, is such a
     /// failure: the source names the certificate problem. `Decode` for a
     /// namespace a newer build wrote (its `{ns}:layout` above what this
-    /// build reads, SPEC 6): nothing in it is changed.
+    /// build reads, SPEC 6) or whose `{ns}:layout` is not a number:
+    /// nothing in it is changed.
     pub async fn connect(
         url: &str,
         namespace: &str,
@@ -102,7 +103,8 @@ impl RedisQueue {
 
     pub(super) async fn setup(&mut self) -> Result<()> {
         // SPEC 6: a namespace of the stream layout moves to the ranked
-        // lanes, in one script; one a newer build wrote is refused.
+        // lanes, in one script; one of a layout this build cannot read is
+        // refused.
         let moved = self
             .run("migrate", &self.inner.scripts.migrate, Vec::new(), false)
             .await?;
@@ -111,8 +113,9 @@ impl RedisQueue {
             return Err(Error::Decode {
                 what: format!("redis namespace {}", self.inner.prefix),
                 detail: format!(
-                    "written by a newer build (layout {}, this build reads up to {LAYOUT}); upgrade the program",
-                    found.unwrap_or_default()
+                    "its layout is {:?} and this build reads layouts up to {LAYOUT}: a newer build wrote it (upgrade the program), or {}layout is not workjournal's",
+                    found.unwrap_or_default(),
+                    self.inner.prefix
                 ),
             });
         }

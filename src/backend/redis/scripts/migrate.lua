@@ -5,11 +5,14 @@
 -- in stream order, arriving at their enq (backlog) or nb (due lane), raised
 -- to the arrival before them, at tier 0; entries of pending items are
 -- dropped (the pending index holds those). ARGV: now (unused).
--- Returns how many items moved, or {"newer", layout} (nothing done) for a
--- namespace a newer build wrote (its `{ns}:layout` above LAYOUT); records
--- LAYOUT in `{ns}:layout` otherwise (SPEC 6).
-local found = tonumber(redis.call('GET', K_LAYOUT) or '0') or 0
-if found > LAYOUT then return { 'newer', fmt(found) } end
+-- Returns how many items moved, or {"refused", layout} (nothing done)
+-- for a namespace whose `{ns}:layout` is above LAYOUT (a newer build wrote
+-- it) or is not a number; records LAYOUT in `{ns}:layout` otherwise
+-- (SPEC 6).
+local raw = redis.call('GET', K_LAYOUT)
+local found = 0
+if raw then found = tonumber(raw) end
+if not found or found > LAYOUT then return { 'refused', raw } end
 local moved = 0
 for _, lane in ipairs({ { K_BACKLOG, K_READY, 'backlog' }, { K_DUE, K_READY_DUE, 'due' } }) do
   local stream, zset, field = lane[1], lane[2], lane[3]
