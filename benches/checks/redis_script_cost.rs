@@ -7,6 +7,12 @@
 //! do not depend on the client's build, so this check is useful in a dev
 //! build too; the rates are wall clock and do.
 //!
+//! A second table gives the floor under any script layout for the two batch
+//! workloads (`layout_bound.lua`: each item one packed value, its lease
+//! state another, each read and written once per call for the batch), with
+//! every promise kept, without outcomes, and without the pending index too,
+//! beside the same raw Streams rows: what the best Redis layout could reach.
+//!
 //! Run: `cargo bench --bench redis_script_cost --features redis,testing -- [batches]`.
 //! Payloads are 256 bytes, as in `benches/run.sh`, or `WJ_PAYLOAD_BYTES`.
 
@@ -144,8 +150,8 @@ async fn main() -> Result<(), BoxError> {
         }
         let _: Vec<String> = p.query_async(&mut raw.clone()).await?;
     }
-    let theirs = row(&mut admin, items, t.elapsed()).await?;
-    print("add_batch of 100", ours, theirs);
+    let add_raw = row(&mut admin, items, t.elapsed()).await?;
+    print("add_batch of 100", ours, add_raw);
 
     // claim + ack_batch of 100, on what was just added.
     let _: () = redis::cmd("XGROUP")
@@ -167,8 +173,8 @@ async fn main() -> Result<(), BoxError> {
     for _ in 0..batches {
         raw_streams::read_and_ack(&mut raw.clone(), BATCH).await?;
     }
-    let theirs = row(&mut admin, items, t.elapsed()).await?;
-    print("claim + ack_batch of 100", ours, theirs);
+    let claim_raw = row(&mut admin, items, t.elapsed()).await?;
+    print("claim + ack_batch of 100", ours, claim_raw);
 
     // Single adds from 64 producers (combined into shared script calls).
     reset(&mut admin).await?;
@@ -211,5 +217,109 @@ async fn main() -> Result<(), BoxError> {
     }
     let theirs = row(&mut admin, per * PRODUCERS, t.elapsed()).await?;
     print("add, 64 producers", ours, theirs);
+
+    // The floor under any layout (`layout_bound.lua`), beside the same raw
+    // Streams rows: with every promise, without outcomes, and without the
+    // pending index as well.
+    let bound = Bound {
+        script: redis::Script::new(include_str!("layout_bound.lua")),
+        conn: client.get_multiplexed_async_connection().await?,
+        body,
+    };
+    println!();
+    println!(
+        "| floor of a script layout (one packed value per item) | layout_bound.lua: rate, server us/item, commands/item | raw Streams | rate ratio | server-time ratio |"
+    );
+    println!("|---|---|---|---|---|");
+    for (name, pending, outcomes) in [
+        ("every promise", true, true),
+        ("no outcomes", true, false),
+        ("no outcomes, no pending index", false, false),
+    ] {
+        let ns = format!("{{bound-{}{}}}:", u8::from(pending), u8::from(outcomes));
+        reset(&mut admin).await?;
+        let t = Instant::now();
+        for _ in 0..batches {
+            bound.add(&ns).await?;
+        }
+        let add = row(&mut admin, items, t.elapsed()).await?;
+        print(&format!("add_batch of 100, {name}"), add, add_raw);
+        reset(&mut admin).await?;
+        let t = Instant::now();
+        let mut done = 0;
+        while done < items {
+            let got = bound.claim_ack(&ns, pending, outcomes).await?;
+            if got == 0 {
+                return Err(format!("layout_bound: {ns} drained after {done} of {items}").into());
+            }
+            done += got;
+        }
+        let claim = row(&mut admin, items, t.elapsed()).await?;
+        print(
+            &format!("claim + ack_batch of 100, {name}"),
+            claim,
+            claim_raw,
+        );
+    }
     Ok(())
+}
+
+/// `layout_bound.lua` on its own connection.
+struct Bound {
+    script: redis::Script,
+    conn: Conn,
+    body: Vec<u8>,
+}
+
+impl Bound {
+    fn now() -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    }
+
+    fn call(
+        &self,
+        ns: &str,
+        op: &str,
+        pending: bool,
+        outcomes: bool,
+    ) -> redis::ScriptInvocation<'_> {
+        let mut inv = self.script.key(ns);
+        inv.arg(op)
+            .arg(Self::now())
+            .arg(u8::from(pending))
+            .arg(u8::from(outcomes));
+        inv
+    }
+
+    /// Adds a batch of 100 payloads to namespace `ns`.
+    async fn add(&self, ns: &str) -> Result<(), BoxError> {
+        let mut inv = self.call(ns, "add", true, true);
+        for _ in 0..BATCH {
+            inv.arg(&self.body);
+        }
+        let _: u64 = inv.invoke_async(&mut self.conn.clone()).await?;
+        Ok(())
+    }
+
+    /// Claims up to 100 items of `ns` and acks them; returns how many.
+    async fn claim_ack(&self, ns: &str, pending: bool, outcomes: bool) -> Result<usize, BoxError> {
+        let mut inv = self.call(ns, "claim", pending, outcomes);
+        inv.arg("c").arg(BATCH);
+        let got: Vec<(String, Vec<u8>, u64, u64)> =
+            inv.invoke_async(&mut self.conn.clone()).await?;
+        if got.is_empty() {
+            return Ok(0);
+        }
+        let mut inv = self.call(ns, "ack", pending, outcomes);
+        for (id, _, _, lease) in &got {
+            inv.arg(id).arg(lease);
+        }
+        let acked: usize = inv.invoke_async(&mut self.conn.clone()).await?;
+        if acked != got.len() {
+            return Err(format!("layout_bound: acked {acked} of {}", got.len()).into());
+        }
+        Ok(got.len())
+    }
 }
