@@ -33,9 +33,16 @@ impl Clock for SystemClock {
         system_now_ms()
     }
 
+    /// Sleeps until the system clock reads `deadline_ms`, measured to the
+    /// nanosecond: a wait worked out from the truncated [`Clock::now_ms`]
+    /// overslept by the fraction of the current millisecond already past
+    /// (half a millisecond of every timer's lateness on average).
     fn sleep_until(&self, deadline_ms: u64) -> Sleep {
-        let wait = deadline_ms.saturating_sub(self.now_ms());
-        Box::pin(tokio::time::sleep(Duration::from_millis(wait)))
+        let deadline = UNIX_EPOCH + Duration::from_millis(deadline_ms);
+        let wait = deadline
+            .duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO);
+        Box::pin(tokio::time::sleep(wait))
     }
 }
 
@@ -166,5 +173,26 @@ where
             _ = &mut notified => {}
             _ = tokio::time::sleep_until(deadline) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The system clock's sleep resolves only once `now_ms` has reached the
+    /// deadline (a blocking claim that woke early would find nothing due and
+    /// sleep again), and at once for a deadline already past.
+    #[tokio::test]
+    async fn system_clock_sleep_until_never_wakes_before_its_deadline() {
+        let clock = SystemClock;
+        for step in 0..20 {
+            let deadline = clock.now_ms() + 1 + step % 3;
+            clock.sleep_until(deadline).await;
+            let now = clock.now_ms();
+            assert!(now >= deadline, "woke at {now} ms for {deadline} ms");
+        }
+        clock.sleep_until(clock.now_ms().saturating_sub(10)).await;
+        clock.sleep_until(0).await;
     }
 }
