@@ -1,8 +1,9 @@
 //! Timer lateness: 1000 delayed items due over 2 s; a consumer claims due
 //! items as they come; lateness = when the claim handed the item out minus
-//! its `not_before_ms`. p50 / p99 per backend, beside the floor: a tokio
-//! `sleep_until` for the same instants (what any timer in this process
-//! can do on this machine right now).
+//! its `not_before_ms`. p50 / p99 per backend, beside a tokio `sleep` for
+//! the same instants (the timer an async program reaches for; it fires on
+//! millisecond ticks, and the embedded and memory backends sleep the last
+//! 2 ms of a wait on the operating system's timer instead: SPEC 3, Timers).
 //!
 //! Not a criterion measurement (a lateness distribution is not a time per
 //! iteration): `harness = false` with its own main.
@@ -73,7 +74,7 @@ async fn lateness<Q: WorkQueue + Clone + 'static>(q: &Q) -> Vec<f64> {
     out
 }
 
-/// The floor: tokio timers at the same instants.
+/// The baseline: tokio timers at the same instants.
 async fn sleep_lateness() -> Vec<f64> {
     let t0 = wall_ms() as u64 + 500;
     let mut tasks = Vec::new();
@@ -99,17 +100,17 @@ fn main() {
     let url = server.url();
     let mut emb = Vec::new();
     let mut red = Vec::new();
-    let mut floor = Vec::new();
+    let mut tokio_sleep = Vec::new();
     rt.block_on(async {
         let embedded = common::embedded(dir.path(), "timers").await;
         let redis = common::redis(&url, "timers").await;
         for _ in 0..ROUNDS {
             emb.extend(lateness(&embedded).await);
             red.extend(lateness(&redis).await);
-            floor.extend(sleep_lateness().await);
+            tokio_sleep.extend(sleep_lateness().await);
         }
     });
     common::record_percentiles("timer lateness", EMBEDDED, &mut emb);
     common::record_percentiles("timer lateness", REDIS, &mut red);
-    common::record_percentiles("timer lateness", "tokio-sleep", &mut floor);
+    common::record_percentiles("timer lateness", "tokio-sleep", &mut tokio_sleep);
 }

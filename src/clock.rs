@@ -33,18 +33,39 @@ impl Clock for SystemClock {
         system_now_ms()
     }
 
-    /// Sleeps until the system clock reads `deadline_ms`, measured to the
-    /// nanosecond: a wait worked out from the truncated [`Clock::now_ms`]
-    /// overslept by the fraction of the current millisecond already past
-    /// (half a millisecond of every timer's lateness on average).
+    /// Sleeps until the system clock reads `deadline_ms` (SPEC 3, Timers):
+    /// to the deadline's exact instant, not from the truncated
+    /// [`Clock::now_ms`] (which overslept by the part of the current
+    /// millisecond already past), and the last [`PRECISE_TAIL`] on the
+    /// operating system's timer on one of tokio's blocking threads. Must be
+    /// polled inside a tokio runtime, as any tokio timer.
     fn sleep_until(&self, deadline_ms: u64) -> Sleep {
         let deadline = UNIX_EPOCH + Duration::from_millis(deadline_ms);
-        let wait = deadline
-            .duration_since(SystemTime::now())
-            .unwrap_or(Duration::ZERO);
-        Box::pin(tokio::time::sleep(wait))
+        let left = move || {
+            deadline
+                .duration_since(SystemTime::now())
+                .unwrap_or(Duration::ZERO)
+        };
+        Box::pin(async move {
+            let coarse = left().saturating_sub(PRECISE_TAIL);
+            if !coarse.is_zero() {
+                tokio::time::sleep(coarse).await;
+            }
+            let rest = left();
+            if !rest.is_zero() {
+                // Cannot fail but by a panic in `sleep`; either way the
+                // deadline is near, and the caller checks the time again.
+                let _ = tokio::task::spawn_blocking(move || std::thread::sleep(rest)).await;
+            }
+        })
     }
 }
+
+/// The last part of a [`SystemClock::sleep_until`] slept by the operating
+/// system's timer on a blocking thread (precise to tens of microseconds)
+/// instead of tokio's, which fires on millisecond ticks and so wakes up to
+/// a millisecond or two late.
+const PRECISE_TAIL: Duration = Duration::from_millis(2);
 
 /// Milliseconds since the Unix epoch by the system clock (0 before 1970).
 pub(crate) fn system_now_ms() -> u64 {

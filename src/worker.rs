@@ -443,11 +443,12 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
                             }
                         }
                         Ok(got) => {
-                            for (claimed, permit) in got {
+                            for (claimed, permit, asked) in got {
                                 tasks.spawn(supervise(
                                     shared.clone(),
                                     claimed,
                                     permit,
+                                    asked,
                                     running.clone(),
                                     StartTurn::next(&mut last_turn, &running),
                                 ));
@@ -517,7 +518,7 @@ type Handler = Arc<
 >;
 
 type FillFuture =
-    Pin<Box<dyn Future<Output = Result<Vec<(Claimed, OwnedSemaphorePermit)>>> + Send>>;
+    Pin<Box<dyn Future<Output = Result<Vec<(Claimed, OwnedSemaphorePermit, Instant)>>> + Send>>;
 
 struct Shared<Q> {
     queue: Q,
@@ -539,11 +540,29 @@ struct Shared<Q> {
     /// Worker-side failures in a row (reset by any handler that ran): the
     /// backoff grows with it as a retry's does with deliveries.
     worker_faults: AtomicU32,
-    /// Flows this worker backed off ([`HandlerError::back_off`]), with
-    /// when their back-off ends: a prefetched item of such a flow is given
-    /// back instead of started (SPEC 9, Prefetch). Expired entries are
-    /// dropped at the next back-off.
-    backed_off: Mutex<HashMap<String, Instant>>,
+    /// Flows this worker backed off ([`HandlerError::back_off`]): a
+    /// prefetched item of such a flow is given back instead of started
+    /// (SPEC 9, Prefetch). Expired entries are dropped at the next back-off.
+    backed_off: Mutex<HashMap<String, BackedOff>>,
+}
+
+/// A flow this worker backed off: until when, and since when the queue has
+/// held it (`None` until [`WorkQueue::back_off`] has returned, or when it
+/// failed). An item taken by a claim asked after that was handed out by
+/// the queue itself, so the queue's hold has lifted and it runs: the
+/// queue's clock may end the hold a little before this worker's does.
+#[derive(Debug, Clone, Copy)]
+struct BackedOff {
+    until: Instant,
+    held_since: Option<Instant>,
+}
+
+impl BackedOff {
+    /// Whether an item of the flow, taken by a claim asked at `asked`, is
+    /// given back at `now` instead of started.
+    fn gives_back(&self, asked: Instant, now: Instant) -> bool {
+        self.until > now && self.held_since.is_none_or(|held| asked < held)
+    }
 }
 
 /// Sleep until `deadline`, or forever for `None` (a time past what

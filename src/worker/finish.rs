@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Event;
-use super::{Shared, lock};
+use super::{BackedOff, Shared, lock};
 use crate::config::ms;
 use crate::error::Error;
 use crate::item::{Receipt, RetryOutcome};
@@ -152,18 +152,24 @@ pub(super) async fn finish_back_off<Q: WorkQueue>(
     if !flow.is_empty() {
         let now = Instant::now();
         let mut backed_off = lock(&shared.backed_off);
-        backed_off.retain(|_, until| *until > now);
+        backed_off.retain(|_, b| b.until > now);
         if let Some(until) = now.checked_add(d) {
-            backed_off.insert(flow.to_string(), until);
+            let held_since = None;
+            backed_off.insert(flow.to_string(), BackedOff { until, held_since });
         }
     }
-    if !flow.is_empty()
-        && let Err(e) = shared.queue.back_off(flow, d).await
-    {
-        shared.emit(Event::QueueError {
-            op: "back_off",
-            error: e.to_string(),
-        });
+    if !flow.is_empty() {
+        match shared.queue.back_off(flow, d).await {
+            Ok(()) => {
+                if let Some(b) = lock(&shared.backed_off).get_mut(flow) {
+                    b.held_since = Some(Instant::now());
+                }
+            }
+            Err(e) => shared.emit(Event::QueueError {
+                op: "back_off",
+                error: e.to_string(),
+            }),
+        }
     }
     release_for(shared, receipt, d, text).await;
 }

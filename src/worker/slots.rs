@@ -25,7 +25,7 @@ pub(super) async fn fill_slots<Q: WorkQueue + 'static>(
     shared: Arc<Shared<Q>>,
     permits: Arc<Semaphore>,
     claim_wait: Duration,
-) -> Result<Vec<(Claimed, OwnedSemaphorePermit)>> {
+) -> Result<Vec<(Claimed, OwnedSemaphorePermit, Instant)>> {
     // A worker-side failure pauses claiming for its backoff.
     let paused_until = *lock(&shared.claims_paused_until);
     tokio::time::sleep_until(paused_until).await;
@@ -42,6 +42,9 @@ pub(super) async fn fill_slots<Q: WorkQueue + 'static>(
     }
     let want = slots.num_permits();
     let mut got: Vec<Claimed> = Vec::new();
+    // When this fill first asked the queue: what it takes may predate a
+    // back-off that finished after this instant, never one before it.
+    let asked = Instant::now();
 
     if let Some(flow) = &shared.flow {
         while got.len() < want {
@@ -49,7 +52,8 @@ pub(super) async fn fill_slots<Q: WorkQueue + 'static>(
                 Ok(Some(c)) => got.push(c),
                 Ok(None) => break,
                 Err(e) => {
-                    return keep_taken(&shared, "step", got, e).map(|got| slot_each(got, slots));
+                    return keep_taken(&shared, "step", got, e)
+                        .map(|got| slot_each(got, slots, asked));
                 }
             }
         }
@@ -96,7 +100,7 @@ pub(super) async fn fill_slots<Q: WorkQueue + 'static>(
             }
         }
     }
-    Ok(slot_each(got, slots))
+    Ok(slot_each(got, slots, asked))
 }
 
 /// A claim (or step) failed after this fill had already taken `got`: those
@@ -121,17 +125,18 @@ pub(super) fn keep_taken<Q: WorkQueue>(
     Ok(got)
 }
 
-/// One permit of `slots` per item.
+/// One permit of `slots` per item, each with the instant its fill `asked`.
 pub(super) fn slot_each(
     got: Vec<Claimed>,
     mut slots: OwnedSemaphorePermit,
-) -> Vec<(Claimed, OwnedSemaphorePermit)> {
+    asked: Instant,
+) -> Vec<(Claimed, OwnedSemaphorePermit, Instant)> {
     // One permit per item (never more items than slots: the queue promises
     // it); the surplus slots go back when `slots` drops here.
     let mut out = Vec::with_capacity(got.len());
     for claimed in got {
         match slots.split(1) {
-            Some(permit) => out.push((claimed, permit)),
+            Some(permit) => out.push((claimed, permit, asked)),
             // Unreachable while the queue keeps its promise; the item stays
             // pending and comes back through `reclaim_stale`.
             None => break,
@@ -219,6 +224,7 @@ pub(super) async fn supervise<Q: WorkQueue + 'static>(
     shared: Arc<Shared<Q>>,
     claimed: Claimed,
     claim_permit: OwnedSemaphorePermit,
+    asked: Instant,
     running: Arc<Semaphore>,
     turn: StartTurn,
 ) {
@@ -277,7 +283,7 @@ pub(super) async fn supervise<Q: WorkQueue + 'static>(
         // given back, due at once: the flow's back-off then holds it.
         let held = lock(&shared.backed_off)
             .get(&claimed.item.flow)
-            .is_some_and(|until| *until > Instant::now());
+            .is_some_and(|b| b.gives_back(asked, Instant::now()));
         if held {
             release_for(&shared, receipt, Duration::ZERO, BACKED_OFF.into()).await;
             drop(permit);
