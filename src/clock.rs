@@ -154,6 +154,45 @@ pub(crate) fn step_back(latest_ms: u64, now_ms: u64) -> Option<u64> {
 /// The clock a queue reads.
 pub type SharedClock = Arc<dyn Clock>;
 
+/// The timer of a blocking claim's loop (SPEC 3, Timers): one
+/// [`Clock::sleep_until`] per due time, kept across the loop's turns while
+/// the next due time stays the same. Every commit wakes a waiting claim for
+/// another look; a new sleep each time would put a new blocking thread to
+/// sleep each time within [`PRECISE_TAIL`] of the deadline.
+pub(crate) struct DueTimer {
+    at: Option<u64>,
+    sleep: Sleep,
+}
+
+impl DueTimer {
+    /// A timer that never fires until [`DueTimer::until`] sets a time.
+    pub(crate) fn new() -> Self {
+        Self {
+            at: None,
+            sleep: Box::pin(std::future::pending()),
+        }
+    }
+
+    /// The sleep until `next` ms by `clock` (never, for `None`): the one of
+    /// the turn before when its time is the same and it has not fired.
+    pub(crate) fn until(&mut self, clock: &dyn Clock, next: Option<u64>) -> &mut Sleep {
+        if next != self.at {
+            self.sleep = match next {
+                Some(t) => clock.sleep_until(t),
+                None => Box::pin(std::future::pending()),
+            };
+            self.at = next;
+        }
+        &mut self.sleep
+    }
+
+    /// The sleep has fired: the next turn makes a new one (a finished
+    /// future must not be polled again).
+    pub(crate) fn fired(&mut self) {
+        *self = Self::new();
+    }
+}
+
 /// The instant a blocking call that may wait `wait` (real time) gives up. A
 /// wait too long to represent (such as `Duration::MAX`) waits about a
 /// century, which is forever for a caller, instead of overflowing.
@@ -215,5 +254,32 @@ mod tests {
         }
         clock.sleep_until(clock.now_ms().saturating_sub(10)).await;
         clock.sleep_until(0).await;
+    }
+
+    /// A claim loop's timer is one sleep per due time: the same time keeps
+    /// the same sleep, a new time or a fired sleep makes a new one, and a
+    /// fired sleep is never polled again.
+    #[tokio::test]
+    async fn a_due_timer_keeps_its_sleep_while_the_due_time_stays() {
+        let clock = ManualClock::new(1_000);
+        let mut due = DueTimer::new();
+        let first: *const _ = &**due.until(&clock, Some(2_000));
+        let again: *const _ = &**due.until(&clock, Some(2_000));
+        assert!(std::ptr::addr_eq(first, again));
+        let other: *const _ = &**due.until(&clock, Some(1_500));
+        assert!(!std::ptr::addr_eq(first, other));
+        clock.advance(Duration::from_millis(500));
+        due.until(&clock, Some(1_500)).await;
+        due.fired();
+        // The same time again, after it fired: a new sleep, already due.
+        due.until(&clock, Some(1_500)).await;
+        due.fired();
+        // No time: never fires.
+        let never = due.until(&clock, None);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(5), never)
+                .await
+                .is_err()
+        );
     }
 }

@@ -176,6 +176,7 @@ impl WorkQueue for EmbeddedQueue {
 
     async fn claim(&self, count: usize, wait: Duration, from: ClaimFrom) -> Result<Vec<Claimed>> {
         let deadline = crate::clock::wait_deadline(wait);
+        let mut due = crate::clock::DueTimer::new();
         loop {
             let notified = self.inner.wake.notified();
             tokio::pin!(notified);
@@ -188,14 +189,11 @@ impl WorkQueue for EmbeddedQueue {
             if !got.is_empty() || tokio::time::Instant::now() >= deadline {
                 return Ok(got);
             }
-            let timer = match next_due {
-                Some(t) => self.inner.clock.sleep_until(t),
-                None => Box::pin(std::future::pending()),
-            };
+            let timer = due.until(&*self.inner.clock, next_due);
             tokio::select! {
                 _ = &mut notified => {}
                 _ = tokio::time::sleep_until(deadline) => {}
-                _ = timer => {}
+                _ = timer => due.fired(),
             }
         }
     }

@@ -177,6 +177,7 @@ impl WorkQueue for MemoryQueue {
 
     async fn claim(&self, count: usize, wait: Duration, from: ClaimFrom) -> Result<Vec<Claimed>> {
         let deadline = crate::clock::wait_deadline(wait);
+        let mut due = crate::clock::DueTimer::new();
         loop {
             self.live()?;
             let notified = self.shared.wake.notified();
@@ -188,14 +189,11 @@ impl WorkQueue for MemoryQueue {
             }
             let now = self.now();
             let next_due = self.lock().next_wake(now);
-            let timer = match next_due {
-                Some(t) => self.shared.clock.sleep_until(t),
-                None => Box::pin(std::future::pending()),
-            };
+            let timer = due.until(&*self.shared.clock, next_due);
             tokio::select! {
                 _ = &mut notified => {}
                 _ = tokio::time::sleep_until(deadline) => {}
-                _ = timer => {}
+                _ = timer => due.fired(),
             }
         }
     }
