@@ -20,6 +20,8 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
 
     /// A future that resolves once [`Clock::now_ms`] is at least
     /// `deadline_ms`. Used by blocking claims to wake when a timer comes due.
+    /// A clock stepped back meanwhile may wake it before: its callers look
+    /// at the time again and sleep anew (SPEC 8, Clock steps).
     fn sleep_until(&self, deadline_ms: u64) -> Sleep;
 }
 
@@ -40,7 +42,10 @@ impl Clock for SystemClock {
     /// operating system's timer on one of tokio's blocking threads. Must be
     /// polled inside a tokio runtime, as any tokio timer.
     fn sleep_until(&self, deadline_ms: u64) -> Sleep {
-        let deadline = UNIX_EPOCH + Duration::from_millis(deadline_ms);
+        // A deadline past what `SystemTime` holds here never comes.
+        let Some(deadline) = UNIX_EPOCH.checked_add(Duration::from_millis(deadline_ms)) else {
+            return Box::pin(std::future::pending());
+        };
         let left = move || {
             deadline
                 .duration_since(SystemTime::now())
@@ -51,7 +56,9 @@ impl Clock for SystemClock {
             if !coarse.is_zero() {
                 tokio::time::sleep(coarse).await;
             }
-            let rest = left();
+            // More than the tail left means the wall clock stepped back:
+            // return, and the caller looks again and sleeps anew.
+            let rest = left().min(PRECISE_TAIL);
             if !rest.is_zero() {
                 // Cannot fail but by a panic in `sleep`; either way the
                 // deadline is near, and the caller checks the time again.
@@ -254,6 +261,13 @@ mod tests {
         }
         clock.sleep_until(clock.now_ms().saturating_sub(10)).await;
         clock.sleep_until(0).await;
+        // The farthest deadline there is: never, and no overflow.
+        let never = clock.sleep_until(u64::MAX);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(5), never)
+                .await
+                .is_err()
+        );
     }
 
     /// A claim loop's timer is one sleep per due time: the same time keeps
@@ -281,5 +295,29 @@ mod tests {
                 .await
                 .is_err()
         );
+    }
+
+    /// The wall clock behind tokio's after the coarse part of the sleep (a
+    /// step back; here tokio's time is paused and jumps ahead): the precise
+    /// tail sleeps at most `PRECISE_TAIL` on its blocking thread, so a
+    /// dropped claim or a runtime shutting down does not wait out the rest.
+    /// Regression (found in review): it slept the whole rest, 3 s here.
+    #[test]
+    fn the_precise_tail_of_a_sleep_is_bounded() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let t0 = std::time::Instant::now();
+        rt.block_on(async {
+            let clock = SystemClock;
+            let task = tokio::spawn(clock.sleep_until(clock.now_ms() + 3_000));
+            tokio::time::sleep(Duration::from_millis(2_999)).await;
+            task.abort();
+        });
+        drop(rt);
+        let took = t0.elapsed();
+        assert!(took < Duration::from_millis(500), "blocked {took:?}");
     }
 }

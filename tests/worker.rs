@@ -86,6 +86,8 @@ cases!(
     a_prefetched_item_taken_over_while_it_waits_does_not_run,
     back_off_holds_the_flow_items_the_worker_prefetched,
     prefetched_items_start_in_claim_order,
+    a_reclaimed_item_of_a_backed_off_flow_waits_out_the_back_off,
+    a_flow_worker_waits_out_its_back_off,
 );
 
 fn fast_retry() -> RetryPolicy {
@@ -1224,4 +1226,108 @@ async fn items_reclaimed_before_a_failing_claim_still_run() {
     // Reclaimed at the open (an orphan of the last one), then run and acked.
     assert_eq!(*ran.lock().unwrap(), vec![(stale, 2)]);
     assert_eq!(q.stats().await.unwrap().pending, 0);
+}
+
+/// SPEC 9, Back-off: a stale item of a flow this worker has just backed off
+/// waits out the back-off. `reclaim_stale` does not look at limits (SPEC 3,
+/// Flow limits), so the queue hands it out while it holds the flow; only
+/// the worker's own timer can hold it. Regression (found in review): once
+/// items taken after the queue's hold was in force ran at once, this one
+/// ran 200 ms into a 1.5 s back-off.
+async fn a_reclaimed_item_of_a_backed_off_flow_waits_out_the_back_off<F, Fut>(make: F)
+where
+    F: Fn(Config) -> Fut,
+    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
+{
+    let (q, _keep) = make(Config::default()).await;
+    q.add(NewItem::new("stale").flow("api")).await.unwrap();
+    // A consumer takes it and vanishes.
+    let taken = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!(taken.len(), 1);
+    q.add(NewItem::new("first").flow("api")).await.unwrap();
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let r2 = runs.clone();
+    let start = std::time::Instant::now();
+    let report = Worker::new(q.clone())
+        .concurrency(1)
+        .lease(Duration::from_millis(200))
+        .until_empty(true)
+        .claim_wait(Duration::from_millis(20))
+        .run(
+            move |c| {
+                let r2 = r2.clone();
+                async move {
+                    let p = String::from_utf8_lossy(&c.item.payload).into_owned();
+                    let mut runs = r2.lock().unwrap();
+                    runs.push((p.clone(), start.elapsed()));
+                    if p == "first" && runs.iter().filter(|r| r.0 == "first").count() == 1 {
+                        return Err(HandlerError::back_off(Duration::from_millis(800), "429"));
+                    }
+                    Ok(())
+                }
+            },
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    let runs = runs.lock().unwrap().clone();
+    let mut names: Vec<&str> = runs.iter().map(|r| r.0.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["first", "first", "stale"], "{runs:?}");
+    assert_eq!(runs[0].0, "first", "{runs:?}");
+    for r in &runs[1..] {
+        assert!(
+            r.1 >= runs[0].1 + Duration::from_millis(700),
+            "ran inside the back-off: {runs:?} {report:?}"
+        );
+    }
+    assert_eq!(report.acked, 2, "{report:?}");
+}
+
+/// SPEC 9, Back-off, in one-flow mode: `step` does not look at limits, so
+/// the worker waits out its own back-off before the next step. Regression
+/// (found in review): the next parked item ran at once; before that, the
+/// worker gave items back and stepped them again some 11 000 times a
+/// second until the back-off ended.
+async fn a_flow_worker_waits_out_its_back_off<F, Fut>(make: F)
+where
+    F: Fn(Config) -> Fut,
+    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
+{
+    let (q, _keep) = make(Config::default()).await;
+    park_in_paused_flow(&q, 2).await;
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let r2 = runs.clone();
+    let start = std::time::Instant::now();
+    let report = Worker::new(q.clone())
+        .flow(Some("held".into()))
+        .concurrency(1)
+        .until_empty(true)
+        .claim_wait(Duration::from_millis(20))
+        .run(
+            move |c| {
+                let r2 = r2.clone();
+                async move {
+                    let mut runs = r2.lock().unwrap();
+                    let p = String::from_utf8_lossy(&c.item.payload).into_owned();
+                    runs.push((p, start.elapsed()));
+                    if runs.len() == 1 {
+                        return Err(HandlerError::back_off(Duration::from_millis(600), "429"));
+                    }
+                    Ok(())
+                }
+            },
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    let runs = runs.lock().unwrap().clone();
+    assert_eq!(runs.len(), 3, "{runs:?} {report:?}");
+    for r in &runs[1..] {
+        assert!(
+            r.1 >= runs[0].1 + Duration::from_millis(500),
+            "ran inside the back-off: {runs:?} {report:?}"
+        );
+    }
+    assert_eq!((report.acked, report.released), (2, 1), "{report:?}");
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Event;
-use super::{BackedOff, Shared, lock};
+use super::{BackedOff, QueueHold, Shared, lock};
 use crate::config::ms;
 use crate::error::Error;
 use crate::item::{Receipt, RetryOutcome};
@@ -150,25 +150,38 @@ pub(super) async fn finish_back_off<Q: WorkQueue>(
 ) {
     tracing::info!(flow, back_off_ms = ms(d), reason = %text, "flow backed off");
     if !flow.is_empty() {
-        let now = Instant::now();
-        let mut backed_off = lock(&shared.backed_off);
-        backed_off.retain(|_, b| b.until > now);
-        if let Some(until) = now.checked_add(d) {
-            let held_since = None;
-            backed_off.insert(flow.to_string(), BackedOff { until, held_since });
+        let call = shared.back_off_calls.fetch_add(1, Ordering::Relaxed);
+        {
+            let now = Instant::now();
+            let until = crate::clock::wait_deadline(d);
+            let mut backed_off = lock(&shared.backed_off);
+            backed_off.retain(|_, b| b.until > now);
+            // A shorter back-off does not cut a longer one short: the
+            // queue keeps the longer hold too.
+            let b = backed_off.entry(flow.to_string()).or_insert(BackedOff {
+                until,
+                hold: QueueHold::Asked,
+                call,
+            });
+            b.until = b.until.max(until);
+            b.hold = QueueHold::Asked;
+            b.call = call;
         }
-    }
-    if !flow.is_empty() {
-        match shared.queue.back_off(flow, d).await {
-            Ok(()) => {
-                if let Some(b) = lock(&shared.backed_off).get_mut(flow) {
-                    b.held_since = Some(Instant::now());
-                }
-            }
-            Err(e) => shared.emit(Event::QueueError {
+        let result = shared.queue.back_off(flow, d).await;
+        // Only the latest call's return says whether the queue holds it.
+        if let Some(b) = lock(&shared.backed_off).get_mut(flow)
+            && b.call == call
+        {
+            b.hold = match result {
+                Ok(()) => QueueHold::Since(Instant::now()),
+                Err(_) => QueueHold::Failed,
+            };
+        }
+        if let Err(e) = result {
+            shared.emit(Event::QueueError {
                 op: "back_off",
                 error: e.to_string(),
-            }),
+            });
         }
     }
     release_for(shared, receipt, d, text).await;

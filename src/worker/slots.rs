@@ -25,7 +25,7 @@ pub(super) async fn fill_slots<Q: WorkQueue + 'static>(
     shared: Arc<Shared<Q>>,
     permits: Arc<Semaphore>,
     claim_wait: Duration,
-) -> Result<Vec<(Claimed, OwnedSemaphorePermit, Instant)>> {
+) -> Result<Vec<(Claimed, OwnedSemaphorePermit, Option<Instant>)>> {
     // A worker-side failure pauses claiming for its backoff.
     let paused_until = *lock(&shared.claims_paused_until);
     tokio::time::sleep_until(paused_until).await;
@@ -46,14 +46,23 @@ pub(super) async fn fill_slots<Q: WorkQueue + 'static>(
     // back-off that finished after this instant, never one before it.
     let asked = Instant::now();
 
+    let mut from_limits = 0;
     if let Some(flow) = &shared.flow {
+        // `step` does not look at limits: wait out this worker's back-off.
+        let until = lock(&shared.backed_off).get(flow).map(|b| b.until);
+        let now = Instant::now();
+        if let Some(until) = until.filter(|u| *u > now) {
+            let wake = now.checked_add(claim_wait).map_or(until, |t| t.min(until));
+            tokio::time::sleep_until(wake).await;
+            return Ok(Vec::new());
+        }
         while got.len() < want {
             match shared.queue.step(flow).await {
                 Ok(Some(c)) => got.push(c),
                 Ok(None) => break,
                 Err(e) => {
                     return keep_taken(&shared, "step", got, e)
-                        .map(|got| slot_each(got, slots, asked));
+                        .map(|got| slot_each(got, slots, asked, 0));
                 }
             }
         }
@@ -87,6 +96,8 @@ pub(super) async fn fill_slots<Q: WorkQueue + 'static>(
             }
             got = reclaimed.claimed;
         }
+        // Reclaimed items skip limits: only the ones after them were gated.
+        from_limits = got.len();
         let free = want.saturating_sub(got.len());
         if free > 0 {
             let wait = if got.is_empty() {
@@ -100,7 +111,7 @@ pub(super) async fn fill_slots<Q: WorkQueue + 'static>(
             }
         }
     }
-    Ok(slot_each(got, slots, asked))
+    Ok(slot_each(got, slots, asked, from_limits))
 }
 
 /// A claim (or step) failed after this fill had already taken `got`: those
@@ -130,11 +141,13 @@ pub(super) fn slot_each(
     got: Vec<Claimed>,
     mut slots: OwnedSemaphorePermit,
     asked: Instant,
-) -> Vec<(Claimed, OwnedSemaphorePermit, Instant)> {
+    ungated: usize,
+) -> Vec<(Claimed, OwnedSemaphorePermit, Option<Instant>)> {
     // One permit per item (never more items than slots: the queue promises
     // it); the surplus slots go back when `slots` drops here.
     let mut out = Vec::with_capacity(got.len());
-    for claimed in got {
+    for (i, claimed) in got.into_iter().enumerate() {
+        let asked = (i >= ungated).then_some(asked);
         match slots.split(1) {
             Some(permit) => out.push((claimed, permit, asked)),
             // Unreachable while the queue keeps its promise; the item stays
@@ -224,7 +237,7 @@ pub(super) async fn supervise<Q: WorkQueue + 'static>(
     shared: Arc<Shared<Q>>,
     claimed: Claimed,
     claim_permit: OwnedSemaphorePermit,
-    asked: Instant,
+    asked: Option<Instant>,
     running: Arc<Semaphore>,
     turn: StartTurn,
 ) {
@@ -280,12 +293,14 @@ pub(super) async fn supervise<Q: WorkQueue + 'static>(
             return;
         }
         // A prefetched item of a flow this worker backed off meanwhile is
-        // given back, due at once: the flow's back-off then holds it.
-        let held = lock(&shared.backed_off)
+        // given back: the flow's back-off then holds it.
+        let now = Instant::now();
+        let held_for = lock(&shared.backed_off)
             .get(&claimed.item.flow)
-            .is_some_and(|b| b.gives_back(asked, Instant::now()));
-        if held {
-            release_for(&shared, receipt, Duration::ZERO, BACKED_OFF.into()).await;
+            .filter(|b| b.gives_back(asked, now))
+            .map(|b| b.give_back_wait(now));
+        if let Some(wait) = held_for {
+            release_for(&shared, receipt, wait, BACKED_OFF.into()).await;
             drop(permit);
             drop(guard);
             return;
