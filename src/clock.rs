@@ -38,7 +38,7 @@ impl Clock for SystemClock {
     /// Sleeps until the system clock reads `deadline_ms` (SPEC 3, Timers):
     /// to the deadline's exact instant, not from the truncated
     /// [`Clock::now_ms`] (which overslept by the part of the current
-    /// millisecond already past), and the last [`PRECISE_TAIL`] on the
+    /// millisecond already past), and the last 2 ms (`PRECISE_TAIL`) on the
     /// operating system's timer on one of tokio's blocking threads. Must be
     /// polled inside a tokio runtime, as any tokio timer.
     fn sleep_until(&self, deadline_ms: u64) -> Sleep {
