@@ -125,6 +125,25 @@ impl Error {
         )
     }
 
+    /// The error's kind in one word: `full`, `lease_lost`, `locked`,
+    /// `corrupt`, `io`, `storage`, `backend`, `decode`, `invalid_input` or
+    /// `closed`. The wire's error kinds (SPEC 10) and the `outcome` label
+    /// of the metrics (SPEC 12.3) are these names.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Full { .. } => "full",
+            Error::LeaseLost { .. } => "lease_lost",
+            Error::Locked { .. } => "locked",
+            Error::Corrupt { .. } => "corrupt",
+            Error::Io { .. } => "io",
+            Error::Storage { .. } => "storage",
+            Error::Backend { .. } => "backend",
+            Error::Decode { .. } => "decode",
+            Error::InvalidInput(_) => "invalid_input",
+            Error::Closed => "closed",
+        }
+    }
+
     /// True for [`Error::LeaseLost`].
     pub fn is_lease_lost(&self) -> bool {
         matches!(self, Error::LeaseLost { .. })

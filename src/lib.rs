@@ -228,6 +228,7 @@ mod limit;
 pub mod metered;
 mod outcome;
 mod queue;
+mod request;
 pub mod worker;
 
 #[cfg(feature = "forward")]
@@ -258,6 +259,7 @@ pub use item::{
 pub use limit::{FlowLimit, FlowLimits, RateLimit};
 pub use outcome::{Chunk, Outcome, OutcomeKind, encode_result};
 pub use queue::{BoxQueue, WorkQueue};
+pub use request::{Reply, Request};
 pub use worker::{
     Event as WorkerEvent, HandlerError, Report as WorkerReport, RetryPolicy, Worker,
     idempotent_step,

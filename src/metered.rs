@@ -19,19 +19,14 @@
 //! | `workjournal_oldest_pending_age_seconds` | gauge | | age of the oldest pending claim at the last `stats` (0 when none) |
 //! | `workjournal_forward_lag_items` | gauge | `target` | items waiting to be forwarded ([`record_forward_lag`]) |
 
-use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use crate::browse::{ItemPage, ListQuery, ListedItem};
-use crate::error::{Error, Result};
-use crate::item::{
-    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
-};
-use crate::outcome::{Chunk, Outcome};
+use crate::error::Result;
+use crate::item::Stats;
 use crate::queue::WorkQueue;
+use crate::request::{Reply, Request};
 
 /// `workjournal_operations_total{op, outcome}`.
 pub const OPERATIONS: &str = "workjournal_operations_total";
@@ -54,35 +49,7 @@ pub const OLDEST_PENDING_AGE: &str = "workjournal_oldest_pending_age_seconds";
 /// `workjournal_forward_lag_items{target}`.
 pub const FORWARD_LAG: &str = "workjournal_forward_lag_items";
 
-/// The `outcome` label of an error (the wire's error kinds, SPEC 10).
-fn outcome_of(e: &Error) -> &'static str {
-    match e {
-        Error::Full { .. } => "full",
-        Error::LeaseLost { .. } => "lease_lost",
-        Error::Locked { .. } => "locked",
-        Error::Corrupt { .. } => "corrupt",
-        Error::Io { .. } => "io",
-        Error::Storage { .. } => "storage",
-        Error::Backend { .. } => "backend",
-        Error::Decode { .. } => "decode",
-        Error::InvalidInput(_) => "invalid_input",
-        Error::Closed => "closed",
-    }
-}
-
-async fn timed<T>(op: &'static str, call: impl Future<Output = Result<T>>) -> Result<T> {
-    let start = Instant::now();
-    let r = call.await;
-    let outcome = match &r {
-        Ok(_) => "ok",
-        Err(e) => outcome_of(e),
-    };
-    metrics::counter!(OPERATIONS, "op" => op, "outcome" => outcome).increment(1);
-    metrics::histogram!(OPERATION_DURATION, "op" => op).record(start.elapsed().as_secs_f64());
-    r
-}
-
-/// Set the state gauges from `stats` (what [`MeteredQueue::stats`] does
+/// Set the state gauges from `stats` (what a [`MeteredQueue`] does
 /// with every answer).
 pub fn record_stats(s: &Stats) {
     let ready = s.backlog;
@@ -189,229 +156,51 @@ impl<Q: WorkQueue> MeteredQueue<Q> {
     }
 }
 
+impl<Q: WorkQueue> MeteredQueue<Q> {
+    /// Count what a successful reply says happened to items.
+    fn note(&self, reply: &Reply) {
+        match reply {
+            Reply::Added(a) if !a.duplicate => self.note_added(1),
+            Reply::AddedList(v) => {
+                self.note_added(v.iter().filter(|a| !a.duplicate).count() as u64)
+            }
+            Reply::Claimed(v) => metrics::counter!(CLAIMED).increment(v.len() as u64),
+            Reply::Stats(s) => record_stats(s),
+            Reply::Reclaimed(rc) => self.note_failed(rc.dead_lettered.len() as u64),
+            _ => {}
+        }
+    }
+}
+
 impl<Q: WorkQueue> WorkQueue for MeteredQueue<Q> {
-    async fn add(&self, item: NewItem) -> Result<Added> {
-        let r = timed("add", self.inner.add(item)).await;
-        if let Ok(a) = &r
-            && !a.duplicate
-        {
-            self.note_added(1);
+    async fn call(&self, request: Request) -> Result<Reply> {
+        let op = request.name();
+        let acked = match &request {
+            Request::Ack { .. } | Request::AckWithResult { .. } => Some(1),
+            Request::AckBatch { .. } => None,
+            _ => Some(0),
+        };
+        let failed = matches!(request, Request::Retry { .. } | Request::DeadLetter { .. });
+        let start = Instant::now();
+        let r = self.inner.call(request).await;
+        let outcome = match &r {
+            Ok(_) => "ok",
+            Err(e) => e.kind(),
+        };
+        metrics::counter!(OPERATIONS, "op" => op, "outcome" => outcome).increment(1);
+        metrics::histogram!(OPERATION_DURATION, "op" => op).record(start.elapsed().as_secs_f64());
+        if let Ok(reply) = &r {
+            self.note(reply);
+            match (acked, reply) {
+                (None, Reply::Count(n)) => self.note_acked(*n),
+                (Some(n), _) if n > 0 => self.note_acked(n),
+                _ => {}
+            }
+            if failed {
+                self.note_failed(1);
+            }
         }
         r
-    }
-
-    async fn add_batch(&self, items: Vec<NewItem>) -> Result<Vec<Added>> {
-        let r = timed("add_batch", self.inner.add_batch(items)).await;
-        if let Ok(v) = &r {
-            self.note_added(v.iter().filter(|a| !a.duplicate).count() as u64);
-        }
-        r
-    }
-
-    async fn add_delayed(&self, item: NewItem, not_before_ms: u64) -> Result<Added> {
-        let r = timed("add_delayed", self.inner.add_delayed(item, not_before_ms)).await;
-        if let Ok(a) = &r
-            && !a.duplicate
-        {
-            self.note_added(1);
-        }
-        r
-    }
-
-    async fn next_due(&self) -> Result<Option<u64>> {
-        timed("next_due", self.inner.next_due()).await
-    }
-
-    async fn promote_due(&self) -> Result<u64> {
-        timed("promote_due", self.inner.promote_due()).await
-    }
-
-    async fn claim(&self, count: usize, wait: Duration, from: ClaimFrom) -> Result<Vec<Claimed>> {
-        let r = timed("claim", self.inner.claim(count, wait, from)).await;
-        if let Ok(v) = &r {
-            metrics::counter!(CLAIMED).increment(v.len() as u64);
-        }
-        r
-    }
-
-    async fn ack(&self, receipt: Receipt) -> Result<()> {
-        let r = timed("ack", self.inner.ack(receipt)).await;
-        if r.is_ok() {
-            self.note_acked(1);
-        }
-        r
-    }
-
-    async fn ack_with_result(&self, receipt: Receipt, result: Vec<u8>) -> Result<()> {
-        let r = timed(
-            "ack_with_result",
-            self.inner.ack_with_result(receipt, result),
-        )
-        .await;
-        if r.is_ok() {
-            self.note_acked(1);
-        }
-        r
-    }
-
-    async fn outcome(&self, id: u64) -> Result<Option<Outcome>> {
-        timed("outcome", self.inner.outcome(id)).await
-    }
-
-    async fn wait_outcome(&self, id: u64, wait: Duration) -> Result<Option<Outcome>> {
-        timed("wait_outcome", self.inner.wait_outcome(id, wait)).await
-    }
-
-    async fn set_progress(&self, receipt: Receipt, progress: Vec<u8>) -> Result<()> {
-        timed("set_progress", self.inner.set_progress(receipt, progress)).await
-    }
-
-    async fn send_chunk(&self, receipt: Receipt, chunk: Vec<u8>) -> Result<u64> {
-        timed("send_chunk", self.inner.send_chunk(receipt, chunk)).await
-    }
-
-    async fn progress(&self, id: u64) -> Result<Option<Vec<u8>>> {
-        timed("progress", self.inner.progress(id)).await
-    }
-
-    async fn wait_chunks(&self, id: u64, after_seq: u64, wait: Duration) -> Result<Vec<Chunk>> {
-        timed("wait_chunks", self.inner.wait_chunks(id, after_seq, wait)).await
-    }
-
-    async fn ack_batch(&self, receipts: Vec<Receipt>) -> Result<u64> {
-        let r = timed("ack_batch", self.inner.ack_batch(receipts)).await;
-        if let Ok(n) = &r {
-            self.note_acked(*n);
-        }
-        r
-    }
-
-    async fn touch(&self, receipts: Vec<Receipt>) -> Result<()> {
-        timed("touch", self.inner.touch(receipts)).await
-    }
-
-    async fn retry(&self, receipt: Receipt, not_before_ms: u64) -> Result<RetryOutcome> {
-        let r = timed("retry", self.inner.retry(receipt, not_before_ms)).await;
-        if r.is_ok() {
-            self.note_failed(1);
-        }
-        r
-    }
-
-    async fn release(&self, receipt: Receipt, not_before_ms: u64) -> Result<()> {
-        timed("release", self.inner.release(receipt, not_before_ms)).await
-    }
-
-    async fn dead_letter(&self, receipt: Receipt, reason: &str) -> Result<()> {
-        let r = timed("dead_letter", self.inner.dead_letter(receipt, reason)).await;
-        if r.is_ok() {
-            self.note_failed(1);
-        }
-        r
-    }
-
-    async fn reclaim(&self, min_idle: Duration, count: usize) -> Result<Reclaimed> {
-        let r = timed("reclaim", self.inner.reclaim(min_idle, count)).await;
-        if let Ok(rc) = &r {
-            self.note_failed(rc.dead_lettered.len() as u64);
-        }
-        r
-    }
-
-    async fn pause(&self, flow: &str) -> Result<()> {
-        timed("pause", self.inner.pause(flow)).await
-    }
-
-    async fn resume(&self, flow: &str) -> Result<u64> {
-        timed("resume", self.inner.resume(flow)).await
-    }
-
-    async fn park(&self, receipt: Receipt) -> Result<()> {
-        timed("park", self.inner.park(receipt)).await
-    }
-
-    async fn step(&self, flow: &str) -> Result<Option<Claimed>> {
-        timed("step", self.inner.step(flow)).await
-    }
-
-    async fn clear_flow(&self, flow: &str) -> Result<u64> {
-        timed("clear_flow", self.inner.clear_flow(flow)).await
-    }
-
-    async fn parked(&self, flow: &str) -> Result<u64> {
-        timed("parked", self.inner.parked(flow)).await
-    }
-
-    async fn paused_flows(&self) -> Result<Vec<String>> {
-        timed("paused_flows", self.inner.paused_flows()).await
-    }
-
-    async fn set_flow_limit(&self, flow: &str, limit: crate::FlowLimit) -> Result<()> {
-        timed("set_flow_limit", self.inner.set_flow_limit(flow, limit)).await
-    }
-
-    async fn back_off(&self, flow: &str, duration: Duration) -> Result<()> {
-        timed("back_off", self.inner.back_off(flow, duration)).await
-    }
-
-    async fn flow_limits(&self) -> Result<Vec<crate::FlowLimits>> {
-        timed("flow_limits", self.inner.flow_limits()).await
-    }
-
-    async fn mark_done(&self, id: u64, step: &str) -> Result<()> {
-        timed("mark_done", self.inner.mark_done(id, step)).await
-    }
-
-    async fn was_done(&self, id: u64, step: &str) -> Result<bool> {
-        timed("was_done", self.inner.was_done(id, step)).await
-    }
-
-    async fn dead_letters(&self, count: usize) -> Result<Vec<DeadLetter>> {
-        timed("dead_letters", self.inner.dead_letters(count)).await
-    }
-
-    async fn redrive(&self, id: u64) -> Result<bool> {
-        timed("redrive", self.inner.redrive(id)).await
-    }
-
-    async fn purge_dead_letters(&self) -> Result<u64> {
-        timed("purge_dead_letters", self.inner.purge_dead_letters()).await
-    }
-
-    async fn stats(&self) -> Result<Stats> {
-        let r = timed("stats", self.inner.stats()).await;
-        if let Ok(s) = &r {
-            record_stats(s);
-        }
-        r
-    }
-
-    async fn backlog_by_flow(&self, sample: usize) -> Result<BTreeMap<String, u64>> {
-        timed("backlog_by_flow", self.inner.backlog_by_flow(sample)).await
-    }
-
-    async fn peek(&self, count: usize) -> Result<Vec<Item>> {
-        timed("peek", self.inner.peek(count)).await
-    }
-
-    async fn list(&self, query: ListQuery) -> Result<ItemPage> {
-        timed("list", self.inner.list(query)).await
-    }
-
-    async fn find(&self, id: u64) -> Result<Option<ListedItem>> {
-        timed("find", self.inner.find(id)).await
-    }
-
-    async fn now_ms(&self) -> Result<u64> {
-        timed("now", self.inner.now_ms()).await
-    }
-
-    async fn compact(&self) -> Result<bool> {
-        timed("compact", self.inner.compact()).await
-    }
-
-    async fn close(&self) -> Result<()> {
-        timed("close", self.inner.close()).await
     }
 
     fn max_deliveries(&self) -> u32 {

@@ -12,9 +12,12 @@ use crate::item::{
 };
 use crate::limit::{FlowLimit, FlowLimits};
 use crate::outcome::{Chunk, Outcome};
+use crate::request::{Reply, Request, reply};
 
+mod backend;
 mod boxed;
 
+pub(crate) use backend::{Backend, dispatch};
 pub use boxed::BoxQueue;
 // The testing harness names the boxed future in its own object-safe traits
 // (re-exported as `testing::BoxFuture`).
@@ -81,6 +84,23 @@ pub use boxed::BoxFuture;
 /// through `reclaim_stale` once idle (or at the next open of an embedded
 /// file). Nothing is ever lost by cancelling.
 pub trait WorkQueue: Send + Sync {
+    /// Carry out one operation of the contract (docs/DESIGN.md, One
+    /// request type): the one method a backend implements besides
+    /// [`WorkQueue::max_deliveries`]. Every typed method below builds its
+    /// [`Request`] and calls this; layers that only pass operations on
+    /// (boxing, metering, the server, the remote client) forward this one
+    /// call.
+    ///
+    /// # Errors
+    ///
+    /// Those of the typed method of the request's name; `InvalidInput` for
+    /// a request this backend does not support (see [`Request`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// That of the typed method of the request's name.
+    fn call(&self, request: Request) -> impl Future<Output = Result<Reply>> + Send;
+
     /// Journal `item` at the backlog tail (SPEC 3, Adding). Returns once the
     /// item is as durable as the backend promises.
     ///
@@ -92,7 +112,10 @@ pub trait WorkQueue: Send + Sync {
     /// # Cancel safety
     ///
     /// Dropping the future may or may not have added the item.
-    fn add(&self, item: NewItem) -> impl Future<Output = Result<Added>> + Send;
+    fn add(&self, item: NewItem) -> impl Future<Output = Result<Added>> + Send {
+        let request = Request::Add { item };
+        async move { reply!(self.call(request), "add", Added) }
+    }
 
     /// Journal all of `items` at the backlog tail, all or none; results in
     /// input order. An empty batch is `Ok(vec![])`.
@@ -104,7 +127,10 @@ pub trait WorkQueue: Send + Sync {
     /// # Cancel safety
     ///
     /// Dropping the future leaves all of the batch or none of it.
-    fn add_batch(&self, items: Vec<NewItem>) -> impl Future<Output = Result<Vec<Added>>> + Send;
+    fn add_batch(&self, items: Vec<NewItem>) -> impl Future<Output = Result<Vec<Added>>> + Send {
+        let request = Request::AddBatch { items };
+        async move { reply!(self.call(request), "add_batch", AddedList) }
+    }
 
     /// Journal `item` into delayed, due at `not_before_ms` (ms since the Unix
     /// epoch, queue clock). A time in the past is due at the next promotion.
@@ -120,14 +146,23 @@ pub trait WorkQueue: Send + Sync {
         &self,
         item: NewItem,
         not_before_ms: u64,
-    ) -> impl Future<Output = Result<Added>> + Send;
+    ) -> impl Future<Output = Result<Added>> + Send {
+        let request = Request::AddDelayed {
+            item,
+            not_before_ms,
+        };
+        async move { reply!(self.call(request), "add_delayed", Added) }
+    }
 
     /// The soonest `not_before_ms` among delayed items (not yet promoted).
     ///
     /// # Errors
     ///
     /// Storage or backend failures only. Cancel-safe (read only).
-    fn next_due(&self) -> impl Future<Output = Result<Option<u64>>> + Send;
+    fn next_due(&self) -> impl Future<Output = Result<Option<u64>>> + Send {
+        let request = Request::NextDue;
+        async move { reply!(self.call(request), "next_due", NextDue) }
+    }
 
     /// Atomically move every delayed item with `not_before_ms <= now` to the
     /// due-lane tail, ordered by (`not_before_ms`, id). Returns how many
@@ -141,7 +176,29 @@ pub trait WorkQueue: Send + Sync {
     /// # Cancel safety
     ///
     /// A dropped call promoted all the due items or none of them.
-    fn promote_due(&self) -> impl Future<Output = Result<u64>> + Send;
+    fn promote_due(&self) -> impl Future<Output = Result<u64>> + Send {
+        let request = Request::PromoteDue;
+        async move { reply!(self.call(request), "promote_due", Count) }
+    }
+
+    /// Make delayed item `id` due now (SPEC 3, Timers): atomically move it
+    /// from delayed to the due-lane tail, as a promotion at this moment
+    /// would, keeping its id, tier and deliveries. Returns false, and
+    /// changes nothing, when the queue holds no delayed item `id` (it is in
+    /// another state, finished, or was never added). BullMQ's
+    /// `job.promote`.
+    ///
+    /// # Errors
+    ///
+    /// Only the common ones; `Decode` for an unreadable record.
+    ///
+    /// # Cancel safety
+    ///
+    /// The move happened whole or not at all.
+    fn promote(&self, id: u64) -> impl Future<Output = Result<bool>> + Send {
+        let request = Request::Promote { id };
+        async move { reply!(self.call(request), "promote", Bool) }
+    }
 
     /// Take up to `count` items (never more): due lane first, then the
     /// backlog (unless `from` is [`ClaimFrom::DueOnly`]), each in rank order
@@ -168,7 +225,10 @@ pub trait WorkQueue: Send + Sync {
         count: usize,
         wait: Duration,
         from: ClaimFrom,
-    ) -> impl Future<Output = Result<Vec<Claimed>>> + Send;
+    ) -> impl Future<Output = Result<Vec<Claimed>>> + Send {
+        let request = Request::Claim { count, wait, from };
+        async move { reply!(self.call(request), "claim", Claimed) }
+    }
 
     /// The item is done and gone for good.
     ///
@@ -181,7 +241,10 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// Dropped: the ack happened or it did not; acking again is safe (at
     /// worst `LeaseLost`).
-    fn ack(&self, receipt: Receipt) -> impl Future<Output = Result<()>> + Send;
+    fn ack(&self, receipt: Receipt) -> impl Future<Output = Result<()>> + Send {
+        let request = Request::Ack { receipt };
+        async move { reply!(self.call(request), "ack") }
+    }
 
     /// As [`WorkQueue::ack`], and the item's outcome carries `result`
     /// (opaque bytes; [`encode_result`](crate::encode_result) for a typed
@@ -200,7 +263,10 @@ pub trait WorkQueue: Send + Sync {
         &self,
         receipt: Receipt,
         result: Vec<u8>,
-    ) -> impl Future<Output = Result<()>> + Send;
+    ) -> impl Future<Output = Result<()>> + Send {
+        let request = Request::AckWithResult { receipt, result };
+        async move { reply!(self.call(request), "ack_with_result") }
+    }
 
     /// The outcome of item `id` (done with its result, or dead-lettered with
     /// its reason, and when), or `None` if it has none: not finished yet,
@@ -210,7 +276,10 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// Only the common ones; `Decode` for an unreadable outcome record.
-    fn outcome(&self, id: u64) -> impl Future<Output = Result<Option<Outcome>>> + Send;
+    fn outcome(&self, id: u64) -> impl Future<Output = Result<Option<Outcome>>> + Send {
+        let request = Request::Outcome { id };
+        async move { reply!(self.call(request), "outcome", Outcome) }
+    }
 
     /// As [`WorkQueue::outcome`], but while there is none, wait up to `wait`
     /// (real time) for one. Woken by the ack or dead letter itself (no
@@ -227,7 +296,10 @@ pub trait WorkQueue: Send + Sync {
         &self,
         id: u64,
         wait: Duration,
-    ) -> impl Future<Output = Result<Option<Outcome>>> + Send;
+    ) -> impl Future<Output = Result<Option<Outcome>>> + Send {
+        let request = Request::WaitOutcome { id, wait };
+        async move { reply!(self.call(request), "wait_outcome", Outcome) }
+    }
 
     /// Publish the progress of a pending item: `progress` replaces the
     /// last one (SPEC 3, Outcomes and progress). Fenced like `touch`; it does not extend
@@ -241,7 +313,10 @@ pub trait WorkQueue: Send + Sync {
         &self,
         receipt: Receipt,
         progress: Vec<u8>,
-    ) -> impl Future<Output = Result<()>> + Send;
+    ) -> impl Future<Output = Result<()>> + Send {
+        let request = Request::SetProgress { receipt, progress };
+        async move { reply!(self.call(request), "set_progress") }
+    }
 
     /// Append one chunk to a pending item's stream; returns its sequence
     /// number (from 1 per item, increasing across deliveries). Fenced like
@@ -258,7 +333,10 @@ pub trait WorkQueue: Send + Sync {
         &self,
         receipt: Receipt,
         chunk: Vec<u8>,
-    ) -> impl Future<Output = Result<u64>> + Send;
+    ) -> impl Future<Output = Result<u64>> + Send {
+        let request = Request::SendChunk { receipt, chunk };
+        async move { reply!(self.call(request), "send_chunk", Seq) }
+    }
 
     /// The last progress published for item `id`, if any (kept until its
     /// outcome expires).
@@ -266,7 +344,10 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// Only the common ones (see the trait's docs).
-    fn progress(&self, id: u64) -> impl Future<Output = Result<Option<Vec<u8>>>> + Send;
+    fn progress(&self, id: u64) -> impl Future<Output = Result<Option<Vec<u8>>>> + Send {
+        let request = Request::Progress { id };
+        async move { reply!(self.call(request), "progress", Progress) }
+    }
 
     /// The chunks of item `id` after sequence number `after_seq`, in order.
     /// While there are none and the item has no outcome, wait up to `wait`
@@ -286,7 +367,14 @@ pub trait WorkQueue: Send + Sync {
         id: u64,
         after_seq: u64,
         wait: Duration,
-    ) -> impl Future<Output = Result<Vec<Chunk>>> + Send;
+    ) -> impl Future<Output = Result<Vec<Chunk>>> + Send {
+        let request = Request::WaitChunks {
+            id,
+            after_seq,
+            wait,
+        };
+        async move { reply!(self.call(request), "wait_chunks", Chunks) }
+    }
 
     /// Ack each receipt; lost ones are skipped and not counted. Returns how
     /// many were acked. Atomic as a whole.
@@ -298,7 +386,10 @@ pub trait WorkQueue: Send + Sync {
     /// # Cancel safety
     ///
     /// As [`WorkQueue::ack`].
-    fn ack_batch(&self, receipts: Vec<Receipt>) -> impl Future<Output = Result<u64>> + Send;
+    fn ack_batch(&self, receipts: Vec<Receipt>) -> impl Future<Output = Result<u64>> + Send {
+        let request = Request::AckBatch { receipts };
+        async move { reply!(self.call(request), "ack_batch", Count) }
+    }
 
     /// Extend the leases: set `claimed_at_ms = now` for every receipt;
     /// deliveries unchanged. All or nothing.
@@ -311,7 +402,10 @@ pub trait WorkQueue: Send + Sync {
     /// # Cancel safety
     ///
     /// Idempotent: touch again.
-    fn touch(&self, receipts: Vec<Receipt>) -> impl Future<Output = Result<()>> + Send;
+    fn touch(&self, receipts: Vec<Receipt>) -> impl Future<Output = Result<()>> + Send {
+        let request = Request::Touch { receipts };
+        async move { reply!(self.call(request), "touch") }
+    }
 
     /// Give a failed attempt back: atomically move the pending item to
     /// delayed, due at `not_before_ms`, keeping id and deliveries. If the
@@ -329,7 +423,13 @@ pub trait WorkQueue: Send + Sync {
         &self,
         receipt: Receipt,
         not_before_ms: u64,
-    ) -> impl Future<Output = Result<RetryOutcome>> + Send;
+    ) -> impl Future<Output = Result<RetryOutcome>> + Send {
+        let request = Request::Retry {
+            receipt,
+            not_before_ms,
+        };
+        async move { reply!(self.call(request), "retry", Retried) }
+    }
 
     /// Give a claim back without counting it as an attempt (SPEC 3,
     /// Finishing): atomically move the pending item to delayed, due at
@@ -350,7 +450,13 @@ pub trait WorkQueue: Send + Sync {
         &self,
         receipt: Receipt,
         not_before_ms: u64,
-    ) -> impl Future<Output = Result<()>> + Send;
+    ) -> impl Future<Output = Result<()>> + Send {
+        let request = Request::Release {
+            receipt,
+            not_before_ms,
+        };
+        async move { reply!(self.call(request), "release") }
+    }
 
     /// Atomically move the pending item to the dead letters with `reason` and
     /// `failed_at_ms = now`.
@@ -366,7 +472,13 @@ pub trait WorkQueue: Send + Sync {
         &self,
         receipt: Receipt,
         reason: &str,
-    ) -> impl Future<Output = Result<()>> + Send;
+    ) -> impl Future<Output = Result<()>> + Send {
+        let request = Request::DeadLetter {
+            receipt,
+            reason: reason.to_string(),
+        };
+        async move { reply!(self.call(request), "dead_letter") }
+    }
 
     /// Take over up to `count` pending items whose claim is at least
     /// `min_idle` old, whoever held them, oldest claim first (by
@@ -407,7 +519,10 @@ pub trait WorkQueue: Send + Sync {
         &self,
         min_idle: Duration,
         count: usize,
-    ) -> impl Future<Output = Result<Reclaimed>> + Send;
+    ) -> impl Future<Output = Result<Reclaimed>> + Send {
+        let request = Request::Reclaim { min_idle, count };
+        async move { reply!(self.call(request), "reclaim", Reclaimed) }
+    }
 
     /// Pause `flow`: from now on claims park its items instead of handing
     /// them out. Durable; pausing a paused flow changes nothing.
@@ -415,7 +530,12 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// `InvalidInput` for an empty flow name.
-    fn pause(&self, flow: &str) -> impl Future<Output = Result<()>> + Send;
+    fn pause(&self, flow: &str) -> impl Future<Output = Result<()>> + Send {
+        let request = Request::Pause {
+            flow: flow.to_string(),
+        };
+        async move { reply!(self.call(request), "pause") }
+    }
 
     /// Unpause `flow` and atomically move all of its parked items back to the
     /// backlog tail, oldest first. Returns how many moved.
@@ -423,7 +543,12 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// `InvalidInput` for an empty flow name.
-    fn resume(&self, flow: &str) -> impl Future<Output = Result<u64>> + Send;
+    fn resume(&self, flow: &str) -> impl Future<Output = Result<u64>> + Send {
+        let request = Request::Resume {
+            flow: flow.to_string(),
+        };
+        async move { reply!(self.call(request), "resume", Count) }
+    }
 
     /// Atomically move a pending item to its flow's parked-list tail.
     ///
@@ -431,7 +556,10 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// `LeaseLost` if the receipt is not current; `InvalidInput` if the item
     /// is in the default flow `""` (which cannot be parked).
-    fn park(&self, receipt: Receipt) -> impl Future<Output = Result<()>> + Send;
+    fn park(&self, receipt: Receipt) -> impl Future<Output = Result<()>> + Send {
+        let request = Request::Park { receipt };
+        async move { reply!(self.call(request), "park") }
+    }
 
     /// Atomically move the oldest parked item of `flow` into pending for the
     /// caller (`deliveries += 1`, lane `Parked`): one item runs, the rest stay
@@ -444,7 +572,12 @@ pub trait WorkQueue: Send + Sync {
     /// # Cancel safety
     ///
     /// As [`WorkQueue::claim`].
-    fn step(&self, flow: &str) -> impl Future<Output = Result<Option<Claimed>>> + Send;
+    fn step(&self, flow: &str) -> impl Future<Output = Result<Option<Claimed>>> + Send {
+        let request = Request::Step {
+            flow: flow.to_string(),
+        };
+        async move { reply!(self.call(request), "step", Stepped) }
+    }
 
     /// Delete the flow's parked items and its pause state; returns how many
     /// items were deleted. Deletes work unrun.
@@ -452,21 +585,34 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// `InvalidInput` for an empty flow name.
-    fn clear_flow(&self, flow: &str) -> impl Future<Output = Result<u64>> + Send;
+    fn clear_flow(&self, flow: &str) -> impl Future<Output = Result<u64>> + Send {
+        let request = Request::ClearFlow {
+            flow: flow.to_string(),
+        };
+        async move { reply!(self.call(request), "clear_flow", Count) }
+    }
 
     /// How many items `flow` has parked.
     ///
     /// # Errors
     ///
     /// Only the common ones (see the trait's docs).
-    fn parked(&self, flow: &str) -> impl Future<Output = Result<u64>> + Send;
+    fn parked(&self, flow: &str) -> impl Future<Output = Result<u64>> + Send {
+        let request = Request::Parked {
+            flow: flow.to_string(),
+        };
+        async move { reply!(self.call(request), "parked", Count) }
+    }
 
     /// The paused flows, sorted.
     ///
     /// # Errors
     ///
     /// Only the common ones (see the trait's docs).
-    fn paused_flows(&self) -> impl Future<Output = Result<Vec<String>>> + Send;
+    fn paused_flows(&self) -> impl Future<Output = Result<Vec<String>>> + Send {
+        let request = Request::PausedFlows;
+        async move { reply!(self.call(request), "paused_flows", Flows) }
+    }
 
     // ---- flow limits (SPEC 3, Flow limits) ----
 
@@ -487,31 +633,29 @@ pub trait WorkQueue: Send + Sync {
         &self,
         flow: &str,
         limit: FlowLimit,
-    ) -> impl Future<Output = Result<()>> + Send;
+    ) -> impl Future<Output = Result<()>> + Send {
+        let request = Request::SetFlowLimit {
+            flow: flow.to_string(),
+            limit,
+        };
+        async move { reply!(self.call(request), "set_flow_limit") }
+    }
 
     /// Hold `flow` for `duration` from now by the queue's clock (SPEC 3,
     /// Flow limits): [`FlowLimit::BackOffUntil`] of now + `duration`. A
-    /// longer back-off already in force is kept.
+    /// longer back-off already in force is kept. One atomic operation:
+    /// the time is read and the hold set in the same step, so two
+    /// consumers backing off at once keep the longer of the two.
     ///
     /// # Errors
     ///
     /// As [`WorkQueue::set_flow_limit`].
     fn back_off(&self, flow: &str, duration: Duration) -> impl Future<Output = Result<()>> + Send {
-        async move {
-            let now = self.now_ms().await?;
-            let until = now.saturating_add(crate::config::ms(duration));
-            let current = self
-                .flow_limits()
-                .await?
-                .into_iter()
-                .find(|l| l.flow == flow)
-                .and_then(|l| l.backoff_until_ms);
-            if current.is_some_and(|t| t >= until) {
-                return crate::limit::check_limit(flow, &FlowLimit::BackOffUntil(None));
-            }
-            self.set_flow_limit(flow, FlowLimit::BackOffUntil(Some(until)))
-                .await
-        }
+        let request = Request::BackOff {
+            flow: flow.to_string(),
+            duration,
+        };
+        async move { reply!(self.call(request), "back_off") }
     }
 
     /// Every flow with a limit in force, by flow name, with its state
@@ -520,28 +664,46 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// Only the common ones; `Decode` for an unreadable record.
-    fn flow_limits(&self) -> impl Future<Output = Result<Vec<FlowLimits>>> + Send;
+    fn flow_limits(&self) -> impl Future<Output = Result<Vec<FlowLimits>>> + Send {
+        let request = Request::FlowLimits;
+        async move { reply!(self.call(request), "flow_limits", FlowLimits) }
+    }
 
     /// Remember that `step` of item `id` happened, for `done_ttl`.
     ///
     /// # Errors
     ///
     /// Storage or backend failures only.
-    fn mark_done(&self, id: u64, step: &str) -> impl Future<Output = Result<()>> + Send;
+    fn mark_done(&self, id: u64, step: &str) -> impl Future<Output = Result<()>> + Send {
+        let request = Request::MarkDone {
+            id,
+            step: step.to_string(),
+        };
+        async move { reply!(self.call(request), "mark_done") }
+    }
 
     /// Whether `step` of item `id` was marked done within `done_ttl`.
     ///
     /// # Errors
     ///
     /// Only the common ones (see the trait's docs).
-    fn was_done(&self, id: u64, step: &str) -> impl Future<Output = Result<bool>> + Send;
+    fn was_done(&self, id: u64, step: &str) -> impl Future<Output = Result<bool>> + Send {
+        let request = Request::WasDone {
+            id,
+            step: step.to_string(),
+        };
+        async move { reply!(self.call(request), "was_done", Bool) }
+    }
 
     /// Up to `count` dead letters, newest first.
     ///
     /// # Errors
     ///
     /// Only the common ones (see the trait's docs).
-    fn dead_letters(&self, count: usize) -> impl Future<Output = Result<Vec<DeadLetter>>> + Send;
+    fn dead_letters(&self, count: usize) -> impl Future<Output = Result<Vec<DeadLetter>>> + Send {
+        let request = Request::DeadLetters { count };
+        async move { reply!(self.call(request), "dead_letters", DeadLetters) }
+    }
 
     /// Atomically move dead letter `id` back to the backlog tail with
     /// `deliveries = 0`. False if there is no such dead letter.
@@ -549,21 +711,50 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// Only the common ones; `Decode` if the item's record is unreadable.
-    fn redrive(&self, id: u64) -> impl Future<Output = Result<bool>> + Send;
+    fn redrive(&self, id: u64) -> impl Future<Output = Result<bool>> + Send {
+        let request = Request::Redrive { id };
+        async move { reply!(self.call(request), "redrive", Bool) }
+    }
 
     /// Delete every dead letter; returns how many.
     ///
     /// # Errors
     ///
     /// Only the common ones (see the trait's docs).
-    fn purge_dead_letters(&self) -> impl Future<Output = Result<u64>> + Send;
+    fn purge_dead_letters(&self) -> impl Future<Output = Result<u64>> + Send {
+        let request = Request::PurgeDeadLetters;
+        async move { reply!(self.call(request), "purge_dead_letters", Count) }
+    }
+
+    /// Delete item `id` unrun (SPEC 3, Removing): an item that is waiting
+    /// (backlog or due lane), delayed, parked or a dead letter is gone
+    /// for good, with its dedup key released, as if it had never been
+    /// added (no outcome is kept). Returns false, and changes nothing,
+    /// when the queue holds no item `id`.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` if the item is pending (claimed): a consumer holds it,
+    /// so it is finished through its receipt (ack, retry, dead-letter), not
+    /// removed; nothing changes. `Decode` for an unreadable record.
+    ///
+    /// # Cancel safety
+    ///
+    /// The removal happened whole or not at all.
+    fn remove(&self, id: u64) -> impl Future<Output = Result<bool>> + Send {
+        let request = Request::Remove { id };
+        async move { reply!(self.call(request), "remove", Bool) }
+    }
 
     /// Exact counts of every state.
     ///
     /// # Errors
     ///
     /// Only the common ones (see the trait's docs).
-    fn stats(&self) -> impl Future<Output = Result<Stats>> + Send;
+    fn stats(&self) -> impl Future<Output = Result<Stats>> + Send {
+        let request = Request::Stats;
+        async move { reply!(self.call(request), "stats", Stats) }
+    }
 
     /// Count by flow over the next `sample` items in claim order (due lane,
     /// delayed items already due, backlog), paused flows included.
@@ -574,7 +765,10 @@ pub trait WorkQueue: Send + Sync {
     fn backlog_by_flow(
         &self,
         sample: usize,
-    ) -> impl Future<Output = Result<BTreeMap<String, u64>>> + Send;
+    ) -> impl Future<Output = Result<BTreeMap<String, u64>>> + Send {
+        let request = Request::BacklogByFlow { sample };
+        async move { reply!(self.call(request), "backlog_by_flow", BacklogByFlow) }
+    }
 
     /// The next `count` items a claim would hand out (due lane, delayed items
     /// already due, backlog; paused flows skipped), without claiming them.
@@ -582,7 +776,10 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// Only the common ones; `Decode` for an unreadable record.
-    fn peek(&self, count: usize) -> impl Future<Output = Result<Vec<Item>>> + Send;
+    fn peek(&self, count: usize) -> impl Future<Output = Result<Vec<Item>>> + Send {
+        let request = Request::Peek { count };
+        async move { reply!(self.call(request), "peek", Items) }
+    }
 
     /// One page of the items in `query`'s state, in that state's order,
     /// without claiming or changing anything (SPEC 12.1): at most
@@ -596,7 +793,10 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// `InvalidInput` for a limit of 0; `Decode` for an unreadable record;
     /// the common ones. Cancel-safe (read only).
-    fn list(&self, query: ListQuery) -> impl Future<Output = Result<ItemPage>> + Send;
+    fn list(&self, query: ListQuery) -> impl Future<Output = Result<ItemPage>> + Send {
+        let request = Request::List { query };
+        async move { reply!(self.call(request), "list", Page) }
+    }
 
     /// Item `id` with its state (SPEC 12.1), or `None` if the queue holds no
     /// such item (acknowledged, purged, dropped past the dead-letter cap,
@@ -606,14 +806,20 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// `Decode` for an unreadable record; the common ones. Cancel-safe
     /// (read only).
-    fn find(&self, id: u64) -> impl Future<Output = Result<Option<ListedItem>>> + Send;
+    fn find(&self, id: u64) -> impl Future<Output = Result<Option<ListedItem>>> + Send {
+        let request = Request::Find { id };
+        async move { reply!(self.call(request), "find", Found) }
+    }
 
     /// Now, by the queue's clock, in ms since the Unix epoch.
     ///
     /// # Errors
     ///
     /// Only the common ones (see the trait's docs).
-    fn now_ms(&self) -> impl Future<Output = Result<u64>> + Send;
+    fn now_ms(&self) -> impl Future<Output = Result<u64>> + Send {
+        let request = Request::Now;
+        async move { reply!(self.call(request), "now_ms", Time) }
+    }
 
     /// The handle's [`Config::max_deliveries`](crate::Config::max_deliveries):
     /// the delivery past which `retry` and `reclaim_stale` dead-letter an
@@ -625,10 +831,14 @@ pub trait WorkQueue: Send + Sync {
     /// was given back. Only the embedded backend has anything to do; the
     /// others return `Ok(false)`.
     fn compact(&self) -> impl Future<Output = Result<bool>> + Send {
-        async { Ok(false) }
+        let request = Request::Compact;
+        async move { reply!(self.call(request), "compact", Bool) }
     }
 
     /// Finish what is in flight and release the file or connections. Later
     /// calls fail with `Error::Closed`.
-    fn close(&self) -> impl Future<Output = Result<()>> + Send;
+    fn close(&self) -> impl Future<Output = Result<()>> + Send {
+        let request = Request::Close;
+        async move { reply!(self.call(request), "close") }
+    }
 }

@@ -38,7 +38,8 @@ use crate::item::{
 };
 use crate::limit::{FlowLimit, FlowLimits};
 use crate::outcome::{Chunk, Outcome};
-use crate::queue::WorkQueue;
+use crate::queue::{Backend, WorkQueue, dispatch};
+use crate::request::{Reply, Request};
 
 mod browse;
 
@@ -349,6 +350,23 @@ async fn first<T>(mut futs: Vec<Pin<Box<dyn Future<Output = T> + Send + '_>>>) -
 }
 
 impl<Q: WorkQueue> WorkQueue for PartitionedQueue<Q> {
+    fn call(&self, request: Request) -> impl Future<Output = Result<Reply>> + Send {
+        dispatch(self, request)
+    }
+
+    /// The smallest of the partitions' `max_deliveries` (they are meant to
+    /// share one config): a worker never runs an item more often than its
+    /// partition allows.
+    fn max_deliveries(&self) -> u32 {
+        self.parts
+            .iter()
+            .map(WorkQueue::max_deliveries)
+            .min()
+            .unwrap_or(crate::config::DEFAULT_MAX_DELIVERIES)
+    }
+}
+
+impl<Q: WorkQueue> Backend for PartitionedQueue<Q> {
     async fn add(&self, item: NewItem) -> Result<Added> {
         self.add_one(item, None).await
     }
@@ -735,17 +753,6 @@ impl<Q: WorkQueue> WorkQueue for PartitionedQueue<Q> {
 
     async fn now_ms(&self) -> Result<u64> {
         self.parts[0].now_ms().await
-    }
-
-    /// The smallest of the partitions' `max_deliveries` (they are meant to
-    /// share one config): a worker never runs an item more often than its
-    /// partition allows.
-    fn max_deliveries(&self) -> u32 {
-        self.parts
-            .iter()
-            .map(WorkQueue::max_deliveries)
-            .min()
-            .unwrap_or(crate::config::DEFAULT_MAX_DELIVERIES)
     }
 
     async fn compact(&self) -> Result<bool> {

@@ -36,6 +36,7 @@ pub(crate) use redo::LogFile;
 pub(crate) use tables::Outgoing;
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -51,7 +52,8 @@ use crate::item::{
 };
 use crate::limit::{FlowLimit, FlowLimits};
 use crate::outcome::{Chunk, Outcome};
-use crate::queue::WorkQueue;
+use crate::queue::{Backend, WorkQueue, dispatch};
+use crate::request::{Reply as QueueReply, Request as QueueRequest};
 use writer::{Msg, Op, Reply, Request};
 
 #[derive(Debug)]
@@ -113,7 +115,7 @@ impl EmbeddedQueue {
         Ok(())
     }
 
-    async fn call(&self, op: Op) -> Result<Reply> {
+    async fn submit(&self, op: Op) -> Result<Reply> {
         if !op.is_read() {
             self.writable(op.name())?;
         }
@@ -133,7 +135,7 @@ fn unexpected(reply: Reply) -> Error {
 
 macro_rules! expect_reply {
     ($self:ident, $op:expr, $pat:pat => $out:expr) => {
-        match $self.call($op).await? {
+        match $self.submit($op).await? {
             $pat => Ok($out),
             other => Err(unexpected(other)),
         }
@@ -147,6 +149,16 @@ mod audit;
 mod forward;
 
 impl WorkQueue for EmbeddedQueue {
+    fn call(&self, request: QueueRequest) -> impl Future<Output = Result<QueueReply>> + Send {
+        dispatch(self, request)
+    }
+
+    fn max_deliveries(&self) -> u32 {
+        self.inner.max_deliveries
+    }
+}
+
+impl Backend for EmbeddedQueue {
     async fn add(&self, item: NewItem) -> Result<Added> {
         let mut v: Vec<Added> =
             expect_reply!(self, Op::Add(vec![(item, None)]), Reply::Added(v) => v)?;
@@ -199,7 +211,7 @@ impl WorkQueue for EmbeddedQueue {
     }
 
     async fn ack(&self, receipt: Receipt) -> Result<()> {
-        self.ack_with_result(receipt, Vec::new()).await
+        Backend::ack_with_result(self, receipt, Vec::new()).await
     }
 
     async fn ack_with_result(&self, receipt: Receipt, result: Vec<u8>) -> Result<()> {
@@ -212,7 +224,7 @@ impl WorkQueue for EmbeddedQueue {
 
     async fn wait_outcome(&self, id: u64, wait: Duration) -> Result<Option<Outcome>> {
         // Every committed write wakes `wake`; an ack is one.
-        crate::clock::wait_notified(&self.inner.wake, wait, || self.outcome(id)).await
+        crate::clock::wait_notified(&self.inner.wake, wait, || Backend::outcome(self, id)).await
     }
 
     async fn set_progress(&self, receipt: Receipt, progress: Vec<u8>) -> Result<()> {
@@ -347,10 +359,6 @@ impl WorkQueue for EmbeddedQueue {
             return Err(Error::Closed);
         }
         Ok(self.inner.clock.now_ms())
-    }
-
-    fn max_deliveries(&self) -> u32 {
-        self.inner.max_deliveries
     }
 
     async fn compact(&self) -> Result<bool> {

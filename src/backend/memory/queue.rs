@@ -2,6 +2,7 @@
 //! and the wake-ups of blocking claims and outcome waits.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -17,7 +18,8 @@ use crate::item::{
 };
 use crate::limit::{FlowLimit, FlowLimits};
 use crate::outcome::{Chunk, Outcome};
-use crate::queue::WorkQueue;
+use crate::queue::{Backend, WorkQueue, dispatch};
+use crate::request::{Reply, Request};
 
 #[derive(Debug)]
 struct Shared {
@@ -139,6 +141,16 @@ impl MemoryQueue {
 }
 
 impl WorkQueue for MemoryQueue {
+    fn call(&self, request: Request) -> impl Future<Output = Result<Reply>> + Send {
+        dispatch(self, request)
+    }
+
+    fn max_deliveries(&self) -> u32 {
+        self.shared.max_deliveries
+    }
+}
+
+impl Backend for MemoryQueue {
     async fn add(&self, item: NewItem) -> Result<Added> {
         self.live()?;
         let mut v = self.with(|m, now| m.add_many(vec![(item, None)], now))?;
@@ -199,7 +211,7 @@ impl WorkQueue for MemoryQueue {
     }
 
     async fn ack(&self, receipt: Receipt) -> Result<()> {
-        self.ack_with_result(receipt, Vec::new()).await
+        Backend::ack_with_result(self, receipt, Vec::new()).await
     }
 
     async fn ack_with_result(&self, receipt: Receipt, result: Vec<u8>) -> Result<()> {
@@ -401,10 +413,6 @@ impl WorkQueue for MemoryQueue {
     async fn now_ms(&self) -> Result<u64> {
         self.live()?;
         Ok(self.now())
-    }
-
-    fn max_deliveries(&self) -> u32 {
-        self.shared.max_deliveries
     }
 
     async fn close(&self) -> Result<()> {

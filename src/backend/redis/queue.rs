@@ -2,6 +2,7 @@
 //! is one script call (or one plain command) with its arguments and reply.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -19,9 +20,20 @@ use crate::item::{
 };
 use crate::limit::{FlowLimit, FlowLimits, FlowState, RateLimit, check_limit};
 use crate::outcome::{Chunk, Outcome, check_size};
-use crate::queue::WorkQueue;
+use crate::queue::{Backend, WorkQueue, dispatch};
+use crate::request::{Reply, Request};
 
 impl WorkQueue for RedisQueue {
+    fn call(&self, request: Request) -> impl Future<Output = Result<Reply>> + Send {
+        dispatch(self, request)
+    }
+
+    fn max_deliveries(&self) -> u32 {
+        self.inner.config.max_deliveries
+    }
+}
+
+impl Backend for RedisQueue {
     async fn add(&self, item: NewItem) -> Result<Added> {
         self.add_combined(item, None).await
     }
@@ -101,7 +113,7 @@ impl WorkQueue for RedisQueue {
     }
 
     async fn ack(&self, receipt: Receipt) -> Result<()> {
-        self.ack_with_result(receipt, Vec::new()).await
+        Backend::ack_with_result(self, receipt, Vec::new()).await
     }
 
     async fn ack_with_result(&self, receipt: Receipt, result: Vec<u8>) -> Result<()> {
@@ -608,10 +620,6 @@ impl WorkQueue for RedisQueue {
         )
         .await?;
         Ok(secs.saturating_mul(1000).saturating_add(micros / 1000))
-    }
-
-    fn max_deliveries(&self) -> u32 {
-        self.inner.config.max_deliveries
     }
 
     async fn close(&self) -> Result<()> {

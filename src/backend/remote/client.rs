@@ -1,6 +1,7 @@
 //! [`RemoteQueue`]: the HTTP client, its connection pool and timeouts.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,7 +24,8 @@ use crate::item::{
 };
 use crate::limit::{FlowLimit, FlowLimits};
 use crate::outcome::{Chunk, Outcome};
-use crate::queue::WorkQueue;
+use crate::queue::{Backend, WorkQueue, dispatch};
+use crate::request::{Reply, Request};
 
 /// Default of [`RemoteOptions::connect_timeout`]: 2 seconds.
 pub const DEFAULT_REMOTE_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -571,6 +573,16 @@ const EMPTY: wire::EmptyRequest = wire::EmptyRequest {};
 const NO_WAIT: Duration = Duration::ZERO;
 
 impl WorkQueue for RemoteQueue {
+    fn call(&self, request: Request) -> impl Future<Output = Result<Reply>> + Send {
+        dispatch(self, request)
+    }
+
+    fn max_deliveries(&self) -> u32 {
+        self.inner.max_deliveries.load(Ordering::Relaxed)
+    }
+}
+
+impl Backend for RemoteQueue {
     async fn add(&self, item: NewItem) -> Result<Added> {
         let r: wire::WireAdded = self
             .call("add", &wire::WireNewItem::from(item), NO_WAIT)
@@ -736,10 +748,6 @@ impl WorkQueue for RemoteQueue {
         };
         let _: wire::Done = self.call("dead_letter", &req, NO_WAIT).await?;
         Ok(())
-    }
-
-    fn max_deliveries(&self) -> u32 {
-        self.inner.max_deliveries.load(Ordering::Relaxed)
     }
 
     async fn release(&self, receipt: Receipt, not_before_ms: u64) -> Result<()> {

@@ -82,12 +82,9 @@ impl ErrorBody {
     /// The wire form of `e` (server side).
     pub fn from_error(e: &Error) -> Self {
         let message = one_line(e);
-        let mut b = ErrorBody::plain("", message);
-        b.kind = match e {
-            Error::Full { limit } => {
-                b.limit = Some(*limit);
-                "full"
-            }
+        let mut b = ErrorBody::plain(e.kind(), message);
+        match e {
+            Error::Full { limit } => b.limit = Some(*limit),
             Error::LeaseLost {
                 id,
                 delivery,
@@ -96,25 +93,19 @@ impl ErrorBody {
                 b.id = Some(*id);
                 b.delivery = Some(*delivery);
                 b.lease = Some(*lease);
-                "lease_lost"
             }
-            Error::Locked { .. } => "locked",
-            Error::Corrupt { .. } => "corrupt",
-            Error::Io { .. } => "io",
-            Error::Storage { .. } => "storage",
-            Error::Backend { .. } => "backend",
             Error::Decode { what, detail } => {
                 b.what = Some(what.clone());
                 b.detail = Some(detail.clone());
-                "decode"
             }
-            Error::InvalidInput(detail) => {
-                b.detail = Some(detail.clone());
-                "invalid_input"
-            }
-            Error::Closed => "closed",
+            Error::InvalidInput(detail) => b.detail = Some(detail.clone()),
+            Error::Locked { .. }
+            | Error::Corrupt { .. }
+            | Error::Io { .. }
+            | Error::Storage { .. }
+            | Error::Backend { .. }
+            | Error::Closed => {}
         }
-        .to_string();
         b
     }
 

@@ -1,0 +1,261 @@
+//! The typed operations a backend implements ([`Backend`]) and the one
+//! place a [`Request`] becomes one of them ([`dispatch`]).
+//!
+//! A backend implements `Backend` and answers
+//! [`WorkQueue::call`](super::WorkQueue::call) with `dispatch(self,
+//! request)`; the compiler then checks that it has every operation, and no
+//! backend writes the match over `Request` again (docs/DESIGN.md, One
+//! request type). Each method is the typed method of `WorkQueue` of the
+//! same name, whose docs say what it does.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
+
+use crate::browse::{ItemPage, ListQuery, ListedItem};
+use crate::error::Result;
+use crate::item::{
+    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
+};
+use crate::limit::{FlowLimit, FlowLimits};
+use crate::outcome::{Chunk, Outcome};
+use crate::request::{Reply, Request};
+
+/// The operations of the contract as typed methods, implemented by each
+/// backend (memory, embedded, Redis, remote, partitioned); the layers that
+/// pass operations on implement only `WorkQueue::call`.
+#[allow(missing_docs)] // each method is documented on `WorkQueue`
+pub(crate) trait Backend: Send + Sync {
+    fn add(&self, item: NewItem) -> impl Future<Output = Result<Added>> + Send;
+    fn add_batch(&self, items: Vec<NewItem>) -> impl Future<Output = Result<Vec<Added>>> + Send;
+    fn add_delayed(
+        &self,
+        item: NewItem,
+        not_before_ms: u64,
+    ) -> impl Future<Output = Result<Added>> + Send;
+    fn next_due(&self) -> impl Future<Output = Result<Option<u64>>> + Send;
+    fn promote_due(&self) -> impl Future<Output = Result<u64>> + Send;
+    fn promote(&self, id: u64) -> impl Future<Output = Result<bool>> + Send {
+        async move {
+            let _ = id;
+            Err(crate::error::Error::invalid(
+                "promote is not supported by this backend yet",
+            ))
+        }
+    }
+    fn claim(
+        &self,
+        count: usize,
+        wait: Duration,
+        from: ClaimFrom,
+    ) -> impl Future<Output = Result<Vec<Claimed>>> + Send;
+    fn ack(&self, receipt: Receipt) -> impl Future<Output = Result<()>> + Send;
+    fn ack_with_result(
+        &self,
+        receipt: Receipt,
+        result: Vec<u8>,
+    ) -> impl Future<Output = Result<()>> + Send;
+    fn outcome(&self, id: u64) -> impl Future<Output = Result<Option<Outcome>>> + Send;
+    fn wait_outcome(
+        &self,
+        id: u64,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Option<Outcome>>> + Send;
+    fn set_progress(
+        &self,
+        receipt: Receipt,
+        progress: Vec<u8>,
+    ) -> impl Future<Output = Result<()>> + Send;
+    fn send_chunk(
+        &self,
+        receipt: Receipt,
+        chunk: Vec<u8>,
+    ) -> impl Future<Output = Result<u64>> + Send;
+    fn progress(&self, id: u64) -> impl Future<Output = Result<Option<Vec<u8>>>> + Send;
+    fn wait_chunks(
+        &self,
+        id: u64,
+        after_seq: u64,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Vec<Chunk>>> + Send;
+    fn ack_batch(&self, receipts: Vec<Receipt>) -> impl Future<Output = Result<u64>> + Send;
+    fn touch(&self, receipts: Vec<Receipt>) -> impl Future<Output = Result<()>> + Send;
+    fn retry(
+        &self,
+        receipt: Receipt,
+        not_before_ms: u64,
+    ) -> impl Future<Output = Result<RetryOutcome>> + Send;
+    fn release(
+        &self,
+        receipt: Receipt,
+        not_before_ms: u64,
+    ) -> impl Future<Output = Result<()>> + Send;
+    fn dead_letter(
+        &self,
+        receipt: Receipt,
+        reason: &str,
+    ) -> impl Future<Output = Result<()>> + Send;
+    fn reclaim(
+        &self,
+        min_idle: Duration,
+        count: usize,
+    ) -> impl Future<Output = Result<Reclaimed>> + Send;
+    fn pause(&self, flow: &str) -> impl Future<Output = Result<()>> + Send;
+    fn resume(&self, flow: &str) -> impl Future<Output = Result<u64>> + Send;
+    fn park(&self, receipt: Receipt) -> impl Future<Output = Result<()>> + Send;
+    fn step(&self, flow: &str) -> impl Future<Output = Result<Option<Claimed>>> + Send;
+    fn clear_flow(&self, flow: &str) -> impl Future<Output = Result<u64>> + Send;
+    fn parked(&self, flow: &str) -> impl Future<Output = Result<u64>> + Send;
+    fn paused_flows(&self) -> impl Future<Output = Result<Vec<String>>> + Send;
+    fn set_flow_limit(
+        &self,
+        flow: &str,
+        limit: FlowLimit,
+    ) -> impl Future<Output = Result<()>> + Send;
+    fn back_off(&self, flow: &str, duration: Duration) -> impl Future<Output = Result<()>> + Send {
+        async move {
+            let now = self.now_ms().await?;
+            let until = now.saturating_add(crate::config::ms(duration));
+            let current = self
+                .flow_limits()
+                .await?
+                .into_iter()
+                .find(|l| l.flow == flow)
+                .and_then(|l| l.backoff_until_ms);
+            if current.is_some_and(|t| t >= until) {
+                return crate::limit::check_limit(flow, &FlowLimit::BackOffUntil(None));
+            }
+            self.set_flow_limit(flow, FlowLimit::BackOffUntil(Some(until)))
+                .await
+        }
+    }
+    fn flow_limits(&self) -> impl Future<Output = Result<Vec<FlowLimits>>> + Send;
+    fn mark_done(&self, id: u64, step: &str) -> impl Future<Output = Result<()>> + Send;
+    fn was_done(&self, id: u64, step: &str) -> impl Future<Output = Result<bool>> + Send;
+    fn dead_letters(&self, count: usize) -> impl Future<Output = Result<Vec<DeadLetter>>> + Send;
+    fn redrive(&self, id: u64) -> impl Future<Output = Result<bool>> + Send;
+    fn purge_dead_letters(&self) -> impl Future<Output = Result<u64>> + Send;
+    fn remove(&self, id: u64) -> impl Future<Output = Result<bool>> + Send {
+        async move {
+            let _ = id;
+            Err(crate::error::Error::invalid(
+                "remove is not supported by this backend yet",
+            ))
+        }
+    }
+    fn stats(&self) -> impl Future<Output = Result<Stats>> + Send;
+    fn backlog_by_flow(
+        &self,
+        sample: usize,
+    ) -> impl Future<Output = Result<BTreeMap<String, u64>>> + Send;
+    fn peek(&self, count: usize) -> impl Future<Output = Result<Vec<Item>>> + Send;
+    fn list(&self, query: ListQuery) -> impl Future<Output = Result<ItemPage>> + Send;
+    fn find(&self, id: u64) -> impl Future<Output = Result<Option<ListedItem>>> + Send;
+    fn now_ms(&self) -> impl Future<Output = Result<u64>> + Send;
+    fn compact(&self) -> impl Future<Output = Result<bool>> + Send {
+        async { Ok(false) }
+    }
+    fn close(&self) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// Carry out `request` on `backend`: the match over every [`Request`],
+/// written once for every backend.
+pub(crate) async fn dispatch<B: Backend>(backend: &B, request: Request) -> Result<Reply> {
+    let b = backend;
+    Ok(match request {
+        Request::Add { item } => Reply::Added(b.add(item).await?),
+        Request::AddBatch { items } => Reply::AddedList(b.add_batch(items).await?),
+        Request::AddDelayed {
+            item,
+            not_before_ms,
+        } => Reply::Added(b.add_delayed(item, not_before_ms).await?),
+        Request::NextDue => Reply::NextDue(b.next_due().await?),
+        Request::PromoteDue => Reply::Count(b.promote_due().await?),
+        Request::Promote { id } => Reply::Bool(b.promote(id).await?),
+        Request::Claim { count, wait, from } => Reply::Claimed(b.claim(count, wait, from).await?),
+        Request::Ack { receipt } => {
+            b.ack(receipt).await?;
+            Reply::Unit
+        }
+        Request::AckWithResult { receipt, result } => {
+            b.ack_with_result(receipt, result).await?;
+            Reply::Unit
+        }
+        Request::Outcome { id } => Reply::Outcome(b.outcome(id).await?),
+        Request::WaitOutcome { id, wait } => Reply::Outcome(b.wait_outcome(id, wait).await?),
+        Request::SetProgress { receipt, progress } => {
+            b.set_progress(receipt, progress).await?;
+            Reply::Unit
+        }
+        Request::SendChunk { receipt, chunk } => Reply::Seq(b.send_chunk(receipt, chunk).await?),
+        Request::Progress { id } => Reply::Progress(b.progress(id).await?),
+        Request::WaitChunks {
+            id,
+            after_seq,
+            wait,
+        } => Reply::Chunks(b.wait_chunks(id, after_seq, wait).await?),
+        Request::AckBatch { receipts } => Reply::Count(b.ack_batch(receipts).await?),
+        Request::Touch { receipts } => {
+            b.touch(receipts).await?;
+            Reply::Unit
+        }
+        Request::Retry {
+            receipt,
+            not_before_ms,
+        } => Reply::Retried(b.retry(receipt, not_before_ms).await?),
+        Request::Release {
+            receipt,
+            not_before_ms,
+        } => {
+            b.release(receipt, not_before_ms).await?;
+            Reply::Unit
+        }
+        Request::DeadLetter { receipt, reason } => {
+            b.dead_letter(receipt, &reason).await?;
+            Reply::Unit
+        }
+        Request::Reclaim { min_idle, count } => Reply::Reclaimed(b.reclaim(min_idle, count).await?),
+        Request::Pause { flow } => {
+            b.pause(&flow).await?;
+            Reply::Unit
+        }
+        Request::Resume { flow } => Reply::Count(b.resume(&flow).await?),
+        Request::Park { receipt } => {
+            b.park(receipt).await?;
+            Reply::Unit
+        }
+        Request::Step { flow } => Reply::Stepped(b.step(&flow).await?),
+        Request::ClearFlow { flow } => Reply::Count(b.clear_flow(&flow).await?),
+        Request::Parked { flow } => Reply::Count(b.parked(&flow).await?),
+        Request::PausedFlows => Reply::Flows(b.paused_flows().await?),
+        Request::SetFlowLimit { flow, limit } => {
+            b.set_flow_limit(&flow, limit).await?;
+            Reply::Unit
+        }
+        Request::BackOff { flow, duration } => {
+            b.back_off(&flow, duration).await?;
+            Reply::Unit
+        }
+        Request::FlowLimits => Reply::FlowLimits(b.flow_limits().await?),
+        Request::MarkDone { id, step } => {
+            b.mark_done(id, &step).await?;
+            Reply::Unit
+        }
+        Request::WasDone { id, step } => Reply::Bool(b.was_done(id, &step).await?),
+        Request::DeadLetters { count } => Reply::DeadLetters(b.dead_letters(count).await?),
+        Request::Redrive { id } => Reply::Bool(b.redrive(id).await?),
+        Request::PurgeDeadLetters => Reply::Count(b.purge_dead_letters().await?),
+        Request::Remove { id } => Reply::Bool(b.remove(id).await?),
+        Request::Stats => Reply::Stats(b.stats().await?),
+        Request::BacklogByFlow { sample } => Reply::BacklogByFlow(b.backlog_by_flow(sample).await?),
+        Request::Peek { count } => Reply::Items(b.peek(count).await?),
+        Request::List { query } => Reply::Page(b.list(query).await?),
+        Request::Find { id } => Reply::Found(b.find(id).await?),
+        Request::Now => Reply::Time(b.now_ms().await?),
+        Request::Compact => Reply::Bool(b.compact().await?),
+        Request::Close => {
+            b.close().await?;
+            Reply::Unit
+        }
+    })
+}
