@@ -21,6 +21,7 @@ use crate::outcome::{Chunk, Outcome};
 mod adding;
 mod browse;
 mod claiming;
+mod control;
 mod dead_letters;
 mod finishing;
 mod flows;

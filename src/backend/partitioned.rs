@@ -644,6 +644,13 @@ impl<Q: WorkQueue> Backend for PartitionedQueue<Q> {
             .await
     }
 
+    async fn back_off(&self, flow: &str, duration: Duration) -> Result<()> {
+        crate::limit::check_limit(flow, &FlowLimit::BackOffUntil(None))?;
+        self.parts[self.flow_part(flow)]
+            .back_off(flow, duration)
+            .await
+    }
+
     async fn flow_limits(&self) -> Result<Vec<FlowLimits>> {
         let mut all = Vec::new();
         for q in &self.parts {
@@ -681,6 +688,16 @@ impl<Q: WorkQueue> Backend for PartitionedQueue<Q> {
     async fn redrive(&self, id: u64) -> Result<bool> {
         let (_, q) = self.part(id);
         q.redrive(self.local(id)).await
+    }
+
+    async fn promote(&self, id: u64) -> Result<bool> {
+        let (_, q) = self.part(id);
+        q.promote(self.local(id)).await
+    }
+
+    async fn remove(&self, id: u64) -> Result<bool> {
+        let (_, q) = self.part(id);
+        q.remove(self.local(id)).await
     }
 
     async fn purge_dead_letters(&self) -> Result<u64> {

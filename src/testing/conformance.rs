@@ -28,6 +28,7 @@ mod adding;
 mod browse;
 mod claiming;
 mod clock_steps;
+mod control;
 mod dead_letters;
 mod delivery;
 mod finishing;
@@ -43,6 +44,7 @@ pub use adding::*;
 pub use browse::*;
 pub use claiming::*;
 pub use clock_steps::*;
+pub use control::*;
 pub use dead_letters::*;
 pub use delivery::*;
 pub use finishing::*;
@@ -278,6 +280,10 @@ macro_rules! conformance_case_list {
             blocking_claim_wakes_when_permits_or_slots_return,
             limits_and_pause_combine,
             large_batches_with_flow_limits_match_the_model,
+            promote_makes_a_delayed_item_due_now,
+            remove_deletes_any_item_that_is_not_pending,
+            remove_takes_an_item_a_flow_limit_holds,
+            back_off_keeps_the_longer_hold,
         }
     };
 }

@@ -36,6 +36,22 @@ impl Model {
         Ok(())
     }
 
+    /// SPEC 3, Flow limits: hold `flow` until `now_ms + duration_ms`,
+    /// unless a longer back-off is in force (then nothing changes).
+    ///
+    /// # Errors
+    ///
+    /// As [`Model::set_flow_limit`].
+    pub fn back_off(&mut self, flow: &str, duration_ms: u64, now_ms: u64) -> Result<()> {
+        let until = now_ms.saturating_add(duration_ms);
+        check_limit(flow, &FlowLimit::BackOffUntil(Some(until)))?;
+        let current = self.limits.get(flow).map_or(0, |st| st.backoff_until);
+        if current >= until {
+            return Ok(());
+        }
+        self.set_flow_limit(flow, FlowLimit::BackOffUntil(Some(until)), now_ms)
+    }
+
     /// Whether any flow has a limit record.
     pub fn has_limits(&self) -> bool {
         !self.limits.is_empty()

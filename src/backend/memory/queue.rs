@@ -350,6 +350,14 @@ impl Backend for MemoryQueue {
         Ok(())
     }
 
+    async fn back_off(&self, flow: &str, duration: Duration) -> Result<()> {
+        self.live()?;
+        let d = crate::config::ms(duration);
+        self.with(|m, now| m.back_off(flow, d, now))?;
+        self.changed();
+        Ok(())
+    }
+
     async fn flow_limits(&self) -> Result<Vec<FlowLimits>> {
         self.live()?;
         Ok(self.with(|m, now| m.flow_limits(now)))
@@ -378,6 +386,20 @@ impl Backend for MemoryQueue {
             self.changed();
         }
         Ok(ok)
+    }
+
+    async fn promote(&self, id: u64) -> Result<bool> {
+        self.live()?;
+        let ok = self.with(|m, now| m.promote(id, now));
+        if ok {
+            self.changed();
+        }
+        Ok(ok)
+    }
+
+    async fn remove(&self, id: u64) -> Result<bool> {
+        self.live()?;
+        self.with(|m, now| m.remove(id, now))
     }
 
     async fn purge_dead_letters(&self) -> Result<u64> {

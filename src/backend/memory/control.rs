@@ -1,0 +1,100 @@
+//! SPEC 3, Controlling one item on the reference model: `promote` (a
+//! delayed item becomes due now) and `remove` (an item is deleted unrun).
+
+use super::Model;
+use crate::error::{Error, Result};
+use crate::item::Lane;
+
+impl Model {
+    /// SPEC 3, Timers: make delayed item `id` due at `now_ms`, at the due
+    /// lane's tail as a promotion at `now_ms` would put it. False when no
+    /// delayed item is `id`.
+    pub fn promote(&mut self, id: u64, now_ms: u64) -> bool {
+        let Some(&(t, _)) = self.delayed.iter().find(|(_, d)| *d == id) else {
+            return false;
+        };
+        self.delayed.remove(&(t, id));
+        let due_at = t.min(now_ms);
+        if let Some(item) = self.items.get_mut(&id) {
+            item.not_before_ms = Some(due_at);
+        }
+        self.enter(Lane::Due, id, now_ms);
+        true
+    }
+
+    /// SPEC 3, Removing: delete item `id` from the backlog, the due lane,
+    /// a flow's held items, delayed, parked or the dead letters. False
+    /// when the queue holds no item `id`.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for a pending item; nothing changes.
+    pub fn remove(&mut self, id: u64, now_ms: u64) -> Result<bool> {
+        if !self.items.contains_key(&id) {
+            return Ok(false);
+        }
+        if self.pending.contains_key(&id) {
+            return Err(Error::invalid(format!(
+                "item {id} is pending: a consumer holds it, so it is finished through its receipt (ack, retry, dead_letter), not removed"
+            )));
+        }
+        let found = self.take_from_lanes(id, now_ms)
+            || self.take_delayed(id)
+            || self.take_parked(id)
+            || self.take_dead(id);
+        if !found {
+            return Err(Error::corrupt(format!("item {id} is in no state")));
+        }
+        self.items.remove(&id);
+        self.progress.remove(&id);
+        self.chunks.remove(&id);
+        Ok(true)
+    }
+
+    fn take_from_lanes(&mut self, id: u64, now_ms: u64) -> bool {
+        for lane in [&mut self.backlog, &mut self.due] {
+            if let Some(key) = lane.iter().find(|(_, v)| **v == id).map(|(k, _)| *k) {
+                lane.remove(&key);
+                return true;
+            }
+        }
+        let held = self.held.iter_mut().find_map(|(flow, lane)| {
+            let key = lane.iter().find(|(_, v)| **v == id).map(|(k, _)| *k)?;
+            lane.remove(&key);
+            Some(flow.clone())
+        });
+        let Some(flow) = held else {
+            return false;
+        };
+        if let Some(st) = self.limits.get_mut(&flow) {
+            st.held = st.held.saturating_sub(1);
+        }
+        self.tidy(&flow, now_ms);
+        true
+    }
+
+    fn take_delayed(&mut self, id: u64) -> bool {
+        let Some(&key) = self.delayed.iter().find(|(_, d)| *d == id) else {
+            return false;
+        };
+        self.delayed.remove(&key)
+    }
+
+    fn take_parked(&mut self, id: u64) -> bool {
+        for list in self.parked.values_mut() {
+            if let Some(pos) = list.iter().position(|p| *p == id) {
+                list.remove(pos);
+                return true;
+            }
+        }
+        false
+    }
+
+    fn take_dead(&mut self, id: u64) -> bool {
+        let Some(pos) = self.dead.iter().position(|(d, _, _)| *d == id) else {
+            return false;
+        };
+        self.dead.remove(pos);
+        true
+    }
+}
