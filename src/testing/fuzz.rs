@@ -705,6 +705,21 @@ pub fn decode_request(data: &[u8]) {
             let again = Request::decode(again_op, &again_body)
                 .unwrap_or_else(|e| panic!("re-encoded request does not decode: {e}"));
             assert_eq!(again, request, "request changed in the round trip");
+            // The contract's request it carries goes back to the same wire
+            // request once normalised (a cost of 0 reads as 1).
+            let max = std::time::Duration::MAX;
+            if let Ok(queue) = request.into_queue(max) {
+                let name = queue.name();
+                let once =
+                    Request::from_queue(queue).unwrap_or_else(|| panic!("{name} has no wire form"));
+                assert_eq!(once.encode().0, name, "route and operation name differ");
+                let twice = once
+                    .clone()
+                    .into_queue(max)
+                    .ok()
+                    .and_then(Request::from_queue);
+                assert_eq!(twice, Some(once), "contract round trip is not stable");
+            }
         }
         Err(e) => {
             let text = e.to_string();

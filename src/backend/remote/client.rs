@@ -1,7 +1,5 @@
 //! [`RemoteQueue`]: the HTTP client, its connection pool and timeouts.
 
-use std::collections::BTreeMap;
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,12 +17,9 @@ use tokio::time::Instant;
 use super::unix_conn::{self, ExchangeError, UnixConn};
 use super::wire::{self, ErrorBody, ErrorReply};
 use crate::error::{Error, Result};
-use crate::item::{
-    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
-};
-use crate::limit::{FlowLimit, FlowLimits};
+use crate::item::{ClaimFrom, Claimed};
 use crate::outcome::{Chunk, Outcome};
-use crate::queue::{Backend, WorkQueue, dispatch};
+use crate::queue::WorkQueue;
 use crate::request::{Reply, Request};
 
 /// Default of [`RemoteOptions::connect_timeout`]: 2 seconds.
@@ -244,7 +239,7 @@ impl RemoteQueue {
     /// it does not wait).
     async fn hello(&self) -> Result<()> {
         let r: wire::Count = self
-            .call("max_deliveries", &wire::EmptyRequest {}, NO_WAIT)
+            .send("max_deliveries", &wire::EmptyRequest {}, NO_WAIT)
             .await?;
         let n = u32::try_from(r.count).unwrap_or(u32::MAX);
         self.inner.max_deliveries.store(n, Ordering::Relaxed);
@@ -273,7 +268,7 @@ impl RemoteQueue {
             flows: flows.map(<[String]>::to_vec),
         };
         let reply: wire::ForwardLagReply = match self
-            .call_or_refusal("forward_lag", &request, NO_WAIT)
+            .send_or_refusal("forward_lag", &request, NO_WAIT)
             .await?
         {
             Ok(reply) => reply,
@@ -384,36 +379,76 @@ impl RemoteQueue {
 
     /// One exchange: send `req` to `op`, decode the reply as `R`. Bounded
     /// by `request_timeout + extra`.
-    async fn call<Q: Serialize, R: DeserializeOwned>(
+    async fn send<Q: Serialize, R: DeserializeOwned>(
         &self,
         op: &'static str,
         req: &Q,
         extra: Duration,
     ) -> Result<R> {
-        self.call_or_refusal(op, req, extra)
+        self.send_or_refusal(op, req, extra)
             .await?
             .map_err(ErrorBody::into_error)
     }
 
-    /// As [`RemoteQueue::call`], with the server's error reply given back
+    /// As [`RemoteQueue::send`], with the server's error reply given back
     /// as it came (`Ok(Err(body))`), for a caller that treats some kind of
     /// refusal as an answer.
-    async fn call_or_refusal<Q: Serialize, R: DeserializeOwned>(
+    async fn send_or_refusal<Q: Serialize, R: DeserializeOwned>(
         &self,
         op: &'static str,
         req: &Q,
         extra: Duration,
     ) -> Result<std::result::Result<R, ErrorBody>> {
+        let body = serde_json::to_vec(req)
+            .map_err(|e| Error::invalid(format!("cannot encode the {op} request: {e}")))?;
+        match self.send_bytes(op, body, extra).await? {
+            Ok(bytes) => serde_json::from_slice(&bytes).map(Ok).map_err(|e| {
+                Error::backend(format!(
+                    "{op} on {}: unreadable reply from the server: {e}",
+                    self.inner.endpoint
+                ))
+            }),
+            Err(refusal) => Ok(Err(refusal)),
+        }
+    }
+
+    /// One exchange of an encoded body: the reply's bytes, or the server's
+    /// error reply. Bounded by `request_timeout + extra`.
+    async fn send_bytes(
+        &self,
+        op: &'static str,
+        body: Vec<u8>,
+        extra: Duration,
+    ) -> Result<std::result::Result<Bytes, ErrorBody>> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        let body = serde_json::to_vec(req)
-            .map_err(|e| Error::invalid(format!("cannot encode the {op} request: {e}")))?;
         let limit = self.inner.options.request_timeout.saturating_add(extra);
         match tokio::time::timeout(limit, self.exchange(op, Bytes::from(body))).await {
             Ok(r) => r,
             Err(_) => Err(self.unknown_outcome(op, format!("no answer within {limit:?}"))),
         }
+    }
+
+    /// One operation of the contract that is a single exchange: its wire
+    /// request, and the reply read back as the contract's (docs/DESIGN.md,
+    /// One request type).
+    async fn ask(&self, request: Request) -> Result<Reply> {
+        let name = request.name();
+        let Some(wire_request) = wire::Request::from_queue(request) else {
+            return Err(Error::invalid(format!("{name} has no route on the server")));
+        };
+        let (op, body) = wire_request.encode();
+        let bytes = self
+            .send_bytes(op, body, NO_WAIT)
+            .await?
+            .map_err(ErrorBody::into_error)?;
+        wire::decode_reply(op, &bytes).map_err(|why| {
+            Error::backend(format!(
+                "{op} on {}: unreadable reply from the server: {why}",
+                self.inner.endpoint
+            ))
+        })
     }
 
     /// A long wait asked for in pieces (claim, `wait_outcome`,
@@ -448,11 +483,11 @@ impl RemoteQueue {
         }
     }
 
-    async fn exchange<R: DeserializeOwned>(
+    async fn exchange(
         &self,
         op: &'static str,
         body: Bytes,
-    ) -> Result<std::result::Result<R, ErrorBody>> {
+    ) -> Result<std::result::Result<Bytes, ErrorBody>> {
         let mut fresh_tries = 0;
         let mut framed = None;
         let (status, bytes) = loop {
@@ -537,12 +572,7 @@ impl RemoteQueue {
             }
         };
         if status == StatusCode::OK {
-            return serde_json::from_slice(&bytes).map(Ok).map_err(|e| {
-                Error::backend(format!(
-                    "{op} on {}: unreadable reply from the server: {e}",
-                    self.inner.endpoint
-                ))
-            });
+            return Ok(Ok(bytes));
         }
         match serde_json::from_slice::<ErrorReply>(&bytes) {
             Ok(reply) => Ok(Err(reply.error)),
@@ -569,12 +599,43 @@ where
     Ok(sender)
 }
 
-const EMPTY: wire::EmptyRequest = wire::EmptyRequest {};
 const NO_WAIT: Duration = Duration::ZERO;
 
 impl WorkQueue for RemoteQueue {
-    fn call(&self, request: Request) -> impl Future<Output = Result<Reply>> + Send {
-        dispatch(self, request)
+    /// One exchange with the server per operation, but for the long polls
+    /// (`claim`, `wait_outcome`, `wait_chunks`: asked for in pieces so that
+    /// no request outlives the server's `max_wait`) and `close` (this
+    /// handle only: the served queue stays open for its other clients).
+    async fn call(&self, request: Request) -> Result<Reply> {
+        match request {
+            Request::Claim { count, wait, from } => {
+                self.claim(count, wait, from).await.map(Reply::Claimed)
+            }
+            Request::WaitOutcome { id, wait } => {
+                self.wait_outcome(id, wait).await.map(Reply::Outcome)
+            }
+            Request::WaitChunks {
+                id,
+                after_seq,
+                wait,
+            } => self
+                .wait_chunks(id, after_seq, wait)
+                .await
+                .map(Reply::Chunks),
+            Request::Close => {
+                self.close_handle();
+                Ok(Reply::Unit)
+            }
+            Request::SetFlowLimit { flow, limit } => {
+                crate::limit::check_limit(&flow, &limit)?;
+                self.ask(Request::SetFlowLimit { flow, limit }).await
+            }
+            Request::List { query } => {
+                query.check()?;
+                self.ask(Request::List { query }).await
+            }
+            other => self.ask(other).await,
+        }
     }
 
     fn max_deliveries(&self) -> u32 {
@@ -582,45 +643,8 @@ impl WorkQueue for RemoteQueue {
     }
 }
 
-impl Backend for RemoteQueue {
-    async fn add(&self, item: NewItem) -> Result<Added> {
-        let r: wire::WireAdded = self
-            .call("add", &wire::WireNewItem::from(item), NO_WAIT)
-            .await?;
-        Ok(r.into())
-    }
-
-    async fn add_batch(&self, items: Vec<NewItem>) -> Result<Vec<Added>> {
-        let req = wire::AddBatchRequest {
-            items: items.into_iter().map(Into::into).collect(),
-        };
-        let r: wire::AddedList = self.call("add_batch", &req, NO_WAIT).await?;
-        Ok(r.added.into_iter().map(Into::into).collect())
-    }
-
-    async fn add_delayed(&self, item: NewItem, not_before_ms: u64) -> Result<Added> {
-        let req = wire::AddDelayedRequest {
-            flow: item.flow,
-            payload: wire::Base64(item.payload),
-            dedup_key: item.dedup_key,
-            priority: item.priority,
-            cost: item.cost.max(1),
-            not_before_ms,
-        };
-        let r: wire::WireAdded = self.call("add_delayed", &req, NO_WAIT).await?;
-        Ok(r.into())
-    }
-
-    async fn next_due(&self) -> Result<Option<u64>> {
-        let r: wire::NextDue = self.call("next_due", &EMPTY, NO_WAIT).await?;
-        Ok(r.not_before_ms)
-    }
-
-    async fn promote_due(&self) -> Result<u64> {
-        let r: wire::Count = self.call("promote_due", &EMPTY, NO_WAIT).await?;
-        Ok(r.count)
-    }
-
+/// The long polls and `close`, which are more than one exchange.
+impl RemoteQueue {
     async fn claim(&self, count: usize, wait: Duration, from: ClaimFrom) -> Result<Vec<Claimed>> {
         let got = self
             .long_poll(wait, |piece| async move {
@@ -629,7 +653,7 @@ impl Backend for RemoteQueue {
                     wait_ms: wire::duration_ms(piece),
                     from: from.into(),
                 };
-                let r: wire::ClaimedList = self.call("claim", &req, piece).await?;
+                let r: wire::ClaimedList = self.send("claim", &req, piece).await?;
                 Ok(
                     (!r.claimed.is_empty())
                         .then(|| r.claimed.into_iter().map(Into::into).collect()),
@@ -639,57 +663,16 @@ impl Backend for RemoteQueue {
         Ok(got.unwrap_or_default())
     }
 
-    async fn ack_with_result(&self, receipt: Receipt, result: Vec<u8>) -> Result<()> {
-        let req = wire::AckWithResultRequest {
-            receipt: receipt.into(),
-            result: wire::Base64(result),
-        };
-        let _: wire::Done = self.call("ack_with_result", &req, NO_WAIT).await?;
-        Ok(())
-    }
-
-    async fn outcome(&self, id: u64) -> Result<Option<Outcome>> {
-        let r: wire::OutcomeReply = self
-            .call("outcome", &wire::IdRequest { id }, NO_WAIT)
-            .await?;
-        Ok(r.outcome.map(Into::into))
-    }
-
     async fn wait_outcome(&self, id: u64, wait: Duration) -> Result<Option<Outcome>> {
         self.long_poll(wait, |piece| async move {
             let req = wire::WaitOutcomeRequest {
                 id,
                 wait_ms: wire::duration_ms(piece),
             };
-            let r: wire::OutcomeReply = self.call("wait_outcome", &req, piece).await?;
+            let r: wire::OutcomeReply = self.send("wait_outcome", &req, piece).await?;
             Ok(r.outcome.map(Into::into))
         })
         .await
-    }
-
-    async fn set_progress(&self, receipt: Receipt, progress: Vec<u8>) -> Result<()> {
-        let req = wire::SetProgressRequest {
-            receipt: receipt.into(),
-            progress: wire::Base64(progress),
-        };
-        let _: wire::Done = self.call("set_progress", &req, NO_WAIT).await?;
-        Ok(())
-    }
-
-    async fn send_chunk(&self, receipt: Receipt, chunk: Vec<u8>) -> Result<u64> {
-        let req = wire::SendChunkRequest {
-            receipt: receipt.into(),
-            chunk: wire::Base64(chunk),
-        };
-        let r: wire::Seq = self.call("send_chunk", &req, NO_WAIT).await?;
-        Ok(r.seq)
-    }
-
-    async fn progress(&self, id: u64) -> Result<Option<Vec<u8>>> {
-        let r: wire::ProgressReply = self
-            .call("progress", &wire::IdRequest { id }, NO_WAIT)
-            .await?;
-        Ok(r.progress.map(|b| b.0))
     }
 
     async fn wait_chunks(&self, id: u64, after_seq: u64, wait: Duration) -> Result<Vec<Chunk>> {
@@ -700,7 +683,7 @@ impl Backend for RemoteQueue {
                     after_seq,
                     wait_ms: wire::duration_ms(piece),
                 };
-                let r: wire::ChunkList = self.call("wait_chunks", &req, piece).await?;
+                let r: wire::ChunkList = self.send("wait_chunks", &req, piece).await?;
                 Ok((!r.chunks.is_empty() || r.finished)
                     .then(|| r.chunks.into_iter().map(Into::into).collect()))
             })
@@ -708,209 +691,14 @@ impl Backend for RemoteQueue {
         Ok(got.unwrap_or_default())
     }
 
-    async fn ack(&self, receipt: Receipt) -> Result<()> {
-        let req = wire::ReceiptRequest {
-            receipt: receipt.into(),
-        };
-        let _: wire::Done = self.call("ack", &req, NO_WAIT).await?;
-        Ok(())
-    }
-
-    async fn ack_batch(&self, receipts: Vec<Receipt>) -> Result<u64> {
-        let req = wire::ReceiptsRequest {
-            receipts: receipts.into_iter().map(Into::into).collect(),
-        };
-        let r: wire::Count = self.call("ack_batch", &req, NO_WAIT).await?;
-        Ok(r.count)
-    }
-
-    async fn touch(&self, receipts: Vec<Receipt>) -> Result<()> {
-        let req = wire::ReceiptsRequest {
-            receipts: receipts.into_iter().map(Into::into).collect(),
-        };
-        let _: wire::Done = self.call("touch", &req, NO_WAIT).await?;
-        Ok(())
-    }
-
-    async fn retry(&self, receipt: Receipt, not_before_ms: u64) -> Result<RetryOutcome> {
-        let req = wire::RetryRequest {
-            receipt: receipt.into(),
-            not_before_ms,
-        };
-        let r: wire::Retried = self.call("retry", &req, NO_WAIT).await?;
-        Ok(r.into())
-    }
-
-    async fn dead_letter(&self, receipt: Receipt, reason: &str) -> Result<()> {
-        let req = wire::DeadLetterRequest {
-            receipt: receipt.into(),
-            reason: reason.to_string(),
-        };
-        let _: wire::Done = self.call("dead_letter", &req, NO_WAIT).await?;
-        Ok(())
-    }
-
-    async fn release(&self, receipt: Receipt, not_before_ms: u64) -> Result<()> {
-        let req = wire::RetryRequest {
-            receipt: receipt.into(),
-            not_before_ms,
-        };
-        let _: wire::Done = self.call("release", &req, NO_WAIT).await?;
-        Ok(())
-    }
-
-    async fn reclaim(&self, min_idle: Duration, count: usize) -> Result<Reclaimed> {
-        let req = wire::ReclaimRequest {
-            min_idle_ms: wire::duration_ms(min_idle),
-            count,
-        };
-        let r: wire::ReclaimedList = self.call("reclaim", &req, NO_WAIT).await?;
-        Ok(Reclaimed {
-            claimed: r.claimed.into_iter().map(Into::into).collect(),
-            dead_lettered: r.dead_lettered.into_iter().map(Into::into).collect(),
-        })
-    }
-
-    async fn pause(&self, flow: &str) -> Result<()> {
-        let _: wire::Done = self.call("pause", &flow_req(flow), NO_WAIT).await?;
-        Ok(())
-    }
-
-    async fn resume(&self, flow: &str) -> Result<u64> {
-        let r: wire::Count = self.call("resume", &flow_req(flow), NO_WAIT).await?;
-        Ok(r.count)
-    }
-
-    async fn park(&self, receipt: Receipt) -> Result<()> {
-        let req = wire::ReceiptRequest {
-            receipt: receipt.into(),
-        };
-        let _: wire::Done = self.call("park", &req, NO_WAIT).await?;
-        Ok(())
-    }
-
-    async fn step(&self, flow: &str) -> Result<Option<Claimed>> {
-        let r: wire::Stepped = self.call("step", &flow_req(flow), NO_WAIT).await?;
-        Ok(r.claimed.map(Into::into))
-    }
-
-    async fn clear_flow(&self, flow: &str) -> Result<u64> {
-        let r: wire::Count = self.call("clear_flow", &flow_req(flow), NO_WAIT).await?;
-        Ok(r.count)
-    }
-
-    async fn parked(&self, flow: &str) -> Result<u64> {
-        let r: wire::Count = self.call("parked", &flow_req(flow), NO_WAIT).await?;
-        Ok(r.count)
-    }
-
-    async fn paused_flows(&self) -> Result<Vec<String>> {
-        let r: wire::Flows = self.call("paused_flows", &EMPTY, NO_WAIT).await?;
-        Ok(r.flows)
-    }
-
-    async fn set_flow_limit(&self, flow: &str, limit: FlowLimit) -> Result<()> {
-        crate::limit::check_limit(flow, &limit)?;
-        let req = wire::SetFlowLimitRequest {
-            flow: flow.to_string(),
-            limit,
-        };
-        let _: wire::Done = self.call("set_flow_limit", &req, NO_WAIT).await?;
-        Ok(())
-    }
-
-    async fn flow_limits(&self) -> Result<Vec<FlowLimits>> {
-        let r: wire::LimitsReply = self.call("flow_limits", &EMPTY, NO_WAIT).await?;
-        Ok(r.limits)
-    }
-
-    async fn mark_done(&self, id: u64, step: &str) -> Result<()> {
-        let req = wire::DoneRequest {
-            id,
-            step: step.to_string(),
-        };
-        let _: wire::Done = self.call("mark_done", &req, NO_WAIT).await?;
-        Ok(())
-    }
-
-    async fn was_done(&self, id: u64, step: &str) -> Result<bool> {
-        let req = wire::DoneRequest {
-            id,
-            step: step.to_string(),
-        };
-        let r: wire::Flag = self.call("was_done", &req, NO_WAIT).await?;
-        Ok(r.value)
-    }
-
-    async fn dead_letters(&self, count: usize) -> Result<Vec<DeadLetter>> {
-        let r: wire::DeadLetterList = self
-            .call("dead_letters", &wire::CountRequest { count }, NO_WAIT)
-            .await?;
-        Ok(r.dead_letters.into_iter().map(Into::into).collect())
-    }
-
-    async fn redrive(&self, id: u64) -> Result<bool> {
-        let r: wire::Flag = self
-            .call("redrive", &wire::IdRequest { id }, NO_WAIT)
-            .await?;
-        Ok(r.value)
-    }
-
-    async fn purge_dead_letters(&self) -> Result<u64> {
-        let r: wire::Count = self.call("purge_dead_letters", &EMPTY, NO_WAIT).await?;
-        Ok(r.count)
-    }
-
-    async fn stats(&self) -> Result<Stats> {
-        self.call("stats", &EMPTY, NO_WAIT).await
-    }
-
-    async fn backlog_by_flow(&self, sample: usize) -> Result<BTreeMap<String, u64>> {
-        let r: wire::FlowCounts = self
-            .call("backlog_by_flow", &wire::SampleRequest { sample }, NO_WAIT)
-            .await?;
-        Ok(r.flows)
-    }
-
-    async fn peek(&self, count: usize) -> Result<Vec<Item>> {
-        let r: wire::ItemList = self
-            .call("peek", &wire::CountRequest { count }, NO_WAIT)
-            .await?;
-        Ok(r.items.into_iter().map(Into::into).collect())
-    }
-
-    async fn list(&self, query: crate::ListQuery) -> Result<crate::ItemPage> {
-        query.check()?;
-        let r: wire::ItemPageReply = self
-            .call("list", &wire::ListRequest::from(&query), NO_WAIT)
-            .await?;
-        Ok(r.into())
-    }
-
-    async fn find(&self, id: u64) -> Result<Option<crate::ListedItem>> {
-        let r: wire::FoundReply = self.call("find", &wire::IdRequest { id }, NO_WAIT).await?;
-        Ok(r.item.map(Into::into))
-    }
-
-    async fn now_ms(&self) -> Result<u64> {
-        let r: wire::Now = self.call("now", &EMPTY, NO_WAIT).await?;
-        Ok(r.now_ms)
-    }
-
-    async fn compact(&self) -> Result<bool> {
-        let r: wire::Flag = self.call("compact", &EMPTY, NO_WAIT).await?;
-        Ok(r.value)
-    }
-
     /// Close this handle: later calls are `Closed` and pooled connections
     /// are dropped. The served queue stays open for its other clients.
-    async fn close(&self) -> Result<()> {
+    fn close_handle(&self) {
         self.inner.closed.store(true, Ordering::Release);
         self.inner.closing.send_replace(true);
         if let Ok(mut idle) = self.inner.idle.lock() {
             idle.clear();
         }
-        Ok(())
     }
 }
 
@@ -937,12 +725,6 @@ fn lag_of_reply(
         forwarded: l.forwarded,
         forwarding: l.forwarding,
     }))
-}
-
-fn flow_req(flow: &str) -> wire::FlowRequest {
-    wire::FlowRequest {
-        flow: flow.to_string(),
-    }
 }
 
 #[cfg(all(test, feature = "forward"))]

@@ -22,6 +22,7 @@ use base64::Engine as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 mod browse;
+mod convert;
 mod error;
 mod forward;
 mod items;
@@ -30,6 +31,7 @@ mod queue;
 mod request;
 
 pub use browse::*;
+pub use convert::*;
 pub use error::*;
 pub use forward::*;
 pub use items::*;

@@ -158,12 +158,24 @@ pub struct SampleRequest {
     pub sample: usize,
 }
 
-/// `redrive`.
+/// `redrive`, `promote`, `remove`, `outcome`, `progress`, `find`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IdRequest {
     /// The item's id (`redrive`: the dead letter's).
     pub id: u64,
+}
+
+/// `back_off` (SPEC 3, Flow limits): hold the flow for `duration_ms` from
+/// now by the queue's clock, keeping a longer hold in force, e.g.
+/// `{"flow":"api","duration_ms":30000}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackOffRequest {
+    /// The flow to hold (not the default flow).
+    pub flow: String,
+    /// How long, in ms.
+    pub duration_ms: u64,
 }
 
 /// Reply of `add_batch`.

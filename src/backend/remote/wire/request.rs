@@ -4,10 +4,11 @@
 use serde::{Deserialize, Serialize};
 
 use super::{
-    AckWithResultRequest, AddBatchRequest, AddDelayedRequest, ClaimRequest, CountRequest,
-    DeadLetterRequest, DoneRequest, FlowRequest, ForwardLagRequest, IdRequest, ListRequest,
-    ReceiptRequest, ReceiptsRequest, ReclaimRequest, RetryRequest, SampleRequest, SendChunkRequest,
-    SetFlowLimitRequest, SetProgressRequest, WaitChunksRequest, WaitOutcomeRequest, WireNewItem,
+    AckWithResultRequest, AddBatchRequest, AddDelayedRequest, BackOffRequest, ClaimRequest,
+    CountRequest, DeadLetterRequest, DoneRequest, FlowRequest, ForwardLagRequest, IdRequest,
+    ListRequest, ReceiptRequest, ReceiptsRequest, ReclaimRequest, RetryRequest, SampleRequest,
+    SendChunkRequest, SetFlowLimitRequest, SetProgressRequest, WaitChunksRequest,
+    WaitOutcomeRequest, WireNewItem,
 };
 
 /// Operations without arguments: `{}`.
@@ -63,6 +64,9 @@ pub enum Request {
     FlowLimits,
     List(ListRequest),
     Find(IdRequest),
+    Promote(IdRequest),
+    Remove(IdRequest),
+    BackOff(BackOffRequest),
 }
 
 /// Every operation's route name (`POST /v1/<op>`): the trait's methods in
@@ -118,6 +122,10 @@ pub const OPS: &[&str] = &[
     // Listing (SPEC 12.1).
     "list",
     "find",
+    // Item control (SPEC 3) and the atomic back-off.
+    "promote",
+    "remove",
+    "back_off",
 ];
 
 /// Why a request could not be decoded: always a 400 (or 404 for an
@@ -207,6 +215,9 @@ impl Request {
             "flow_limits" => empty(op).map(|()| Request::FlowLimits)?,
             "list" => Request::List(body(op, bytes)?),
             "find" => Request::Find(body(op, bytes)?),
+            "promote" => Request::Promote(body(op, bytes)?),
+            "remove" => Request::Remove(body(op, bytes)?),
+            "back_off" => Request::BackOff(body(op, bytes)?),
             other => return Err(DecodeError::UnknownOp(other.chars().take(64).collect())),
         })
     }
@@ -263,6 +274,9 @@ impl Request {
             Request::FlowLimits => json("flow_limits", &empty),
             Request::List(r) => json("list", r),
             Request::Find(r) => json("find", r),
+            Request::Promote(r) => json("promote", r),
+            Request::Remove(r) => json("remove", r),
+            Request::BackOff(r) => json("back_off", r),
         }
     }
 
