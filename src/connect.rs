@@ -25,19 +25,26 @@ pub enum Target {
     Unix(PathBuf),
     /// A server's TCP address, as an `http://` or `https://` URL.
     Http(String),
-    /// A Redis URL (`redis://` or `rediss://`).
+    /// A Redis URL: `redis://` or `rediss://` (TLS) for one server,
+    /// `redis+cluster://` or `rediss+cluster://` for a Redis Cluster.
     Redis(String),
 }
 
 impl Target {
-    /// Read `target`: `unix:PATH`, `http(s)://...`, `redis(s)://...`, or
-    /// else a file path.
+    /// Read `target`: `unix:PATH`, `http(s)://...`, `redis(s)://...`,
+    /// `redis(s)+cluster://...`, or else a file path.
     pub fn parse(target: &str) -> Target {
+        const REDIS: [&str; 4] = [
+            "redis://",
+            "rediss://",
+            "redis+cluster://",
+            "rediss+cluster://",
+        ];
         if let Some(path) = target.strip_prefix("unix:") {
             Target::Unix(PathBuf::from(path))
         } else if target.starts_with("http://") || target.starts_with("https://") {
             Target::Http(target.to_string())
-        } else if target.starts_with("redis://") || target.starts_with("rediss://") {
+        } else if REDIS.iter().any(|scheme| target.starts_with(scheme)) {
             Target::Redis(target.to_string())
         } else {
             Target::File(PathBuf::from(target))
@@ -280,6 +287,9 @@ mod tests {
             Target::parse("rediss://h:6380/0"),
             Target::Redis("rediss://h:6380/0".into())
         );
+        for cluster in ["redis+cluster://h:7000/", "rediss+cluster://h:7000/"] {
+            assert_eq!(Target::parse(cluster), Target::Redis(cluster.into()));
+        }
         assert_eq!(
             socket_path_for(Path::new("/var/lib/q.redb")),
             PathBuf::from("/var/lib/q.redb.sock")

@@ -184,15 +184,72 @@
 //!
 //! ## Implementing `WorkQueue`
 //!
-//! A new backend implements [`WorkQueue`] and proves it with the
-//! conformance suite (feature `testing`): implement
-//! [`testing::Factory`] to make fresh queues, then expand one test per case
-//! of `docs/SPEC.md`:
+//! Every operation of the contract is a [`Request`] with its [`Reply`]
+//! (docs/DESIGN.md, One request type): a backend implements
+//! [`WorkQueue::call`] and [`WorkQueue::max_deliveries`], and the typed
+//! methods (`add`, `claim`, ...) come with the trait. A layer over another
+//! queue forwards `call` alone; this one counts the requests it passes on:
 //!
-//! ```text
-//! mod my_backend {
-//!     workjournal::conformance_tests!(crate::MyFactory);
+//! ```
+//! use std::sync::atomic::{AtomicU64, Ordering};
+//! use workjournal::{MemoryQueue, NewItem, Reply, Request, Result, WorkQueue};
+//!
+//! #[derive(Debug, Default)]
+//! struct Counted<Q> {
+//!     inner: Q,
+//!     calls: AtomicU64,
 //! }
+//!
+//! impl<Q: WorkQueue> WorkQueue for Counted<Q> {
+//!     async fn call(&self, request: Request) -> Result<Reply> {
+//!         self.calls.fetch_add(1, Ordering::Relaxed);
+//!         self.inner.call(request).await
+//!     }
+//!
+//!     fn max_deliveries(&self) -> u32 {
+//!         self.inner.max_deliveries()
+//!     }
+//! }
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let queue = Counted { inner: MemoryQueue::new(Default::default()), calls: AtomicU64::new(0) };
+//! queue.add(NewItem::new(b"job".to_vec())).await?;
+//! assert_eq!(queue.stats().await?.backlog, 1);
+//! assert_eq!(queue.calls.load(Ordering::Relaxed), 2);
+//! # Ok::<(), workjournal::Error>(())
+//! # }).unwrap();
+//! ```
+//!
+//! A new storage backend answers each [`Request`] variant it knows (the
+//! enum is `#[non_exhaustive]`: answer the others with
+//! [`Error::InvalidInput`]) and proves itself with the conformance suite
+//! (feature `testing`): implement [`testing::Factory`] to make fresh
+//! queues, then expand one test per case of `docs/SPEC.md`:
+//!
+//! ```no_run
+//! # #[cfg(feature = "testing")]
+//! mod my_backend {
+//!     use workjournal::testing::{BoxFuture, Factory, Subject};
+//!     use workjournal::{BoxQueue, Config, MemoryQueue};
+//!
+//!     /// Makes the queues under test (here memory ones, for the example).
+//!     struct MyFactory;
+//!
+//!     impl Factory for MyFactory {
+//!         fn name(&self) -> &'static str {
+//!             "mine"
+//!         }
+//!         fn make(&self, config: Config) -> BoxFuture<'_, Subject> {
+//!             Box::pin(async move { Subject::new(BoxQueue::new(MemoryQueue::new(config)), Vec::new()) })
+//!         }
+//!         fn durable(&self) -> bool {
+//!             false
+//!         }
+//!     }
+//!
+//!     workjournal::conformance_tests!(MyFactory);
+//! }
+//! # fn main() {}
 //! ```
 //!
 //! The [`testing::ops`] module drives a backend with random operation

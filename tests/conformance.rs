@@ -1,8 +1,7 @@
 //! The conformance suite (src/testing/conformance.rs) against every backend:
 //! one module per backend, one test per case, so a failure names both.
 
-#[macro_use]
-extern crate workjournal;
+// The macros name their helpers by path: no `#[macro_use]` needed.
 
 mod memory {
     workjournal::conformance_tests!(workjournal::testing::MemoryFactory);

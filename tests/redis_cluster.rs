@@ -200,3 +200,40 @@ async fn min_replicas_waits_on_the_slot_primary_only() {
     let text = err.to_string();
     assert!(text.contains("only 0 of 1"), "{text}");
 }
+
+/// `connect()` opens a `redis+cluster://` URL as a Redis Cluster queue (it
+/// took such a URL for a file path and made a file named after it).
+#[cfg(feature = "remote")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_opens_a_cluster_url() {
+    let cluster = start(RedisClusterOptions::default()).await;
+    let url = cluster.url();
+    assert!(url.starts_with("redis+cluster://"), "{url}");
+    let cwd = std::env::current_dir().unwrap();
+    let q = workjournal::connect(&url, Config::default()).await.unwrap();
+    let id = q
+        .add(NewItem::new(b"through connect".to_vec()))
+        .await
+        .unwrap()
+        .id;
+    let got = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!(got[0].item.id, id);
+    q.ack(got[0].receipt).await.unwrap();
+    q.close().await.unwrap();
+    let stray = cwd.join(&url);
+    assert!(
+        !stray.exists(),
+        "connect made a file at {}",
+        stray.display()
+    );
+    // The same items through a plain handle on the cluster.
+    let direct = RedisQueue::connect(
+        &url,
+        "workjournal",
+        Config::default(),
+        RedisOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(direct.stats().await.unwrap().pending, 0);
+}

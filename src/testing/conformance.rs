@@ -183,8 +183,8 @@ pub async fn run_all(factory: &dyn Factory) {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! conformance_case_list {
-    ($callback:ident $(, $arg:expr)?) => {
-        $callback! {
+    ($($callback:ident)::+ $(, $arg:expr)?) => {
+        $($callback)::+! {
             $($arg;)?
             add_assigns_increasing_ids,
             add_batch_returns_ids_in_order,
@@ -291,15 +291,16 @@ macro_rules! conformance_case_list {
 /// Expand one `#[tokio::test]` per conformance case, each running the case
 /// against the factory expression given (SPEC sections 3 and 4).
 ///
-/// ```text
+/// ```no_run
 /// mod embedded {
 ///     workjournal::conformance_tests!(workjournal::testing::EmbeddedFactory);
 /// }
+/// # fn main() {}
 /// ```
 #[macro_export]
 macro_rules! conformance_tests {
     ($factory:expr) => {
-        $crate::conformance_case_list!(__workjournal_conformance_tests, $factory);
+        $crate::conformance_case_list!($crate::__workjournal_conformance_tests, $factory);
     };
 }
 

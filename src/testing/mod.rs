@@ -177,7 +177,10 @@ pub const PER_PARTITION_CASES: &[&str] = &[
 #[macro_export]
 macro_rules! partitioned_conformance_tests {
     ($inner:expr, $partitions:expr) => {
-        $crate::conformance_case_list!(__workjournal_partitioned_tests, ($inner, $partitions));
+        $crate::conformance_case_list!(
+            $crate::__workjournal_partitioned_tests,
+            ($inner, $partitions)
+        );
     };
 }
 
