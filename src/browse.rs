@@ -44,6 +44,16 @@ pub enum ItemState {
 }
 
 impl ItemState {
+    /// Where an item in a flow's held lane counts (SPEC 3, Flow limits):
+    /// in the due lane (`due`) or the backlog it was held from.
+    pub(crate) fn held(due: bool) -> ItemState {
+        if due {
+            ItemState::Due
+        } else {
+            ItemState::Backlog
+        }
+    }
+
     /// Every state, in the order above.
     pub const ALL: [ItemState; 6] = [
         ItemState::Backlog,

@@ -41,10 +41,11 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::backend::embedded::Outgoing;
 use crate::backend::redis::forward::Taken;
 pub use crate::backend::redis::forward::check_origin;
 use crate::error::{Error, Result};
+use crate::handover::Outgoing;
+pub use crate::handover::{Lag, LocalLag};
 use crate::worker::RetryPolicy;
 use crate::{EmbeddedQueue, RedisQueue, WorkQueue};
 
@@ -127,32 +128,6 @@ impl ForwardOptions {
         self.lag_interval = interval;
         self
     }
-}
-
-/// What the local queue has not handed over yet (SPEC section 11, lag).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Lag {
-    /// Items of the forwarded flows waiting locally (backlog, due, delayed).
-    pub count: u64,
-    /// Age of the oldest of them by the local clock, in ms; `None` when
-    /// nothing waits.
-    pub oldest_age_ms: Option<u64>,
-}
-
-/// What a queue file holds for forwarding, read from the file alone: see
-/// [`local_lag`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub struct LocalLag {
-    /// What waits to be handed over (of the flows asked for).
-    pub lag: Lag,
-    /// Whether a [`Forwarder`] was ever set up on this file (it made the
-    /// file's forwarding journal id), whatever it has forwarded since.
-    pub forwarded: bool,
-    /// Whether a forwarder runs on this file now: true only when read
-    /// through a [`LagSource::forwarder`] (the socket `workjournal forward`
-    /// serves), also before its first batch reached Redis.
-    pub forwarding: bool,
 }
 
 /// Where a server reads the forwarding lag of the queue file it serves

@@ -279,6 +279,8 @@ mod config;
 #[cfg(feature = "remote")]
 mod connect;
 mod error;
+#[cfg(any(feature = "embedded", feature = "forward"))]
+mod handover;
 mod item;
 mod limit;
 #[cfg(feature = "metrics")]
@@ -339,7 +341,7 @@ pub use backend::redis::{
 /// The wire types of `workjournal serve` (docs/API.md), shared by the server
 /// and [`RemoteQueue`]. Features `server` or `remote`.
 #[cfg(any(feature = "remote", feature = "server"))]
-pub use backend::remote::wire;
+pub mod wire;
 #[cfg(feature = "remote")]
 pub use backend::remote::{
     DEFAULT_CLAIM_POLL, DEFAULT_POOL_IDLE_TIMEOUT, DEFAULT_REMOTE_CONNECT_TIMEOUT,

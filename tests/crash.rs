@@ -20,7 +20,7 @@ use workjournal::testing::StateCounts;
 
 mod workload;
 
-use workjournal::testing::Location;
+use workjournal::ItemState;
 use workjournal::{
     ClaimFrom, Config, EmbeddedOptions, EmbeddedQueue, NewItem, Receipt, RetryOutcome, WorkQueue,
 };
@@ -589,11 +589,11 @@ async fn locations_names_every_item_once() {
     let e = q.add(NewItem::new(b"e".to_vec())).await.unwrap().id;
     let got = q.locations().await.unwrap();
     let want = [
-        (a, vec![Location::Pending]),
-        (b, vec![Location::DeadLetter]),
-        (c, vec![Location::Delayed]),
-        (d, vec![Location::Backlog]),
-        (e, vec![Location::Backlog]),
+        (a, vec![ItemState::Pending]),
+        (b, vec![ItemState::DeadLetter]),
+        (c, vec![ItemState::Delayed]),
+        (d, vec![ItemState::Backlog]),
+        (e, vec![ItemState::Backlog]),
     ]
     .into_iter()
     .collect();
@@ -624,7 +624,8 @@ mod redis_faults {
     use redis::AsyncCommands;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
-    use workjournal::testing::{Location, StateCounts};
+    use workjournal::ItemState;
+    use workjournal::testing::StateCounts;
     use workjournal::testing::{RedisServer, RedisServerOptions, raw_connection};
     use workjournal::{
         ClaimFrom, Clock, Config, Error, ManualClock, NewItem, Receipt, RedisOptions, RedisQueue,
@@ -683,19 +684,19 @@ mod redis_faults {
     /// Where every item of `ns` is, recounted from the raw keys, plus every
     /// inconsistency found (an item whose `st` disagrees with its index, a
     /// delivered stream entry whose item is not pending).
-    async fn recount(url: &str, ns: &str) -> (BTreeMap<u64, Vec<Location>>, Vec<String>) {
+    async fn recount(url: &str, ns: &str) -> (BTreeMap<u64, Vec<ItemState>>, Vec<String>) {
         let mut conn = raw_connection(url).await.unwrap();
         let p = format!("{{{ns}}}:");
-        let mut locs: BTreeMap<u64, Vec<Location>> = BTreeMap::new();
+        let mut locs: BTreeMap<u64, Vec<ItemState>> = BTreeMap::new();
         let mut bad = Vec::new();
-        for (lane, loc) in [("ready", Location::Backlog), ("ready:due", Location::Due)] {
+        for (lane, loc) in [("ready", ItemState::Backlog), ("ready:due", ItemState::Due)] {
             for (_, id) in ranked(&mut conn, &format!("{p}{lane}")).await {
                 locs.entry(id).or_default().push(loc);
             }
         }
         for (key, loc) in [
-            ("delayed", Location::Delayed),
-            ("pending", Location::Pending),
+            ("delayed", ItemState::Delayed),
+            ("pending", ItemState::Pending),
         ] {
             let members: Vec<String> = conn.zrange(format!("{p}{key}"), 0, -1).await.unwrap();
             for m in members {
@@ -706,13 +707,13 @@ mod redis_faults {
             if key.starts_with("parked:") {
                 let ids: Vec<u64> = conn.lrange(format!("{p}{key}"), 0, -1).await.unwrap();
                 for id in ids {
-                    locs.entry(id).or_default().push(Location::Parked);
+                    locs.entry(id).or_default().push(ItemState::Parked);
                 }
             }
         }
         let dead: Vec<u64> = conn.lrange(format!("{p}dead"), 0, -1).await.unwrap();
         for id in dead {
-            locs.entry(id).or_default().push(Location::DeadLetter);
+            locs.entry(id).or_default().push(ItemState::DeadLetter);
         }
         let mut states = BTreeMap::new();
         for key in keys(&mut conn, ns).await {
@@ -723,12 +724,12 @@ mod redis_faults {
         }
         for (id, places) in &locs {
             let want = match places.as_slice() {
-                [Location::Backlog] => "backlog",
-                [Location::Due] => "due",
-                [Location::Delayed] => "delayed",
-                [Location::Pending] => "pending",
-                [Location::Parked] => "parked",
-                [Location::DeadLetter] => "dead",
+                [ItemState::Backlog] => "backlog",
+                [ItemState::Due] => "due",
+                [ItemState::Delayed] => "delayed",
+                [ItemState::Pending] => "pending",
+                [ItemState::Parked] => "parked",
+                [ItemState::DeadLetter] => "dead",
                 _ => continue,
             };
             match states.get(id) {

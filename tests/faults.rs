@@ -23,7 +23,7 @@ use workjournal::testing::StateCounts;
 
 mod workload;
 
-use workjournal::testing::Location;
+use workjournal::ItemState;
 use workjournal::testing::faults::{DiskImage, EIO, ENOSPC, Hit, SimDisk, SimFile};
 use workjournal::{
     ClaimFrom, Clock, Config, EmbeddedOptions, EmbeddedQueue, Error, ManualClock, NewItem, Receipt,
@@ -518,7 +518,7 @@ async fn a_failed_fsync_keeps_the_operation_whole_or_not_at_all_and_the_queue_ca
             "errno {errno}: the failed batch left {extra:?}"
         );
         for id in first.iter().map(|a| a.id) {
-            assert_eq!(after.get(&id), Some(&vec![Location::Backlog]));
+            assert_eq!(after.get(&id), Some(&vec![ItemState::Backlog]));
         }
         check_invariants(&q, "after an fsync fault").await;
         q.add(NewItem::new(b"z".to_vec())).await.unwrap();

@@ -5,10 +5,10 @@
 //! it with a clock, a lock and wake-ups for blocking claims. Property tests use
 //! [`Model`] directly as the reference every other backend is compared with,
 //! so it is written to be obviously right rather than fast. [`Model`] and
-//! [`Location`] are public only under the `testing` feature
-//! (`workjournal::testing::{Model, Location}`).
+//! [`ItemState`] are public only under the `testing` feature
+//! (`workjournal::testing::{Model, ItemState}`).
 
-// Without `testing`, `Model` and `Location` are crate-private in all but name.
+// Without `testing`, `Model` and `ItemState` are crate-private in all but name.
 #![cfg_attr(not(feature = "testing"), allow(unreachable_pub, dead_code))]
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -39,35 +39,6 @@ struct Lease {
     lane: Lane,
     /// Claimed before the last [`Model::reopen`]: stale whatever `min_idle`.
     orphan: bool,
-}
-
-/// Where an item is, for invariant checks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Location {
-    /// In the backlog.
-    Backlog,
-    /// In the due lane.
-    Due,
-    /// Waiting in delayed.
-    Delayed,
-    /// Claimed, not acknowledged.
-    Pending,
-    /// Parked for its flow.
-    Parked,
-    /// A dead letter.
-    DeadLetter,
-}
-
-impl Location {
-    /// Where an item in a flow's held lane counts (SPEC 3, Flow limits):
-    /// in the due lane (`due`) or the backlog it was held from.
-    pub(crate) fn held(due: bool) -> Location {
-        if due {
-            Location::Due
-        } else {
-            Location::Backlog
-        }
-    }
 }
 
 /// The reference state machine: every operation of SPEC section 3 as a plain

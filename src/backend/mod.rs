@@ -9,5 +9,5 @@ pub(crate) mod embedded;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 
-#[cfg(any(feature = "remote", feature = "server"))]
+#[cfg(feature = "remote")]
 pub(crate) mod remote;

@@ -21,7 +21,7 @@ use arbitrary::{Arbitrary, Unstructured};
 
 use crate::EmbeddedQueue;
 use crate::backend::embedded::codec::{self, DeadRecord, ItemRecordV1, LeaseRecord};
-use crate::backend::memory::Location;
+use crate::browse::ItemState;
 use crate::clock::ManualClock;
 use crate::error::Error;
 use crate::item::{ClaimFrom, NewItem, Receipt, Stats};
@@ -331,7 +331,7 @@ impl Target for OnDisk {
         &self.boxed
     }
 
-    fn recount(&self) -> BoxFuture<'_, Option<crate::Result<BTreeMap<u64, Location>>>> {
+    fn recount(&self) -> BoxFuture<'_, Option<crate::Result<BTreeMap<u64, ItemState>>>> {
         Box::pin(async move { Some(self.queue.audit().await) })
     }
 }
@@ -471,7 +471,7 @@ async fn crash_run(input: &CrashInput, fresh: &DiskImage) -> Result<(), String> 
     if allowed.iter().any(matches) {
         return Ok(());
     }
-    let want: Vec<(BTreeMap<u64, Location>, Stats)> = allowed
+    let want: Vec<(BTreeMap<u64, ItemState>, Stats)> = allowed
         .iter()
         .map(|r| (r.model().locations(), r.model().stats(now)))
         .collect();

@@ -10,7 +10,8 @@ use std::any::Any;
 use crate::config::Config;
 use crate::queue::BoxQueue;
 
-pub use crate::backend::memory::{Location, Model};
+pub use crate::backend::memory::Model;
+use crate::browse::ItemState;
 pub use crate::queue::BoxFuture;
 
 pub mod conformance;
@@ -292,19 +293,19 @@ impl StateCounts {
     }
 
     /// The counts a recount finds: one location per item.
-    pub fn recount<'a>(places: impl IntoIterator<Item = &'a Location>) -> Self {
+    pub fn recount<'a>(places: impl IntoIterator<Item = &'a ItemState>) -> Self {
         let mut c = StateCounts::default();
         for place in places {
             match place {
-                Location::Backlog => c.backlog += 1,
-                Location::Due => {
+                ItemState::Backlog => c.backlog += 1,
+                ItemState::Due => {
                     c.backlog += 1;
                     c.due += 1;
                 }
-                Location::Pending => c.pending += 1,
-                Location::Delayed => c.delayed += 1,
-                Location::Parked => c.parked += 1,
-                Location::DeadLetter => c.dead_letters += 1,
+                ItemState::Pending => c.pending += 1,
+                ItemState::Delayed => c.delayed += 1,
+                ItemState::Parked => c.parked += 1,
+                ItemState::DeadLetter => c.dead_letters += 1,
             }
         }
         c

@@ -196,7 +196,7 @@ impl super::ops::Target for RemoteTarget {
         &self,
     ) -> BoxFuture<
         '_,
-        Option<crate::Result<std::collections::BTreeMap<u64, crate::testing::Location>>>,
+        Option<crate::Result<std::collections::BTreeMap<u64, crate::browse::ItemState>>>,
     > {
         Box::pin(async move {
             match &self.served {

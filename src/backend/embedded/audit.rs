@@ -19,7 +19,7 @@ impl EmbeddedQueue {
     /// `Corrupt` if an index names an id without an item record; `Decode`
     /// for an unreadable dead-letter record; storage failures.
     #[cfg(feature = "testing")]
-    pub async fn locations(&self) -> Result<BTreeMap<u64, Vec<crate::testing::Location>>> {
+    pub async fn locations(&self) -> Result<BTreeMap<u64, Vec<crate::browse::ItemState>>> {
         expect_reply!(self, Op::Locations, Reply::Locations(m) => m)
     }
 
@@ -46,7 +46,7 @@ impl EmbeddedQueue {
     ///
     /// `Corrupt` naming the first broken invariant; storage failures.
     #[cfg(feature = "testing")]
-    pub async fn audit(&self) -> Result<BTreeMap<u64, crate::testing::Location>> {
+    pub async fn audit(&self) -> Result<BTreeMap<u64, crate::browse::ItemState>> {
         expect_reply!(self, Op::Audit, Reply::Audit(m) => m)
     }
 }

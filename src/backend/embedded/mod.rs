@@ -32,9 +32,6 @@ pub use options::EmbeddedOptions;
 pub(crate) use open::opened_once;
 pub(crate) use redo::LogFile;
 
-#[cfg(feature = "forward")]
-pub(crate) use tables::Outgoing;
-
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};

@@ -229,11 +229,11 @@ pub(super) enum Reply {
     #[cfg(feature = "forward")]
     Lag(tables::Unforwarded),
     #[cfg(feature = "testing")]
-    Locations(BTreeMap<u64, Vec<crate::testing::Location>>),
+    Locations(BTreeMap<u64, Vec<crate::browse::ItemState>>),
     #[cfg(feature = "testing")]
     Dump(BTreeMap<String, Vec<String>>),
     #[cfg(feature = "testing")]
-    Audit(BTreeMap<u64, crate::testing::Location>),
+    Audit(BTreeMap<u64, crate::browse::ItemState>),
 }
 
 pub(super) struct Request {

@@ -3,7 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{Location, Model};
+use super::Model;
+use crate::browse::ItemState;
 use crate::config::rank;
 use crate::item::{Item, Stats};
 
@@ -96,22 +97,22 @@ impl Model {
 
     /// Where every item is. Each id appears once by construction; used by
     /// tests to compare with a real backend's recount.
-    pub fn locations(&self) -> BTreeMap<u64, Location> {
+    pub fn locations(&self) -> BTreeMap<u64, ItemState> {
         let mut out = BTreeMap::new();
-        out.extend(self.backlog.values().map(|id| (*id, Location::Backlog)));
-        out.extend(self.due.values().map(|id| (*id, Location::Due)));
+        out.extend(self.backlog.values().map(|id| (*id, ItemState::Backlog)));
+        out.extend(self.due.values().map(|id| (*id, ItemState::Due)));
         for m in self.held.values() {
-            out.extend(m.iter().map(|(k, id)| (*id, Location::held(k.0 == 0))));
+            out.extend(m.iter().map(|(k, id)| (*id, ItemState::held(k.0 == 0))));
         }
-        out.extend(self.delayed.iter().map(|(_, id)| (*id, Location::Delayed)));
-        out.extend(self.pending.keys().map(|id| (*id, Location::Pending)));
+        out.extend(self.delayed.iter().map(|(_, id)| (*id, ItemState::Delayed)));
+        out.extend(self.pending.keys().map(|id| (*id, ItemState::Pending)));
         for list in self.parked.values() {
-            out.extend(list.iter().map(|id| (*id, Location::Parked)));
+            out.extend(list.iter().map(|id| (*id, ItemState::Parked)));
         }
         out.extend(
             self.dead
                 .iter()
-                .map(|(id, _, _)| (*id, Location::DeadLetter)),
+                .map(|(id, _, _)| (*id, ItemState::DeadLetter)),
         );
         out
     }

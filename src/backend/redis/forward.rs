@@ -105,7 +105,7 @@ impl RedisQueue {
         &self,
         origin: &str,
         journal: u64,
-        items: &[crate::backend::embedded::Outgoing],
+        items: &[crate::handover::Outgoing],
     ) -> Result<Taken> {
         use super::MAX_LUA_MS;
         use crate::config::ms;

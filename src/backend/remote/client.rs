@@ -15,12 +15,12 @@ use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use super::unix_conn::{self, ExchangeError, UnixConn};
-use super::wire::{self, ErrorBody, ErrorReply};
 use crate::error::{Error, Result};
 use crate::item::{ClaimFrom, Claimed};
 use crate::outcome::{Chunk, Outcome};
 use crate::queue::WorkQueue;
 use crate::request::{Reply, Request};
+use crate::wire::{self, ErrorBody, ErrorReply};
 
 /// Default of [`RemoteOptions::connect_timeout`]: 2 seconds.
 pub const DEFAULT_REMOTE_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -263,7 +263,7 @@ impl RemoteQueue {
     pub async fn forward_lag(
         &self,
         flows: Option<&[String]>,
-    ) -> Result<Option<crate::forward::LocalLag>> {
+    ) -> Result<Option<crate::handover::LocalLag>> {
         let request = wire::ForwardLagRequest {
             flows: flows.map(<[String]>::to_vec),
         };
@@ -707,7 +707,7 @@ impl RemoteQueue {
 #[cfg(feature = "forward")]
 fn lag_of_reply(
     reply: wire::ForwardLagReply,
-) -> std::result::Result<Option<crate::forward::LocalLag>, String> {
+) -> std::result::Result<Option<crate::handover::LocalLag>, String> {
     let Some(l) = reply.lag else {
         return Ok(None);
     };
@@ -717,8 +717,8 @@ fn lag_of_reply(
             l.count, l.oldest_age_ms
         ));
     }
-    Ok(Some(crate::forward::LocalLag {
-        lag: crate::forward::Lag {
+    Ok(Some(crate::handover::LocalLag {
+        lag: crate::handover::Lag {
             count: l.count,
             oldest_age_ms: l.oldest_age_ms,
         },
@@ -731,7 +731,7 @@ fn lag_of_reply(
 mod tests {
     use super::*;
 
-    fn decode(json: &str) -> std::result::Result<Option<crate::forward::LocalLag>, String> {
+    fn decode(json: &str) -> std::result::Result<Option<crate::handover::LocalLag>, String> {
         let reply: wire::ForwardLagReply =
             serde_json::from_str(json).map_err(|e| format!("decode: {e}"))?;
         lag_of_reply(reply)

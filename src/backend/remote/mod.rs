@@ -25,13 +25,9 @@
 //! reply itself (`unix_conn`); on TCP hyper's client connection does,
 //! in a task of its own. Both speak the same HTTP/1.1 to the same routes.
 
-#[cfg(feature = "remote")]
 mod client;
-#[cfg(feature = "remote")]
 mod unix_conn;
-pub mod wire;
 
-#[cfg(feature = "remote")]
 pub use client::{
     DEFAULT_CLAIM_POLL, DEFAULT_POOL_IDLE_TIMEOUT, DEFAULT_REMOTE_CONNECT_TIMEOUT,
     DEFAULT_REQUEST_TIMEOUT, RemoteOptions, RemoteQueue,

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use super::call::{Call, Outcome, ReceiptRef, Value, added, claimed, outcome};
 use super::{FLOWS, MAX_BATCH, Op, REASONS, START_MS, STEPS, Setup, pick};
-use crate::backend::memory::{Location, Model};
+use crate::backend::memory::Model;
+use crate::browse::ItemState;
 use crate::config::Config;
 use crate::item::{ClaimFrom, Receipt};
 use crate::limit::FlowLimit;
@@ -116,7 +117,7 @@ impl Reference {
         let live: Vec<usize> = self
             .last_slot
             .iter()
-            .filter(|(id, _)| locations.get(id) == Some(&Location::Pending))
+            .filter(|(id, _)| locations.get(id) == Some(&ItemState::Pending))
             .map(|(_, slot)| *slot)
             .collect();
         let n = usize::from(v);
@@ -220,7 +221,7 @@ impl Reference {
                     .model
                     .locations()
                     .into_iter()
-                    .filter(|(_, at)| *at == Location::DeadLetter)
+                    .filter(|(_, at)| *at == ItemState::DeadLetter)
                     .map(|(id, _)| id)
                     .collect();
                 if *v < 200 && !dead.is_empty() {

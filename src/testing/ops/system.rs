@@ -13,7 +13,8 @@ use super::target::EmbeddedTarget;
 use super::target::Target;
 #[cfg(feature = "embedded")]
 use super::{Op, START_MS, Setup};
-use crate::backend::memory::{Location, Model};
+use crate::backend::memory::Model;
+use crate::browse::ItemState;
 use crate::clock::ManualClock;
 use crate::item::{Claimed, Receipt, Stats};
 use crate::queue::{BoxQueue, WorkQueue};
@@ -241,14 +242,14 @@ impl System {
                     "locations\n  model:  {expected:?}\n  system: {located:?}"
                 ));
             }
-            let count = |at: Location| located.values().filter(|l| **l == at).count() as u64;
+            let count = |at: ItemState| located.values().filter(|l| **l == at).count() as u64;
             let recounted = Stats {
-                backlog: count(Location::Backlog) + count(Location::Due),
-                due: count(Location::Due),
-                pending: count(Location::Pending),
-                delayed: count(Location::Delayed),
-                parked: count(Location::Parked),
-                dead_letters: count(Location::DeadLetter),
+                backlog: count(ItemState::Backlog) + count(ItemState::Due),
+                due: count(ItemState::Due),
+                pending: count(ItemState::Pending),
+                delayed: count(ItemState::Delayed),
+                parked: count(ItemState::Parked),
+                dead_letters: count(ItemState::DeadLetter),
                 ..stats
             };
             if recounted != stats {

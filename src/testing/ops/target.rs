@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::backend::memory::Location;
+use crate::browse::ItemState;
 use crate::config::Config;
 use crate::error::Error;
 #[cfg(feature = "embedded")]
@@ -29,7 +29,7 @@ pub trait Target: Send {
 
     /// Where every item is, by a full scan of the backend's storage, if the
     /// backend offers such a recount (`None` otherwise).
-    fn recount(&self) -> BoxFuture<'_, Option<crate::Result<BTreeMap<u64, Location>>>> {
+    fn recount(&self) -> BoxFuture<'_, Option<crate::Result<BTreeMap<u64, ItemState>>>> {
         Box::pin(async { None })
     }
 }
@@ -196,7 +196,7 @@ impl Target for EmbeddedTarget {
         })
     }
 
-    fn recount(&self) -> BoxFuture<'_, Option<crate::Result<BTreeMap<u64, Location>>>> {
+    fn recount(&self) -> BoxFuture<'_, Option<crate::Result<BTreeMap<u64, ItemState>>>> {
         Box::pin(async move { Some(self.queue.audit().await) })
     }
 }

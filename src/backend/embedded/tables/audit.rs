@@ -13,7 +13,7 @@ use super::{
     VERIFIED_AT_KEY,
 };
 use crate::backend::embedded::codec::{self, DeadRecord};
-use crate::backend::memory::Location;
+use crate::browse::ItemState;
 use crate::error::{Error, Result};
 use crate::item::Lane;
 
@@ -22,27 +22,27 @@ impl Tables<'_> {
     /// the backlog and the due lane (shared and held lanes), delayed,
     /// pending, parked and the dead letters (by their records). An id comes
     /// as often as indexes name it.
-    fn each_location(&self, mut at: impl FnMut(u64, Location) -> Result<()>) -> Result<()> {
+    fn each_location(&self, mut at: impl FnMut(u64, ItemState) -> Result<()>) -> Result<()> {
         for entry in self.backlog()?.iter().ctx("scan backlog")? {
-            at(entry.ctx("scan backlog")?.1.value(), Location::Backlog)?;
+            at(entry.ctx("scan backlog")?.1.value(), ItemState::Backlog)?;
         }
         for entry in self.due()?.iter().ctx("scan due")? {
-            at(entry.ctx("scan due")?.1.value(), Location::Due)?;
+            at(entry.ctx("scan due")?.1.value(), ItemState::Due)?;
         }
         for (id, lane) in self.held_items()? {
-            at(id, Location::held(lane == Lane::Due))?;
+            at(id, ItemState::held(lane == Lane::Due))?;
         }
         for entry in self.delayed()?.iter().ctx("scan delayed")? {
-            at(entry.ctx("scan delayed")?.0.value().1, Location::Delayed)?;
+            at(entry.ctx("scan delayed")?.0.value().1, ItemState::Delayed)?;
         }
         for entry in self.pending()?.iter().ctx("scan leases")? {
-            at(entry.ctx("scan leases")?.0.value(), Location::Pending)?;
+            at(entry.ctx("scan leases")?.0.value(), ItemState::Pending)?;
         }
         for entry in self.parked()?.iter().ctx("scan parked")? {
-            at(entry.ctx("scan parked")?.1.value(), Location::Parked)?;
+            at(entry.ctx("scan parked")?.1.value(), ItemState::Parked)?;
         }
         for (id, _) in self.dead_records()? {
-            at(id, Location::DeadLetter)?;
+            at(id, ItemState::DeadLetter)?;
         }
         Ok(())
     }
@@ -64,8 +64,8 @@ impl Tables<'_> {
     /// id without an item record is `Corrupt`.
     pub(in crate::backend::embedded) fn locations(
         &self,
-    ) -> Result<BTreeMap<u64, Vec<crate::testing::Location>>> {
-        let mut out: BTreeMap<u64, Vec<Location>> = BTreeMap::new();
+    ) -> Result<BTreeMap<u64, Vec<crate::browse::ItemState>>> {
+        let mut out: BTreeMap<u64, Vec<ItemState>> = BTreeMap::new();
         self.each_location(|id, at| {
             out.entry(id).or_default().push(at);
             Ok(())
@@ -91,8 +91,8 @@ impl Tables<'_> {
     /// Test support: where every item is, by a scan of every index table,
     /// checking on the way that no id is in two states and that the indexes
     /// agree with each other and with the item records.
-    pub(in crate::backend::embedded) fn audit(&self) -> Result<BTreeMap<u64, Location>> {
-        let mut out: BTreeMap<u64, Location> = BTreeMap::new();
+    pub(in crate::backend::embedded) fn audit(&self) -> Result<BTreeMap<u64, ItemState>> {
+        let mut out: BTreeMap<u64, ItemState> = BTreeMap::new();
         self.each_location(|id, at| match out.insert(id, at) {
             Some(before) => Err(Error::corrupt(format!(
                 "item {id} is in two states: {before:?} and {at:?}"

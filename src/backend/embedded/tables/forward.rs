@@ -2,6 +2,7 @@
 //! forwarder hands over, in id order, and remove them once Redis has taken
 //! them, moving the file's forwarding mark in the same transaction.
 
+pub(crate) use crate::handover::Outgoing;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ops::Bound;
 
@@ -15,28 +16,6 @@ use crate::error::{Error, Result};
 /// at the first forward, so that Redis can tell this file from another one
 /// forwarding under the same origin name (whose ids start at 1 again).
 const JOURNAL_KEY: &str = "forward_journal";
-
-/// One item on its way to Redis, as the local queue holds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Outgoing {
-    /// The local id: the origin id in Redis.
-    pub(crate) id: u64,
-    pub(crate) flow: String,
-    pub(crate) payload: Vec<u8>,
-    /// When it was added locally, ms since the Unix epoch (local clock).
-    pub(crate) enqueued_at_ms: u64,
-    /// Its not-before time, for an item that is delayed or in the due lane.
-    pub(crate) not_before_ms: Option<u64>,
-    /// Its priority tier (SPEC 3, Priority), kept in Redis.
-    pub(crate) priority: u8,
-    /// Its cost in rate-limit permits (SPEC 3, Flow limits), kept in Redis.
-    pub(crate) cost: u32,
-    /// Its dedup key, while the key's local window is open.
-    pub(crate) dedup_key: Option<String>,
-    /// True for an item at or below the forwarding mark: it was held
-    /// locally (pending, parked, dead) when the forwarder passed its id.
-    pub(crate) late: bool,
-}
 
 /// What the forwarder has not handed over yet (SPEC section 11, lag).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
