@@ -5,10 +5,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use axum::extract::State;
-use axum::http::{StatusCode, Uri};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
 use axum::response::Response;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::auth::LetIn;
 use super::{Dash, FLOW_SAMPLE, PREVIEW_BYTES, SAMPLE_INTERVAL, error_response, json_response};
@@ -27,48 +28,10 @@ pub(super) fn reply<T: Serialize>(r: Result<T>) -> Response {
     }
 }
 
-/// `key=value` pairs of a query string, percent-decoded (`+` is a space).
-pub(super) fn query_pairs(uri: &Uri) -> Vec<(String, String)> {
-    fn decode(s: &str) -> String {
-        let b = s.as_bytes();
-        let mut out = Vec::with_capacity(b.len());
-        let mut i = 0;
-        while i < b.len() {
-            match b[i] {
-                b'+' => out.push(b' '),
-                b'%' if i + 2 < b.len() => {
-                    let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok();
-                    match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                        Some(v) => {
-                            out.push(v);
-                            i += 2;
-                        }
-                        None => out.push(b'%'),
-                    }
-                }
-                c => out.push(c),
-            }
-            i += 1;
-        }
-        String::from_utf8_lossy(&out).into_owned()
-    }
-    uri.query()
-        .unwrap_or("")
-        .split('&')
-        .filter(|kv| !kv.is_empty())
-        .map(|kv| {
-            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            (decode(k), decode(v))
-        })
-        .collect()
-}
-
-/// The first value of `key` in `pairs`.
-pub(super) fn param<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
-    pairs
-        .iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v.as_str())
+/// A query string serde could not read (a key given twice): invalid
+/// input, in the API's error body.
+fn bad_query(rejection: &QueryRejection) -> Error {
+    Error::invalid(rejection.body_text())
 }
 
 #[derive(Debug, Serialize)]
@@ -272,9 +235,31 @@ struct ShownPage {
     now_ms: u64,
 }
 
+/// The query string of `GET /ui/items`. The numbers stay text here so
+/// that an empty one means the default and a bad one is named in the
+/// error.
+#[derive(Debug, Deserialize)]
+pub(super) struct ItemsQuery {
+    /// `pending` unless given.
+    state: Option<String>,
+    /// 0 unless given.
+    offset: Option<String>,
+    /// 50 unless given.
+    limit: Option<String>,
+    /// Payload text to look for.
+    q: Option<String>,
+}
+
 /// `GET /ui/items?state=&offset=&limit=&q=`.
-pub(super) async fn items(_: LetIn, State(dash): State<Arc<Dash>>, uri: Uri) -> Response {
-    reply(items_of(&dash, &uri).await)
+pub(super) async fn items(
+    _: LetIn,
+    State(dash): State<Arc<Dash>>,
+    query: Result<Query<ItemsQuery>, QueryRejection>,
+) -> Response {
+    match query {
+        Ok(Query(query)) => reply(items_of(&dash, query).await),
+        Err(e) => reply::<ShownPage>(Err(bad_query(&e))),
+    }
 }
 
 /// `value` as a number, `default` when missing or empty.
@@ -287,15 +272,14 @@ fn number(key: &str, value: Option<&str>, default: u64) -> Result<u64> {
     }
 }
 
-async fn items_of(dash: &Dash, uri: &Uri) -> Result<ShownPage> {
-    let pairs = query_pairs(uri);
-    let state = ItemState::parse(param(&pairs, "state").unwrap_or("pending"))?;
-    let offset = number("offset", param(&pairs, "offset"), 0)?;
-    let limit = number("limit", param(&pairs, "limit"), 50)?;
+async fn items_of(dash: &Dash, query: ItemsQuery) -> Result<ShownPage> {
+    let state = ItemState::parse(query.state.as_deref().unwrap_or("pending"))?;
+    let offset = number("offset", query.offset.as_deref(), 0)?;
+    let limit = number("limit", query.limit.as_deref(), 50)?;
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
     let mut list = ListQuery::new(state).offset(offset).limit(limit);
-    if let Some(text) = param(&pairs, "q") {
-        list = list.contains(text.as_bytes().to_vec());
+    if let Some(text) = query.q {
+        list = list.contains(text.into_bytes());
     }
     let page = dash.queue.list(list).await?;
     Ok(ShownPage {
@@ -311,14 +295,30 @@ struct Found {
     now_ms: u64,
 }
 
-/// `GET /ui/find?id=`.
-pub(super) async fn find(_: LetIn, State(dash): State<Arc<Dash>>, uri: Uri) -> Response {
-    reply(find_of(&dash, &uri).await)
+/// The query string of `GET /ui/find`.
+#[derive(Debug, Deserialize)]
+pub(super) struct FindQuery {
+    /// The item's id (spaces around it allowed).
+    id: Option<String>,
 }
 
-async fn find_of(dash: &Dash, uri: &Uri) -> Result<Found> {
-    let pairs = query_pairs(uri);
-    let id: u64 = param(&pairs, "id")
+/// `GET /ui/find?id=`.
+pub(super) async fn find(
+    _: LetIn,
+    State(dash): State<Arc<Dash>>,
+    query: Result<Query<FindQuery>, QueryRejection>,
+) -> Response {
+    let found = match query {
+        Ok(Query(query)) => find_of(&dash, query).await,
+        Err(e) => Err(bad_query(&e)),
+    };
+    reply(found)
+}
+
+async fn find_of(dash: &Dash, query: FindQuery) -> Result<Found> {
+    let id: u64 = query
+        .id
+        .as_deref()
         .unwrap_or("")
         .trim()
         .parse()
@@ -332,6 +332,7 @@ async fn find_of(dash: &Dash, uri: &Uri) -> Result<Found> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::Uri;
 
     #[test]
     fn previews_cut_and_say_so() {
@@ -352,12 +353,31 @@ mod tests {
         let uri: Uri = "/ui/items?state=dead_letter&q=a%20b+c&offset=5&bad=%zz"
             .parse()
             .unwrap();
-        let pairs = query_pairs(&uri);
-        assert_eq!(param(&pairs, "q"), Some("a b c"));
-        assert_eq!(param(&pairs, "offset"), Some("5"));
-        assert_eq!(param(&pairs, "bad"), Some("%zz"));
-        let uri: Uri = "/?q=%4".parse().unwrap();
-        assert_eq!(param(&query_pairs(&uri), "q"), Some("%4"));
+        let Query(q) = Query::<ItemsQuery>::try_from_uri(&uri).unwrap();
+        assert_eq!(q.q.as_deref(), Some("a b c"));
+        assert_eq!(q.offset.as_deref(), Some("5"));
+        assert_eq!(q.state.as_deref(), Some("dead_letter"));
+        assert_eq!(q.limit, None);
+        let uri: Uri = "/ui/items?q=%4&limit=".parse().unwrap();
+        let Query(q) = Query::<ItemsQuery>::try_from_uri(&uri).unwrap();
+        assert_eq!(q.q.as_deref(), Some("%4"));
+        assert_eq!(number("limit", q.limit.as_deref(), 50).unwrap(), 50);
+        let uri: Uri = "/ui/find?id=%2042%20".parse().unwrap();
+        let Query(f) = Query::<FindQuery>::try_from_uri(&uri).unwrap();
+        assert_eq!(f.id.as_deref(), Some(" 42 "));
+    }
+
+    #[test]
+    fn a_key_given_twice_is_invalid_input() {
+        let uri: Uri = "/ui/items?q=a&q=b".parse().unwrap();
+        let Err(rejection) = Query::<ItemsQuery>::try_from_uri(&uri) else {
+            panic!("a key given twice is refused");
+        };
+        let e = bad_query(&rejection);
+        assert!(
+            matches!(&e, Error::InvalidInput(m) if m.contains("duplicate field `q`")),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -4,24 +4,36 @@
 
 use std::sync::Arc;
 
-use axum::extract::State;
-use axum::http::{HeaderMap, Uri, header};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use maud::{DOCTYPE, Markup, html};
+use serde::Deserialize;
 
-use super::api::{param, query_pairs};
 use super::auth::{let_in, login, unauthorized};
 use super::{Dash, error_response};
 use crate::item::Stats;
 use crate::queue::WorkQueue;
 use crate::wire::ErrorBody;
 
+/// The query string of `GET /`.
+#[derive(Debug, Deserialize)]
+pub(super) struct PageQuery {
+    /// The server's token, once: answered with the cookie and a redirect.
+    token: Option<String>,
+}
+
 /// `GET /`: the page for a caller let in; `/?token=<token>` sets the
 /// cookie and sends the browser back to `/`.
-pub(super) async fn index(State(dash): State<Arc<Dash>>, uri: Uri, headers: HeaderMap) -> Response {
+pub(super) async fn index(
+    State(dash): State<Arc<Dash>>,
+    headers: HeaderMap,
+    query: Result<Query<PageQuery>, QueryRejection>,
+) -> Response {
     if !let_in(&headers, &dash.token) {
-        let pairs = query_pairs(&uri);
-        return login(param(&pairs, "token"), &dash.token).unwrap_or_else(unauthorized);
+        let given = query.ok().and_then(|Query(q)| q.token);
+        return login(given.as_deref(), &dash.token).unwrap_or_else(unauthorized);
     }
     let stats = match dash.queue.stats().await {
         Ok(s) => s,
