@@ -1,0 +1,254 @@
+//! `POST /ui/action`: the page's writes, one small function per action.
+//! The body is JSON (a cross-site form cannot send one); read-only mode
+//! refuses every action.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, header};
+use axum::response::Response;
+use serde::{Deserialize, Serialize};
+
+use super::api::{ShownItem, reply};
+use super::auth::LetIn;
+use super::{BACK_OFF_DEFAULT, BACK_OFF_MAX, Dash, REDRIVE_ALL_MAX, error_response, read_body};
+use crate::browse::{ItemState, ListQuery, ListedItem};
+use crate::error::{Error, Result};
+use crate::item::Receipt;
+use crate::limit::FlowLimit;
+use crate::queue::{BoxQueue, WorkQueue};
+use crate::wire::{ErrorBody, WireReceipt};
+
+/// The largest action body read, in bytes.
+const ACTION_BYTES: usize = 64 * 1024;
+/// How long the action body may take to arrive.
+const ACTION_BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The body of `POST /ui/action`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Action {
+    action: String,
+    #[serde(default)]
+    flow: Option<String>,
+    #[serde(default)]
+    ids: Vec<u64>,
+    #[serde(default)]
+    receipt: Option<WireReceipt>,
+    /// For `back_off`: how long, in seconds (default 30, at most a day).
+    #[serde(default)]
+    seconds: Option<u64>,
+}
+
+impl Action {
+    /// The flow the action names, which it needs.
+    fn flow(&self) -> Result<&str> {
+        self.flow
+            .as_deref()
+            .ok_or_else(|| Error::invalid(format!("{} needs a flow", self.action)))
+    }
+
+    /// The receipt the action names, which it needs.
+    fn receipt(&self) -> Result<Receipt> {
+        self.receipt
+            .map(Into::into)
+            .ok_or_else(|| Error::invalid(format!("{} needs a receipt", self.action)))
+    }
+}
+
+/// The item `step` handed to the page, and its receipt.
+#[derive(Debug, Serialize)]
+struct Stepped {
+    item: ShownItem,
+    receipt: WireReceipt,
+}
+
+/// The reply to an action.
+#[derive(Debug, Serialize)]
+struct Done {
+    message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stepped: Option<Stepped>,
+}
+
+fn done(message: String) -> Done {
+    Done {
+        message,
+        stepped: None,
+    }
+}
+
+/// `POST /ui/action` with a JSON [`Action`].
+pub(super) async fn action(
+    _: LetIn,
+    State(dash): State<Arc<Dash>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    if dash.read_only {
+        return error_response(ErrorBody::plain(
+            "forbidden",
+            "this dashboard is read-only (workjournal serve --read-only)",
+        ));
+    }
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !json {
+        return error_response(ErrorBody::plain(
+            "bad_request",
+            "send the action as JSON (content-type: application/json)",
+        ));
+    }
+    let bytes = match read_body(body, ACTION_BYTES, ACTION_BODY_TIMEOUT).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    match serde_json::from_slice(&bytes) {
+        Ok(a) => reply(run_action(&dash.queue, a).await),
+        Err(e) => error_response(ErrorBody::plain(
+            "bad_request",
+            format!("not an action: {e}"),
+        )),
+    }
+}
+
+async fn run_action(q: &BoxQueue, a: Action) -> Result<Done> {
+    match a.action.as_str() {
+        "pause" => pause(q, a.flow()?).await,
+        "resume" => resume(q, a.flow()?).await,
+        "step" => step(q, a.flow()?).await,
+        "back_off" => back_off(q, a.flow()?, a.seconds).await,
+        "lift" => lift(q, a.flow()?).await,
+        "ack" => ack(q, a.receipt()?).await,
+        "release" => release(q, a.receipt()?).await,
+        "redrive" => redrive(q, &a.ids).await,
+        "redrive_all" => redrive_all(q).await,
+        "purge" => purge(q).await,
+        other => Err(Error::invalid(format!(
+            "no action named {:?} (pause, resume, step, back_off, lift, ack, release, redrive, redrive_all, purge)",
+            other.chars().take(64).collect::<String>()
+        ))),
+    }
+}
+
+async fn pause(q: &BoxQueue, flow: &str) -> Result<Done> {
+    q.pause(flow).await?;
+    Ok(done(format!("flow {flow:?} paused")))
+}
+
+async fn resume(q: &BoxQueue, flow: &str) -> Result<Done> {
+    let n = q.resume(flow).await?;
+    Ok(done(format!(
+        "flow {flow:?} resumed: {n} parked items back in the backlog"
+    )))
+}
+
+/// Hand the flow's oldest parked item to the page, pending under it.
+async fn step(q: &BoxQueue, flow: &str) -> Result<Done> {
+    let Some(c) = q.step(flow).await? else {
+        return Ok(done(format!("flow {flow:?} has nothing parked")));
+    };
+    Ok(Done {
+        message: format!(
+            "item {} of flow {flow:?} is pending under this page: ack it or give it back",
+            c.item.id
+        ),
+        stepped: Some(Stepped {
+            receipt: c.receipt.into(),
+            item: ListedItem::pending(c.item, c.claimed_at_ms, None).into(),
+        }),
+    })
+}
+
+/// Back the flow off for `seconds` ([`BACK_OFF_DEFAULT`] when `None`, at
+/// most [`BACK_OFF_MAX`]).
+async fn back_off(q: &BoxQueue, flow: &str, seconds: Option<u64>) -> Result<Done> {
+    let d = seconds.map_or(BACK_OFF_DEFAULT, Duration::from_secs);
+    if d.is_zero() || d > BACK_OFF_MAX {
+        return Err(Error::invalid(format!(
+            "back_off takes 1 to {} seconds",
+            BACK_OFF_MAX.as_secs()
+        )));
+    }
+    q.back_off(flow, d).await?;
+    Ok(done(format!(
+        "flow {flow:?} backed off for {} s",
+        d.as_secs()
+    )))
+}
+
+async fn lift(q: &BoxQueue, flow: &str) -> Result<Done> {
+    q.set_flow_limit(flow, FlowLimit::BackOffUntil(None))
+        .await?;
+    Ok(done(format!("flow {flow:?}: back-off lifted")))
+}
+
+async fn ack(q: &BoxQueue, r: Receipt) -> Result<Done> {
+    q.ack(r).await?;
+    Ok(done(format!("item {} acknowledged", r.id)))
+}
+
+async fn release(q: &BoxQueue, r: Receipt) -> Result<Done> {
+    let now = q.now_ms().await?;
+    q.release(r, now).await?;
+    Ok(done(format!("item {} given back", r.id)))
+}
+
+/// Redrive the dead letters `ids`, naming those that are not (any more).
+async fn redrive(q: &BoxQueue, ids: &[u64]) -> Result<Done> {
+    if ids.is_empty() {
+        return Err(Error::invalid("redrive needs ids"));
+    }
+    let mut moved = 0u64;
+    let mut missing = Vec::new();
+    for id in ids {
+        if q.redrive(*id).await? {
+            moved += 1;
+        } else {
+            missing.push(id.to_string());
+        }
+    }
+    let mut m = format!("{moved} dead letters redriven to the backlog");
+    if !missing.is_empty() {
+        m.push_str(&format!(
+            "; not dead letters (any more): {}",
+            missing.join(", ")
+        ));
+    }
+    Ok(done(m))
+}
+
+/// Redrive dead letters a page at a time, up to [`REDRIVE_ALL_MAX`].
+async fn redrive_all(q: &BoxQueue) -> Result<Done> {
+    let mut moved = 0usize;
+    while moved < REDRIVE_ALL_MAX {
+        let page = q
+            .list(ListQuery::new(ItemState::DeadLetter).limit(crate::MAX_LIST_LIMIT))
+            .await?;
+        if page.items.is_empty() {
+            break;
+        }
+        let mut any = false;
+        for l in page.items {
+            if q.redrive(l.item.id).await? {
+                moved += 1;
+                any = true;
+            }
+        }
+        if !any {
+            break;
+        }
+    }
+    Ok(done(format!(
+        "{moved} dead letters redriven to the backlog"
+    )))
+}
+
+async fn purge(q: &BoxQueue) -> Result<Done> {
+    let n = q.purge_dead_letters().await?;
+    Ok(done(format!("{n} dead letters deleted")))
+}
