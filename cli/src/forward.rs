@@ -118,7 +118,7 @@ async fn run_forward(
     use workjournal::WorkQueue;
     use workjournal::forward::{ForwardOptions, Forwarder, Progress, RunUntil};
 
-    let options = crate::commands::redis_options(global).min_replicas(args.min_replicas);
+    let options = crate::open::redis_options(global).min_replicas(args.min_replicas);
     let remote = match reach(url, &global.namespace, options, first, args.progress_every).await {
         Some(Ok(r)) => r,
         Some(Err(e)) => return Err(usage(e)),

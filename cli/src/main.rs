@@ -28,10 +28,13 @@
 mod add;
 mod args;
 mod commands;
+mod display;
 mod exec;
 mod forward;
+mod open;
 mod result;
 mod serve;
+mod stats_output;
 mod work;
 
 use std::io::Write;
@@ -128,7 +131,7 @@ fn locked_message(e: &workjournal::Error, path: &std::path::Path) -> String {
                     {
                         *program = name.to_string_lossy().into_owned();
                     }
-                    commands::preview(words.join(" ").as_bytes())
+                    display::preview(words.join(" ").as_bytes())
                 })
                 .unwrap_or_default();
             if what.is_empty() {

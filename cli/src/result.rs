@@ -118,7 +118,7 @@ fn print(outcome: Option<Outcome>, id: u64, wait: Duration, none_code: u8) -> Cl
             // reason is in `dead-letters --json`.
             format!(
                 "item {id} was dead-lettered: {}",
-                crate::commands::reason_line(&reason)
+                crate::display::reason_line(&reason)
             ),
         )),
     }

@@ -248,7 +248,7 @@ pub(crate) async fn open_for_work(
     config: Config,
 ) -> CliResult<(BoxQueue, Option<Serving>)> {
     if global.redis.is_some() || global.db.to_str().is_some_and(is_url) {
-        return Ok((crate::commands::open(global, config).await?, None));
+        return Ok((crate::open::open(global, config).await?, None));
     }
     // Only a file this process opens itself is served from here.
     #[cfg(feature = "embedded")]
@@ -308,7 +308,7 @@ async fn open_owned_file(_global: &Global) -> CliResult<(BoxQueue, ServedLag)> {
 pub(crate) async fn serve(global: &Global, args: &ServeArgs) -> CliResult {
     let (queue, lag, default_socket) = match &global.redis {
         Some(_) => (
-            crate::commands::open(global, Config::default()).await?,
+            crate::open::open(global, Config::default()).await?,
             ServedLag::default(),
             PathBuf::from("./workjournal.sock"),
         ),

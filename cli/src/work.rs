@@ -33,7 +33,7 @@ fn log_line(bar: Option<&ProgressBar>, line: &str) {
 /// The first line of a failure text, for a log line (control characters
 /// escaped).
 fn first_line(text: &str) -> String {
-    crate::commands::reason_line(text)
+    crate::display::reason_line(text)
 }
 
 #[derive(Default)]
@@ -66,7 +66,7 @@ pub(crate) fn signals(first: Arc<Notify>, second: Arc<Notify>) -> CliResult {
 }
 
 pub(crate) async fn work(global: &Global, args: &WorkArgs) -> CliResult {
-    crate::commands::require_queue_file(global)?;
+    crate::open::require_queue_file(global)?;
     // Signals are taken over before the socket appears, so a SIGTERM sent
     // as soon as the socket exists is a graceful stop, not a kill.
     let first = Arc::new(Notify::new());
@@ -353,8 +353,8 @@ fn progress_text(counters: &Counters, started: Instant, done: u64) -> String {
 /// its claim fresh while the command runs. Success acks it; failure parks it
 /// again (or dead-letters it on its last allowed delivery) and exits 1.
 pub(crate) async fn step(global: &Global, args: &StepArgs) -> CliResult {
-    crate::commands::require_queue_file(global)?;
-    let queue = crate::commands::open(global, config(&args.exec)).await?;
+    crate::open::require_queue_file(global)?;
+    let queue = crate::open::open(global, config(&args.exec)).await?;
     let result = run_step(&queue, args).await;
     let closed = queue.close().await;
     result?;

@@ -1540,33 +1540,42 @@ fn a_command_exiting_75_backs_its_flow_off() {
     assert_eq!(s["limited"], 1, "{s}");
 }
 
+/// One frame of the socket between the worker and a supervisor (SPEC
+/// section 9, the wire format): a little-endian u32 length, then the bytes.
+fn supervisor_frame(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
 /// One request of the worker to a supervisor (SPEC section 9, the wire
-/// format): the head, the flow, and `payload_sent` of the payload's
-/// `payload_len` bytes.
-fn supervisor_request(id: u64, flow: &str, payload: &[u8], payload_sent: usize) -> Vec<u8> {
+/// format): the head frame (with the flow), then the payload's frame, of
+/// which only the first `sent` bytes of the whole request are returned.
+fn supervisor_request(id: u64, flow: &str, payload: &[u8], sent: Option<usize>) -> Vec<u8> {
+    let mut head = Vec::new();
+    head.extend_from_slice(&id.to_le_bytes());
+    head.extend_from_slice(&1u32.to_le_bytes()); // delivery
+    head.extend_from_slice(&0u64.to_le_bytes()); // no timeout
+    head.push(0); // stdout not kept
+    head.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    head.extend_from_slice(flow.as_bytes());
     let mut r = Vec::new();
-    r.extend_from_slice(&id.to_le_bytes());
-    r.extend_from_slice(&1u32.to_le_bytes()); // delivery
-    r.extend_from_slice(&0u64.to_le_bytes()); // no timeout
-    r.push(0); // stdout not kept
-    r.extend_from_slice(&(flow.len() as u32).to_le_bytes());
-    r.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    r.extend_from_slice(flow.as_bytes());
-    r.extend_from_slice(&payload[..payload_sent]);
+    supervisor_frame(&mut r, &head);
+    supervisor_frame(&mut r, payload);
+    r.truncate(sent.unwrap_or(r.len()));
     r
 }
 
-/// A status record from a supervisor: (kind, code or signal, stderr).
+/// A status record from a supervisor, one frame: (kind, code or signal,
+/// stderr).
 fn supervisor_status(s: &mut std::os::unix::net::UnixStream) -> (u8, i32, String) {
     use std::io::Read;
-    let mut head = [0u8; 14];
-    s.read_exact(&mut head).unwrap();
-    let value = i32::from_le_bytes(head[1..5].try_into().unwrap());
-    let stderr_len = u32::from_le_bytes(head[6..10].try_into().unwrap()) as usize;
-    let stdout_len = u32::from_le_bytes(head[10..14].try_into().unwrap()) as usize;
-    let mut rest = vec![0u8; stderr_len + stdout_len];
-    s.read_exact(&mut rest).unwrap();
-    (head[0], value, text(&rest[..stderr_len]))
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).unwrap();
+    let mut frame = vec![0u8; u32::from_le_bytes(len) as usize];
+    s.read_exact(&mut frame).unwrap();
+    let value = i32::from_le_bytes(frame[1..5].try_into().unwrap());
+    let stderr_len = u32::from_le_bytes(frame[6..10].try_into().unwrap()) as usize;
+    (frame[0], value, text(&frame[10..10 + stderr_len]))
 }
 
 /// The supervisor a slot of `work` keeps (`__supervise -- CMD`) is read
@@ -1598,7 +1607,7 @@ fn the_supervisor_runs_each_whole_payload_and_never_a_cut_one_by_either_spelling
             .spawn()
             .unwrap();
         for (id, payload) in [(7u64, &b"hello"[..]), (8, b"world")] {
-            ours.write_all(&supervisor_request(id, "f", payload, payload.len()))
+            ours.write_all(&supervisor_request(id, "f", payload, None))
                 .unwrap();
             let (kind, code, stderr) = supervisor_status(&mut ours);
             assert_eq!((kind, code), (0, 3), "{how}");
@@ -1609,7 +1618,8 @@ fn the_supervisor_runs_each_whole_payload_and_never_a_cut_one_by_either_spelling
         }
         // Three bytes of five, then the socket closes: the command never
         // starts and the supervisor ends.
-        ours.write_all(&supervisor_request(9, "f", b"hello", 3))
+        let whole = supervisor_request(9, "f", b"hello", None).len();
+        ours.write_all(&supervisor_request(9, "f", b"hello", Some(whole - 2)))
             .unwrap();
         drop(ours);
         let out = child.wait_with_output().unwrap();
