@@ -1,163 +1,35 @@
-//! [`RemoteQueue`]: the HTTP client, its connection pool and timeouts.
+//! [`RemoteQueue`]: the client of a `workjournal serve` process (SPEC
+//! section 10): connecting, the contract's requests as exchanges, and the
+//! long polls. The transport is in `transport.rs`, the options in
+//! `options.rs`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Bytes;
-use hyper::client::conn::http1::SendRequest;
-use hyper::{Method, StatusCode, header};
-use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
-use super::unix_conn::{self, ExchangeError, UnixConn};
+use super::RemoteOptions;
+use super::transport::{Conn, Endpoint};
 use crate::error::{Error, Result};
 use crate::item::{ClaimFrom, Claimed};
 use crate::outcome::{Chunk, Outcome};
 use crate::queue::WorkQueue;
 use crate::request::{Reply, Request};
-use crate::wire::{self, ErrorBody, ErrorReply};
+use crate::wire::{self, ErrorBody};
 
-/// Default of [`RemoteOptions::connect_timeout`]: 2 seconds.
-pub const DEFAULT_REMOTE_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// Default of [`RemoteOptions::request_timeout`]: 10 seconds.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-/// Default of [`RemoteOptions::claim_poll`]: 15 seconds.
-pub const DEFAULT_CLAIM_POLL: Duration = Duration::from_secs(15);
-/// Default of [`RemoteOptions::pool_idle_timeout`]: 5 seconds.
-pub const DEFAULT_POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Timeouts and credentials of a [`RemoteQueue`] (SPEC section 10).
-#[derive(Clone)]
-pub struct RemoteOptions {
-    connect_timeout: Duration,
-    request_timeout: Duration,
-    claim_poll: Duration,
-    pool_idle_timeout: Duration,
-    token: Option<String>,
-    max_response_bytes: usize,
-}
-
-impl std::fmt::Debug for RemoteOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RemoteOptions")
-            .field("connect_timeout", &self.connect_timeout)
-            .field("request_timeout", &self.request_timeout)
-            .field("claim_poll", &self.claim_poll)
-            .field("pool_idle_timeout", &self.pool_idle_timeout)
-            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
-            .field("max_response_bytes", &self.max_response_bytes)
-            .finish()
-    }
-}
-
-impl Default for RemoteOptions {
-    fn default() -> Self {
-        RemoteOptions {
-            connect_timeout: DEFAULT_REMOTE_CONNECT_TIMEOUT,
-            request_timeout: DEFAULT_REQUEST_TIMEOUT,
-            claim_poll: DEFAULT_CLAIM_POLL,
-            pool_idle_timeout: DEFAULT_POOL_IDLE_TIMEOUT,
-            token: None,
-            max_response_bytes: 1 << 30,
-        }
-    }
-}
-
-impl RemoteOptions {
-    /// How long opening a connection may take. Default: 2 s.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// How long one call may take, connecting included, on top of a claim's
-    /// own wait; past it the call is `Error::Backend` with the outcome
-    /// unknown. Default: 10 s.
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
-        self
-    }
-
-    /// The longest one long-poll request (`claim`, `wait_outcome`,
-    /// `wait_chunks`) waits on the server; a longer `wait` is asked for in
-    /// pieces. Keep it under the server's `max_wait`.
-    /// Default: 15 s.
-    pub fn claim_poll(mut self, poll: Duration) -> Self {
-        self.claim_poll = poll;
-        self
-    }
-
-    /// How long an unused connection stays in the pool. Keep it under the
-    /// server's header timeout (default 10 s), so the server never closes a
-    /// connection the client is about to use. Default: 5 s.
-    pub fn pool_idle_timeout(mut self, timeout: Duration) -> Self {
-        self.pool_idle_timeout = timeout;
-        self
-    }
-
-    /// The bearer token sent with every request (needed over TCP).
-    /// Default: none.
-    pub fn token(mut self, token: impl Into<String>) -> Self {
-        self.token = Some(token.into());
-        self
-    }
-
-    /// The largest reply accepted, in bytes. Default: 1 GiB.
-    pub fn max_response_bytes(mut self, bytes: usize) -> Self {
-        self.max_response_bytes = bytes;
-        self
-    }
-}
-
-#[derive(Debug, Clone)]
-enum Endpoint {
-    Unix(PathBuf),
-    Tcp { authority: String },
-}
-
-impl std::fmt::Display for Endpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Endpoint::Unix(p) => write!(f, "unix:{}", p.display()),
-            Endpoint::Tcp { authority } => write!(f, "http://{authority}"),
-        }
-    }
-}
-
-type Sender = SendRequest<Full<Bytes>>;
-
-/// A kept-alive connection to the server.
-enum Conn {
-    /// On the Unix socket: the calling task runs the exchange itself
-    /// ([`super::unix_conn`]), with no connection task to hand it to.
-    Unix(UnixConn),
-    /// On TCP: hyper's client connection, run by a task of its own.
-    Tcp(Sender),
-}
-
-impl Conn {
-    fn is_closed(&self) -> bool {
-        match self {
-            Conn::Unix(c) => c.is_closed(),
-            Conn::Tcp(s) => s.is_closed(),
-        }
-    }
-}
-
-struct Inner {
-    endpoint: Endpoint,
-    options: RemoteOptions,
-    idle: Mutex<Vec<(Conn, Instant)>>,
-    closed: AtomicBool,
+pub(super) struct Inner {
+    pub(super) endpoint: Endpoint,
+    pub(super) options: RemoteOptions,
+    pub(super) idle: Mutex<Vec<(Conn, Instant)>>,
+    pub(super) closed: AtomicBool,
     /// Set by `close`: ends the long polls of every clone at once.
-    closing: tokio::sync::watch::Sender<bool>,
+    pub(super) closing: tokio::sync::watch::Sender<bool>,
     /// The served queue's `max_deliveries`, read when connecting.
-    max_deliveries: AtomicU32,
+    pub(super) max_deliveries: AtomicU32,
 }
 
 /// A queue served by another process: `workjournal serve`, or `workjournal
@@ -175,7 +47,7 @@ struct Inner {
 /// ```
 #[derive(Clone)]
 pub struct RemoteQueue {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for RemoteQueue {
@@ -209,26 +81,7 @@ impl RemoteQueue {
     /// not spoken: put a TLS proxy in front); `Backend` if nothing answers
     /// within the timeouts, or the token is refused.
     pub async fn connect_http(url: &str, options: RemoteOptions) -> Result<Self> {
-        let rest = if let Some(rest) = url.strip_prefix("http://") {
-            rest
-        } else if url.starts_with("https://") {
-            return Err(Error::invalid(format!(
-                "{url}: https is not supported by the remote backend; serve over a Unix socket or put a TLS-terminating proxy in front"
-            )));
-        } else {
-            return Err(Error::invalid(format!("{url}: expected http://host:port")));
-        };
-        let authority = rest.split('/').next().unwrap_or_default();
-        if authority.is_empty() || authority.contains('@') {
-            return Err(Error::invalid(format!(
-                "{url}: expected http://host:port (the token goes in RemoteOptions::token)"
-            )));
-        }
-        let authority = if authority.contains(':') && !authority.ends_with(']') {
-            authority.to_string()
-        } else {
-            format!("{authority}:80")
-        };
+        let authority = tcp_authority(url)?;
         let queue = Self::new(Endpoint::Tcp { authority }, options);
         queue.hello().await?;
         Ok(queue)
@@ -297,86 +150,6 @@ impl RemoteQueue {
         }
     }
 
-    fn unknown_outcome(&self, op: &str, why: impl std::fmt::Display) -> Error {
-        Error::backend(format!(
-            "{op} on {}: {why}; the call may or may not have happened",
-            self.inner.endpoint
-        ))
-    }
-
-    fn idle_take(&self) -> Option<Conn> {
-        let mut idle = self.inner.idle.lock().ok()?;
-        while let Some((conn, since)) = idle.pop() {
-            if since.elapsed() < self.inner.options.pool_idle_timeout && !conn.is_closed() {
-                return Some(conn);
-            }
-        }
-        None
-    }
-
-    fn idle_put(&self, conn: Conn) {
-        if self.inner.closed.load(Ordering::Acquire) || conn.is_closed() {
-            return;
-        }
-        if let Ok(mut idle) = self.inner.idle.lock() {
-            idle.push((conn, Instant::now()));
-        }
-    }
-
-    async fn open(&self, op: &str) -> Result<Conn> {
-        let endpoint = &self.inner.endpoint;
-        let refused = |e: &dyn std::fmt::Display| {
-            // Nothing was sent: the outcome is known (nothing happened).
-            Error::backend(format!(
-                "{op}: cannot connect to {endpoint}: {e}; nothing was sent"
-            ))
-        };
-        let timeout = self.inner.options.connect_timeout;
-        let connected = tokio::time::timeout(timeout, async {
-            match endpoint {
-                Endpoint::Unix(path) => {
-                    let stream = tokio::net::UnixStream::connect(path)
-                        .await
-                        .map_err(|e| refused(&e))?;
-                    Ok(Conn::Unix(UnixConn::new(stream)))
-                }
-                Endpoint::Tcp { authority } => {
-                    let stream = tokio::net::TcpStream::connect(authority.as_str())
-                        .await
-                        .map_err(|e| refused(&e))?;
-                    let _ = stream.set_nodelay(true);
-                    handshake(stream)
-                        .await
-                        .map(Conn::Tcp)
-                        .map_err(|e| refused(&e))
-                }
-            }
-        })
-        .await;
-        match connected {
-            Ok(r) => r,
-            Err(_) => Err(refused(&format!("no connection within {timeout:?}"))),
-        }
-    }
-
-    fn request(&self, op: &str, body: Bytes) -> Result<hyper::Request<Full<Bytes>>> {
-        let host = match &self.inner.endpoint {
-            Endpoint::Unix(_) => "localhost",
-            Endpoint::Tcp { authority } => authority.as_str(),
-        };
-        let mut builder = hyper::Request::builder()
-            .method(Method::POST)
-            .uri(format!("{}/{op}", wire::PREFIX))
-            .header(header::HOST, host)
-            .header(header::CONTENT_TYPE, "application/json");
-        if let Some(token) = &self.inner.options.token {
-            builder = builder.header(header::AUTHORIZATION, format!("Bearer {token}"));
-        }
-        builder
-            .body(Full::new(body))
-            .map_err(|e| Error::invalid(format!("cannot build the {op} request: {e}")))
-    }
-
     /// One exchange: send `req` to `op`, decode the reply as `R`. Bounded
     /// by `request_timeout + extra`.
     async fn send<Q: Serialize, R: DeserializeOwned>(
@@ -409,24 +182,6 @@ impl RemoteQueue {
                 ))
             }),
             Err(refusal) => Ok(Err(refusal)),
-        }
-    }
-
-    /// One exchange of an encoded body: the reply's bytes, or the server's
-    /// error reply. Bounded by `request_timeout + extra`.
-    async fn send_bytes(
-        &self,
-        op: &'static str,
-        body: Vec<u8>,
-        extra: Duration,
-    ) -> Result<std::result::Result<Bytes, ErrorBody>> {
-        if self.inner.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed);
-        }
-        let limit = self.inner.options.request_timeout.saturating_add(extra);
-        match tokio::time::timeout(limit, self.exchange(op, Bytes::from(body))).await {
-            Ok(r) => r,
-            Err(_) => Err(self.unknown_outcome(op, format!("no answer within {limit:?}"))),
         }
     }
 
@@ -482,121 +237,6 @@ impl RemoteQueue {
             }
         }
     }
-
-    async fn exchange(
-        &self,
-        op: &'static str,
-        body: Bytes,
-    ) -> Result<std::result::Result<Bytes, ErrorBody>> {
-        let mut fresh_tries = 0;
-        let mut framed = None;
-        let (status, bytes) = loop {
-            let (conn, reused) = match self.idle_take() {
-                Some(c) => (c, true),
-                None => (self.open(op).await?, false),
-            };
-            match conn {
-                Conn::Unix(mut conn) => {
-                    let request = framed.get_or_insert_with(|| {
-                        unix_conn::frame(
-                            &format!("{}/{op}", wire::PREFIX),
-                            self.inner.options.token.as_deref(),
-                            &body,
-                        )
-                    });
-                    match conn
-                        .exchange(request, self.inner.options.max_response_bytes)
-                        .await
-                    {
-                        Ok(reply) => {
-                            if reply.reusable {
-                                self.idle_put(Conn::Unix(conn));
-                            }
-                            let status = StatusCode::from_u16(reply.status)
-                                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-                            break (status, Bytes::from(reply.body));
-                        }
-                        // The server had closed the connection: nothing
-                        // it could act on went out. Safe to send again on
-                        // a new one.
-                        Err(ExchangeError::NotSent(_)) if reused || fresh_tries == 0 => {
-                            fresh_tries += 1;
-                            continue;
-                        }
-                        Err(ExchangeError::NotSent(e)) => {
-                            return Err(self.unknown_outcome(op, format!("connection lost: {e}")));
-                        }
-                        Err(ExchangeError::Lost(why)) => {
-                            return Err(self.unknown_outcome(op, why));
-                        }
-                    }
-                }
-                Conn::Tcp(mut sender) => {
-                    if reused && sender.ready().await.is_err() {
-                        continue;
-                    }
-                    match sender
-                        .try_send_request(self.request(op, body.clone())?)
-                        .await
-                    {
-                        Ok(response) => {
-                            let status = response.status();
-                            let limited = Limited::new(
-                                response.into_body(),
-                                self.inner.options.max_response_bytes,
-                            );
-                            let bytes = limited
-                                .collect()
-                                .await
-                                .map_err(|e| {
-                                    self.unknown_outcome(op, format!("reply cut off: {e}"))
-                                })?
-                                .to_bytes();
-                            self.idle_put(Conn::Tcp(sender));
-                            break (status, bytes);
-                        }
-                        Err(mut e) => {
-                            // The request never left: a pooled connection
-                            // that closed under us. Safe to send again on
-                            // a new one.
-                            if fresh_tries == 0 && e.take_message().is_some() {
-                                fresh_tries += 1;
-                                continue;
-                            }
-                            return Err(
-                                self.unknown_outcome(op, format!("connection lost: {}", e.error()))
-                            );
-                        }
-                    }
-                }
-            }
-        };
-        if status == StatusCode::OK {
-            return Ok(Ok(bytes));
-        }
-        match serde_json::from_slice::<ErrorReply>(&bytes) {
-            Ok(reply) => Ok(Err(reply.error)),
-            Err(_) => Err(Error::backend(format!(
-                "{op} on {}: server answered {status}: {}",
-                self.inner.endpoint,
-                String::from_utf8_lossy(bytes.get(..200).unwrap_or(&bytes))
-                    .replace(['\n', '\r'], " ")
-            ))),
-        }
-    }
-}
-
-/// HTTP/1.1 on a fresh connection; the connection runs in a task of its
-/// own until the sender is dropped or the server hangs up.
-async fn handshake<S>(stream: S) -> hyper::Result<Sender>
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
-{
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    Ok(sender)
 }
 
 const NO_WAIT: Duration = Duration::ZERO;
@@ -702,6 +342,38 @@ impl RemoteQueue {
     }
 }
 
+/// The `host:port` of an `http://host:port` URL (port 80 when none is
+/// given; any path ignored), read with `http::Uri`.
+fn tcp_authority(url: &str) -> Result<String> {
+    let expected = |why: &str| Error::invalid(format!("{url}: expected http://host:port{why}"));
+    let uri: hyper::Uri = url.parse().map_err(|_| expected(""))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Err(Error::invalid(format!(
+                "{url}: https is not supported by the remote backend; serve over a Unix socket or put a TLS-terminating proxy in front"
+            )));
+        }
+        _ => return Err(expected("")),
+    }
+    let authority = uri.authority().ok_or_else(|| expected(""))?;
+    if authority.as_str().contains('@') {
+        return Err(expected(" (the token goes in RemoteOptions::token)"));
+    }
+    // `host:port` is longer than the host alone; a port that is not a
+    // u16 reads as none, which must not become 80.
+    let port_given = authority.as_str().len() > authority.host().len();
+    let port = match (port_given, authority.port_u16()) {
+        (_, Some(port)) => port,
+        (false, None) => 80,
+        (true, None) => return Err(expected(" (the port is 1 to 65535)")),
+    };
+    if authority.host().is_empty() {
+        return Err(expected(""));
+    }
+    Ok(format!("{}:{port}", authority.host()))
+}
+
 /// The lag a `forward_lag` reply gives, or why it is not one: an age
 /// without a count, or a count without an age.
 #[cfg(feature = "forward")]
@@ -725,6 +397,38 @@ fn lag_of_reply(
         forwarded: l.forwarded,
         forwarding: l.forwarding,
     }))
+}
+
+#[cfg(test)]
+mod url_tests {
+    use super::tcp_authority;
+
+    /// URLs read as the hand-written parser read them; bad ones are
+    /// InvalidInput naming the URL.
+    #[test]
+    fn http_urls_give_host_and_port() {
+        for (url, want) in [
+            ("http://127.0.0.1:6480", "127.0.0.1:6480"),
+            ("http://localhost:6480/v1/ignored", "localhost:6480"),
+            ("http://example.org", "example.org:80"),
+            ("http://[::1]:7000", "[::1]:7000"),
+            ("http://[::1]", "[::1]:80"),
+        ] {
+            assert_eq!(tcp_authority(url).unwrap(), want, "{url}");
+        }
+        for bad in [
+            "https://h:1",
+            "ftp://h:1",
+            "h:1",
+            "http://",
+            "http://user:pw@h:1",
+            "http://h:99999",
+            "",
+        ] {
+            let e = tcp_authority(bad).unwrap_err();
+            assert!(matches!(e, crate::Error::InvalidInput(_)), "{bad}: {e}");
+        }
+    }
 }
 
 #[cfg(all(test, feature = "forward"))]

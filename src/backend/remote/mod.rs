@@ -26,9 +26,12 @@
 //! in a task of its own. Both speak the same HTTP/1.1 to the same routes.
 
 mod client;
+mod options;
+mod transport;
 mod unix_conn;
 
-pub use client::{
+pub use client::RemoteQueue;
+pub use options::{
     DEFAULT_CLAIM_POLL, DEFAULT_POOL_IDLE_TIMEOUT, DEFAULT_REMOTE_CONNECT_TIMEOUT,
-    DEFAULT_REQUEST_TIMEOUT, RemoteOptions, RemoteQueue,
+    DEFAULT_REQUEST_TIMEOUT, RemoteOptions,
 };
