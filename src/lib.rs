@@ -319,10 +319,7 @@ pub use limit::{FlowLimit, FlowLimits, RateLimit};
 pub use outcome::{Chunk, Outcome, OutcomeKind, encode_result};
 pub use queue::{BoxQueue, WorkQueue};
 pub use request::{Reply, Request};
-pub use worker::{
-    Event as WorkerEvent, HandlerError, Report as WorkerReport, RetryPolicy, Worker,
-    idempotent_step,
-};
+pub use worker::{HandlerError, RetryPolicy, Worker, idempotent_step};
 
 pub use backend::memory::MemoryQueue;
 pub use backend::partitioned::{MAX_PARTITIONS, PartitionedQueue};
@@ -338,9 +335,12 @@ pub use backend::redis::{
     RedisOptions, RedisQueue,
 };
 
-/// The wire types of `workjournal serve` (docs/API.md), shared by the server
-/// and [`RemoteQueue`]. Features `server` or `remote`.
+// The wire types of `workjournal serve`, shared by the server and
+// `RemoteQueue`: public for the command and the tests, hidden from the
+// docs, since users meet the wire as docs/API.md and the OpenAPI document,
+// never as these types (docs/DESIGN.md, Public surface).
 #[cfg(any(feature = "remote", feature = "server"))]
+#[doc(hidden)]
 pub mod wire;
 #[cfg(feature = "remote")]
 pub use backend::remote::{

@@ -102,7 +102,7 @@ async fn until_empty_finishes_across_a_step_back(make: Make) {
         .until_empty(true)
         // The clock steps back an hour just after the retry is written.
         .on_event(move |e| {
-            if matches!(e, workjournal::WorkerEvent::Retried { .. }) {
+            if matches!(e, workjournal::worker::Event::Retried { .. }) {
                 back(&c3, HOUR);
                 s3.store(1, Ordering::SeqCst);
             }

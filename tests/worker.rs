@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use workjournal::{
     BoxQueue, ClaimFrom, Config, EmbeddedQueue, HandlerError, MemoryQueue, NewItem, RetryPolicy,
-    WorkQueue, Worker, WorkerEvent, idempotent_step,
+    WorkQueue, Worker, idempotent_step, worker::Event,
 };
 
 /// What keeps a queue under test alive: a temp dir, a server.
@@ -229,10 +229,10 @@ where
         .lease(lease)
         .grace(Duration::from_secs(10))
         .on_event(move |e| match e {
-            WorkerEvent::Started { .. } => {
+            Event::Started { .. } => {
                 st_ev.fetch_add(1, Ordering::SeqCst);
             }
-            WorkerEvent::Released { reason, .. } => {
+            Event::Released { reason, .. } => {
                 assert_eq!(reason, "worker stopped");
                 rel_ev.fetch_add(1, Ordering::SeqCst);
             }
@@ -537,7 +537,7 @@ where
         .unwrap()
         .iter()
         .filter_map(|e| match e {
-            WorkerEvent::Released { reason, .. } => Some(reason.clone()),
+            Event::Released { reason, .. } => Some(reason.clone()),
             _ => None,
         })
         .collect();
@@ -645,7 +645,7 @@ where
         .unwrap()
         .iter()
         .filter_map(|e| match e {
-            WorkerEvent::DeadLettered { id, delivery, .. } => Some((*id, *delivery)),
+            Event::DeadLettered { id, delivery, .. } => Some((*id, *delivery)),
             _ => None,
         })
         .collect();
@@ -842,7 +842,7 @@ where
         .prefetch(1)
         .lease(lease)
         .on_event(move |e| {
-            if let WorkerEvent::LeaseLost { .. } = e {
+            if let Event::LeaseLost { .. } = e {
                 lost3.fetch_add(1, Ordering::SeqCst);
             }
         })
@@ -1235,7 +1235,7 @@ async fn items_reclaimed_before_a_failing_claim_still_run() {
 async fn runs_backing_off_once(
     worker: Worker<BoxQueue>,
     back_off: Duration,
-) -> (Vec<(String, Duration)>, workjournal::WorkerReport) {
+) -> (Vec<(String, Duration)>, workjournal::worker::Report) {
     let runs = Arc::new(Mutex::new(Vec::new()));
     let r2 = runs.clone();
     let start = std::time::Instant::now();

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::sync::Notify;
-use workjournal::{BoxQueue, Config, HandlerError, RetryPolicy, WorkQueue, Worker, WorkerEvent};
+use workjournal::{BoxQueue, Config, HandlerError, RetryPolicy, WorkQueue, Worker, worker::Event};
 
 use crate::args::{ExecArgs, Global, MAX_CONCURRENCY, PREFETCH_PER_SLOT, StepArgs, WorkArgs};
 use crate::{CliError, CliResult, code, exec};
@@ -129,8 +129,8 @@ async fn run_work(
     let events = {
         let counters = counters.clone();
         let bar = bar.clone();
-        move |event: &WorkerEvent| match event {
-            WorkerEvent::Acked { .. } => {
+        move |event: &Event| match event {
+            Event::Acked { .. } => {
                 let done = counters.done.fetch_add(1, Ordering::Relaxed) + 1;
                 if let Some(b) = &bar {
                     b.inc(1);
@@ -140,7 +140,7 @@ async fn run_work(
                     b.set_message(progress_text(&counters, started, done));
                 }
             }
-            WorkerEvent::Retried {
+            Event::Retried {
                 id,
                 delivery,
                 not_before_ms: _,
@@ -155,7 +155,7 @@ async fn run_work(
                     ),
                 );
             }
-            WorkerEvent::DeadLettered {
+            Event::DeadLettered {
                 id,
                 delivery,
                 reason,
@@ -173,13 +173,13 @@ async fn run_work(
                     ),
                 );
             }
-            WorkerEvent::LeaseLost { id, delivery } => log_line(
+            Event::LeaseLost { id, delivery } => log_line(
                 bar.as_ref(),
                 &format!(
                     "item {id} (delivery {delivery}) was taken over by another worker; its result was dropped"
                 ),
             ),
-            WorkerEvent::QueueError { op, error } => {
+            Event::QueueError { op, error } => {
                 log_line(bar.as_ref(), &format!("queue error in {op}: {error}"))
             }
             _ => {}

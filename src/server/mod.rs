@@ -63,11 +63,6 @@ use routes::{error_response, json_response, read_body};
 
 #[cfg(feature = "dashboard")]
 mod dashboard;
-#[cfg(feature = "dashboard")]
-pub use dashboard::{
-    BACK_OFF_DEFAULT, BACK_OFF_MAX, FLOW_SAMPLE, FORWARD_LAG_TARGET, HISTORY_SAMPLES,
-    PREVIEW_BYTES, REDRIVE_ALL_MAX, SAMPLE_INTERVAL, TOKEN_COOKIE,
-};
 
 /// Default of [`ServerOptions::header_timeout`]: 10 seconds.
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -76,7 +71,7 @@ pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default of [`ServerOptions::max_wait`]: 20 seconds.
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(20);
 /// Room for the JSON around the payloads of one request, in bytes.
-pub const ENVELOPE_BYTES: usize = 64 * 1024;
+pub(crate) const ENVELOPE_BYTES: usize = 64 * 1024;
 /// The OpenAPI 3.1 document the server serves at `GET /v1/openapi.json`.
 pub const OPENAPI_JSON: &str = include_str!("openapi.json");
 

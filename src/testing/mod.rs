@@ -1,7 +1,7 @@
 //! Test support shared by the integration tests, the fuzz targets and the
 //! benchmarks (feature `testing`): the conformance cases every backend must
 //! pass, factories that make a fresh queue of each backend, and a
-//! simulated disk for power-loss and I/O-fault tests ([`faults`]).
+//! simulated disk for power-loss and I/O-fault tests (`faults`).
 //!
 //! Not part of the stable API.
 
@@ -15,39 +15,59 @@ use crate::browse::ItemState;
 pub use crate::queue::BoxFuture;
 
 pub mod conformance;
+pub mod ops;
+
+// The harnesses below serve this crate's own tests, fuzz targets and
+// benches: real Redis servers and clusters on free ports, a simulated
+// disk, fuzz bodies, migration fixtures, a TCP proxy, a served queue.
+// A backend implementer needs none of them (the conformance cases, the
+// factories and the op runner above are theirs), so they are public for
+// the crate's other targets but hidden from the docs (docs/DESIGN.md,
+// Public surface).
 #[cfg(feature = "redis")]
+#[doc(hidden)]
 pub mod redis_server;
 
 #[cfg(feature = "redis")]
+#[doc(hidden)]
 pub mod redis_cluster;
 
 #[cfg(feature = "redis")]
+#[doc(hidden)]
 pub mod redis_target;
 
 #[cfg(feature = "redis")]
+#[doc(hidden)]
 pub use redis_cluster::{RedisCluster, RedisClusterFactory, RedisClusterOptions};
 #[cfg(feature = "redis")]
+#[doc(hidden)]
 pub use redis_server::{
     RedisFactory, RedisServer, RedisServerOptions, TestCertificates, command_calls, raw_connection,
 };
 #[cfg(feature = "redis")]
+#[doc(hidden)]
 pub use redis_target::{RawConnection, RedisDeployment, RedisKind};
 
 #[cfg(feature = "embedded")]
+#[doc(hidden)]
 pub mod faults;
 
 #[cfg(feature = "embedded")]
+#[doc(hidden)]
 pub mod fuzz;
 
 /// Schema-1 queue files for migration tests (SPEC section 6).
 #[cfg(feature = "embedded")]
+#[doc(hidden)]
 pub use crate::backend::embedded::migrate::{V1Item, write_schema1_fixture};
-pub mod ops;
+#[doc(hidden)]
 pub mod proxy;
 #[cfg(all(feature = "server", feature = "remote", feature = "embedded"))]
+#[doc(hidden)]
 pub mod remote;
 
 #[cfg(all(feature = "server", feature = "remote", feature = "embedded"))]
+#[doc(hidden)]
 pub use remote::{RemoteFactory, RemoteTarget, ServedQueue};
 
 /// A queue under test and whatever keeps it alive (a temp dir, a server).

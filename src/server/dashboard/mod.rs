@@ -38,26 +38,26 @@ pub(super) use scrape::{prometheus, render_metrics};
 use sampling::History;
 
 /// How often the server samples `stats` for the charts: every 2 s.
-pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(2);
+pub(crate) const SAMPLE_INTERVAL: Duration = Duration::from_secs(2);
 /// How many samples the charts keep: one hour at [`SAMPLE_INTERVAL`].
-pub const HISTORY_SAMPLES: usize = 1800;
+pub(crate) const HISTORY_SAMPLES: usize = 1800;
 /// The cookie that carries the token after `/?token=` (HttpOnly,
 /// SameSite=Strict).
-pub const TOKEN_COOKIE: &str = "workjournal_token";
+pub(crate) const TOKEN_COOKIE: &str = "workjournal_token";
 /// How many items in claim order the flow table counts per flow.
-pub const FLOW_SAMPLE: usize = 1000;
+pub(crate) const FLOW_SAMPLE: usize = 1000;
 /// The payload bytes the page shows of each item (the rest is cut).
-pub const PREVIEW_BYTES: usize = 256;
+pub(crate) const PREVIEW_BYTES: usize = 256;
 /// The most dead letters one "redrive all" moves; more take another click.
-pub const REDRIVE_ALL_MAX: usize = 10_000;
+pub(crate) const REDRIVE_ALL_MAX: usize = 10_000;
 /// The back-off of the flow table's "back off" control when the action
 /// names no `seconds`: 30 s (SPEC 12.2).
-pub const BACK_OFF_DEFAULT: Duration = Duration::from_secs(30);
+pub(crate) const BACK_OFF_DEFAULT: Duration = Duration::from_secs(30);
 /// The longest back-off one action sets: one day (SPEC 12.2).
-pub const BACK_OFF_MAX: Duration = Duration::from_secs(86_400);
+pub(crate) const BACK_OFF_MAX: Duration = Duration::from_secs(86_400);
 /// The `target` label the server gives `workjournal_forward_lag_items`
 /// for the file it serves (SPEC 12.3): forwarding hands items to Redis.
-pub const FORWARD_LAG_TARGET: &str = "redis";
+pub(crate) const FORWARD_LAG_TARGET: &str = "redis";
 
 /// What the dashboard routes share.
 #[derive(Debug)]
