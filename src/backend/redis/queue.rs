@@ -427,6 +427,21 @@ impl Backend for RedisQueue {
         Ok(())
     }
 
+    /// SPEC 3, Flow limits: one script reads the queue's clock (the
+    /// injected one or the server's `TIME`, as every script does), and
+    /// sets the hold to now + `duration` unless a longer one is in force.
+    async fn back_off(&self, flow: &str, duration: Duration) -> Result<()> {
+        check_limit(flow, &FlowLimit::BackOffUntil(None))?;
+        let args = vec![
+            b"back_off".to_vec(),
+            flow.as_bytes().to_vec(),
+            ms(duration).min(MAX_LUA_MS).to_string().into_bytes(),
+        ];
+        self.run("back_off", &self.inner.scripts.limit, args, true)
+            .await?;
+        Ok(())
+    }
+
     async fn flow_limits(&self) -> Result<Vec<FlowLimits>> {
         let v = self
             .run(
