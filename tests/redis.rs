@@ -60,6 +60,8 @@ workjournal::on_server_and_cluster!(
     redis_hand_outs_share_one_lease_counter,
     a_namespace_from_before_the_leases_index_acks_and_reads_its_outcomes,
     a_namespace_of_a_newer_layout_is_refused_untouched,
+    remove_and_promote_leave_every_key_consistent,
+    back_offs_at_once_keep_the_longest,
 );
 
 /// A queue with `options`' short timeouts, for a test of what happens
@@ -1291,4 +1293,190 @@ async fn set_layout(conn: &mut RawConnection, ns: &str, v: &str) {
         .query_async(conn)
         .await
         .unwrap();
+}
+
+/// Send `cmd` (routed by its key) and read the answer as `T`.
+async fn query<T: redis::FromRedisValue>(conn: &mut RawConnection, cmd: &mut redis::Cmd) -> T {
+    cmd.query_async(conn).await.unwrap()
+}
+
+/// SPEC 3, Controlling one item, on the Redis keys: `remove` takes an item
+/// out of the one structure that holds it (a dead letter's progress and
+/// chunks go with it, its outcome stays; a parked list left empty leaves
+/// `{ns}:flows`; a held item lowers the held counters and the flow's
+/// record), refuses a pending one leaving its lease, and deletes an item
+/// whose lane member went behind the queue's back; `promote` lowers
+/// `not_before` to now and puts a held flow's item in its held due lane.
+async fn remove_and_promote_leave_every_key_consistent(kind: RedisKind) {
+    let url = shared_url(kind);
+    let ns = fresh_namespace();
+    let clock = ManualClock::new(T0);
+    let q = connect(&url, &ns, Config::default().clock(clock.clone())).await;
+    let mut conn = raw(&url).await;
+    let k = |key: &str| format!("{{{ns}}}:{key}");
+
+    // A dead letter with progress and chunks.
+    let dead = q.add(NewItem::new(b"dead".to_vec())).await.unwrap().id;
+    let c = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    q.set_progress(c[0].receipt, b"half".to_vec())
+        .await
+        .unwrap();
+    q.send_chunk(c[0].receipt, b"part".to_vec()).await.unwrap();
+    q.dead_letter(c[0].receipt, "bad").await.unwrap();
+    assert!(q.remove(dead).await.unwrap());
+    for key in [
+        format!("item:{dead}"),
+        format!("prog:{dead}"),
+        format!("chunks:{dead}"),
+    ] {
+        let n: u64 = query(&mut conn, redis::cmd("EXISTS").arg(k(&key))).await;
+        assert_eq!(n, 0, "{key} left behind");
+    }
+    let dead_list: u64 = query(&mut conn, redis::cmd("LLEN").arg(k("dead"))).await;
+    assert_eq!(dead_list, 0);
+    let kept: u64 = query(&mut conn, redis::cmd("HEXISTS").arg(k("out")).arg(dead)).await;
+    assert_eq!(kept, 1, "a dead letter's outcome stays, as with a purge");
+
+    // A parked item: its list and the flow's entry in `{ns}:flows` go.
+    q.pause("p").await.unwrap();
+    let parked = q
+        .add(NewItem::new(b"p".to_vec()).flow("p"))
+        .await
+        .unwrap()
+        .id;
+    assert!(
+        q.claim(1, Duration::ZERO, ClaimFrom::All)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(q.remove(parked).await.unwrap());
+    let flows: u64 = query(&mut conn, redis::cmd("SISMEMBER").arg(k("flows")).arg("p")).await;
+    let list: u64 = query(&mut conn, redis::cmd("EXISTS").arg(k("parked:p"))).await;
+    assert_eq!((flows, list), (0, 0));
+
+    // A pending item is refused and keeps its lease.
+    let p = q.add(NewItem::new(b"pending".to_vec())).await.unwrap().id;
+    let held = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    let err = q.remove(p).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    let lease: Option<u64> = query(&mut conn, redis::cmd("HGET").arg(k("leases")).arg(p)).await;
+    assert_eq!(lease, Some(held[0].receipt.lease));
+    q.ack(held[0].receipt).await.unwrap();
+
+    // Held items of a capped flow: the counters and the record follow.
+    q.set_flow_limit("c", workjournal::FlowLimit::Concurrency(Some(1)))
+        .await
+        .unwrap();
+    q.add(NewItem::new(b"c1".to_vec()).flow("c")).await.unwrap();
+    let c1 = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    let c2 = q
+        .add(NewItem::new(b"c2".to_vec()).flow("c"))
+        .await
+        .unwrap()
+        .id;
+    let c3 = q
+        .add(NewItem::new(b"c3".to_vec()).flow("c"))
+        .await
+        .unwrap()
+        .id;
+    let held_n: u64 = query(&mut conn, redis::cmd("GET").arg(k("limits-held"))).await;
+    assert_eq!(held_n, 2);
+    assert!(q.remove(c2).await.unwrap());
+    let held_n: u64 = query(&mut conn, redis::cmd("GET").arg(k("limits-held"))).await;
+    let lane: u64 = query(&mut conn, redis::cmd("ZCARD").arg(k("held:c"))).await;
+    let record: u64 = query(&mut conn, redis::cmd("HGET").arg(k("limit:c")).arg("held")).await;
+    assert_eq!((held_n, lane, record), (1, 1, 1));
+    // The freed slot lets the one left run, from its held lane.
+    q.ack(c1[0].receipt).await.unwrap();
+    let got = q.claim(5, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!(got.iter().map(|c| c.item.id).collect::<Vec<_>>(), vec![c3]);
+    q.ack(got[0].receipt).await.unwrap();
+
+    // promote: not_before lowered to now; a backed-off flow's item goes to
+    // its held due lane; remove takes it from there.
+    q.back_off("h", Duration::from_secs(60)).await.unwrap();
+    let h = q
+        .add_delayed(NewItem::new(b"h".to_vec()).flow("h"), T0 + 30_000)
+        .await
+        .unwrap()
+        .id;
+    let x = q
+        .add_delayed(NewItem::new(b"x".to_vec()), T0 + 30_000)
+        .await
+        .unwrap()
+        .id;
+    clock.advance(Duration::from_secs(1));
+    assert!(q.promote(h).await.unwrap());
+    assert!(q.promote(x).await.unwrap());
+    for id in [h, x] {
+        let nb: u64 = query(
+            &mut conn,
+            redis::cmd("HGET").arg(k(&format!("item:{id}"))).arg("nb"),
+        )
+        .await;
+        assert_eq!(nb, T0 + 1_000);
+    }
+    let held_due: u64 = query(&mut conn, redis::cmd("GET").arg(k("limits-held-due"))).await;
+    let due_lane: u64 = query(&mut conn, redis::cmd("ZCARD").arg(k("held-due:h"))).await;
+    assert_eq!((held_due, due_lane), (1, 1));
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.due, s.delayed, s.limited), (2, 0, 1), "{s:?}");
+    assert!(q.remove(h).await.unwrap());
+    let held_due: u64 = query(&mut conn, redis::cmd("GET").arg(k("limits-held-due"))).await;
+    assert_eq!(held_due, 0);
+
+    // An item whose lane member an operator removed (SPEC 8): remove still
+    // deletes it and fails nothing.
+    let m = lane_member(&mut conn, &ns, "ready:due", x).await;
+    let _: u64 = query(&mut conn, redis::cmd("ZREM").arg(k("ready:due")).arg(&m)).await;
+    assert!(q.remove(x).await.unwrap());
+    let n: u64 = query(&mut conn, redis::cmd("EXISTS").arg(k(&format!("item:{x}")))).await;
+    assert_eq!(n, 0);
+    let s = q.stats().await.unwrap();
+    assert_eq!(
+        (
+            s.backlog,
+            s.due,
+            s.delayed,
+            s.parked,
+            s.dead_letters,
+            s.pending,
+            s.limited
+        ),
+        (0, 0, 0, 0, 0, 0, 0),
+        "{s:?}"
+    );
+}
+
+/// SPEC 3, Flow limits: `back_off` reads the clock and sets the hold in
+/// one script, so many back-offs of one flow at once from two handles
+/// leave the longest in force, whatever order they ran in.
+async fn back_offs_at_once_keep_the_longest(kind: RedisKind) {
+    let url = shared_url(kind);
+    let ns = fresh_namespace();
+    let clock = ManualClock::new(T0);
+    let a = connect(&url, &ns, Config::default().clock(clock.clone())).await;
+    let b = connect(&url, &ns, Config::default().clock(clock.clone())).await;
+    let mut tasks = Vec::new();
+    for i in 0..40u64 {
+        let q = if i % 2 == 0 { a.clone() } else { b.clone() };
+        // The longest, 40 s, is neither first nor last.
+        let secs = (i * 17) % 41;
+        tasks.push(tokio::spawn(async move {
+            q.back_off("f", Duration::from_secs(secs)).await.unwrap();
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let longest = (0..40u64).map(|i| (i * 17) % 41).max().unwrap();
+    let limits = a.flow_limits().await.unwrap();
+    assert_eq!(limits.len(), 1);
+    assert_eq!(limits[0].backoff_until_ms, Some(T0 + longest * 1_000));
+    // Later, a shorter one from a later now extends past the old end.
+    clock.advance(Duration::from_secs(longest - 1));
+    b.back_off("f", Duration::from_secs(2)).await.unwrap();
+    let limits = a.flow_limits().await.unwrap();
+    assert_eq!(limits[0].backoff_until_ms, Some(T0 + (longest + 1) * 1_000));
 }

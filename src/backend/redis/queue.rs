@@ -9,7 +9,7 @@ use std::time::Duration;
 use redis::Value;
 
 use super::reply::{self, array, at, bytes, claims, int, opt_uint, text, u32_of, uint};
-use super::scripts::{DEAD_LETTERED, DEFAULT_FLOW, DELAYED, LOST, PARKED};
+use super::scripts::{DEAD_LETTERED, DEFAULT_FLOW, DELAYED, IS_PENDING, LOST, PARKED};
 use super::wait::outcome_in_events;
 use super::{MAX_LUA_MS, RedisQueue, bounded, n_arg, receipt_args};
 use crate::config::ms;
@@ -78,6 +78,16 @@ impl Backend for RedisQueue {
             .run("promote_due", &self.inner.scripts.promote, Vec::new(), true)
             .await?;
         uint(&v, "promote_due")
+    }
+
+    /// SPEC 3, Timers: one script (`control.lua`) moves delayed item `id`
+    /// to the due lane's tail as a promotion now would.
+    async fn promote(&self, id: u64) -> Result<bool> {
+        let args = vec![b"promote".to_vec(), id.to_string().into_bytes()];
+        let v = self
+            .run("promote", &self.inner.scripts.control, args, true)
+            .await?;
+        Ok(uint(&v, "promote")? == 1)
     }
 
     async fn claim(&self, count: usize, wait: Duration, from: ClaimFrom) -> Result<Vec<Claimed>> {
@@ -427,6 +437,21 @@ impl Backend for RedisQueue {
         Ok(())
     }
 
+    /// SPEC 3, Flow limits: one script reads the queue's clock (the
+    /// injected one or the server's `TIME`, as every script does), and
+    /// sets the hold to now + `duration` unless a longer one is in force.
+    async fn back_off(&self, flow: &str, duration: Duration) -> Result<()> {
+        check_limit(flow, &FlowLimit::BackOffUntil(None))?;
+        let args = vec![
+            b"back_off".to_vec(),
+            flow.as_bytes().to_vec(),
+            ms(duration).min(MAX_LUA_MS).to_string().into_bytes(),
+        ];
+        self.run("back_off", &self.inner.scripts.limit, args, true)
+            .await?;
+        Ok(())
+    }
+
     async fn flow_limits(&self) -> Result<Vec<FlowLimits>> {
         let v = self
             .run(
@@ -542,6 +567,27 @@ impl Backend for RedisQueue {
             .run("purge_dead_letters", &self.inner.scripts.dead, args, true)
             .await?;
         uint(&v, "purge_dead_letters")
+    }
+
+    /// SPEC 3, Removing: one script (`control.lua`) takes item `id` out of
+    /// whichever lane, list or set holds it and deletes its record,
+    /// progress and chunks; a dead letter's outcome stays (as with a purge)
+    /// and a dedup key is left to expire.
+    async fn remove(&self, id: u64) -> Result<bool> {
+        let args = vec![b"remove".to_vec(), id.to_string().into_bytes()];
+        let v = self
+            .run("remove", &self.inner.scripts.control, args, true)
+            .await?;
+        match int(&v, "remove")? {
+            1 => Ok(true),
+            0 => Ok(false),
+            IS_PENDING => Err(Error::invalid(format!(
+                "item {id} is pending: a consumer holds it, so it is finished through its receipt (ack, retry, dead_letter), not removed"
+            ))),
+            other => Err(Error::backend(format!(
+                "redis remove script answered {other}"
+            ))),
+        }
     }
 
     async fn stats(&self) -> Result<Stats> {

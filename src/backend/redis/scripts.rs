@@ -20,6 +20,9 @@ pub(super) const PARKED: i64 = 1;
 pub(super) const DELAYED: i64 = 1;
 /// Reply code of `retry`: the item was dead-lettered.
 pub(super) const DEAD_LETTERED: i64 = 2;
+/// Reply code of `remove` (SPEC 3, Controlling one item): the item is
+/// pending, so a consumer finishes it through its receipt; nothing changed.
+pub(super) const IS_PENDING: i64 = -3;
 /// Most expired dedup keys or done markers one script deletes.
 pub(super) const PRUNE_LIMIT: u32 = 500;
 /// The namespace layout these scripts read and write, kept in `{ns}:layout`
@@ -39,6 +42,7 @@ fn lua_constants() -> String {
          local MAX_DELIVERIES_REASON = {MAX_DELIVERIES_REASON:?}\n\
          local LOST, DEFAULT_FLOW, PARKED = {LOST}, {DEFAULT_FLOW}, {PARKED}\n\
          local DELAYED, DEAD_LETTERED = {DELAYED}, {DEAD_LETTERED}\n\
+         local IS_PENDING = {IS_PENDING}\n\
          local CLOCK_TOLERANCE = {CLOCK_STEP_TOLERANCE_MS}\n\
          local EVENTS_KEPT = {EVENTS_PER_READ}\n\
          local LAYOUT = {LAYOUT}\n"
@@ -75,6 +79,7 @@ pub(super) struct Scripts {
     pub(super) step: Script,
     pub(super) resume: Script,
     pub(super) clear_flow: Script,
+    pub(super) control: Script,
     pub(super) reclaim: Script,
     pub(super) done: Script,
     pub(super) dead: Script,
@@ -102,6 +107,7 @@ impl Scripts {
             step: script!("step"),
             resume: script!("resume"),
             clear_flow: script!("clear_flow"),
+            control: script!("control"),
             reclaim: script!("reclaim"),
             done: script!("done"),
             dead: script!("dead"),
@@ -206,6 +212,7 @@ mod constant_tests {
             include_str!("scripts/claim.lua"),
             include_str!("scripts/clear_flow.lua"),
             include_str!("scripts/common.lua"),
+            include_str!("scripts/control.lua"),
             include_str!("scripts/dead.lua"),
             include_str!("scripts/dead_letter.lua"),
             include_str!("scripts/done.lua"),
@@ -230,6 +237,7 @@ mod constant_tests {
                 "PRUNE_LIMIT = ",
                 super::MAX_DELIVERIES_REASON,
                 "return -1",
+                "return -3",
                 "return { -1 }",
                 "'MAXLEN', '64'",
             ] {
@@ -241,6 +249,7 @@ mod constant_tests {
         assert!(prelude.contains(&format!("{:?}", super::MAX_DELIVERIES_REASON)));
         assert!(prelude.contains(&format!("local EVENTS_KEPT = {}", super::EVENTS_PER_READ)));
         assert!(prelude.contains(&format!("local LAYOUT = {}", super::LAYOUT)));
+        assert!(prelude.contains(&format!("local IS_PENDING = {}", super::IS_PENDING)));
     }
 
     // Failed: claim.lua had a hand-out of its own (its batched lease and

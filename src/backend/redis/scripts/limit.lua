@@ -1,12 +1,17 @@
 -- Flow limits (SPEC 3, Flow limits). ARGV: now, op, ...
 -- set: flow, kind ("rate"/"cap"/"until"), a, b: rate a permits per b ms
 --   (a = "" clears), cap a ("" clears), until a ms ("" lifts). Returns 1.
+-- back_off: flow, d: hold the flow until now + d ms by this script's
+--   clock, unless a hold at least that long is in force (then nothing
+--   changes): one step, so two consumers backing off at once keep the
+--   longer. Returns 1.
 -- list: returns {{flow, n, per, cap, til, used, pend, held, may 0/1}...}
 --   for every flow with a limit in force, by name.
 local now = clock_now()
 local op = ARGV[2]
-if op == 'set' then
-  local flow, kind, a, b = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+
+-- Set one limit of `flow` (the `set` arguments) and settle its record.
+local function set_limit(flow, kind, a, b)
   local st = lim_get(flow)
   if not st then
     -- A new record counts the flow's pending items once.
@@ -31,6 +36,17 @@ if op == 'set' then
   end
   lim_settle(flow, st, now)
   wake()
+end
+
+if op == 'set' then
+  set_limit(ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+  return 1
+elseif op == 'back_off' then
+  local flow = ARGV[3]
+  local til = now + (tonumber(ARGV[4]) or 0)
+  local st = lim_get(flow)
+  if st and st.til >= til then return 1 end
+  set_limit(flow, 'until', fmt(til), '')
   return 1
 end
 local out = {}

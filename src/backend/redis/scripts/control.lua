@@ -1,0 +1,110 @@
+-- SPEC 3, Controlling one item: promote and remove. ARGV: now, op, id.
+-- promote: delayed item `id` becomes due now, at the due lane's tail as a
+--   promotion at now would put it (`promote` in common.lua): its
+--   not_before lowered to now, the arrival its not_before, its flow's held
+--   lane if a limit record holds the flow. Returns 1 moved, 0 when no
+--   delayed item is `id` (nothing changes).
+-- remove: delete item `id` unrun from the ready lanes (shared or its
+--   flow's held lane), delayed, its flow's parked list or the dead
+--   letters, with its progress and chunks. A dead letter's outcome stays,
+--   as with a purge; a dedup key is left to expire. Returns 1 removed, 0
+--   when no item is `id`, IS_PENDING (nothing changes) for a pending item.
+local now = clock_now()
+local op, id = ARGV[2], ARGV[3]
+local k = item_key(id)
+if redis.call('EXISTS', k) == 0 then return 0 end
+
+if op == 'promote' then
+  local nb = redis.call('ZSCORE', K_DELAYED, pad(id))
+  if not nb then return 0 end
+  local due_at = math.min(tonumber(nb), now)
+  redis.call('ZREM', K_DELAYED, pad(id))
+  redis.call('HSET', k, 'nb', fmt(due_at), 'st', 'due')
+  enqueue(K_READY_DUE, 'due', id, due_at, now)
+  wake()
+  return 1
+end
+
+-- remove
+local f = redis.call('HMGET', k, 'st', 'flow', 'hl')
+local st, flow, hl = f[1], f[2] or '', f[3] == '1'
+if st == 'pending' or redis.call('ZSCORE', K_PENDING, pad(id)) then return IS_PENDING end
+
+-- The member `<position>:<id>` of `id` in ranked lane `zset`, or nil: a
+-- ready member holds no time of the item's, so the lane is scanned.
+local function member_of(zset)
+  local cursor = '0'
+  repeat
+    local r = redis.call('ZSCAN', zset, cursor, 'MATCH', '*:' .. id, 'COUNT', 1000)
+    cursor = r[1]
+    for i = 1, #r[2], 2 do
+      if member_id(r[2][i]) == id then return r[2][i] end
+    end
+  until cursor == '0'
+  return nil
+end
+
+-- Take `id` out of ready lane `li` (0 due, 1 backlog): the shared lane or
+-- its flow's held lane (the one `hl` names first). Whether it was there.
+local function take_ready(li)
+  local shared = K_READY
+  if li == 0 then shared = K_READY_DUE end
+  local held = nil
+  if flow ~= '' then held = held_key(flow, li) end
+  local order = { shared, held }
+  if hl and held then order = { held, shared } end
+  for _, zset in ipairs(order) do
+    local m = member_of(zset)
+    if m then
+      if zset == shared then
+        redis.call('ZREM', zset, m)
+      else
+        local lim = lim_get(flow)
+        if lim then
+          lim_unhold(flow, lim, li, m)
+          lim_settle(flow, lim, now)
+        else
+          -- A held lane without its record (changed by hand): the counts
+          -- still lose the item.
+          redis.call('ZREM', zset, m)
+          redis.call('DECR', K_HELD_N)
+          if li == 0 then redis.call('DECR', K_HELD_DUE_N) end
+        end
+      end
+      return true
+    end
+  end
+  return false
+end
+
+local function take_delayed() return redis.call('ZREM', K_DELAYED, pad(id)) == 1 end
+local function take_parked()
+  if flow == '' then return false end
+  local n = redis.call('LREM', parked_key(flow), 0, id)
+  if redis.call('LLEN', parked_key(flow)) == 0 then redis.call('SREM', K_FLOWS, flow) end
+  return n > 0
+end
+local function take_dead() return redis.call('LREM', K_DEAD, 0, id) > 0 end
+
+local found
+if st == 'backlog' then
+  found = take_ready(1)
+elseif st == 'due' then
+  found = take_ready(0)
+elseif st == 'delayed' then
+  found = take_delayed()
+elseif st == 'parked' then
+  found = take_parked()
+elseif st == 'dead' then
+  found = take_dead()
+end
+if not found then
+  -- Its index entry was changed behind the queue's back (SPEC 8, Redis
+  -- keys changed by hand): look everywhere, and delete the item anyway.
+  found = take_delayed() or take_dead() or take_parked() or take_ready(1) or take_ready(0)
+  if not found then
+    redis.log(redis.LOG_WARNING, 'workjournal: removed item ' .. id .. ' that no lane of ' .. P .. ' held')
+  end
+end
+redis.call('DEL', k, prog_key(id), chunks_key(id))
+return 1
