@@ -12,7 +12,7 @@ use crate::item::{
 };
 use crate::limit::{FlowLimit, FlowLimits};
 use crate::outcome::{Chunk, Outcome};
-use crate::request::{Reply, Request, reply};
+use crate::request::{Reply, Request, ask};
 
 mod backend;
 mod boxed;
@@ -76,13 +76,20 @@ pub use boxed::BoxFuture;
 ///
 /// # Cancel safety
 ///
-/// `claim`, `reclaim_stale` and `step` are not cancel safe (see `claim`);
-/// the reads are. Every method is safe to cancel in the weaker sense that
-/// dropping its future never leaves the queue half-changed. A write whose future is dropped after it
-/// was submitted may still commit; for `claim`, `reclaim_stale` and `step`
-/// the items it took then stay pending without an owner and come back
-/// through `reclaim_stale` once idle (or at the next open of an embedded
-/// file). Nothing is ever lost by cancelling.
+/// Every operation is one [`Request`], which happens whole or not at all,
+/// so dropping any future never leaves the queue half-changed and nothing
+/// is ever lost by cancelling. In tokio's stricter sense:
+///
+/// - the reads (`stats`, `peek`, `list`, `find`, `outcome`,
+///   `wait_outcome`, `wait_chunks`, `next_due`, ...) are cancel safe;
+/// - a write whose future is dropped after it was submitted may still
+///   commit, whole: an add may or may not have added (a batch all or
+///   none), an ack or a move happened or it did not (acking again is safe:
+///   at worst `LeaseLost`; touching again is idempotent);
+/// - `claim`, `reclaim`, `reclaim_stale` and `step` are not cancel safe:
+///   the items such a call took may stay pending with nobody holding
+///   them, and come back through `reclaim_stale` once idle (or at the next
+///   open of an embedded file); see [`WorkQueue::claim`].
 pub trait WorkQueue: Send + Sync {
     /// Carry out one operation of the contract (docs/DESIGN.md, One
     /// request type): the one method a backend implements besides
@@ -108,13 +115,9 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// `Full` past `max_backlog`; `InvalidInput` for a payload over
     /// `max_payload_bytes`; `Storage`/`Io`/`Backend` if the write failed.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future may or may not have added the item.
+
     fn add(&self, item: NewItem) -> impl Future<Output = Result<Added>> + Send {
-        let request = Request::Add { item };
-        async move { reply!(self.call(request), "add", Added) }
+        ask!(self, Request::Add { item }, Added)
     }
 
     /// Journal all of `items` at the backlog tail, all or none; results in
@@ -123,13 +126,9 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// As [`WorkQueue::add`]; on any error nothing of the batch was journaled.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future leaves all of the batch or none of it.
+
     fn add_batch(&self, items: Vec<NewItem>) -> impl Future<Output = Result<Vec<Added>>> + Send {
-        let request = Request::AddBatch { items };
-        async move { reply!(self.call(request), "add_batch", AddedList) }
+        ask!(self, Request::AddBatch { items }, AddedList)
     }
 
     /// Journal `item` into delayed, due at `not_before_ms` (ms since the Unix
@@ -138,20 +137,20 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// As [`WorkQueue::add`].
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`WorkQueue::add`].
+
     fn add_delayed(
         &self,
         item: NewItem,
         not_before_ms: u64,
     ) -> impl Future<Output = Result<Added>> + Send {
-        let request = Request::AddDelayed {
-            item,
-            not_before_ms,
-        };
-        async move { reply!(self.call(request), "add_delayed", Added) }
+        ask!(
+            self,
+            Request::AddDelayed {
+                item,
+                not_before_ms,
+            },
+            Added
+        )
     }
 
     /// The soonest `not_before_ms` among delayed items (not yet promoted).
@@ -160,8 +159,7 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// Storage or backend failures only. Cancel-safe (read only).
     fn next_due(&self) -> impl Future<Output = Result<Option<u64>>> + Send {
-        let request = Request::NextDue;
-        async move { reply!(self.call(request), "next_due", NextDue) }
+        ask!(self, Request::NextDue, NextDue)
     }
 
     /// Atomically move every delayed item with `not_before_ms <= now` to the
@@ -172,32 +170,25 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// Storage or backend failures only.
-    ///
-    /// # Cancel safety
-    ///
-    /// A dropped call promoted all the due items or none of them.
+
     fn promote_due(&self) -> impl Future<Output = Result<u64>> + Send {
-        let request = Request::PromoteDue;
-        async move { reply!(self.call(request), "promote_due", Count) }
+        ask!(self, Request::PromoteDue, Count)
     }
 
     /// Make delayed item `id` due now (SPEC 3, Timers): atomically move it
-    /// from delayed to the due-lane tail, as a promotion at this moment
-    /// would, keeping its id, tier and deliveries. Returns false, and
-    /// changes nothing, when the queue holds no delayed item `id` (it is in
+    /// from delayed to the due lane, its `not_before` the earlier of its
+    /// own and now (its arrival in the due lane, as a promotion gives),
+    /// keeping its id, tier and deliveries. Returns false, and changes
+    /// nothing, when the queue holds no delayed item `id` (it is in
     /// another state, finished, or was never added). BullMQ's
     /// `job.promote`.
     ///
     /// # Errors
     ///
     /// Only the common ones; `Decode` for an unreadable record.
-    ///
-    /// # Cancel safety
-    ///
-    /// The move happened whole or not at all.
+
     fn promote(&self, id: u64) -> impl Future<Output = Result<bool>> + Send {
-        let request = Request::Promote { id };
-        async move { reply!(self.call(request), "promote", Bool) }
+        ask!(self, Request::Promote { id }, Bool)
     }
 
     /// Take up to `count` items (never more): due lane first, then the
@@ -226,8 +217,7 @@ pub trait WorkQueue: Send + Sync {
         wait: Duration,
         from: ClaimFrom,
     ) -> impl Future<Output = Result<Vec<Claimed>>> + Send {
-        let request = Request::Claim { count, wait, from };
-        async move { reply!(self.call(request), "claim", Claimed) }
+        ask!(self, Request::Claim { count, wait, from }, Claimed)
     }
 
     /// The item is done and gone for good.
@@ -236,14 +226,9 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// `LeaseLost` if the item is not pending under `receipt` (including a
     /// second ack of the same receipt); nothing changes.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropped: the ack happened or it did not; acking again is safe (at
-    /// worst `LeaseLost`).
+
     fn ack(&self, receipt: Receipt) -> impl Future<Output = Result<()>> + Send {
-        let request = Request::Ack { receipt };
-        async move { reply!(self.call(request), "ack") }
+        ask!(self, Request::Ack { receipt })
     }
 
     /// As [`WorkQueue::ack`], and the item's outcome carries `result`
@@ -255,17 +240,13 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// `LeaseLost` as `ack`; `InvalidInput` for a result over
     /// `max_payload_bytes`. Nothing changes on error.
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`WorkQueue::ack`].
+
     fn ack_with_result(
         &self,
         receipt: Receipt,
         result: Vec<u8>,
     ) -> impl Future<Output = Result<()>> + Send {
-        let request = Request::AckWithResult { receipt, result };
-        async move { reply!(self.call(request), "ack_with_result") }
+        ask!(self, Request::AckWithResult { receipt, result })
     }
 
     /// The outcome of item `id` (done with its result, or dead-lettered with
@@ -277,8 +258,7 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// Only the common ones; `Decode` for an unreadable outcome record.
     fn outcome(&self, id: u64) -> impl Future<Output = Result<Option<Outcome>>> + Send {
-        let request = Request::Outcome { id };
-        async move { reply!(self.call(request), "outcome", Outcome) }
+        ask!(self, Request::Outcome { id }, Outcome)
     }
 
     /// As [`WorkQueue::outcome`], but while there is none, wait up to `wait`
@@ -288,17 +268,13 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// As [`WorkQueue::outcome`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Read only: dropping it changes nothing.
+
     fn wait_outcome(
         &self,
         id: u64,
         wait: Duration,
     ) -> impl Future<Output = Result<Option<Outcome>>> + Send {
-        let request = Request::WaitOutcome { id, wait };
-        async move { reply!(self.call(request), "wait_outcome", Outcome) }
+        ask!(self, Request::WaitOutcome { id, wait }, Outcome)
     }
 
     /// Publish the progress of a pending item: `progress` replaces the
@@ -314,8 +290,7 @@ pub trait WorkQueue: Send + Sync {
         receipt: Receipt,
         progress: Vec<u8>,
     ) -> impl Future<Output = Result<()>> + Send {
-        let request = Request::SetProgress { receipt, progress };
-        async move { reply!(self.call(request), "set_progress") }
+        ask!(self, Request::SetProgress { receipt, progress })
     }
 
     /// Append one chunk to a pending item's stream; returns its sequence
@@ -325,17 +300,13 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// As [`WorkQueue::set_progress`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropped: the chunk was appended whole or not at all.
+
     fn send_chunk(
         &self,
         receipt: Receipt,
         chunk: Vec<u8>,
     ) -> impl Future<Output = Result<u64>> + Send {
-        let request = Request::SendChunk { receipt, chunk };
-        async move { reply!(self.call(request), "send_chunk", Seq) }
+        ask!(self, Request::SendChunk { receipt, chunk }, Seq)
     }
 
     /// The last progress published for item `id`, if any (kept until its
@@ -345,8 +316,7 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// Only the common ones (see the trait's docs).
     fn progress(&self, id: u64) -> impl Future<Output = Result<Option<Vec<u8>>>> + Send {
-        let request = Request::Progress { id };
-        async move { reply!(self.call(request), "progress", Progress) }
+        ask!(self, Request::Progress { id }, Progress)
     }
 
     /// The chunks of item `id` after sequence number `after_seq`, in order.
@@ -358,22 +328,22 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// Only the common ones (see the trait's docs).
-    ///
-    /// # Cancel safety
-    ///
-    /// Read only: dropping it changes nothing.
+
     fn wait_chunks(
         &self,
         id: u64,
         after_seq: u64,
         wait: Duration,
     ) -> impl Future<Output = Result<Vec<Chunk>>> + Send {
-        let request = Request::WaitChunks {
-            id,
-            after_seq,
-            wait,
-        };
-        async move { reply!(self.call(request), "wait_chunks", Chunks) }
+        ask!(
+            self,
+            Request::WaitChunks {
+                id,
+                after_seq,
+                wait,
+            },
+            Chunks
+        )
     }
 
     /// Ack each receipt; lost ones are skipped and not counted. Returns how
@@ -382,13 +352,9 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// Storage or backend failures only.
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`WorkQueue::ack`].
+
     fn ack_batch(&self, receipts: Vec<Receipt>) -> impl Future<Output = Result<u64>> + Send {
-        let request = Request::AckBatch { receipts };
-        async move { reply!(self.call(request), "ack_batch", Count) }
+        ask!(self, Request::AckBatch { receipts }, Count)
     }
 
     /// Extend the leases: set `claimed_at_ms = now` for every receipt;
@@ -398,13 +364,9 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// `LeaseLost` naming the first receipt that is no longer current; then
     /// no lease was extended.
-    ///
-    /// # Cancel safety
-    ///
-    /// Idempotent: touch again.
+
     fn touch(&self, receipts: Vec<Receipt>) -> impl Future<Output = Result<()>> + Send {
-        let request = Request::Touch { receipts };
-        async move { reply!(self.call(request), "touch") }
+        ask!(self, Request::Touch { receipts })
     }
 
     /// Give a failed attempt back: atomically move the pending item to
@@ -415,20 +377,20 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// `LeaseLost` if the receipt is not current; nothing changes.
-    ///
-    /// # Cancel safety
-    ///
-    /// The move happened whole or not at all.
+
     fn retry(
         &self,
         receipt: Receipt,
         not_before_ms: u64,
     ) -> impl Future<Output = Result<RetryOutcome>> + Send {
-        let request = Request::Retry {
-            receipt,
-            not_before_ms,
-        };
-        async move { reply!(self.call(request), "retry", Retried) }
+        ask!(
+            self,
+            Request::Retry {
+                receipt,
+                not_before_ms,
+            },
+            Retried
+        )
     }
 
     /// Give a claim back without counting it as an attempt (SPEC 3,
@@ -442,20 +404,19 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// `LeaseLost` if the receipt is not current; nothing changes.
-    ///
-    /// # Cancel safety
-    ///
-    /// The move happened whole or not at all.
+
     fn release(
         &self,
         receipt: Receipt,
         not_before_ms: u64,
     ) -> impl Future<Output = Result<()>> + Send {
-        let request = Request::Release {
-            receipt,
-            not_before_ms,
-        };
-        async move { reply!(self.call(request), "release") }
+        ask!(
+            self,
+            Request::Release {
+                receipt,
+                not_before_ms,
+            }
+        )
     }
 
     /// Atomically move the pending item to the dead letters with `reason` and
@@ -464,20 +425,19 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// `LeaseLost` if the receipt is not current; nothing changes.
-    ///
-    /// # Cancel safety
-    ///
-    /// The move happened whole or not at all.
+
     fn dead_letter(
         &self,
         receipt: Receipt,
         reason: &str,
     ) -> impl Future<Output = Result<()>> + Send {
-        let request = Request::DeadLetter {
-            receipt,
-            reason: reason.to_string(),
-        };
-        async move { reply!(self.call(request), "dead_letter") }
+        ask!(
+            self,
+            Request::DeadLetter {
+                receipt,
+                reason: reason.to_string(),
+            }
+        )
     }
 
     /// Take over up to `count` pending items whose claim is at least
@@ -491,10 +451,7 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// `InvalidInput` for `count == 0`; storage or backend failures.
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`WorkQueue::claim`].
+
     fn reclaim_stale(
         &self,
         min_idle: Duration,
@@ -511,17 +468,13 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// As [`WorkQueue::reclaim_stale`].
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`WorkQueue::claim`].
+
     fn reclaim(
         &self,
         min_idle: Duration,
         count: usize,
     ) -> impl Future<Output = Result<Reclaimed>> + Send {
-        let request = Request::Reclaim { min_idle, count };
-        async move { reply!(self.call(request), "reclaim", Reclaimed) }
+        ask!(self, Request::Reclaim { min_idle, count }, Reclaimed)
     }
 
     /// Pause `flow`: from now on claims park its items instead of handing
@@ -531,10 +484,12 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// `InvalidInput` for an empty flow name.
     fn pause(&self, flow: &str) -> impl Future<Output = Result<()>> + Send {
-        let request = Request::Pause {
-            flow: flow.to_string(),
-        };
-        async move { reply!(self.call(request), "pause") }
+        ask!(
+            self,
+            Request::Pause {
+                flow: flow.to_string(),
+            }
+        )
     }
 
     /// Unpause `flow` and atomically move all of its parked items back to the
@@ -544,10 +499,13 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// `InvalidInput` for an empty flow name.
     fn resume(&self, flow: &str) -> impl Future<Output = Result<u64>> + Send {
-        let request = Request::Resume {
-            flow: flow.to_string(),
-        };
-        async move { reply!(self.call(request), "resume", Count) }
+        ask!(
+            self,
+            Request::Resume {
+                flow: flow.to_string(),
+            },
+            Count
+        )
     }
 
     /// Atomically move a pending item to its flow's parked-list tail.
@@ -557,8 +515,7 @@ pub trait WorkQueue: Send + Sync {
     /// `LeaseLost` if the receipt is not current; `InvalidInput` if the item
     /// is in the default flow `""` (which cannot be parked).
     fn park(&self, receipt: Receipt) -> impl Future<Output = Result<()>> + Send {
-        let request = Request::Park { receipt };
-        async move { reply!(self.call(request), "park") }
+        ask!(self, Request::Park { receipt })
     }
 
     /// Atomically move the oldest parked item of `flow` into pending for the
@@ -568,15 +525,15 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// `InvalidInput` for an empty flow name.
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`WorkQueue::claim`].
+
     fn step(&self, flow: &str) -> impl Future<Output = Result<Option<Claimed>>> + Send {
-        let request = Request::Step {
-            flow: flow.to_string(),
-        };
-        async move { reply!(self.call(request), "step", Stepped) }
+        ask!(
+            self,
+            Request::Step {
+                flow: flow.to_string(),
+            },
+            Stepped
+        )
     }
 
     /// Delete the flow's parked items and its pause state; returns how many
@@ -586,10 +543,13 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// `InvalidInput` for an empty flow name.
     fn clear_flow(&self, flow: &str) -> impl Future<Output = Result<u64>> + Send {
-        let request = Request::ClearFlow {
-            flow: flow.to_string(),
-        };
-        async move { reply!(self.call(request), "clear_flow", Count) }
+        ask!(
+            self,
+            Request::ClearFlow {
+                flow: flow.to_string(),
+            },
+            Count
+        )
     }
 
     /// How many items `flow` has parked.
@@ -598,10 +558,13 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// Only the common ones (see the trait's docs).
     fn parked(&self, flow: &str) -> impl Future<Output = Result<u64>> + Send {
-        let request = Request::Parked {
-            flow: flow.to_string(),
-        };
-        async move { reply!(self.call(request), "parked", Count) }
+        ask!(
+            self,
+            Request::Parked {
+                flow: flow.to_string(),
+            },
+            Count
+        )
     }
 
     /// The paused flows, sorted.
@@ -610,8 +573,7 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// Only the common ones (see the trait's docs).
     fn paused_flows(&self) -> impl Future<Output = Result<Vec<String>>> + Send {
-        let request = Request::PausedFlows;
-        async move { reply!(self.call(request), "paused_flows", Flows) }
+        ask!(self, Request::PausedFlows, Flows)
     }
 
     // ---- flow limits (SPEC 3, Flow limits) ----
@@ -634,11 +596,13 @@ pub trait WorkQueue: Send + Sync {
         flow: &str,
         limit: FlowLimit,
     ) -> impl Future<Output = Result<()>> + Send {
-        let request = Request::SetFlowLimit {
-            flow: flow.to_string(),
-            limit,
-        };
-        async move { reply!(self.call(request), "set_flow_limit") }
+        ask!(
+            self,
+            Request::SetFlowLimit {
+                flow: flow.to_string(),
+                limit,
+            }
+        )
     }
 
     /// Hold `flow` for `duration` from now by the queue's clock (SPEC 3,
@@ -651,11 +615,13 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// As [`WorkQueue::set_flow_limit`].
     fn back_off(&self, flow: &str, duration: Duration) -> impl Future<Output = Result<()>> + Send {
-        let request = Request::BackOff {
-            flow: flow.to_string(),
-            duration,
-        };
-        async move { reply!(self.call(request), "back_off") }
+        ask!(
+            self,
+            Request::BackOff {
+                flow: flow.to_string(),
+                duration,
+            }
+        )
     }
 
     /// Every flow with a limit in force, by flow name, with its state
@@ -665,8 +631,7 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// Only the common ones; `Decode` for an unreadable record.
     fn flow_limits(&self) -> impl Future<Output = Result<Vec<FlowLimits>>> + Send {
-        let request = Request::FlowLimits;
-        async move { reply!(self.call(request), "flow_limits", FlowLimits) }
+        ask!(self, Request::FlowLimits, FlowLimits)
     }
 
     /// Remember that `step` of item `id` happened, for `done_ttl`.
@@ -675,11 +640,13 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// Storage or backend failures only.
     fn mark_done(&self, id: u64, step: &str) -> impl Future<Output = Result<()>> + Send {
-        let request = Request::MarkDone {
-            id,
-            step: step.to_string(),
-        };
-        async move { reply!(self.call(request), "mark_done") }
+        ask!(
+            self,
+            Request::MarkDone {
+                id,
+                step: step.to_string(),
+            }
+        )
     }
 
     /// Whether `step` of item `id` was marked done within `done_ttl`.
@@ -688,11 +655,14 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// Only the common ones (see the trait's docs).
     fn was_done(&self, id: u64, step: &str) -> impl Future<Output = Result<bool>> + Send {
-        let request = Request::WasDone {
-            id,
-            step: step.to_string(),
-        };
-        async move { reply!(self.call(request), "was_done", Bool) }
+        ask!(
+            self,
+            Request::WasDone {
+                id,
+                step: step.to_string(),
+            },
+            Bool
+        )
     }
 
     /// Up to `count` dead letters, newest first.
@@ -701,8 +671,7 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// Only the common ones (see the trait's docs).
     fn dead_letters(&self, count: usize) -> impl Future<Output = Result<Vec<DeadLetter>>> + Send {
-        let request = Request::DeadLetters { count };
-        async move { reply!(self.call(request), "dead_letters", DeadLetters) }
+        ask!(self, Request::DeadLetters { count }, DeadLetters)
     }
 
     /// Atomically move dead letter `id` back to the backlog tail with
@@ -712,8 +681,7 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// Only the common ones; `Decode` if the item's record is unreadable.
     fn redrive(&self, id: u64) -> impl Future<Output = Result<bool>> + Send {
-        let request = Request::Redrive { id };
-        async move { reply!(self.call(request), "redrive", Bool) }
+        ask!(self, Request::Redrive { id }, Bool)
     }
 
     /// Delete every dead letter; returns how many.
@@ -722,28 +690,25 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// Only the common ones (see the trait's docs).
     fn purge_dead_letters(&self) -> impl Future<Output = Result<u64>> + Send {
-        let request = Request::PurgeDeadLetters;
-        async move { reply!(self.call(request), "purge_dead_letters", Count) }
+        ask!(self, Request::PurgeDeadLetters, Count)
     }
 
     /// Delete item `id` unrun (SPEC 3, Removing): an item that is waiting
-    /// (backlog or due lane), delayed, parked or a dead letter is gone
-    /// for good, with its dedup key released, as if it had never been
-    /// added (no outcome is kept). Returns false, and changes nothing,
-    /// when the queue holds no item `id`.
+    /// (backlog, due lane, or held by a flow limit), delayed, parked or a
+    /// dead letter is gone for good, with its progress and chunks. No
+    /// outcome is written (a dead letter keeps the one its dead-lettering
+    /// wrote, as after `purge_dead_letters`); its dedup key stays taken
+    /// until its window ends, as after an ack. Returns false, and changes
+    /// nothing, when the queue holds no item `id`.
     ///
     /// # Errors
     ///
     /// `InvalidInput` if the item is pending (claimed): a consumer holds it,
     /// so it is finished through its receipt (ack, retry, dead-letter), not
     /// removed; nothing changes. `Decode` for an unreadable record.
-    ///
-    /// # Cancel safety
-    ///
-    /// The removal happened whole or not at all.
+
     fn remove(&self, id: u64) -> impl Future<Output = Result<bool>> + Send {
-        let request = Request::Remove { id };
-        async move { reply!(self.call(request), "remove", Bool) }
+        ask!(self, Request::Remove { id }, Bool)
     }
 
     /// Exact counts of every state.
@@ -752,8 +717,7 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// Only the common ones (see the trait's docs).
     fn stats(&self) -> impl Future<Output = Result<Stats>> + Send {
-        let request = Request::Stats;
-        async move { reply!(self.call(request), "stats", Stats) }
+        ask!(self, Request::Stats, Stats)
     }
 
     /// Count by flow over the next `sample` items in claim order (due lane,
@@ -766,8 +730,7 @@ pub trait WorkQueue: Send + Sync {
         &self,
         sample: usize,
     ) -> impl Future<Output = Result<BTreeMap<String, u64>>> + Send {
-        let request = Request::BacklogByFlow { sample };
-        async move { reply!(self.call(request), "backlog_by_flow", BacklogByFlow) }
+        ask!(self, Request::BacklogByFlow { sample }, BacklogByFlow)
     }
 
     /// The next `count` items a claim would hand out (due lane, delayed items
@@ -777,8 +740,7 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// Only the common ones; `Decode` for an unreadable record.
     fn peek(&self, count: usize) -> impl Future<Output = Result<Vec<Item>>> + Send {
-        let request = Request::Peek { count };
-        async move { reply!(self.call(request), "peek", Items) }
+        ask!(self, Request::Peek { count }, Items)
     }
 
     /// One page of the items in `query`'s state, in that state's order,
@@ -794,8 +756,7 @@ pub trait WorkQueue: Send + Sync {
     /// `InvalidInput` for a limit of 0; `Decode` for an unreadable record;
     /// the common ones. Cancel-safe (read only).
     fn list(&self, query: ListQuery) -> impl Future<Output = Result<ItemPage>> + Send {
-        let request = Request::List { query };
-        async move { reply!(self.call(request), "list", Page) }
+        ask!(self, Request::List { query }, Page)
     }
 
     /// Item `id` with its state (SPEC 12.1), or `None` if the queue holds no
@@ -807,8 +768,7 @@ pub trait WorkQueue: Send + Sync {
     /// `Decode` for an unreadable record; the common ones. Cancel-safe
     /// (read only).
     fn find(&self, id: u64) -> impl Future<Output = Result<Option<ListedItem>>> + Send {
-        let request = Request::Find { id };
-        async move { reply!(self.call(request), "find", Found) }
+        ask!(self, Request::Find { id }, Found)
     }
 
     /// Now, by the queue's clock, in ms since the Unix epoch.
@@ -817,8 +777,7 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// Only the common ones (see the trait's docs).
     fn now_ms(&self) -> impl Future<Output = Result<u64>> + Send {
-        let request = Request::Now;
-        async move { reply!(self.call(request), "now_ms", Time) }
+        ask!(self, Request::Now, Time)
     }
 
     /// The handle's [`Config::max_deliveries`](crate::Config::max_deliveries):
@@ -831,14 +790,12 @@ pub trait WorkQueue: Send + Sync {
     /// was given back. Only the embedded backend has anything to do; the
     /// others return `Ok(false)`.
     fn compact(&self) -> impl Future<Output = Result<bool>> + Send {
-        let request = Request::Compact;
-        async move { reply!(self.call(request), "compact", Bool) }
+        ask!(self, Request::Compact, Bool)
     }
 
     /// Finish what is in flight and release the file or connections. Later
     /// calls fail with `Error::Closed`.
     fn close(&self) -> impl Future<Output = Result<()>> + Send {
-        let request = Request::Close;
-        async move { reply!(self.call(request), "close") }
+        ask!(self, Request::Close)
     }
 }

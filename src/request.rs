@@ -310,20 +310,29 @@ impl Reply {
     }
 }
 
-/// Take the reply of `$call` apart: the value of the one variant the
-/// operation gets, or [`Reply::mismatch`].
-macro_rules! reply {
-    ($call:expr, $op:literal, $variant:ident) => {
-        match $call.await? {
-            $crate::request::Reply::$variant(v) => Ok(v),
-            other => Err(other.mismatch($op)),
+/// The body of a typed method of `WorkQueue`: call `$request` on `$queue`
+/// and take the one reply variant the operation gets apart (`Unit` when
+/// none is named); another variant is [`Reply::mismatch`].
+macro_rules! ask {
+    ($queue:expr, $request:expr, $variant:ident) => {{
+        let request: $crate::request::Request = $request;
+        let op = request.name();
+        async move {
+            match $queue.call(request).await? {
+                $crate::request::Reply::$variant(v) => Ok(v),
+                other => Err(other.mismatch(op)),
+            }
         }
-    };
-    ($call:expr, $op:literal) => {
-        match $call.await? {
-            $crate::request::Reply::Unit => Ok(()),
-            other => Err(other.mismatch($op)),
+    }};
+    ($queue:expr, $request:expr) => {{
+        let request: $crate::request::Request = $request;
+        let op = request.name();
+        async move {
+            match $queue.call(request).await? {
+                $crate::request::Reply::Unit => Ok(()),
+                other => Err(other.mismatch(op)),
+            }
         }
-    };
+    }};
 }
-pub(crate) use reply;
+pub(crate) use ask;

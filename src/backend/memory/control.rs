@@ -6,9 +6,10 @@ use crate::error::{Error, Result};
 use crate::item::Lane;
 
 impl Model {
-    /// SPEC 3, Timers: make delayed item `id` due at `now_ms`, at the due
-    /// lane's tail as a promotion at `now_ms` would put it. False when no
-    /// delayed item is `id`.
+    /// SPEC 3, Timers: make delayed item `id` due now: its `not_before`
+    /// becomes the earlier of its own and `now_ms`, and it enters the due
+    /// lane with that arrival, as `promote_due` would move it. False when
+    /// no delayed item is `id`.
     pub fn promote(&mut self, id: u64, now_ms: u64) -> bool {
         let Some(&(t, _)) = self.delayed.iter().find(|(_, d)| *d == id) else {
             return false;
@@ -18,7 +19,9 @@ impl Model {
         if let Some(item) = self.items.get_mut(&id) {
             item.not_before_ms = Some(due_at);
         }
-        self.enter(Lane::Due, id, now_ms);
+        // The due lane's arrival is the item's not_before (SPEC 3,
+        // Priority), as for a promotion by promote_due.
+        self.enter(Lane::Due, id, due_at);
         true
     }
 
