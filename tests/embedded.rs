@@ -557,7 +557,7 @@ async fn a_schema_1_file_migrates_at_open_keeping_every_item_and_its_order() {
         b"dead".to_vec()
     );
     q.close().await.unwrap();
-    // The migration was committed: the next open is schema 4 already, and
+    // The migration was committed: the next open is schema 5 already, and
     // the claims made before are orphans as after any reopen.
     let q = open(&path, &clock).await;
     assert_eq!(q.audit().await.unwrap().len(), 7);
@@ -879,7 +879,7 @@ async fn deferred_records_stay_within_their_bound() {
     q.close().await.unwrap();
 }
 
-/// A schema-3 file opens as schema 4 (it has no deferred deletes), keeps
+/// A schema-3 file opens as schema 5 (it has no deferred deletes), keeps
 /// its items, and its acks of spread ids are deferred from then on.
 #[tokio::test]
 async fn a_schema_3_file_migrates_by_its_version() {
@@ -898,7 +898,7 @@ async fn a_schema_3_file_migrates_by_its_version() {
     let q = open(&path, &clock).await;
     let tables = q.dump_tables().await.unwrap();
     assert!(
-        tables["meta"].iter().any(|r| r == "\"schema_version\" = 4"),
+        tables["meta"].iter().any(|r| r == "\"schema_version\" = 5"),
         "{:?}",
         tables["meta"]
     );
@@ -906,6 +906,83 @@ async fn a_schema_3_file_migrates_by_its_version() {
     let acked = drain_in_batches(&q, 4, 4).await;
     assert_eq!(deferred_ids(&q.dump_tables().await.unwrap()), acked);
     assert_eq!(q.audit().await.unwrap().len(), 36);
+    q.close().await.unwrap();
+}
+
+/// SPEC 6, schema 5: a schema-4 file (made by this build, its version set
+/// back) opens as schema 5 by its version alone, keeps every item in its
+/// state, and takes the operations of schema 5 (promote, remove, the
+/// atomic back-off) from then on, across a reopen.
+#[tokio::test]
+async fn a_schema_4_file_migrates_by_its_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let clock = ManualClock::new(T0);
+    let q = open(&path, &clock).await;
+    let waiting = q.add(NewItem::new(b"waiting".to_vec())).await.unwrap().id;
+    let later = q
+        .add_delayed(NewItem::new(vec![7; 700]), T0 + 60_000)
+        .await
+        .unwrap()
+        .id;
+    q.close().await.unwrap();
+    drop(q);
+    set_meta(&path, "schema_version", 4);
+
+    let q = open(&path, &clock).await;
+    let tables = q.dump_tables().await.unwrap();
+    assert!(
+        tables["meta"].iter().any(|r| r == "\"schema_version\" = 5"),
+        "{:?}",
+        tables["meta"]
+    );
+    assert_eq!(q.audit().await.unwrap().len(), 2);
+    assert!(q.promote(later).await.unwrap());
+    assert!(q.remove(waiting).await.unwrap());
+    q.back_off("f", Duration::from_secs(5)).await.unwrap();
+    q.close().await.unwrap();
+    drop(q);
+
+    let q = open(&path, &clock).await;
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.backlog, s.due, s.delayed), (1, 1, 0), "{s:?}");
+    let limits = q.flow_limits().await.unwrap();
+    assert_eq!(limits[0].backoff_until_ms, Some(T0 + 5_000));
+    let got = q.claim(5, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].item.id, got[0].item.payload.len()), (later, 700));
+    q.close().await.unwrap();
+}
+
+/// SPEC 6: a file of a newer schema than this build's (here 6, one past
+/// schema 5) is refused with `Decode` at open and its contents left as
+/// they were (the version is not lowered, no item is touched), so that
+/// the build that wrote it still opens it.
+#[tokio::test]
+async fn a_schema_6_file_is_refused_and_left_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let clock = ManualClock::new(T0);
+    let q = open(&path, &clock).await;
+    q.add(NewItem::new(b"kept".to_vec())).await.unwrap();
+    q.close().await.unwrap();
+    drop(q);
+    set_meta(&path, "schema_version", 6);
+    match EmbeddedQueue::open(&path, config(&clock)).await {
+        Err(Error::Decode { detail, .. }) => {
+            assert!(detail.contains("schema version 6"), "{detail}");
+            assert!(detail.contains("up to version 5"), "{detail}");
+        }
+        other => panic!("expected Decode, got {other:?}"),
+    }
+    // redb rewrites its own header and allocator pages at any open; what
+    // the file holds is as it was: the version, and the item under it.
+    assert_eq!(meta(&path, "schema_version"), Some(6));
+    set_meta(&path, "schema_version", 5);
+    let q = open(&path, &clock).await;
+    let got = q.claim(5, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].item.payload, b"kept");
     q.close().await.unwrap();
 }
 
