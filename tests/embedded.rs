@@ -490,6 +490,80 @@ async fn a_crash_copy_replays_the_log_and_a_stale_log_is_ignored() {
     again.close().await.unwrap();
 }
 
+/// SPEC 6, the redo log, for the operations of schema 5: promote, remove
+/// and back_off that returned `Ok` are in a crash copy (redb behind, the
+/// log holding them) once replayed. The back-off's end is the one its op
+/// computed from the writer's clock then, not one from the clock at the
+/// replay.
+#[tokio::test]
+async fn a_crash_copy_replays_promote_remove_and_back_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let clock = ManualClock::new(T0);
+    let q = open(&path, &clock).await;
+    let timer = q
+        .add_delayed(NewItem::new(b"timer".to_vec()), T0 + 60_000)
+        .await
+        .unwrap()
+        .id;
+    let big = q.add(NewItem::new(vec![9; 700])).await.unwrap().id;
+    q.back_off("h", Duration::from_secs(10)).await.unwrap();
+    let held = q
+        .add(NewItem::new(b"held".to_vec()).flow("h"))
+        .await
+        .unwrap()
+        .id;
+    let kept = q
+        .add(NewItem::new(b"kept".to_vec()).flow("h"))
+        .await
+        .unwrap()
+        .id;
+    // `big` goes pending; the flow's two items wait in its held lane.
+    let got = q.claim(5, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!(got.iter().map(|g| g.item.id).collect::<Vec<_>>(), vec![big]);
+    assert_eq!(q.dump_tables().await.unwrap()["held"].len(), 2);
+    let large = q.add(NewItem::new(vec![8; 900])).await.unwrap().id;
+    clock.advance(Duration::from_secs(1));
+    assert!(q.promote(timer).await.unwrap());
+    assert!(q.remove(held).await.unwrap());
+    assert!(q.remove(large).await.unwrap());
+    q.back_off("h", Duration::from_secs(20)).await.unwrap();
+    let crashed = dir.path().join("crashed.redb");
+    crash_copy(&path, &crashed);
+    q.close().await.unwrap();
+    drop(q);
+
+    clock.advance(Duration::from_secs(5));
+    let c = open(&crashed, &clock).await;
+    let s = c.stats().await.unwrap();
+    assert_eq!(
+        (s.backlog, s.due, s.delayed, s.pending, s.limited),
+        (2, 1, 0, 1, 1),
+        "{s:?}"
+    );
+    let limits = c.flow_limits().await.unwrap();
+    assert_eq!(limits[0].backoff_until_ms, Some(T0 + 21_000));
+    assert_eq!(limits[0].held, 1);
+    let tables = c.dump_tables().await.unwrap();
+    // The large payload's row went with the removed item.
+    let row = format!("{large} =");
+    assert!(tables["payloads"].iter().all(|r| !r.starts_with(&row)));
+    assert_eq!(c.audit().await.unwrap().len(), 3);
+    let got = c.claim(5, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!(
+        got.iter().map(|g| g.item.id).collect::<Vec<_>>(),
+        vec![timer]
+    );
+    assert_eq!(got[0].item.not_before_ms, Some(T0 + 1_000));
+    clock.advance(Duration::from_secs(20));
+    let got = c.claim(5, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!(
+        got.iter().map(|g| g.item.id).collect::<Vec<_>>(),
+        vec![kept]
+    );
+    c.close().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_schema_1_file_migrates_at_open_keeping_every_item_and_its_order() {
     use workjournal::testing::{V1Item, write_schema1_fixture};
