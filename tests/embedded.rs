@@ -1115,6 +1115,9 @@ async fn a_read_only_open_reads_everything_and_writes_nothing() {
         view.claim(1, Duration::ZERO, ClaimFrom::All).await.err(),
         view.reclaim_stale(Duration::ZERO, 10).await.err(),
         view.compact().await.err(),
+        view.promote(1).await.err(),
+        view.remove(1).await.err(),
+        view.back_off("q", Duration::from_secs(1)).await.err(),
     ];
     for e in refused {
         assert!(
