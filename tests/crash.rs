@@ -22,7 +22,8 @@ mod workload;
 
 use workjournal::ItemState;
 use workjournal::{
-    ClaimFrom, Config, EmbeddedOptions, EmbeddedQueue, NewItem, Receipt, RetryOutcome, WorkQueue,
+    ClaimFrom, Config, EmbeddedOptions, EmbeddedQueue, ItemState, ListQuery, NewItem, Receipt,
+    RetryOutcome, WorkQueue,
 };
 use workload::{Rng, seed_from_env};
 
@@ -75,12 +76,34 @@ async fn child_task(q: EmbeddedQueue, task: u64, mut rng: Rng) {
             it
         };
         let result: workjournal::Result<String> = match pick {
-            0..=19 => {
+            0..=17 => {
                 let it = item(&mut rng, &flow);
                 say(&format!("B {task} add 1"));
                 q.add(it)
                     .await
                     .map(|a| format!("add {}", ids((!a.duplicate).then_some(a.id))))
+            }
+            18 => {
+                // SPEC 3, Timers: a delayed item (if any) due now.
+                let state = ItemState::Delayed;
+                match q.list(ListQuery::new(state).limit(3)).await {
+                    Ok(page) => {
+                        let pick = page.items.get(rng.below(3) as usize).map(|l| l.item.id);
+                        say(&format!("B {task} promote"));
+                        match pick {
+                            Some(id) => q.promote(id).await.map(|b| format!("promote {b}")),
+                            None => Ok("promote none".into()),
+                        }
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            19 => {
+                // SPEC 3, Flow limits: the atomic back-off of one flow.
+                let f = FLOWS[1 + rng.below(2) as usize];
+                let d = Duration::from_millis(rng.below(30));
+                say(&format!("B {task} back_off"));
+                q.back_off(f, d).await.map(|()| format!("back_off {f}"))
             }
             20..=27 => {
                 let n = 1 + rng.below(4);
@@ -137,7 +160,38 @@ async fn child_task(q: EmbeddedQueue, task: u64, mut rng: Rng) {
                 say(&format!("B {task} resume"));
                 q.resume(f).await.map(|n| format!("resume {f} {n}"))
             }
-            60..=61 => {
+            60 => {
+                // SPEC 3, Removing: an item waiting, delayed or dead (one
+                // another task claims meanwhile is refused, changing
+                // nothing). Announced with its id: in flight at the kill,
+                // it may or may not have happened, like an ack.
+                let state = [
+                    ItemState::Backlog,
+                    ItemState::Delayed,
+                    ItemState::DeadLetter,
+                ][rng.below(3) as usize];
+                match q.list(ListQuery::new(state).limit(3)).await {
+                    Ok(page) => match page.items.get(rng.below(3) as usize).map(|l| l.item.id) {
+                        Some(id) => {
+                            say(&format!("B {task} remove {id}"));
+                            match q.remove(id).await {
+                                Ok(true) => Ok(format!("removed {id}")),
+                                Ok(false) => Ok("remove false".into()),
+                                Err(workjournal::Error::InvalidInput(_)) => {
+                                    Ok("remove pending".into())
+                                }
+                                Err(e) => Err(e),
+                            }
+                        }
+                        None => {
+                            say(&format!("B {task} remove -"));
+                            Ok("remove none".into())
+                        }
+                    },
+                    Err(e) => Err(e),
+                }
+            }
+            61 => {
                 say(&format!("B {task} redrive"));
                 match q.dead_letters(1).await {
                     Ok(d) => match d.first() {
@@ -312,6 +366,7 @@ impl Knowledge {
                 let args = match kind.as_str() {
                     "add" => vec![words[2].parse().unwrap()],
                     "ack" => parse_ids(words[2]),
+                    "remove" => parse_ids(words[2].trim_start_matches('-')),
                     _ => Vec::new(),
                 };
                 flight.by_task.insert(task, (kind, args));
@@ -326,7 +381,8 @@ impl Knowledge {
                 let arg = words.get(2).copied().unwrap_or("");
                 match words[1] {
                     "add" => self.added.extend(parse_ids(arg)),
-                    "ack" => self.gone.extend(parse_ids(arg)),
+                    // A removed item is gone for good, as an acked one.
+                    "ack" | "removed" => self.gone.extend(parse_ids(arg)),
                     "ackpart" => self.unsure.extend(parse_ids(arg)),
                     _ => {}
                 }
@@ -376,7 +432,9 @@ async fn check(path: &Path, know: &mut Knowledge, flight: &InFlight, cycle: u64)
     for (kind, args) in flight.by_task.values() {
         match kind.as_str() {
             "add" => in_flight_adds += args[0],
-            "ack" => in_flight_acks.extend(args.iter().copied()),
+            // An unfinished remove, like an unfinished ack, may or may
+            // not have taken its item.
+            "ack" | "remove" => in_flight_acks.extend(args.iter().copied()),
             _ => {}
         }
     }

@@ -490,6 +490,80 @@ async fn a_crash_copy_replays_the_log_and_a_stale_log_is_ignored() {
     again.close().await.unwrap();
 }
 
+/// SPEC 6, the redo log, for the operations of schema 5: promote, remove
+/// and back_off that returned `Ok` are in a crash copy (redb behind, the
+/// log holding them) once replayed. The back-off's end is the one its op
+/// computed from the writer's clock then, not one from the clock at the
+/// replay.
+#[tokio::test]
+async fn a_crash_copy_replays_promote_remove_and_back_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let clock = ManualClock::new(T0);
+    let q = open(&path, &clock).await;
+    let timer = q
+        .add_delayed(NewItem::new(b"timer".to_vec()), T0 + 60_000)
+        .await
+        .unwrap()
+        .id;
+    let big = q.add(NewItem::new(vec![9; 700])).await.unwrap().id;
+    q.back_off("h", Duration::from_secs(10)).await.unwrap();
+    let held = q
+        .add(NewItem::new(b"held".to_vec()).flow("h"))
+        .await
+        .unwrap()
+        .id;
+    let kept = q
+        .add(NewItem::new(b"kept".to_vec()).flow("h"))
+        .await
+        .unwrap()
+        .id;
+    // `big` goes pending; the flow's two items wait in its held lane.
+    let got = q.claim(5, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!(got.iter().map(|g| g.item.id).collect::<Vec<_>>(), vec![big]);
+    assert_eq!(q.dump_tables().await.unwrap()["held"].len(), 2);
+    let large = q.add(NewItem::new(vec![8; 900])).await.unwrap().id;
+    clock.advance(Duration::from_secs(1));
+    assert!(q.promote(timer).await.unwrap());
+    assert!(q.remove(held).await.unwrap());
+    assert!(q.remove(large).await.unwrap());
+    q.back_off("h", Duration::from_secs(20)).await.unwrap();
+    let crashed = dir.path().join("crashed.redb");
+    crash_copy(&path, &crashed);
+    q.close().await.unwrap();
+    drop(q);
+
+    clock.advance(Duration::from_secs(5));
+    let c = open(&crashed, &clock).await;
+    let s = c.stats().await.unwrap();
+    assert_eq!(
+        (s.backlog, s.due, s.delayed, s.pending, s.limited),
+        (2, 1, 0, 1, 1),
+        "{s:?}"
+    );
+    let limits = c.flow_limits().await.unwrap();
+    assert_eq!(limits[0].backoff_until_ms, Some(T0 + 21_000));
+    assert_eq!(limits[0].held, 1);
+    let tables = c.dump_tables().await.unwrap();
+    // The large payload's row went with the removed item.
+    let row = format!("{large} =");
+    assert!(tables["payloads"].iter().all(|r| !r.starts_with(&row)));
+    assert_eq!(c.audit().await.unwrap().len(), 3);
+    let got = c.claim(5, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!(
+        got.iter().map(|g| g.item.id).collect::<Vec<_>>(),
+        vec![timer]
+    );
+    assert_eq!(got[0].item.not_before_ms, Some(T0 + 1_000));
+    clock.advance(Duration::from_secs(20));
+    let got = c.claim(5, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!(
+        got.iter().map(|g| g.item.id).collect::<Vec<_>>(),
+        vec![kept]
+    );
+    c.close().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_schema_1_file_migrates_at_open_keeping_every_item_and_its_order() {
     use workjournal::testing::{V1Item, write_schema1_fixture};
@@ -557,7 +631,7 @@ async fn a_schema_1_file_migrates_at_open_keeping_every_item_and_its_order() {
         b"dead".to_vec()
     );
     q.close().await.unwrap();
-    // The migration was committed: the next open is schema 4 already, and
+    // The migration was committed: the next open is schema 5 already, and
     // the claims made before are orphans as after any reopen.
     let q = open(&path, &clock).await;
     assert_eq!(q.audit().await.unwrap().len(), 7);
@@ -879,7 +953,7 @@ async fn deferred_records_stay_within_their_bound() {
     q.close().await.unwrap();
 }
 
-/// A schema-3 file opens as schema 4 (it has no deferred deletes), keeps
+/// A schema-3 file opens as schema 5 (it has no deferred deletes), keeps
 /// its items, and its acks of spread ids are deferred from then on.
 #[tokio::test]
 async fn a_schema_3_file_migrates_by_its_version() {
@@ -898,7 +972,7 @@ async fn a_schema_3_file_migrates_by_its_version() {
     let q = open(&path, &clock).await;
     let tables = q.dump_tables().await.unwrap();
     assert!(
-        tables["meta"].iter().any(|r| r == "\"schema_version\" = 4"),
+        tables["meta"].iter().any(|r| r == "\"schema_version\" = 5"),
         "{:?}",
         tables["meta"]
     );
@@ -906,6 +980,83 @@ async fn a_schema_3_file_migrates_by_its_version() {
     let acked = drain_in_batches(&q, 4, 4).await;
     assert_eq!(deferred_ids(&q.dump_tables().await.unwrap()), acked);
     assert_eq!(q.audit().await.unwrap().len(), 36);
+    q.close().await.unwrap();
+}
+
+/// SPEC 6, schema 5: a schema-4 file (made by this build, its version set
+/// back) opens as schema 5 by its version alone, keeps every item in its
+/// state, and takes the operations of schema 5 (promote, remove, the
+/// atomic back-off) from then on, across a reopen.
+#[tokio::test]
+async fn a_schema_4_file_migrates_by_its_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let clock = ManualClock::new(T0);
+    let q = open(&path, &clock).await;
+    let waiting = q.add(NewItem::new(b"waiting".to_vec())).await.unwrap().id;
+    let later = q
+        .add_delayed(NewItem::new(vec![7; 700]), T0 + 60_000)
+        .await
+        .unwrap()
+        .id;
+    q.close().await.unwrap();
+    drop(q);
+    set_meta(&path, "schema_version", 4);
+
+    let q = open(&path, &clock).await;
+    let tables = q.dump_tables().await.unwrap();
+    assert!(
+        tables["meta"].iter().any(|r| r == "\"schema_version\" = 5"),
+        "{:?}",
+        tables["meta"]
+    );
+    assert_eq!(q.audit().await.unwrap().len(), 2);
+    assert!(q.promote(later).await.unwrap());
+    assert!(q.remove(waiting).await.unwrap());
+    q.back_off("f", Duration::from_secs(5)).await.unwrap();
+    q.close().await.unwrap();
+    drop(q);
+
+    let q = open(&path, &clock).await;
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.backlog, s.due, s.delayed), (1, 1, 0), "{s:?}");
+    let limits = q.flow_limits().await.unwrap();
+    assert_eq!(limits[0].backoff_until_ms, Some(T0 + 5_000));
+    let got = q.claim(5, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].item.id, got[0].item.payload.len()), (later, 700));
+    q.close().await.unwrap();
+}
+
+/// SPEC 6: a file of a newer schema than this build's (here 6, one past
+/// schema 5) is refused with `Decode` at open and its contents left as
+/// they were (the version is not lowered, no item is touched), so that
+/// the build that wrote it still opens it.
+#[tokio::test]
+async fn a_schema_6_file_is_refused_and_left_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let clock = ManualClock::new(T0);
+    let q = open(&path, &clock).await;
+    q.add(NewItem::new(b"kept".to_vec())).await.unwrap();
+    q.close().await.unwrap();
+    drop(q);
+    set_meta(&path, "schema_version", 6);
+    match EmbeddedQueue::open(&path, config(&clock)).await {
+        Err(Error::Decode { detail, .. }) => {
+            assert!(detail.contains("schema version 6"), "{detail}");
+            assert!(detail.contains("up to version 5"), "{detail}");
+        }
+        other => panic!("expected Decode, got {other:?}"),
+    }
+    // redb rewrites its own header and allocator pages at any open; what
+    // the file holds is as it was: the version, and the item under it.
+    assert_eq!(meta(&path, "schema_version"), Some(6));
+    set_meta(&path, "schema_version", 5);
+    let q = open(&path, &clock).await;
+    let got = q.claim(5, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].item.payload, b"kept");
     q.close().await.unwrap();
 }
 
@@ -964,6 +1115,9 @@ async fn a_read_only_open_reads_everything_and_writes_nothing() {
         view.claim(1, Duration::ZERO, ClaimFrom::All).await.err(),
         view.reclaim_stale(Duration::ZERO, 10).await.err(),
         view.compact().await.err(),
+        view.promote(1).await.err(),
+        view.remove(1).await.err(),
+        view.back_off("q", Duration::from_secs(1)).await.err(),
     ];
     for e in refused {
         assert!(

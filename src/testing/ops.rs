@@ -247,6 +247,23 @@ pub enum Op {
     /// Close the queue and open it again (backends that support it; a
     /// `stats` elsewhere).
     Reopen,
+    /// `promote` (SPEC 3, Timers): below 200, a delayed item's id when
+    /// there is one. A `stats` on a reference without item control
+    /// ([`Reference::with_item_control`]). Never made by the fuzz targets'
+    /// decoding (`arbitrary(skip)`), so that the committed fuzz inputs
+    /// keep decoding to the operations they were found with.
+    #[arbitrary(skip)]
+    Promote(u8),
+    /// `remove` (SPEC 3, Removing): below 200, the id of any item there
+    /// is (pending ones too, which are refused). As [`Op::Promote`] for
+    /// item control and the fuzz targets.
+    #[arbitrary(skip)]
+    Remove(u8),
+    /// The atomic `back_off` of the flow for 0 to 31 x 250 ms (SPEC 3,
+    /// Flow limits). As [`Op::Promote`] for item control and the fuzz
+    /// targets.
+    #[arbitrary(skip)]
+    BackOffFor(u8, u8),
 }
 
 fn pick<'a>(list: &[&'a str], v: u8) -> &'a str {

@@ -21,6 +21,12 @@
 //! older build, which would take a deferred delete's record for an item
 //! in the backlog, refuses the file.
 //!
+//! Schema 4 to 5: the version only (no table or record changes). Schema 5
+//! adds three redo log operations (`promote`, `remove`, `back_off`: SPEC
+//! 3), which a schema-4 build would refuse in the middle of a replay; the
+//! version moves so that such a build refuses the file at open instead,
+//! by its version, before it reads the log.
+//!
 //! Memory stays bounded: item records are rewritten in chunks of
 //! [`CHUNK`] and the lanes are streamed from the old table into the new one.
 
@@ -104,6 +110,21 @@ pub(super) fn schema2_to_3(txn: &WriteTransaction) -> Result<()> {
 pub(super) fn schema3_to_4(txn: &WriteTransaction) -> Result<()> {
     let mut meta = txn.open_table(META).ctx("open table meta")?;
     meta.insert(SCHEMA_VERSION_KEY, 4)
+        .ctx("write schema version")?;
+    Ok(())
+}
+
+/// Migrate a schema-4 file to schema 5 inside `txn` (the caller commits).
+/// Schema 5 adds the redo log operations of `promote`, `remove` and the
+/// atomic `back_off`; a schema-4 file's log holds none of them and its
+/// tables are schema 5's, so only the version changes.
+///
+/// # Errors
+///
+/// Storage failures.
+pub(super) fn schema4_to_5(txn: &WriteTransaction) -> Result<()> {
+    let mut meta = txn.open_table(META).ctx("open table meta")?;
+    meta.insert(SCHEMA_VERSION_KEY, 5)
         .ctx("write schema version")?;
     Ok(())
 }

@@ -183,6 +183,10 @@ impl Backend for EmbeddedQueue {
         expect_reply!(self, Op::Promote, Reply::Count(n) => n)
     }
 
+    async fn promote(&self, id: u64) -> Result<bool> {
+        expect_reply!(self, Op::PromoteId(id), Reply::Bool(b) => b)
+    }
+
     async fn claim(&self, count: usize, wait: Duration, from: ClaimFrom) -> Result<Vec<Claimed>> {
         let deadline = crate::clock::wait_deadline(wait);
         let mut due = crate::clock::DueTimer::new();
@@ -305,6 +309,10 @@ impl Backend for EmbeddedQueue {
         expect_reply!(self, Op::SetFlowLimit(flow.to_string(), limit), Reply::Unit => ())
     }
 
+    async fn back_off(&self, flow: &str, duration: Duration) -> Result<()> {
+        expect_reply!(self, Op::BackOff(flow.to_string(), ms(duration)), Reply::Unit => ())
+    }
+
     async fn flow_limits(&self) -> Result<Vec<FlowLimits>> {
         expect_reply!(self, Op::FlowLimits, Reply::Limits(v) => v)
     }
@@ -327,6 +335,10 @@ impl Backend for EmbeddedQueue {
 
     async fn purge_dead_letters(&self) -> Result<u64> {
         expect_reply!(self, Op::PurgeDead, Reply::Count(n) => n)
+    }
+
+    async fn remove(&self, id: u64) -> Result<bool> {
+        expect_reply!(self, Op::Remove(id), Reply::Bool(b) => b)
     }
 
     async fn stats(&self) -> Result<Stats> {

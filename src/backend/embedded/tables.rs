@@ -17,6 +17,8 @@
 //! - [`batches`]: the batched forms of an add's writes, a claim's
 //!   hand-outs and `ack_batch`;
 //! - [`flows`]: paused flows and their parked lists;
+//! - [`control`]: one item's `promote` and `remove`, and the atomic
+//!   `back_off` (SPEC 3);
 //! - [`dead`]: dead letters and redrive;
 //! - [`deferred`]: deferred deletes of finished items' records;
 //! - [`outcomes`]: outcomes, progress, chunks and done markers;
@@ -34,6 +36,7 @@ mod audit;
 mod batches;
 mod browse;
 mod clock;
+mod control;
 mod dead;
 mod deferred;
 mod flows;

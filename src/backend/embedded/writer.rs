@@ -37,6 +37,13 @@ pub(super) use thread::run;
 pub(super) enum Op {
     Add(Vec<(NewItem, Option<u64>)>),
     Promote,
+    /// SPEC 3, Timers: `promote(id)`, one delayed item due now.
+    PromoteId(u64),
+    /// SPEC 3, Removing: `remove(id)`, one item deleted unrun.
+    Remove(u64),
+    /// SPEC 3, Flow limits: `back_off(flow, duration)`, the duration in
+    /// ms; the hold's end is read from the writer's clock inside the op.
+    BackOff(String, u64),
     Claim {
         count: usize,
         from: ClaimFrom,
@@ -157,6 +164,9 @@ impl Op {
         match self {
             Op::Add(_) => "add",
             Op::Promote => "promote_due",
+            Op::PromoteId(_) => "promote",
+            Op::Remove(_) => "remove",
+            Op::BackOff(..) => "back_off",
             Op::Claim { .. } => "claim",
             Op::Ack(..) | Op::AckBatch(_) => "ack",
             Op::SetProgress(..) => "set_progress",

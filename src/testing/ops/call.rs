@@ -100,6 +100,12 @@ pub enum Call {
     StepBack(u64),
     /// Close and reopen.
     Reopen,
+    /// `promote` of the id.
+    Promote(u64),
+    /// `remove` of the id.
+    Remove(u64),
+    /// `back_off` of the flow for this many ms.
+    BackOff(String, u64),
 }
 
 /// A successful return value of any operation.

@@ -59,6 +59,10 @@ pub struct Reference {
     model: Model,
     now_ms: u64,
     reopen: bool,
+    /// Whether [`Op::Promote`], [`Op::Remove`] and [`Op::BackOffFor`] run
+    /// as themselves (else as `stats`): off until every backend under
+    /// model test has them.
+    item_control: bool,
     max_id: u64,
     receipts: Vec<Receipt>,
     last_slot: BTreeMap<u64, usize>,
@@ -74,11 +78,22 @@ impl Reference {
             model: Model::new(setup.config()).with_durable(durable),
             now_ms: START_MS,
             reopen,
+            item_control: false,
             max_id: 0,
             receipts: Vec::new(),
             last_slot: BTreeMap::new(),
             last: None,
         }
+    }
+
+    /// With `on`, [`Op::Promote`], [`Op::Remove`] and [`Op::BackOffFor`]
+    /// run `promote`, `remove` and `back_off` (SPEC 3); without (the
+    /// default), each is a `stats`, for the backends that have not got
+    /// them yet.
+    #[must_use]
+    pub fn with_item_control(mut self, on: bool) -> Self {
+        self.item_control = on;
+        self
     }
 
     /// The configuration of the run, without a clock.
@@ -136,6 +151,23 @@ impl Reference {
                 delivery: 1,
                 lease: (1 << 60) + u64::from(v),
             })
+        }
+    }
+
+    /// Below 200, the id of an item whose location passes `want`, when
+    /// there is one; otherwise [`Reference::id`].
+    fn id_at(&self, v: u8, want: impl Fn(Location) -> bool) -> u64 {
+        let ids: Vec<u64> = self
+            .model
+            .locations()
+            .into_iter()
+            .filter(|(_, at)| want(*at))
+            .map(|(id, _)| id)
+            .collect();
+        if v < 200 && !ids.is_empty() {
+            ids[usize::from(v) % ids.len()]
+        } else {
+            self.id(v)
         }
     }
 
@@ -238,6 +270,14 @@ impl Reference {
             Op::StepBack(v) => Call::StepBack(step_back_ms(*v)),
             Op::Reopen if self.reopen => Call::Reopen,
             Op::Reopen => Call::Stats,
+            Op::Promote(_) | Op::Remove(_) | Op::BackOffFor(..) if !self.item_control => {
+                Call::Stats
+            }
+            Op::Promote(v) => Call::Promote(self.id_at(*v, |at| at == Location::Delayed)),
+            Op::Remove(v) => Call::Remove(self.id_at(*v, |_| true)),
+            Op::BackOffFor(f, v) => {
+                Call::BackOff(pick(&FLOWS, *f).to_string(), u64::from(v % 32) * 250)
+            }
         }
     }
 
@@ -344,6 +384,9 @@ impl Reference {
                 m.reopen();
                 Ok(Value::Unit)
             }
+            Call::Promote(id) => Ok(Value::Bool(m.promote(*id, now))),
+            Call::Remove(id) => outcome(m.remove(*id, now), Value::Bool),
+            Call::BackOff(f, d) => outcome(m.back_off(f, *d, now), |()| Value::Unit),
         }
     }
 

@@ -64,6 +64,9 @@ pub fn op_strategy() -> BoxedStrategy<Op> {
         5 => byte().prop_map(Op::Advance),
         1 => byte().prop_map(Op::StepBack),
         1 => Just(Op::Reopen),
+        2 => byte().prop_map(Op::Promote),
+        2 => byte().prop_map(Op::Remove),
+        2 => (byte(), byte()).prop_map(|(f, v)| Op::BackOffFor(f, v)),
     ]
     .boxed()
 }

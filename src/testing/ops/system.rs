@@ -175,6 +175,11 @@ impl System {
                 drop(q);
                 outcome(self.target.reopen().await, |()| Value::Unit)
             }
+            Call::Promote(id) => outcome(q.promote(*id).await, Value::Bool),
+            Call::Remove(id) => outcome(q.remove(*id).await, Value::Bool),
+            Call::BackOff(f, d) => outcome(q.back_off(f, Duration::from_millis(*d)).await, |()| {
+                Value::Unit
+            }),
         }
     }
 

@@ -201,6 +201,21 @@ pub(in crate::backend::embedded) fn encode_op(out: &mut Vec<u8>, op: &Op, now: u
             w.u(*id);
         }
         Op::PurgeDead => w.u(18),
+        // Schema 5 (SPEC 6): codes 24-26 are new; a schema-4 build refuses
+        // a schema-5 file by its version before it could meet them.
+        Op::PromoteId(id) => {
+            w.u(24);
+            w.u(*id);
+        }
+        Op::Remove(id) => {
+            w.u(25);
+            w.u(*id);
+        }
+        Op::BackOff(flow, duration_ms) => {
+            w.u(26);
+            w.b(flow.as_bytes());
+            w.u(*duration_ms);
+        }
         #[cfg(feature = "forward")]
         Op::ForwardJournal(candidate) => {
             w.u(19);
@@ -466,6 +481,9 @@ fn decode_op(r: &mut R<'_>) -> Result<Op> {
         16 => Op::MarkDone(r.u()?, r.s()?),
         17 => Op::Redrive(r.u()?),
         18 => Op::PurgeDead,
+        24 => Op::PromoteId(r.u()?),
+        25 => Op::Remove(r.u()?),
+        26 => Op::BackOff(r.s()?, r.u()?),
         23 => {
             let flow = r.s()?;
             let limit = match r.u()? {
@@ -572,6 +590,9 @@ mod tests {
             Op::MarkDone(12, "step".into()),
             Op::Redrive(13),
             Op::PurgeDead,
+            Op::PromoteId(14),
+            Op::Remove(15),
+            Op::BackOff("b".into(), 2_500),
             Op::Add(vec![(NewItem::new(b"c".to_vec()).flow("g").cost(3), None)]),
             Op::SetFlowLimit(
                 "g".into(),

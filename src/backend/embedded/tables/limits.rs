@@ -409,6 +409,17 @@ impl<'t> Tables<'t> {
     ///
     /// Storage failures.
     pub(super) fn held_lane_of(&self, flow: &str, id: u64) -> Result<Option<u8>> {
+        Ok(self.held_key_of(flow, id)?.map(|(li, _, _)| li))
+    }
+
+    /// The key (lane 0 due or 1 backlog, rank, position) under which `id`
+    /// waits in `flow`'s held lanes, if it does; walks that flow's held
+    /// lanes only.
+    ///
+    /// # Errors
+    ///
+    /// Storage failures.
+    pub(super) fn held_key_of(&self, flow: &str, id: u64) -> Result<Option<(u8, i64, u64)>> {
         let what = "find a held item";
         if flow.is_empty() || !self.has_limits()? || self.limit_rec(flow)?.is_none() {
             return Ok(None);
@@ -418,7 +429,8 @@ impl<'t> Tables<'t> {
         for entry in self.held_t()?.range(lo..=hi).ctx(what)? {
             let (k, v) = entry.ctx(what)?;
             if v.value() == id {
-                return Ok(Some(k.value().1));
+                let k = k.value();
+                return Ok(Some((k.1, k.2, k.3)));
             }
         }
         Ok(None)

@@ -15,6 +15,12 @@ fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
     Ok(match op {
         Op::Add(items) => Reply::Added(t.add(items, now)?),
         Op::Promote => Reply::Count(t.promote_due(now)?),
+        Op::PromoteId(id) => Reply::Bool(t.promote_id(*id, now)?),
+        Op::Remove(id) => Reply::Bool(t.remove_id(*id, now)?),
+        Op::BackOff(f, d) => {
+            t.back_off(f, *d, now)?;
+            Reply::Unit
+        }
         Op::Claim { count, from } => {
             let claimed = t.claim(*count, *from, now)?;
             // An empty claim is followed by a wait until the next timer:

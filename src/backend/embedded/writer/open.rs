@@ -237,15 +237,18 @@ pub(super) fn open_and_recover(
             }
             // SPEC 6: an older schema migrates in this very transaction
             // (made durable by the open's checkpoint below).
-            Some(v @ 1..=3) => {
+            Some(v @ 1..=4) => {
                 if v == 1 {
                     migrate::schema1_to_2(&txn, limits.aging_step)?;
                 }
                 if v <= 2 {
                     migrate::schema2_to_3(&txn)?;
                 }
-                migrate::schema3_to_4(&txn)?;
-                tracing::info!(path = %path.display(), "migrated the queue file from schema {v} to 4");
+                if v <= 3 {
+                    migrate::schema3_to_4(&txn)?;
+                }
+                migrate::schema4_to_5(&txn)?;
+                tracing::info!(path = %path.display(), "migrated the queue file from schema {v} to 5");
             }
             Some(_) => {}
         }

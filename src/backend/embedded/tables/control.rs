@@ -1,0 +1,241 @@
+//! Controlling one item, and the atomic back-off (SPEC 3, Timers, Removing
+//! and Flow limits): `promote` (a delayed item becomes due now), `remove`
+//! (an item is deleted unrun) and `back_off` (the clock read and the hold
+//! set in one operation). Each is one writer operation, so one redo record
+//! and one transaction: a crash leaves it whole or not at all.
+//!
+//! None of them writes anything before it knows it will change something:
+//! a `false` answer, or the `InvalidInput` of a pending item, leaves the
+//! transaction clean (SPEC 8, Idle).
+
+use redb::ReadableTable;
+
+use super::{Ctx, Tables};
+use crate::error::{Error, Result};
+use crate::item::Lane;
+use crate::limit::{FlowLimit, FlowState, check_limit};
+
+impl Tables<'_> {
+    /// SPEC 3, Timers: make delayed item `id` due at `now`, at the due
+    /// lane's tail as a promotion at `now` would put it (its `not_before`
+    /// becomes the earlier of its own and `now`; tier, cost and
+    /// deliveries are kept). False, and nothing written, when no delayed
+    /// item is `id`.
+    ///
+    /// # Errors
+    ///
+    /// `Decode` for an unreadable record; storage failures.
+    pub(in crate::backend::embedded) fn promote_id(&mut self, id: u64, now: u64) -> Result<bool> {
+        let Some(nb) = self.delayed_at(id)? else {
+            return Ok(false);
+        };
+        let mut rec = self.record(id)?;
+        // Keeps `delayed` consistent: the timer leaves the index it is in.
+        self.delayed_mut()?.remove((nb, id)).ctx("delete delayed")?;
+        rec.not_before_ms = Some(nb.min(now));
+        // Keeps the item record consistent with its new `not_before`, which
+        // `find` and the delayed lookup above read.
+        self.put_record(id, &rec)?;
+        // Keeps the ready lanes consistent: `enter` writes `due_ranked` (or
+        // the flow's held lane, its record and `heads`/`limit_timers` when
+        // the flow has limits) and the due lane's clock.
+        self.enter(Lane::Due, id, rec.priority, &rec.flow, now, now)?;
+        Ok(true)
+    }
+
+    /// The `not_before` under which `id` waits in `delayed`, if it does.
+    /// A deferred delete's record names no index, so it is never found.
+    fn delayed_at(&self, id: u64) -> Result<Option<u64>> {
+        if self.items()?.get(id).ctx("read item")?.is_none() {
+            return Ok(None);
+        }
+        let Some(nb) = self.record(id)?.not_before_ms else {
+            return Ok(None);
+        };
+        Ok(self
+            .delayed()?
+            .get((nb, id))
+            .ctx("read delayed")?
+            .map(|_| nb))
+    }
+
+    /// SPEC 3, Removing: delete item `id` unrun from whatever state it
+    /// is in (backlog or due lane, shared or held, delayed, parked, dead
+    /// letters), with its record, payload row, progress and chunks. A dead
+    /// letter's outcome is kept, as `purge_dead_letters` keeps it; dedup
+    /// keys are left to expire. False, and nothing written, when the queue
+    /// holds no item `id`.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for a pending item (nothing written); `Corrupt` for
+    /// a record no index names; `Decode` for an unreadable record; storage
+    /// failures.
+    pub(in crate::backend::embedded) fn remove_id(&mut self, id: u64, now: u64) -> Result<bool> {
+        // A deferred delete's record is a finished item's (SPEC 6, schema 4).
+        if self.items()?.get(id).ctx("read item")?.is_none() || self.is_deferred(id)? {
+            return Ok(false);
+        }
+        if self.lease(id)?.is_some() {
+            return Err(Error::invalid(format!(
+                "item {id} is pending: a consumer holds it, so it is finished through its receipt (ack, retry, dead_letter), not removed"
+            )));
+        }
+        let rec = self.record(id)?;
+        let found = self.take_dead(id)?
+            || self.take_delayed(id, rec.not_before_ms)?
+            || self.take_held(id, &rec.flow, now)?
+            || self.take_from_lane(Lane::Due, id)?
+            || self.take_from_lane(Lane::Backlog, id)?
+            || self.take_parked(id, &rec.flow)?;
+        if !found {
+            return Err(Error::corrupt(format!("item {id} is in no state")));
+        }
+        // Keeps `items` and `payloads` consistent: no index names the id
+        // any more, so its record and its payload row (if it is large) go.
+        self.delete_item(id)?;
+        // Keeps `progress` and `chunks` consistent: nothing reads them for
+        // an item that is gone (a dead letter's outcome stays in
+        // `outcomes` or its ack run, as with a purge).
+        self.forget_progress(id)?;
+        Ok(true)
+    }
+
+    fn take_dead(&mut self, id: u64) -> Result<bool> {
+        let Some(seq) = self
+            .dead_by_id()?
+            .get(id)
+            .ctx("read dead letter index")?
+            .map(|g| g.value())
+        else {
+            return Ok(false);
+        };
+        // Keeps `dead` and `dead_by_id` consistent with each other: the
+        // dead letter and its index entry go together.
+        self.dead_mut()?.remove(seq).ctx("delete dead letter")?;
+        self.dead_by_id_mut()?
+            .remove(id)
+            .ctx("delete dead letter index")?;
+        Ok(true)
+    }
+
+    fn take_delayed(&mut self, id: u64, not_before: Option<u64>) -> Result<bool> {
+        let Some(nb) = not_before else {
+            return Ok(false);
+        };
+        if self.delayed()?.get((nb, id)).ctx("read delayed")?.is_none() {
+            return Ok(false);
+        }
+        // Keeps `delayed` consistent: the timer of a removed item never
+        // fires, and `next_due` no longer names it.
+        self.delayed_mut()?.remove((nb, id)).ctx("delete delayed")?;
+        Ok(true)
+    }
+
+    /// Take `id` out of `flow`'s held lanes, if it waits there: its held
+    /// count goes down and [`Tables::settle`] puts the flow's head and
+    /// timer right (or drops its record once nothing is set or held).
+    fn take_held(&mut self, id: u64, flow: &str, now: u64) -> Result<bool> {
+        let Some((li, r, p)) = self.held_key_of(flow, id)? else {
+            return Ok(false);
+        };
+        let Some(mut rec) = self.limit_rec(flow)? else {
+            return Ok(false);
+        };
+        // Keeps `held` consistent: the item leaves its flow's held lane.
+        self.held_mut()?
+            .remove((flow, li, r, p))
+            .ctx("delete held")?;
+        let mut st = FlowState::from_fields(rec.state);
+        st.held = st.held.saturating_sub(1);
+        rec.state = st.to_fields();
+        // Keeps the flow's record (its held count, which `stats().limited`
+        // and `flow_limits()` read), `heads` (the removed item may have
+        // been the flow's head) and `limit_timers` consistent.
+        self.settle(flow, rec, now)?;
+        Ok(true)
+    }
+
+    /// Take `id` out of the shared `lane` (the backlog or the due lane),
+    /// if it is there. The lanes are keyed by rank, so this walks the lane
+    /// up to the item (an operator's call, as `find` is).
+    fn take_from_lane(&mut self, lane: Lane, id: u64) -> Result<bool> {
+        let table = if lane == Lane::Due {
+            self.due()?
+        } else {
+            self.backlog()?
+        };
+        let mut key = None;
+        for entry in table.iter().ctx("scan lane")? {
+            let (k, v) = entry.ctx("scan lane")?;
+            if v.value() == id {
+                key = Some(k.value());
+                break;
+            }
+        }
+        let Some(key) = key else {
+            return Ok(false);
+        };
+        // Keeps the ready lanes (`due_ranked`, `backlog_ranked`)
+        // consistent: no claim, peek or count meets the removed item.
+        if lane == Lane::Due {
+            self.due_mut()?
+        } else {
+            self.backlog_mut()?
+        }
+        .remove(key)
+        .ctx("delete from lane")?;
+        Ok(true)
+    }
+
+    fn take_parked(&mut self, id: u64, flow: &str) -> Result<bool> {
+        let mut seq = None;
+        for row in self
+            .parked()?
+            .range((flow, 0u64)..=(flow, u64::MAX))
+            .ctx("scan parked")?
+        {
+            let (k, v) = row.ctx("scan parked")?;
+            if v.value() == id {
+                seq = Some(k.value().1);
+                break;
+            }
+        }
+        let Some(seq) = seq else {
+            return Ok(false);
+        };
+        // Keeps `parked` consistent: the flow's parked list (what `step`,
+        // `resume` and `parked` read) no longer names the item.
+        self.parked_mut()?
+            .remove((flow, seq))
+            .ctx("delete parked")?;
+        Ok(true)
+    }
+
+    /// SPEC 3, Flow limits: hold `flow` until `now + duration_ms` by the
+    /// writer's clock, read inside this operation, unless a back-off that
+    /// lasts at least as long is in force (then nothing is written).
+    ///
+    /// # Errors
+    ///
+    /// As [`Tables::set_flow_limit`]: `InvalidInput` for the default flow
+    /// or a malformed flow name (nothing written).
+    pub(in crate::backend::embedded) fn back_off(
+        &mut self,
+        flow: &str,
+        duration_ms: u64,
+        now: u64,
+    ) -> Result<()> {
+        let until = now.saturating_add(duration_ms);
+        let change = FlowLimit::BackOffUntil(Some(until));
+        check_limit(flow, &change)?;
+        if let Some(rec) = self.limit_rec(flow)?
+            && FlowState::from_fields(rec.state).backoff_until >= until
+        {
+            return Ok(());
+        }
+        // Keeps `flow_limits`, `heads` and `limit_timers` consistent, as
+        // any change of a limit does.
+        self.set_flow_limit(flow, change, now)
+    }
+}
