@@ -115,7 +115,6 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// `Full` past `max_backlog`; `InvalidInput` for a payload over
     /// `max_payload_bytes`; `Storage`/`Io`/`Backend` if the write failed.
-
     fn add(&self, item: NewItem) -> impl Future<Output = Result<Added>> + Send {
         ask!(self, Request::Add { item }, Added)
     }
@@ -126,7 +125,6 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// As [`WorkQueue::add`]; on any error nothing of the batch was journaled.
-
     fn add_batch(&self, items: Vec<NewItem>) -> impl Future<Output = Result<Vec<Added>>> + Send {
         ask!(self, Request::AddBatch { items }, AddedList)
     }
@@ -137,7 +135,6 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// As [`WorkQueue::add`].
-
     fn add_delayed(
         &self,
         item: NewItem,
@@ -170,7 +167,6 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// Storage or backend failures only.
-
     fn promote_due(&self) -> impl Future<Output = Result<u64>> + Send {
         ask!(self, Request::PromoteDue, Count)
     }
@@ -186,7 +182,6 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// Only the common ones; `Decode` for an unreadable record.
-
     fn promote(&self, id: u64) -> impl Future<Output = Result<bool>> + Send {
         ask!(self, Request::Promote { id }, Bool)
     }
@@ -226,7 +221,6 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// `LeaseLost` if the item is not pending under `receipt` (including a
     /// second ack of the same receipt); nothing changes.
-
     fn ack(&self, receipt: Receipt) -> impl Future<Output = Result<()>> + Send {
         ask!(self, Request::Ack { receipt })
     }
@@ -240,7 +234,6 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// `LeaseLost` as `ack`; `InvalidInput` for a result over
     /// `max_payload_bytes`. Nothing changes on error.
-
     fn ack_with_result(
         &self,
         receipt: Receipt,
@@ -268,7 +261,6 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// As [`WorkQueue::outcome`].
-
     fn wait_outcome(
         &self,
         id: u64,
@@ -300,7 +292,6 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// As [`WorkQueue::set_progress`].
-
     fn send_chunk(
         &self,
         receipt: Receipt,
@@ -328,7 +319,6 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// Only the common ones (see the trait's docs).
-
     fn wait_chunks(
         &self,
         id: u64,
@@ -352,7 +342,6 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// Storage or backend failures only.
-
     fn ack_batch(&self, receipts: Vec<Receipt>) -> impl Future<Output = Result<u64>> + Send {
         ask!(self, Request::AckBatch { receipts }, Count)
     }
@@ -364,7 +353,6 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// `LeaseLost` naming the first receipt that is no longer current; then
     /// no lease was extended.
-
     fn touch(&self, receipts: Vec<Receipt>) -> impl Future<Output = Result<()>> + Send {
         ask!(self, Request::Touch { receipts })
     }
@@ -377,7 +365,6 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// `LeaseLost` if the receipt is not current; nothing changes.
-
     fn retry(
         &self,
         receipt: Receipt,
@@ -404,7 +391,6 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// `LeaseLost` if the receipt is not current; nothing changes.
-
     fn release(
         &self,
         receipt: Receipt,
@@ -425,7 +411,6 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// `LeaseLost` if the receipt is not current; nothing changes.
-
     fn dead_letter(
         &self,
         receipt: Receipt,
@@ -451,7 +436,6 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// `InvalidInput` for `count == 0`; storage or backend failures.
-
     fn reclaim_stale(
         &self,
         min_idle: Duration,
@@ -468,7 +452,6 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// As [`WorkQueue::reclaim_stale`].
-
     fn reclaim(
         &self,
         min_idle: Duration,
@@ -525,7 +508,6 @@ pub trait WorkQueue: Send + Sync {
     /// # Errors
     ///
     /// `InvalidInput` for an empty flow name.
-
     fn step(&self, flow: &str) -> impl Future<Output = Result<Option<Claimed>>> + Send {
         ask!(
             self,
@@ -706,7 +688,6 @@ pub trait WorkQueue: Send + Sync {
     /// `InvalidInput` if the item is pending (claimed): a consumer holds it,
     /// so it is finished through its receipt (ack, retry, dead-letter), not
     /// removed; nothing changes. `Decode` for an unreadable record.
-
     fn remove(&self, id: u64) -> impl Future<Output = Result<bool>> + Send {
         ask!(self, Request::Remove { id }, Bool)
     }

@@ -20,7 +20,6 @@ use workjournal::testing::StateCounts;
 
 mod workload;
 
-use workjournal::ItemState;
 use workjournal::{
     ClaimFrom, Config, EmbeddedOptions, EmbeddedQueue, ItemState, ListQuery, NewItem, Receipt,
     RetryOutcome, WorkQueue,

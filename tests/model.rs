@@ -51,9 +51,9 @@ trait Backend: 'static {
     /// Whether its lease numbers must equal the model's (otherwise they only
     /// have to be unique).
     const EXACT_LEASES: bool;
-    /// Whether it has `promote`, `remove` and the atomic `back_off` (SPEC
-    /// 3); the sequences run them only where it does.
-    const ITEM_CONTROL: bool = false;
+    /// Whether the sequences run `promote`, `remove` and `back_off` (SPEC
+    /// 3): every backend has them.
+    const ITEM_CONTROL: bool = true;
     /// A fresh empty queue reading `config`'s clock.
     fn target(config: workjournal::Config) -> Box<dyn Target>;
 }
@@ -64,7 +64,6 @@ impl Backend for Embedded {
     const DURABLE: bool = true;
     const REOPEN: bool = true;
     const EXACT_LEASES: bool = true;
-    const ITEM_CONTROL: bool = true;
     fn target(config: workjournal::Config) -> Box<dyn Target> {
         Box::new(runtime().block_on(EmbeddedTarget::new(config)).unwrap())
     }
@@ -79,7 +78,6 @@ impl Backend for Memory {
     const DURABLE: bool = false;
     const REOPEN: bool = false;
     const EXACT_LEASES: bool = false;
-    const ITEM_CONTROL: bool = true;
     fn target(config: workjournal::Config) -> Box<dyn Target> {
         factory_target(&MemoryFactory, config)
     }

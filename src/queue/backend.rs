@@ -112,23 +112,7 @@ pub(crate) trait Backend: Send + Sync {
         flow: &str,
         limit: FlowLimit,
     ) -> impl Future<Output = Result<()>> + Send;
-    fn back_off(&self, flow: &str, duration: Duration) -> impl Future<Output = Result<()>> + Send {
-        async move {
-            let now = self.now_ms().await?;
-            let until = now.saturating_add(crate::config::ms(duration));
-            let current = self
-                .flow_limits()
-                .await?
-                .into_iter()
-                .find(|l| l.flow == flow)
-                .and_then(|l| l.backoff_until_ms);
-            if current.is_some_and(|t| t >= until) {
-                return crate::limit::check_limit(flow, &FlowLimit::BackOffUntil(None));
-            }
-            self.set_flow_limit(flow, FlowLimit::BackOffUntil(Some(until)))
-                .await
-        }
-    }
+    fn back_off(&self, flow: &str, duration: Duration) -> impl Future<Output = Result<()>> + Send;
     fn flow_limits(&self) -> impl Future<Output = Result<Vec<FlowLimits>>> + Send;
     fn mark_done(&self, id: u64, step: &str) -> impl Future<Output = Result<()>> + Send;
     fn was_done(&self, id: u64, step: &str) -> impl Future<Output = Result<bool>> + Send;

@@ -156,7 +156,7 @@ impl Reference {
 
     /// Below 200, the id of an item whose location passes `want`, when
     /// there is one; otherwise [`Reference::id`].
-    fn id_at(&self, v: u8, want: impl Fn(Location) -> bool) -> u64 {
+    fn id_at(&self, v: u8, want: impl Fn(ItemState) -> bool) -> u64 {
         let ids: Vec<u64> = self
             .model
             .locations()
@@ -273,7 +273,7 @@ impl Reference {
             Op::Promote(_) | Op::Remove(_) | Op::BackOffFor(..) if !self.item_control => {
                 Call::Stats
             }
-            Op::Promote(v) => Call::Promote(self.id_at(*v, |at| at == Location::Delayed)),
+            Op::Promote(v) => Call::Promote(self.id_at(*v, |at| at == ItemState::Delayed)),
             Op::Remove(v) => Call::Remove(self.id_at(*v, |_| true)),
             Op::BackOffFor(f, v) => {
                 Call::BackOff(pick(&FLOWS, *f).to_string(), u64::from(v % 32) * 250)

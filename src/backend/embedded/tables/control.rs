@@ -16,9 +16,9 @@ use crate::item::Lane;
 use crate::limit::{FlowLimit, FlowState, check_limit};
 
 impl Tables<'_> {
-    /// SPEC 3, Timers: make delayed item `id` due at `now`, at the due
-    /// lane's tail as a promotion at `now` would put it (its `not_before`
-    /// becomes the earlier of its own and `now`; tier, cost and
+    /// SPEC 3, Timers: make delayed item `id` due now: its `not_before`
+    /// becomes the earlier of its own and `now`, and it enters the due lane
+    /// with that arrival, as `promote_due` moves it (tier, cost and
     /// deliveries are kept). False, and nothing written, when no delayed
     /// item is `id`.
     ///
@@ -32,14 +32,17 @@ impl Tables<'_> {
         let mut rec = self.record(id)?;
         // Keeps `delayed` consistent: the timer leaves the index it is in.
         self.delayed_mut()?.remove((nb, id)).ctx("delete delayed")?;
-        rec.not_before_ms = Some(nb.min(now));
+        let due_at = nb.min(now);
+        rec.not_before_ms = Some(due_at);
         // Keeps the item record consistent with its new `not_before`, which
         // `find` and the delayed lookup above read.
         self.put_record(id, &rec)?;
         // Keeps the ready lanes consistent: `enter` writes `due_ranked` (or
         // the flow's held lane, its record and `heads`/`limit_timers` when
-        // the flow has limits) and the due lane's clock.
-        self.enter(Lane::Due, id, rec.priority, &rec.flow, now, now)?;
+        // the flow has limits) and the due lane's clock. The due lane's
+        // arrival is the item's not_before (SPEC 3, Priority), as
+        // promote_due gives it.
+        self.enter(Lane::Due, id, rec.priority, &rec.flow, due_at, now)?;
         Ok(true)
     }
 
