@@ -479,8 +479,8 @@ async fn openapi_document_names_every_operation() {
     let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
     assert_eq!(
-        doc,
-        workjournal::server::openapi_document(),
+        body,
+        workjournal::server::openapi_json(),
         "the server serves the generated document"
     );
     for op in workjournal::wire::OPS {

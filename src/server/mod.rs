@@ -50,7 +50,7 @@ mod options;
 mod routes;
 
 pub use listener::{Listener, SocketPermissions};
-pub use openapi::{openapi_document, openapi_json};
+pub use openapi::openapi_json;
 pub use options::ServerOptions;
 
 use connections::{accept_tcp, accept_unix};

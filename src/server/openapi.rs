@@ -79,7 +79,7 @@ pub fn openapi_json() -> &'static str {
 
 /// The OpenAPI 3.1 document of every route (SPEC section 10), generated
 /// from the wire types.
-pub fn openapi_document() -> Value {
+fn openapi_document() -> Value {
     let settings = SchemaSettings::draft2020_12().with(|s| s.definitions_path = SCHEMAS.into());
     let mut requests = settings.clone().for_deserialize().into_generator();
     let mut replies = settings.for_serialize().into_generator();

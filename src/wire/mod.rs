@@ -83,7 +83,7 @@ impl schemars::JsonSchema for Base64 {
 /// What standard base64 with padding looks like: whole groups of four,
 /// the last one padded with `=` (SPEC section 10).
 #[cfg(feature = "server")]
-pub const BASE64_PATTERN: &str = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$";
+const BASE64_PATTERN: &str = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$";
 
 fn one_permit() -> u32 {
     1
