@@ -25,6 +25,7 @@ pub const MAX_SEARCH_SCAN: usize = 5_000;
 /// The state an item is in (SPEC section 2), as listed by
 /// [`WorkQueue::list`](crate::WorkQueue::list).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ItemState {
     /// Ready, in the backlog lane: claim (add) order, then the items held

@@ -247,6 +247,7 @@ pub enum RetryOutcome {
 /// Exact counts of every state (SPEC section 3, Looking). Made by the queue
 /// only; `#[non_exhaustive]` so that a count can be added.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct Stats {
     /// Items ready to run: backlog plus due lane.

@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 /// in each window of `period_ms` milliseconds, by the queue's clock. A
 /// window opens at the first claim after the previous one ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct RateLimit {
     /// Permits per window, at least 1.
     pub permits: u32,
@@ -32,6 +33,7 @@ impl RateLimit {
 /// Flow limits). Each kind is set, changed and cleared on its own; the
 /// others stay as they are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum FlowLimit {
@@ -51,6 +53,7 @@ pub enum FlowLimit {
 /// [`WorkQueue::flow_limits`](crate::WorkQueue::flow_limits) (SPEC 3, Flow
 /// limits).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct FlowLimits {
     /// The flow.

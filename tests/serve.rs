@@ -478,10 +478,21 @@ async fn openapi_document_names_every_operation() {
     assert_eq!(status, 200);
     let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    assert_eq!(
+        body,
+        workjournal::server::openapi_json(),
+        "the server serves the generated document"
+    );
     for op in workjournal::wire::OPS {
+        let post = &doc["paths"][format!("/v1/{op}")]["post"];
+        assert!(post.is_object(), "openapi.json lacks POST /v1/{op}");
         assert!(
-            doc["paths"][format!("/v1/{op}")]["post"].is_object(),
-            "openapi.json lacks POST /v1/{op}"
+            post["requestBody"]["content"]["application/json"]["schema"].is_object(),
+            "POST /v1/{op} has no request schema"
+        );
+        assert!(
+            post["responses"]["200"]["content"]["application/json"]["schema"].is_object(),
+            "POST /v1/{op} has no reply schema"
         );
         // Once: a JSON parser keeps one of two equal keys and drops the
         // other without a word (`/v1/max_deliveries` was written twice).
@@ -490,10 +501,20 @@ async fn openapi_document_names_every_operation() {
     }
     // Each status code is its own entry of `responses`: every error code
     // was once nested inside the 200 response, where no OpenAPI tool looks.
+    let resolve = |response: &serde_json::Value| match response["$ref"].as_str() {
+        Some(r) => doc
+            .pointer(r.trim_start_matches('#'))
+            .unwrap_or_else(|| panic!("{r} names nothing"))
+            .clone(),
+        None => response.clone(),
+    };
+    let mut errors = 0;
     for (path, methods) in doc["paths"].as_object().unwrap() {
         for (method, op) in methods.as_object().unwrap() {
             for (code, response) in op["responses"].as_object().unwrap() {
-                assert!(code.parse::<u16>().is_ok(), "{method} {path}: {code}");
+                let status = code.parse::<u16>();
+                assert!(status.is_ok(), "{method} {path}: {code}");
+                let response = resolve(response);
                 let response = response.as_object().unwrap();
                 assert!(
                     response.contains_key("description"),
@@ -503,9 +524,13 @@ async fn openapi_document_names_every_operation() {
                     response.keys().all(|k| k.parse::<u16>().is_err()),
                     "{method} {path}: a status code nested in response {code}"
                 );
+                if status.is_ok_and(|s| s >= 400) {
+                    errors += 1;
+                }
             }
         }
     }
+    assert!(errors > 0, "no error response at all");
 }
 
 #[tokio::test]

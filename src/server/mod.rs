@@ -45,10 +45,12 @@ mod auth;
 mod connections;
 mod execute;
 mod listener;
+mod openapi;
 mod options;
 mod routes;
 
 pub use listener::{Listener, SocketPermissions};
+pub use openapi::openapi_json;
 pub use options::ServerOptions;
 
 use connections::{accept_tcp, accept_unix};
@@ -72,8 +74,6 @@ pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(20);
 /// Room for the JSON around the payloads of one request, in bytes.
 pub(crate) const ENVELOPE_BYTES: usize = 64 * 1024;
-/// The OpenAPI 3.1 document the server serves at `GET /v1/openapi.json`.
-pub const OPENAPI_JSON: &str = include_str!("openapi.json");
 
 /// Serves one queue on any number of listeners.
 #[derive(Debug)]

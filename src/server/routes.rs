@@ -17,7 +17,7 @@ use tokio::sync::watch;
 
 use super::auth::authorized;
 use super::execute::execute;
-use super::{OPENAPI_JSON, ServerOptions};
+use super::{ServerOptions, openapi_json};
 use crate::error::Result;
 use crate::queue::BoxQueue;
 use crate::wire::{self, ErrorBody, ErrorReply, Request};
@@ -64,7 +64,7 @@ async fn api_metrics(State(state): State<AppState>, headers: HeaderMap) -> Respo
 }
 
 async fn openapi() -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], OPENAPI_JSON).into_response()
+    ([(header::CONTENT_TYPE, "application/json")], openapi_json()).into_response()
 }
 
 async fn not_found() -> Response {

@@ -7,6 +7,7 @@ use super::{Base64, WireItem};
 
 /// `list`: one page of one state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ListRequest {
     /// The state to list.
@@ -47,6 +48,7 @@ impl From<ListRequest> for crate::browse::ListQuery {
 
 /// An item with its state, as `list` and `find` answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct WireListedItem {
     /// The item.
     pub item: WireItem,
@@ -96,6 +98,7 @@ impl From<WireListedItem> for crate::browse::ListedItem {
 
 /// Reply of `list`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct ItemPageReply {
     /// The items, in the state's order.
     pub items: Vec<WireListedItem>,
@@ -120,6 +123,7 @@ impl From<ItemPageReply> for crate::browse::ItemPage {
 
 /// Reply of `find`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct FoundReply {
     /// The item with its state, or `null`.
     pub item: Option<WireListedItem>,

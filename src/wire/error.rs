@@ -6,6 +6,7 @@ use crate::error::Error;
 
 /// The error reply: `{"error": {...}}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct ErrorReply {
     /// What went wrong.
     pub error: ErrorBody,
@@ -13,6 +14,7 @@ pub struct ErrorReply {
 
 /// What went wrong, with the fields of the [`Error`] variant it stands for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct ErrorBody {
     /// One of: `full`, `lease_lost`, `locked`, `corrupt`, `io`, `storage`,
     /// `backend`, `decode`, `invalid_input`, `closed`, `bad_request`,

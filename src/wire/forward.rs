@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// `forward_lag`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ForwardLagRequest {
     /// Count these flows only (`""` is the default flow). Absent, `null`
@@ -15,6 +16,7 @@ pub struct ForwardLagRequest {
 
 /// The forwarding lag of a served queue file, as on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct WireForwardLag {
     /// Items of the counted flows waiting to be handed over (backlog, due,
     /// delayed).
@@ -33,6 +35,7 @@ pub struct WireForwardLag {
 /// know (it is not a queue file: Redis, say). The field is required, so a
 /// reply without it is unreadable rather than "cannot know".
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct ForwardLagReply {
     /// The lag, if the served queue is a queue file.
     #[serde(deserialize_with = "Option::deserialize")]

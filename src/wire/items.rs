@@ -8,6 +8,7 @@ use crate::item::{Added, ClaimFrom, Claimed, DeadLetter, Item, Lane, NewItem, Re
 
 /// An item to add.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct WireNewItem {
     /// The flow; default `""`.
@@ -25,6 +26,7 @@ pub struct WireNewItem {
     /// Rate-limit permits a claim of the item takes (SPEC section 3, Flow
     /// limits). Default 1.
     #[serde(default = "one_permit", skip_serializing_if = "is_one")]
+    #[cfg_attr(feature = "server", schemars(extend("default" = 1)))]
     pub cost: u32,
 }
 
@@ -54,6 +56,7 @@ impl From<WireNewItem> for NewItem {
 
 /// Which lanes a claim may take from, as on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum WireClaimFrom {
     /// Due lane, then backlog.
@@ -65,6 +68,7 @@ pub enum WireClaimFrom {
 
 /// A receipt as on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct WireReceipt {
     /// The item's id.
@@ -97,6 +101,7 @@ impl From<WireReceipt> for Receipt {
 
 /// An item as on the wire.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct WireItem {
     /// The item's id.
     pub id: u64,
@@ -152,6 +157,7 @@ impl From<WireItem> for Item {
 
 /// A lane as on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 #[allow(missing_docs)]
 pub enum WireLane {
@@ -162,6 +168,7 @@ pub enum WireLane {
 
 /// A claimed item as on the wire.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct WireClaimed {
     /// The item.
     pub item: WireItem,
@@ -205,6 +212,7 @@ impl From<WireClaimed> for Claimed {
 
 /// A dead letter as on the wire.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct WireDeadLetter {
     /// The item as it was when it failed.
     pub item: WireItem,
@@ -236,6 +244,7 @@ impl From<WireDeadLetter> for DeadLetter {
 
 /// The result of an add.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct WireAdded {
     /// The item's id (the first item's for a duplicate).
     pub id: u64,

@@ -62,6 +62,29 @@ impl<'de> Deserialize<'de> for Base64 {
     }
 }
 
+/// The schema of [`Base64`] (SPEC section 10): a string of standard
+/// base64 with padding, the only form the server reads.
+#[cfg(feature = "server")]
+impl schemars::JsonSchema for Base64 {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Base64".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "contentEncoding": "base64",
+            "pattern": BASE64_PATTERN,
+            "description": "Bytes as standard base64 with padding (`aGVsbG8=` is `hello`).",
+        })
+    }
+}
+
+/// What standard base64 with padding looks like: whole groups of four,
+/// the last one padded with `=` (SPEC section 10).
+#[cfg(feature = "server")]
+const BASE64_PATTERN: &str = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$";
+
 fn one_permit() -> u32 {
     1
 }

@@ -8,6 +8,7 @@ use crate::outcome::{Chunk, Outcome, OutcomeKind};
 
 /// `ack_with_result`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct AckWithResultRequest {
     /// The claim's receipt.
@@ -18,6 +19,7 @@ pub struct AckWithResultRequest {
 
 /// `set_progress`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SetProgressRequest {
     /// The claim's receipt.
@@ -28,6 +30,7 @@ pub struct SetProgressRequest {
 
 /// `send_chunk`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SendChunkRequest {
     /// The claim's receipt.
@@ -38,6 +41,7 @@ pub struct SendChunkRequest {
 
 /// `wait_outcome`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct WaitOutcomeRequest {
     /// The item's id.
@@ -50,6 +54,7 @@ pub struct WaitOutcomeRequest {
 
 /// `wait_chunks`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct WaitChunksRequest {
     /// The item's id.
@@ -65,6 +70,7 @@ pub struct WaitChunksRequest {
 
 /// How an item finished, as on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum WireOutcomeKind {
     /// Acked: `result` holds what the ack carried.
@@ -76,6 +82,7 @@ pub enum WireOutcomeKind {
 /// An outcome as on the wire: `result` for a done item, `reason` for a
 /// dead-lettered one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct WireOutcome {
     /// The item's id.
     pub id: u64,
@@ -130,6 +137,7 @@ impl From<WireOutcome> for Outcome {
 /// `outcome` and `wait_outcome`: the outcome, or `null` when there is none
 /// (yet, or any more).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct OutcomeReply {
     /// The outcome, if any.
     pub outcome: Option<WireOutcome>,
@@ -137,6 +145,7 @@ pub struct OutcomeReply {
 
 /// `progress`: the latest progress, or `null`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct ProgressReply {
     /// The progress bytes, base64, if any.
     pub progress: Option<Base64>,
@@ -144,6 +153,7 @@ pub struct ProgressReply {
 
 /// `send_chunk`: the chunk's sequence number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct Seq {
     /// Position in the item's stream, from 1.
     pub seq: u64,
@@ -151,6 +161,7 @@ pub struct Seq {
 
 /// One chunk as on the wire.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct WireChunk {
     /// Position in the item's stream, from 1.
     pub seq: u64,
@@ -179,6 +190,7 @@ impl From<WireChunk> for Chunk {
 /// `wait_chunks`: the chunks after `after_seq` in order, and whether the
 /// item has an outcome (then no chunk follows the last one given).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct ChunkList {
     /// The chunks, in order.
     pub chunks: Vec<WireChunk>,

@@ -16,6 +16,7 @@ use crate::item::{RetryOutcome, Stats};
 /// `{"limit":{"concurrency":2}}`, `{"limit":{"back_off_until":1700000000000}}`;
 /// `null` in place of the value clears that limit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SetFlowLimitRequest {
     /// The flow.
@@ -26,6 +27,7 @@ pub struct SetFlowLimitRequest {
 
 /// Reply of `flow_limits`: every flow with a limit in force, by name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct LimitsReply {
     /// The flows' limits and state.
     pub limits: Vec<crate::limit::FlowLimits>,
@@ -33,6 +35,7 @@ pub struct LimitsReply {
 
 /// `add_delayed`: an item and its due time.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct AddDelayedRequest {
     /// The flow; default `""`.
@@ -50,6 +53,7 @@ pub struct AddDelayedRequest {
     /// Rate-limit permits a claim of the item takes (SPEC section 3, Flow
     /// limits). Default 1.
     #[serde(default = "one_permit", skip_serializing_if = "is_one")]
+    #[cfg_attr(feature = "server", schemars(extend("default" = 1)))]
     pub cost: u32,
     /// Due time, ms since the Unix epoch (queue clock).
     pub not_before_ms: u64,
@@ -57,6 +61,7 @@ pub struct AddDelayedRequest {
 
 /// `add_batch`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct AddBatchRequest {
     /// The items, all or none.
@@ -65,6 +70,7 @@ pub struct AddBatchRequest {
 
 /// `claim`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ClaimRequest {
     /// At most this many items.
@@ -80,6 +86,7 @@ pub struct ClaimRequest {
 
 /// `ack` and `park`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ReceiptRequest {
     /// The claim's receipt.
@@ -88,6 +95,7 @@ pub struct ReceiptRequest {
 
 /// `ack_batch` and `touch`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ReceiptsRequest {
     /// The claims' receipts.
@@ -96,6 +104,7 @@ pub struct ReceiptsRequest {
 
 /// `retry` and `release`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RetryRequest {
     /// The claim's receipt.
@@ -106,6 +115,7 @@ pub struct RetryRequest {
 
 /// `dead_letter`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct DeadLetterRequest {
     /// The claim's receipt.
@@ -116,6 +126,7 @@ pub struct DeadLetterRequest {
 
 /// `reclaim_stale`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ReclaimRequest {
     /// Minimum claim age, in ms.
@@ -126,6 +137,7 @@ pub struct ReclaimRequest {
 
 /// `pause`, `resume`, `step`, `clear_flow`, `parked`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct FlowRequest {
     /// The flow name.
@@ -134,6 +146,7 @@ pub struct FlowRequest {
 
 /// `mark_done` and `was_done`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct DoneRequest {
     /// The item's id.
@@ -144,6 +157,7 @@ pub struct DoneRequest {
 
 /// `dead_letters` and `peek`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CountRequest {
     /// How many.
@@ -152,6 +166,7 @@ pub struct CountRequest {
 
 /// `backlog_by_flow`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SampleRequest {
     /// How many items to sample in claim order.
@@ -160,6 +175,7 @@ pub struct SampleRequest {
 
 /// `redrive`, `promote`, `remove`, `outcome`, `progress`, `find`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct IdRequest {
     /// The item's id (`redrive`: the dead letter's).
@@ -170,6 +186,7 @@ pub struct IdRequest {
 /// now by the queue's clock, keeping a longer hold in force, e.g.
 /// `{"flow":"api","duration_ms":30000}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct BackOffRequest {
     /// The flow to hold (not the default flow).
@@ -180,6 +197,7 @@ pub struct BackOffRequest {
 
 /// Reply of `add_batch`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct AddedList {
     /// One result per item, in input order.
     pub added: Vec<WireAdded>,
@@ -187,6 +205,7 @@ pub struct AddedList {
 
 /// Reply of `next_due`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct NextDue {
     /// The soonest due time, ms since the Unix epoch, or null.
     pub not_before_ms: Option<u64>,
@@ -195,6 +214,7 @@ pub struct NextDue {
 /// Reply of the operations that return a number (`promote_due`,
 /// `ack_batch`, `resume`, `clear_flow`, `parked`, `purge_dead_letters`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct Count {
     /// The number, in items.
     pub count: u64,
@@ -202,6 +222,7 @@ pub struct Count {
 
 /// Reply of `claim` and `reclaim_stale`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct ClaimedList {
     /// The items taken.
     pub claimed: Vec<WireClaimed>,
@@ -210,6 +231,7 @@ pub struct ClaimedList {
 /// Reply of `reclaim`: the items taken over, and the receipts of the stale
 /// claims whose items went to the dead letters (SPEC 3, Crash recovery).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct ReclaimedList {
     /// The items taken over, each with a new receipt.
     pub claimed: Vec<WireClaimed>,
@@ -219,6 +241,7 @@ pub struct ReclaimedList {
 
 /// Reply of `step`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct Stepped {
     /// The item taken, or null when nothing was parked.
     pub claimed: Option<WireClaimed>,
@@ -226,10 +249,12 @@ pub struct Stepped {
 
 /// Reply of operations that return nothing: `{}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct Done {}
 
 /// What `retry` did, as on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 #[allow(missing_docs)]
 pub enum WireRetryOutcome {
@@ -239,6 +264,7 @@ pub enum WireRetryOutcome {
 
 /// Reply of `retry`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct Retried {
     /// What happened to the item.
     pub outcome: WireRetryOutcome,
@@ -266,6 +292,7 @@ impl From<Retried> for RetryOutcome {
 
 /// Reply of `paused_flows`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct Flows {
     /// The paused flows, sorted.
     pub flows: Vec<String>,
@@ -273,6 +300,7 @@ pub struct Flows {
 
 /// Reply of `was_done`, `redrive` and `compact`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct Flag {
     /// `was_done`: marked within `done_ttl`; `redrive`: the dead letter
     /// existed and moved; `compact`: space was given back.
@@ -281,6 +309,7 @@ pub struct Flag {
 
 /// Reply of `dead_letters`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct DeadLetterList {
     /// Newest first.
     pub dead_letters: Vec<WireDeadLetter>,
@@ -291,6 +320,7 @@ pub type WireStats = Stats;
 
 /// Reply of `backlog_by_flow`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct FlowCounts {
     /// Items per flow in the sample.
     pub flows: BTreeMap<String, u64>,
@@ -298,6 +328,7 @@ pub struct FlowCounts {
 
 /// Reply of `peek`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct ItemList {
     /// The next items a claim would hand out.
     pub items: Vec<WireItem>,
@@ -305,6 +336,7 @@ pub struct ItemList {
 
 /// Reply of `now`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 pub struct Now {
     /// The queue's clock, ms since the Unix epoch.
     pub now_ms: u64,

@@ -13,6 +13,7 @@ use super::{
 
 /// Operations without arguments: `{}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct EmptyRequest {}
 
