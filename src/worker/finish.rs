@@ -8,7 +8,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Event;
-use super::{BackedOff, QueueHold, Shared, lock};
+use super::backed_off::{BackedOff, QueueHold};
+use super::{Shared, lock};
 use crate::config::ms;
 use crate::error::Error;
 use crate::item::{Receipt, RetryOutcome};

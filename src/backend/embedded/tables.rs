@@ -39,6 +39,7 @@ mod clock;
 mod control;
 mod dead;
 mod deferred;
+mod finishing;
 mod flows;
 #[cfg(feature = "forward")]
 mod forward;

@@ -13,6 +13,7 @@
 //! - `thread`: the writer loop, its batching of requests, and how it
 //!   carries on after an I/O error.
 
+mod apply;
 mod commit;
 mod open;
 mod thread;
