@@ -24,72 +24,7 @@ pub use boxed::BoxQueue;
 #[cfg(feature = "testing")]
 pub use boxed::BoxFuture;
 
-/// A durable work queue: every item is journaled before anything runs it and
-/// removed only when a consumer acknowledges it.
-///
-/// # Delivery
-///
-/// At least once (SPEC section 4): an added item is handed out until someone
-/// acks it, dead-letters it or clears its flow. It is handed out again only
-/// after a crash, a reclaim, a retry, a redrive, a resume or a step. Use the
-/// item's `id` (stable through every move) with [`WorkQueue::mark_done`] /
-/// [`WorkQueue::was_done`] to make side effects idempotent.
-///
-/// # Ordering
-///
-/// The due lane is claimed before the backlog; each lane is in rank order
-/// (SPEC section 3, Priority): `arrival - tier x aging_step`, then
-/// position, so higher tiers first, FIFO within a tier, and exactly FIFO
-/// when every item is at tier 0. No order across flows is promised beyond
-/// that.
-///
-/// # Leases and receipts
-///
-/// A claim makes an item pending and hands back a [`Receipt`]. Every
-/// operation on a pending item (ack, touch, retry, dead_letter, park) names
-/// its receipt and takes effect only if the item is still pending under that
-/// claim; otherwise it fails with [`Error::LeaseLost`](crate::Error::LeaseLost)
-/// and changes nothing. A claim that nobody touches for `min_idle` may be
-/// taken over by [`WorkQueue::reclaim_stale`].
-///
-/// # Time
-///
-/// Every time rule reads the queue's clock (ms since the Unix epoch): the
-/// system clock for memory and embedded, the Redis server's `TIME` for Redis,
-/// or an injected [`Clock`](crate::Clock). The `wait` of a blocking claim is
-/// real (tokio) time: it bounds how long the call blocks.
-///
-/// # What implementors guarantee
-///
-/// Each operation is atomic: it happens whole or not at all, including
-/// across a crash or a dropped connection; a failed operation leaves the
-/// queue as it was. No operation panics on any input, stored bytes or server
-/// reply. Two consumers never hold the same item at once, unless the first
-/// one's claim went stale and was reclaimed.
-///
-/// # Errors common to every method
-///
-/// After [`WorkQueue::close`] every call on the handle is
-/// [`Error::Closed`](crate::Error::Closed). Storage failures are
-/// `Io`/`Storage` (embedded); an unreachable or failing Redis is `Backend`.
-/// Each method's own `# Errors` section lists what else it returns.
-///
-/// # Cancel safety
-///
-/// Every operation is one [`Request`], which happens whole or not at all,
-/// so dropping any future never leaves the queue half-changed and nothing
-/// is ever lost by cancelling. In tokio's stricter sense:
-///
-/// - the reads (`stats`, `peek`, `list`, `find`, `outcome`,
-///   `wait_outcome`, `wait_chunks`, `next_due`, ...) are cancel safe;
-/// - a write whose future is dropped after it was submitted may still
-///   commit, whole: an add may or may not have added (a batch all or
-///   none), an ack or a move happened or it did not (acking again is safe:
-///   at worst `LeaseLost`; touching again is idempotent);
-/// - `claim`, `reclaim`, `reclaim_stale` and `step` are not cancel safe:
-///   the items such a call took may stay pending with nobody holding
-///   them, and come back through `reclaim_stale` once idle (or at the next
-///   open of an embedded file); see [`WorkQueue::claim`].
+#[doc = include_str!("queue/work_queue.md")]
 pub trait WorkQueue: Send + Sync {
     /// Carry out one operation of the contract (docs/DESIGN.md, One
     /// request type): the one method a backend implements besides
@@ -102,10 +37,6 @@ pub trait WorkQueue: Send + Sync {
     ///
     /// Those of the typed method of the request's name; `InvalidInput` for
     /// a request this backend does not support (see [`Request`]).
-    ///
-    /// # Cancel safety
-    ///
-    /// That of the typed method of the request's name.
     fn call(&self, request: Request) -> impl Future<Output = Result<Reply>> + Send;
 
     /// Journal `item` at the backlog tail (SPEC 3, Adding). Returns once the
@@ -302,10 +233,6 @@ pub trait WorkQueue: Send + Sync {
 
     /// The last progress published for item `id`, if any (kept until its
     /// outcome expires).
-    ///
-    /// # Errors
-    ///
-    /// Only the common ones (see the trait's docs).
     fn progress(&self, id: u64) -> impl Future<Output = Result<Option<Vec<u8>>>> + Send {
         ask!(self, Request::Progress { id }, Progress)
     }
@@ -315,10 +242,6 @@ pub trait WorkQueue: Send + Sync {
     /// (real time) for one; empty when the wait runs out or the item has
     /// finished (check [`WorkQueue::outcome`] to tell which). A long poll:
     /// pass the last `seq` seen to read on (SPEC 3, Outcomes and progress).
-    ///
-    /// # Errors
-    ///
-    /// Only the common ones (see the trait's docs).
     fn wait_chunks(
         &self,
         id: u64,
@@ -535,10 +458,6 @@ pub trait WorkQueue: Send + Sync {
     }
 
     /// How many items `flow` has parked.
-    ///
-    /// # Errors
-    ///
-    /// Only the common ones (see the trait's docs).
     fn parked(&self, flow: &str) -> impl Future<Output = Result<u64>> + Send {
         ask!(
             self,
@@ -550,10 +469,6 @@ pub trait WorkQueue: Send + Sync {
     }
 
     /// The paused flows, sorted.
-    ///
-    /// # Errors
-    ///
-    /// Only the common ones (see the trait's docs).
     fn paused_flows(&self) -> impl Future<Output = Result<Vec<String>>> + Send {
         ask!(self, Request::PausedFlows, Flows)
     }
@@ -632,10 +547,6 @@ pub trait WorkQueue: Send + Sync {
     }
 
     /// Whether `step` of item `id` was marked done within `done_ttl`.
-    ///
-    /// # Errors
-    ///
-    /// Only the common ones (see the trait's docs).
     fn was_done(&self, id: u64, step: &str) -> impl Future<Output = Result<bool>> + Send {
         ask!(
             self,
@@ -648,10 +559,6 @@ pub trait WorkQueue: Send + Sync {
     }
 
     /// Up to `count` dead letters, newest first.
-    ///
-    /// # Errors
-    ///
-    /// Only the common ones (see the trait's docs).
     fn dead_letters(&self, count: usize) -> impl Future<Output = Result<Vec<DeadLetter>>> + Send {
         ask!(self, Request::DeadLetters { count }, DeadLetters)
     }
@@ -667,10 +574,6 @@ pub trait WorkQueue: Send + Sync {
     }
 
     /// Delete every dead letter; returns how many.
-    ///
-    /// # Errors
-    ///
-    /// Only the common ones (see the trait's docs).
     fn purge_dead_letters(&self) -> impl Future<Output = Result<u64>> + Send {
         ask!(self, Request::PurgeDeadLetters, Count)
     }
@@ -693,10 +596,6 @@ pub trait WorkQueue: Send + Sync {
     }
 
     /// Exact counts of every state.
-    ///
-    /// # Errors
-    ///
-    /// Only the common ones (see the trait's docs).
     fn stats(&self) -> impl Future<Output = Result<Stats>> + Send {
         ask!(self, Request::Stats, Stats)
     }
@@ -753,10 +652,6 @@ pub trait WorkQueue: Send + Sync {
     }
 
     /// Now, by the queue's clock, in ms since the Unix epoch.
-    ///
-    /// # Errors
-    ///
-    /// Only the common ones (see the trait's docs).
     fn now_ms(&self) -> impl Future<Output = Result<u64>> + Send {
         ask!(self, Request::Now, Time)
     }

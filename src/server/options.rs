@@ -32,7 +32,8 @@ impl Default for ServerOptions {
 
 impl ServerOptions {
     /// The queue's `max_payload_bytes`: a request body over its base64 size
-    /// plus [`ENVELOPE_BYTES`] is refused with 413 (a batch too: split it).
+    /// plus 64 KiB of JSON around it is refused with 413 (a batch too:
+    /// split it).
     /// Default: [`DEFAULT_MAX_PAYLOAD_BYTES`](crate::DEFAULT_MAX_PAYLOAD_BYTES).
     pub fn max_payload_bytes(mut self, bytes: usize) -> Self {
         self.max_payload_bytes = bytes;

@@ -12,7 +12,7 @@ pub const DEFAULT_CLAIM_POLL: Duration = Duration::from_secs(15);
 /// Default of [`RemoteOptions::pool_idle_timeout`]: 5 seconds.
 pub const DEFAULT_POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Timeouts and credentials of a [`RemoteQueue`] (SPEC section 10).
+/// Timeouts and credentials of a [`RemoteQueue`](super::RemoteQueue) (SPEC section 10).
 #[derive(Clone)]
 pub struct RemoteOptions {
     pub(super) connect_timeout: Duration,
