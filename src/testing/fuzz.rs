@@ -426,7 +426,7 @@ async fn crash_run(input: &CrashInput, fresh: &DiskImage) -> Result<(), String> 
     for op in input.ops.iter().take(MAX_OPS) {
         let before = reference.clone();
         let (call, expected) = reference.apply(op);
-        let got = system.run(&call).await;
+        let got = system.run(&call, &reference).await;
         if system.normalise(&got) == system.normalise(&expected) {
             continue;
         }

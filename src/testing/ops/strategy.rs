@@ -2,11 +2,34 @@
 
 use proptest::prelude::*;
 
-use super::{ItemSpec, MAX_BATCH, Op, Setup};
+use super::{CONTROL_OPS, ItemSpec, MAX_BATCH, Op, Setup};
 
 /// A proptest strategy for one [`Op`], weighted so that sequences add,
-/// claim and finish items often and look or reopen now and then.
+/// claim and finish items often and look or reopen now and then; the item
+/// and flow controls only with [`CONTROL_OPS`].
 pub fn op_strategy() -> BoxedStrategy<Op> {
+    op_strategy_with(CONTROL_OPS)
+}
+
+/// As [`op_strategy`], with the item and flow controls ([`Op::Promote`],
+/// [`Op::Remove`], [`Op::BackOffFor`]) if `controls`.
+pub fn op_strategy_with(controls: bool) -> BoxedStrategy<Op> {
+    let base = base_strategy();
+    if !controls {
+        return base;
+    }
+    let byte = any::<u8>;
+    prop_oneof![
+        90 => base,
+        3 => byte().prop_map(Op::Promote),
+        3 => byte().prop_map(Op::Remove),
+        3 => (byte(), byte()).prop_map(|(f, d)| Op::BackOffFor(f, d)),
+    ]
+    .boxed()
+}
+
+/// Every op but the controls.
+fn base_strategy() -> BoxedStrategy<Op> {
     let item = (
         any::<u8>(),
         any::<u8>(),
