@@ -28,7 +28,9 @@ fn runtime() -> tokio::runtime::Runtime {
 async fn run_memory(setup: &Setup, ops: &[Op], compare: Compare) -> Result<(), String> {
     let clock = ManualClock::new(START_MS);
     let target = FactoryTarget::new(&MemoryFactory, setup.config().clock(clock.clone())).await;
-    run_ops(Box::new(target), clock, setup, ops, compare).await
+    run_ops(Box::new(target), clock, setup, ops, compare)
+        .await
+        .map(drop)
 }
 
 fn item(flow: u8) -> ItemSpec {
