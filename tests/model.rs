@@ -51,9 +51,6 @@ trait Backend: 'static {
     /// Whether its lease numbers must equal the model's (otherwise they only
     /// have to be unique).
     const EXACT_LEASES: bool;
-    /// Whether the sequences run `promote`, `remove` and `back_off` (SPEC
-    /// 3): every backend has them.
-    const ITEM_CONTROL: bool = true;
     /// A fresh empty queue reading `config`'s clock.
     fn target(config: workjournal::Config) -> Box<dyn Target>;
 }
@@ -148,9 +145,7 @@ impl<B: Backend> ReferenceStateMachine for Machine<B> {
 
     fn init_state() -> BoxedStrategy<Reference> {
         setup_strategy()
-            .prop_map(|s| {
-                Reference::new(&s, B::DURABLE, B::REOPEN).with_item_control(B::ITEM_CONTROL)
-            })
+            .prop_map(|s| Reference::new(&s, B::DURABLE, B::REOPEN))
             .boxed()
     }
 

@@ -7,11 +7,17 @@
 //! flows and dedup keys through small indexes into what the reference knows
 //! (ids handed out so far, receipts of items pending now), so most steps hit
 //! live items instead of missing. [`Reference::apply`] resolves an `Op`
-//! against the model into a concrete [`Call`] and its expected [`Outcome`];
-//! [`System::verify`] runs the same call on the backend and compares. Both
-//! proptest ([`op_strategy`], used by `tests/model.rs` with
-//! proptest-state-machine) and cargo-fuzz (`Arbitrary`, used by the
-//! `ops_vs_model` target) drive this one code path.
+//! against the model into a [`Call`] (a [`Request`](crate::Request) of the
+//! contract, or one of the runner's controls: move the clock, step it
+//! back, reopen) and carries it out on the model ([`answer`]) for its
+//! expected [`Outcome`] (a [`Reply`](crate::Reply) or an error's kind);
+//! [`System::step`] sends the same request to the backend through
+//! [`WorkQueue::call`](crate::WorkQueue::call), with each receipt swapped
+//! for the system's receipt of the same claim, and compares the replies;
+//! [`System::check`] compares the whole state. Both proptest
+//! ([`op_strategy`], used by `tests/model.rs` with proptest-state-machine)
+//! and cargo-fuzz (`Arbitrary`, used by the `ops_vs_model` and
+//! `crash_recovery` targets) drive this one code path.
 //!
 //! Not part of the stable API.
 
@@ -22,18 +28,26 @@ use arbitrary::Arbitrary;
 use crate::config::Config;
 use crate::item::NewItem;
 
+mod answer;
 mod call;
+mod decode;
 mod reference;
+mod run;
 mod strategy;
 mod system;
 mod target;
+#[cfg(test)]
+mod tests;
 
-pub use call::{Call, ErrorKind, Outcome, ReceiptRef, Value};
+pub use answer::answer;
+pub use call::{Call, ErrorKind, Outcome, map_receipts};
+pub use decode::arbitrary_op;
 pub use reference::Reference;
-pub use strategy::{op_strategy, setup_strategy};
-pub use system::System;
+pub use run::{CHECK_EVERY, Compare, run_ops};
 #[cfg(feature = "embedded")]
-pub use system::{run_embedded, run_embedded_in_memory, run_embedded_on_disk};
+pub use run::{run_embedded, run_embedded_in_memory, run_embedded_on_disk};
+pub use strategy::{op_strategy, op_strategy_with, setup_strategy};
+pub use system::System;
 #[cfg(feature = "embedded")]
 pub use target::EmbeddedTarget;
 pub use target::{FactoryTarget, Target};
@@ -53,6 +67,16 @@ pub const START_MS: u64 = 1_700_000_000_000;
 /// Most items one `add_batch`, ids one `ack_batch` or receipts one `touch`
 /// takes.
 pub const MAX_BATCH: usize = 4;
+
+/// Whether the fuzz targets' decoding (`Op`'s `Arbitrary`) draws the item
+/// and flow controls [`Op::Promote`], [`Op::Remove`] and
+/// [`Op::BackOffFor`]. Every backend has them, and the proptest model
+/// tests ([`op_strategy`]) run them on every backend; the fuzz decoding
+/// leaves them out so that the committed corpus and regression inputs
+/// keep decoding to the sequences they were found with (drawing the
+/// variant from 44 instead of 41 changes every input). Turning it on is a
+/// deliberate corpus reset.
+pub const CONTROL_OPS: bool = false;
 
 /// The limits of one run, chosen small so that every limit is reached
 /// (SPEC section 7). Each field is reduced into a small range by
@@ -145,7 +169,11 @@ impl ItemSpec {
 /// current claim of it); 200 to 239, any receipt handed out so far, likely
 /// stale; 240 and up, a forged receipt no claim ever had. Id picks: below
 /// 224, an id handed out so far; above, an id never handed out.
-#[derive(Debug, Clone, PartialEq, Eq, Arbitrary)]
+///
+/// `Arbitrary` is written by hand ([`arbitrary_op`]): it decodes as the
+/// derive did for the first 41 variants, so that committed fuzz inputs keep
+/// their meaning, and draws the last three only with [`CONTROL_OPS`].
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
     /// `add`.
     Add(ItemSpec),
@@ -247,22 +275,14 @@ pub enum Op {
     /// Close the queue and open it again (backends that support it; a
     /// `stats` elsewhere).
     Reopen,
-    /// `promote` (SPEC 3, Timers): below 200, a delayed item's id when
-    /// there is one. A `stats` on a reference without item control
-    /// ([`Reference::with_item_control`]). Never made by the fuzz targets'
-    /// decoding (`arbitrary(skip)`), so that the committed fuzz inputs
-    /// keep decoding to the operations they were found with.
-    #[arbitrary(skip)]
+    /// `promote`: below 200, a delayed item's id when there is one, else
+    /// as any id pick.
     Promote(u8),
-    /// `remove` (SPEC 3, Removing): below 200, the id of any item there
-    /// is (pending ones too, which are refused). As [`Op::Promote`] for
-    /// item control and the fuzz targets.
-    #[arbitrary(skip)]
+    /// `remove`: below 200, the id of an item the queue holds (a pending
+    /// one is refused) when there is one, else as any id pick.
     Remove(u8),
-    /// The atomic `back_off` of the flow for 0 to 31 x 250 ms (SPEC 3,
-    /// Flow limits). As [`Op::Promote`] for item control and the fuzz
-    /// targets.
-    #[arbitrary(skip)]
+    /// `back_off` of a flow from [`FLOWS`] for 0 to 12.75 s in 50 ms steps
+    /// (the longer back-off wins).
     BackOffFor(u8, u8),
 }
 

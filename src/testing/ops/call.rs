@@ -1,150 +1,27 @@
-//! A resolved operation ([`Call`]) and what it returned ([`Outcome`]), in a
-//! form the reference and the system compare.
-
-use std::collections::BTreeMap;
+//! What the runner runs ([`Call`]: a [`Request`] of the contract or one of
+//! the runner's own controls) and what it got back ([`Outcome`]: a
+//! [`Reply`] or the error's kind), in the form the reference and the
+//! system compare.
 
 use crate::error::Error;
-use crate::item::{
-    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, RetryOutcome, Stats,
-};
-use crate::limit::FlowLimit;
+use crate::item::{Added, Claimed, Receipt};
+use crate::request::{Reply, Request};
 
-/// Which receipt an operation names: one the reference handed out (the
-/// system uses its own receipt of the same claim), or a forged one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReceiptRef {
-    /// The n-th receipt handed out in this sequence.
-    Slot(usize),
-    /// A receipt no claim handed out.
-    Forged(Receipt),
-}
-
-/// An [`Op`](super::Op) resolved against the reference: concrete arguments.
+/// One step of a run, resolved against the reference: an operation of the
+/// contract as a [`Request`] whose receipts are the reference's own (the
+/// system swaps each for its receipt of the same slot, see
+/// [`map_receipts`]), or a control of the runner that is no operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Call {
-    /// `add` of the item.
-    Add(NewItem),
-    /// `add_batch` of the items.
-    AddBatch(Vec<NewItem>),
-    /// `add_delayed` of the item with `not_before` in ms since the epoch.
-    AddDelayed(NewItem, u64),
-    /// `next_due`.
-    NextDue,
-    /// `promote_due`.
-    PromoteDue,
-    /// `claim` of `count` from the lanes, with no wait.
-    Claim(usize, ClaimFrom),
-    /// `ack`.
-    Ack(ReceiptRef),
-    /// `ack_batch`.
-    AckBatch(Vec<ReceiptRef>),
-    /// `ack_with_result` with the result.
-    AckWithResult(ReceiptRef, Vec<u8>),
-    /// `outcome` of the id.
-    Outcome(u64),
-    /// `set_progress` with the bytes.
-    SetProgress(ReceiptRef, Vec<u8>),
-    /// `send_chunk` with the bytes.
-    SendChunk(ReceiptRef, Vec<u8>),
-    /// `progress` of the id.
-    Progress(u64),
-    /// `wait_chunks` of the id after the sequence number, no wait.
-    Chunks(u64, u64),
-    /// `touch`.
-    Touch(Vec<ReceiptRef>),
-    /// `retry` with `not_before` in ms since the epoch.
-    Retry(ReceiptRef, u64),
-    /// `release` with `not_before` in ms since the epoch.
-    Release(ReceiptRef, u64),
-    /// `dead_letter` with the reason.
-    DeadLetter(ReceiptRef, String),
-    /// `reclaim_stale` of `min_idle` (ms) and `count`.
-    Reclaim(u64, usize),
-    /// `pause` of the flow.
-    Pause(String),
-    /// `resume` of the flow.
-    Resume(String),
-    /// `park`.
-    Park(ReceiptRef),
-    /// `step` of the flow.
-    Step(String),
-    /// `clear_flow` of the flow.
-    ClearFlow(String),
-    /// `parked` of the flow.
-    Parked(String),
-    /// `paused_flows`.
-    PausedFlows,
-    /// `set_flow_limit`.
-    SetFlowLimit(String, FlowLimit),
-    /// `flow_limits`.
-    FlowLimits,
-    /// `mark_done` of the id and step.
-    MarkDone(u64, String),
-    /// `was_done` of the id and step.
-    WasDone(u64, String),
-    /// `dead_letters` of at most this many.
-    DeadLetters(usize),
-    /// `redrive` of the id.
-    Redrive(u64),
-    /// `purge_dead_letters`.
-    PurgeDeadLetters,
-    /// `stats`.
-    Stats,
-    /// `backlog_by_flow` over this many items.
-    BacklogByFlow(usize),
-    /// `peek` of at most this many.
-    Peek(usize),
-    /// Move the clock forward by this many ms.
+    /// An operation of the contract.
+    Request(Request),
+    /// Move the clock forward by this many ms (then `stats`, whose reply
+    /// is not compared: it makes every backend note the clock).
     Advance(u64),
-    /// Step the clock back by this many ms, then `stats`.
+    /// Step the clock back by this many ms, then `stats` (compared).
     StepBack(u64),
-    /// Close and reopen.
+    /// Close the queue and open it again on the same storage.
     Reopen,
-    /// `promote` of the id.
-    Promote(u64),
-    /// `remove` of the id.
-    Remove(u64),
-    /// `back_off` of the flow for this many ms.
-    BackOff(String, u64),
-}
-
-/// A successful return value of any operation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Value {
-    /// An operation that returns nothing.
-    Unit,
-    /// The adds (one for `add`).
-    Added(Vec<Added>),
-    /// A count.
-    Count(u64),
-    /// Claimed or reclaimed items.
-    Claimed(Vec<Claimed>),
-    /// What `step` handed out.
-    Step(Option<Claimed>),
-    /// What `retry` did.
-    Retry(RetryOutcome),
-    /// A yes or no.
-    Bool(bool),
-    /// The next `not_before`, ms since the epoch.
-    Due(Option<u64>),
-    /// Flow names.
-    Flows(Vec<String>),
-    /// Dead letters, newest first.
-    Dead(Vec<DeadLetter>),
-    /// Counts.
-    Stats(Stats),
-    /// Items per flow.
-    ByFlow(BTreeMap<String, u64>),
-    /// Items, in claim order.
-    Items(Vec<Item>),
-    /// An item's outcome.
-    Outcome(Option<crate::outcome::Outcome>),
-    /// Progress bytes.
-    Bytes(Option<Vec<u8>>),
-    /// Chunks, in order.
-    Chunks(Vec<crate::outcome::Chunk>),
-    /// Flow limits, by flow.
-    Limits(Vec<crate::limit::FlowLimits>),
 }
 
 /// An error reduced to what two backends must agree on: its kind and the
@@ -201,24 +78,100 @@ impl From<&Error> for ErrorKind {
     }
 }
 
-/// What one call returned.
-pub type Outcome = Result<Value, ErrorKind>;
+/// What one call returned: the reply, or the error's kind.
+pub type Outcome = Result<Reply, ErrorKind>;
 
-pub(super) fn outcome<T>(r: crate::Result<T>, f: impl FnOnce(T) -> Value) -> Outcome {
-    r.map(f).map_err(|e| ErrorKind::from(&e))
+/// `r` as an [`Outcome`].
+pub(super) fn outcome(r: crate::Result<Reply>) -> Outcome {
+    r.map_err(|e| ErrorKind::from(&e))
 }
 
-pub(super) fn added(v: &Value) -> &[Added] {
+/// The adds a reply reports (none for other replies).
+pub(super) fn added(v: &Reply) -> &[Added] {
     match v {
-        Value::Added(a) => a,
+        Reply::Added(a) => std::slice::from_ref(a),
+        Reply::AddedList(a) => a,
         _ => &[],
     }
 }
 
-pub(super) fn claimed(v: &Value) -> Vec<&Claimed> {
+/// The claims a reply hands out, each with a new receipt (none for other
+/// replies): a claim's, a step's and a reclaim's.
+pub(super) fn claimed(v: &Reply) -> Vec<&Claimed> {
     match v {
-        Value::Claimed(c) => c.iter().collect(),
-        Value::Step(Some(c)) => vec![c],
+        Reply::Claimed(c) => c.iter().collect(),
+        Reply::Stepped(Some(c)) => vec![c],
+        Reply::Reclaimed(r) => r.claimed.iter().collect(),
         _ => Vec::new(),
     }
 }
+
+/// The claims of a reply, mutable (for blanking lease numbers).
+pub(super) fn claimed_mut(v: &mut Reply) -> Vec<&mut Claimed> {
+    match v {
+        Reply::Claimed(c) => c.iter_mut().collect(),
+        Reply::Stepped(Some(c)) => vec![c],
+        Reply::Reclaimed(r) => r.claimed.iter_mut().collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// `request` with every receipt it carries replaced by `f` of it: how a
+/// request resolved against the reference becomes the system's (each side
+/// names a claim by its own receipt). Requests without receipts pass
+/// unchanged.
+pub fn map_receipts(request: Request, mut f: impl FnMut(Receipt) -> Receipt) -> Request {
+    match request {
+        Request::Ack { receipt } => Request::Ack {
+            receipt: f(receipt),
+        },
+        Request::AckWithResult { receipt, result } => Request::AckWithResult {
+            receipt: f(receipt),
+            result,
+        },
+        Request::SetProgress { receipt, progress } => Request::SetProgress {
+            receipt: f(receipt),
+            progress,
+        },
+        Request::SendChunk { receipt, chunk } => Request::SendChunk {
+            receipt: f(receipt),
+            chunk,
+        },
+        Request::AckBatch { receipts } => Request::AckBatch {
+            receipts: receipts.into_iter().map(f).collect(),
+        },
+        Request::Touch { receipts } => Request::Touch {
+            receipts: receipts.into_iter().map(f).collect(),
+        },
+        Request::Retry {
+            receipt,
+            not_before_ms,
+        } => Request::Retry {
+            receipt: f(receipt),
+            not_before_ms,
+        },
+        Request::Release {
+            receipt,
+            not_before_ms,
+        } => Request::Release {
+            receipt: f(receipt),
+            not_before_ms,
+        },
+        Request::DeadLetter { receipt, reason } => Request::DeadLetter {
+            receipt: f(receipt),
+            reason,
+        },
+        Request::Park { receipt } => Request::Park {
+            receipt: f(receipt),
+        },
+        other => other,
+    }
+}
+
+/// A receipt that matches no claim: what a slot the system never got (the
+/// replies already differed) becomes.
+pub(super) const NO_RECEIPT: Receipt = Receipt {
+    id: 0,
+    delivery: 0,
+    lease: u64::MAX,
+};

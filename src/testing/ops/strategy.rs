@@ -5,8 +5,32 @@ use proptest::prelude::*;
 use super::{ItemSpec, MAX_BATCH, Op, Setup};
 
 /// A proptest strategy for one [`Op`], weighted so that sequences add,
-/// claim and finish items often and look or reopen now and then.
+/// claim and finish items often and look or reopen now and then, with the
+/// item and flow controls (every backend has them; only the fuzz decoding
+/// leaves them out, see [`CONTROL_OPS`](super::CONTROL_OPS)).
 pub fn op_strategy() -> BoxedStrategy<Op> {
+    op_strategy_with(true)
+}
+
+/// As [`op_strategy`], with the item and flow controls ([`Op::Promote`],
+/// [`Op::Remove`], [`Op::BackOffFor`]) if `controls`.
+pub fn op_strategy_with(controls: bool) -> BoxedStrategy<Op> {
+    let base = base_strategy();
+    if !controls {
+        return base;
+    }
+    let byte = any::<u8>;
+    prop_oneof![
+        90 => base,
+        3 => byte().prop_map(Op::Promote),
+        3 => byte().prop_map(Op::Remove),
+        3 => (byte(), byte()).prop_map(|(f, d)| Op::BackOffFor(f, d)),
+    ]
+    .boxed()
+}
+
+/// Every op but the controls.
+fn base_strategy() -> BoxedStrategy<Op> {
     let item = (
         any::<u8>(),
         any::<u8>(),
@@ -64,9 +88,6 @@ pub fn op_strategy() -> BoxedStrategy<Op> {
         5 => byte().prop_map(Op::Advance),
         1 => byte().prop_map(Op::StepBack),
         1 => Just(Op::Reopen),
-        2 => byte().prop_map(Op::Promote),
-        2 => byte().prop_map(Op::Remove),
-        2 => (byte(), byte()).prop_map(|(f, v)| Op::BackOffFor(f, v)),
     ]
     .boxed()
 }

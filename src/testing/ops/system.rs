@@ -1,23 +1,21 @@
-//! The system side of a run: the same [`Call`] on a real backend, compared with
-//! the reference after every step (values, `stats`, recount, `list` and
-//! `find`).
+//! The system side of a run: the same [`Call`] on a real backend through
+//! [`WorkQueue::call`], its reply compared with the reference's after every
+//! step, and the whole state (`stats`, recount, `list` and `find`)
+//! compared when asked ([`System::check`]).
 
 use std::collections::BTreeSet;
 use std::fmt;
 use std::time::Duration;
 
-use super::call::{Call, Outcome, ReceiptRef, Value, claimed, outcome};
+use super::call::{Call, NO_RECEIPT, Outcome, claimed, claimed_mut, map_receipts, outcome};
 use super::reference::Reference;
-#[cfg(feature = "embedded")]
-use super::target::EmbeddedTarget;
 use super::target::Target;
-#[cfg(feature = "embedded")]
-use super::{Op, START_MS, Setup};
 use crate::backend::memory::Model;
 use crate::browse::ItemState;
 use crate::clock::ManualClock;
-use crate::item::{Claimed, Receipt, Stats};
+use crate::item::{Receipt, Stats};
 use crate::queue::{BoxQueue, WorkQueue};
+use crate::request::{Reply, Request};
 
 /// The system side of a run: a backend on a [`ManualClock`], its own
 /// receipts (slot for slot with the reference's), and the comparison.
@@ -41,7 +39,7 @@ impl fmt::Debug for System {
 
 impl System {
     /// A system over `target`, whose queue must read `clock` (started at
-    /// [`START_MS`]). With `exact_leases`, receipts' lease numbers must equal
+    /// [`START_MS`](super::START_MS)). With `exact_leases`, receipts' lease numbers must equal
     /// the model's; otherwise they only have to be unique.
     pub fn new(target: Box<dyn Target>, clock: ManualClock, exact_leases: bool) -> Self {
         System {
@@ -59,23 +57,20 @@ impl System {
         self.target.queue()
     }
 
-    fn receipt(&self, r: &ReceiptRef) -> Receipt {
-        match r {
-            // A slot the system never got (the outcomes already differed)
-            // becomes a receipt that matches nothing.
-            ReceiptRef::Slot(i) => self.receipts.get(*i).copied().unwrap_or(Receipt {
-                id: 0,
-                delivery: 0,
-                lease: u64::MAX,
-            }),
-            ReceiptRef::Forged(r) => *r,
+    /// The system's receipt for the reference's `r`: its own receipt of
+    /// the same slot (one that matches nothing if it never got that slot),
+    /// or `r` itself if the reference never handed it out (a forged one).
+    fn receipt(&self, reference: &Reference, r: Receipt) -> Receipt {
+        match reference.slot_of(&r) {
+            Some(slot) => self.receipts.get(slot).copied().unwrap_or(NO_RECEIPT),
+            None => r,
         }
     }
 
-    /// Run `call` on the backend, keeping the receipts it hands out (slot
-    /// for slot with the reference's).
-    pub async fn run(&mut self, call: &Call) -> Outcome {
-        let got = self.run_call(call).await;
+    /// Run `call` (resolved against `reference`) on the backend, keeping
+    /// the receipts it hands out (slot for slot with the reference's).
+    pub async fn run(&mut self, call: &Call, reference: &Reference) -> Outcome {
+        let got = self.run_call(call, reference).await;
         if let Ok(v) = &got {
             for c in claimed(v) {
                 if !self.leases.insert(c.receipt.lease) {
@@ -87,128 +82,64 @@ impl System {
         got
     }
 
-    async fn run_call(&mut self, call: &Call) -> Outcome {
+    async fn run_call(&mut self, call: &Call, reference: &Reference) -> Outcome {
         let q = self.target.queue().clone();
         match call {
-            Call::Add(i) => outcome(q.add(i.clone()).await, |a| Value::Added(vec![a])),
-            Call::AddBatch(v) => outcome(q.add_batch(v.clone()).await, Value::Added),
-            Call::AddDelayed(i, t) => outcome(q.add_delayed(i.clone(), *t).await, |a| {
-                Value::Added(vec![a])
-            }),
-            Call::NextDue => outcome(q.next_due().await, Value::Due),
-            Call::PromoteDue => outcome(q.promote_due().await, Value::Count),
-            Call::Claim(n, from) => {
-                outcome(q.claim(*n, Duration::ZERO, *from).await, Value::Claimed)
+            Call::Request(request) => {
+                let request = map_receipts(request.clone(), |r| self.receipt(reference, r));
+                outcome(q.call(request).await)
             }
-            Call::Ack(r) => outcome(q.ack(self.receipt(r)).await, |()| Value::Unit),
-            Call::AckBatch(v) => {
-                let rs = v.iter().map(|r| self.receipt(r)).collect();
-                outcome(q.ack_batch(rs).await, Value::Count)
-            }
-            Call::AckWithResult(r, b) => {
-                outcome(q.ack_with_result(self.receipt(r), b.clone()).await, |()| {
-                    Value::Unit
-                })
-            }
-            Call::Outcome(id) => outcome(q.outcome(*id).await, Value::Outcome),
-            Call::SetProgress(r, b) => {
-                outcome(q.set_progress(self.receipt(r), b.clone()).await, |()| {
-                    Value::Unit
-                })
-            }
-            Call::SendChunk(r, b) => {
-                outcome(q.send_chunk(self.receipt(r), b.clone()).await, Value::Count)
-            }
-            Call::Progress(id) => outcome(q.progress(*id).await, Value::Bytes),
-            Call::Chunks(id, after) => outcome(
-                q.wait_chunks(*id, *after, Duration::ZERO).await,
-                Value::Chunks,
-            ),
-            Call::Touch(v) => {
-                let rs = v.iter().map(|r| self.receipt(r)).collect();
-                outcome(q.touch(rs).await, |()| Value::Unit)
-            }
-            Call::Retry(r, t) => outcome(q.retry(self.receipt(r), *t).await, Value::Retry),
-            Call::Release(r, t) => outcome(q.release(self.receipt(r), *t).await, |()| Value::Unit),
-            Call::DeadLetter(r, why) => {
-                outcome(q.dead_letter(self.receipt(r), why).await, |()| Value::Unit)
-            }
-            Call::Reclaim(idle, n) => outcome(
-                q.reclaim_stale(Duration::from_millis(*idle), *n).await,
-                Value::Claimed,
-            ),
-            Call::Pause(f) => outcome(q.pause(f).await, |()| Value::Unit),
-            Call::Resume(f) => outcome(q.resume(f).await, Value::Count),
-            Call::Park(r) => outcome(q.park(self.receipt(r)).await, |()| Value::Unit),
-            Call::Step(f) => outcome(q.step(f).await, Value::Step),
-            Call::ClearFlow(f) => outcome(q.clear_flow(f).await, Value::Count),
-            Call::Parked(f) => outcome(q.parked(f).await, Value::Count),
-            Call::PausedFlows => outcome(q.paused_flows().await, Value::Flows),
-            Call::SetFlowLimit(f, l) => outcome(q.set_flow_limit(f, *l).await, |()| Value::Unit),
-            Call::FlowLimits => outcome(q.flow_limits().await, Value::Limits),
-            Call::MarkDone(id, s) => outcome(q.mark_done(*id, s).await, |()| Value::Unit),
-            Call::WasDone(id, s) => outcome(q.was_done(*id, s).await, Value::Bool),
-            Call::DeadLetters(n) => outcome(q.dead_letters(*n).await, Value::Dead),
-            Call::Redrive(id) => outcome(q.redrive(*id).await, Value::Bool),
-            Call::PurgeDeadLetters => outcome(q.purge_dead_letters().await, Value::Count),
-            Call::Stats => outcome(q.stats().await, Value::Stats),
-            Call::BacklogByFlow(n) => outcome(q.backlog_by_flow(*n).await, Value::ByFlow),
-            Call::Peek(n) => outcome(q.peek(*n).await, Value::Items),
             Call::Advance(by) => {
                 self.clock.advance(Duration::from_millis(*by));
                 // The model notes the clock after every step
                 // (`Reference::apply`): so must the backend, or a step back
                 // that follows is measured from an older time than the
                 // model's. A read at a later time than any before it: it
-                // finds no step back and commits nothing. (The model
-                // tests' check after every step reads `stats` anyway; the
+                // finds no step back and commits nothing. (The
                 // `crash_recovery` target runs no check and found this.)
-                let _ = q.stats().await;
-                Ok(Value::Unit)
+                let _ = q.call(Request::Stats).await;
+                Ok(Reply::Unit)
             }
             Call::StepBack(by) => {
                 let now = crate::clock::Clock::now_ms(&self.clock);
                 self.clock.set(now.saturating_sub(*by));
-                outcome(q.stats().await, Value::Stats)
+                outcome(q.call(Request::Stats).await)
             }
             Call::Reopen => {
                 drop(q);
-                outcome(self.target.reopen().await, |()| Value::Unit)
+                self.target
+                    .reopen()
+                    .await
+                    .map(|()| Reply::Unit)
+                    .map_err(|e| (&e).into())
             }
-            Call::Promote(id) => outcome(q.promote(*id).await, Value::Bool),
-            Call::Remove(id) => outcome(q.remove(*id).await, Value::Bool),
-            Call::BackOff(f, d) => outcome(q.back_off(f, Duration::from_millis(*d)).await, |()| {
-                Value::Unit
-            }),
         }
     }
 
     /// `v` as compared: lease numbers blanked unless they must be exact.
     pub fn normalise(&self, v: &Outcome) -> Outcome {
         let mut v = v.clone();
-        if !self.exact_leases {
-            let blank = |c: &mut Claimed| c.receipt.lease = 0;
-            match &mut v {
-                Ok(Value::Claimed(cs)) => cs.iter_mut().for_each(blank),
-                Ok(Value::Step(Some(c))) => blank(c),
-                _ => {}
+        if !self.exact_leases
+            && let Ok(reply) = &mut v
+        {
+            for c in claimed_mut(reply) {
+                c.receipt.lease = 0;
             }
         }
         v
     }
 
-    /// Run the reference's last call on the backend and compare: the
-    /// outcome, then `stats()`, then (where the backend offers one) the full
-    /// recount against the model's locations.
+    /// Run the reference's last call on the backend and compare its reply
+    /// with the reference's (the oracle of every step).
     ///
     /// # Errors
     ///
-    /// A description of the first difference.
-    pub async fn verify(&mut self, reference: &Reference) -> Result<(), String> {
+    /// A description of the difference.
+    pub async fn step(&mut self, reference: &Reference) -> Result<(), String> {
         let Some((call, expected)) = reference.last() else {
             return Ok(());
         };
-        let got = self.run(call).await;
+        let got = self.run(call, reference).await;
         if let Some(lease) = self.reused_lease {
             return Err(format!(
                 "{call:?}: lease {lease} handed out twice ({got:?})"
@@ -219,6 +150,17 @@ impl System {
                 "{call:?}\n  model:  {expected:?}\n  system: {got:?}"
             ));
         }
+        Ok(())
+    }
+
+    /// [`System::step`], then [`System::check`]: the reply and the whole
+    /// state.
+    ///
+    /// # Errors
+    ///
+    /// A description of the first difference.
+    pub async fn verify(&mut self, reference: &Reference) -> Result<(), String> {
+        self.step(reference).await?;
         self.check(reference).await
     }
 
@@ -267,75 +209,7 @@ impl System {
     }
 }
 
-/// Run `ops` from `setup` on the embedded backend and on the model in lock
-/// step (the `ops_vs_model` fuzz target and its replays).
-///
-/// # Errors
-///
-/// A description of the first difference, with the step number.
-#[cfg(feature = "embedded")]
-pub async fn run_embedded(setup: &Setup, ops: &[Op]) -> Result<(), String> {
-    let clock = ManualClock::new(START_MS);
-    let target = EmbeddedTarget::new(setup.config().clock(clock.clone()))
-        .await
-        .map_err(|e| format!("open: {e}"))?;
-    run_on(Box::new(target), clock, setup, ops).await
-}
-
-/// As [`run_embedded`], on [`EmbeddedTarget::in_memory`] named `name`
-/// (unique in the process): the same comparison without the file system.
-///
-/// # Errors
-///
-/// As [`run_embedded`].
-#[cfg(feature = "embedded")]
-pub async fn run_embedded_in_memory(name: String, setup: &Setup, ops: &[Op]) -> Result<(), String> {
-    run_embedded_on_disk(name, crate::testing::faults::SimDisk::new(), setup, ops).await
-}
-
-/// As [`run_embedded_in_memory`], on `disk`, which must hold nothing or a
-/// fresh, empty queue (a copy of one's
-/// [`image`](crate::testing::faults::SimDisk::image): the model starts
-/// empty).
-///
-/// # Errors
-///
-/// As [`run_embedded`].
-#[cfg(feature = "embedded")]
-pub async fn run_embedded_on_disk(
-    name: String,
-    disk: crate::testing::faults::SimDisk,
-    setup: &Setup,
-    ops: &[Op],
-) -> Result<(), String> {
-    let clock = ManualClock::new(START_MS);
-    let target = EmbeddedTarget::on_disk(name, disk, setup.config().clock(clock.clone()))
-        .await
-        .map_err(|e| format!("open: {e}"))?;
-    run_on(Box::new(target), clock, setup, ops).await
-}
-
-#[cfg(feature = "embedded")]
-pub(super) async fn run_on(
-    target: Box<dyn Target>,
-    clock: ManualClock,
-    setup: &Setup,
-    ops: &[Op],
-) -> Result<(), String> {
-    let mut reference = Reference::new(setup, true, true);
-    let mut system = System::new(target, clock, true);
-    system.check(&reference).await?;
-    for (n, op) in ops.iter().enumerate() {
-        let _ = reference.apply(op);
-        system
-            .verify(&reference)
-            .await
-            .map_err(|e| format!("step {n} ({op:?}): {e}"))?;
-    }
-    Ok(())
-}
-
-/// SPEC 12.1 after every step: each state read page by page through `list`
+/// SPEC 12.1 at every check: each state read page by page through `list`
 /// equals the model's, in order, and `find` names every item's state.
 ///
 /// # Errors
