@@ -27,7 +27,6 @@ pub(crate) struct Outgoing {
 }
 
 /// What the local queue has not handed over yet (SPEC section 11, lag).
-#[cfg(feature = "forward")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Lag {
     /// Items of the forwarded flows waiting locally (backlog, due, delayed).
@@ -39,7 +38,6 @@ pub struct Lag {
 
 /// What a queue file holds for forwarding, read from the file alone: see
 /// [`local_lag`](crate::forward::local_lag).
-#[cfg(feature = "forward")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct LocalLag {

@@ -279,7 +279,7 @@ mod config;
 #[cfg(feature = "remote")]
 mod connect;
 mod error;
-#[cfg(any(feature = "embedded", feature = "forward"))]
+#[cfg(feature = "forward")]
 mod handover;
 mod item;
 mod limit;

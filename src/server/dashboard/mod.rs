@@ -57,6 +57,7 @@ pub(crate) const BACK_OFF_DEFAULT: Duration = Duration::from_secs(30);
 pub(crate) const BACK_OFF_MAX: Duration = Duration::from_secs(86_400);
 /// The `target` label the server gives `workjournal_forward_lag_items`
 /// for the file it serves (SPEC 12.3): forwarding hands items to Redis.
+#[cfg(feature = "forward")]
 pub(crate) const FORWARD_LAG_TARGET: &str = "redis";
 
 /// What the dashboard routes share.
