@@ -46,7 +46,8 @@ mod operations;
 /// # Examples
 ///
 /// ```
-/// /// use workjournal::{ClaimFrom, Config, MemoryQueue, NewItem, PartitionedQueue, WorkQueue};
+/// use std::time::Duration;
+/// use workjournal::{ClaimFrom, Config, MemoryQueue, NewItem, PartitionedQueue, WorkQueue};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> workjournal::Result<()> {
 /// let parts = (0..4).map(|_| MemoryQueue::new(Config::default())).collect();
 /// let queue = PartitionedQueue::new(parts)?;
