@@ -35,7 +35,7 @@ async fn main() -> workjournal::Result<()> {
     // A minute later another consumer reclaims the stale item and runs it
     // again: the charge is skipped, the item is acked.
     clock.advance(Duration::from_secs(60));
-    for c in queue.reclaim_stale(Duration::from_secs(30), 10).await? {
+    for c in queue.reclaim(Duration::from_secs(30), 10).await?.claimed {
         let id = c.item.id;
         let done = idempotent_step(&queue, id, "charge", || async {
             println!("charging for item {id}");

@@ -171,10 +171,10 @@
 //! nothing is ever lost by cancelling; but not every method is cancel safe
 //! in tokio's sense (that dropping the future has no effect):
 //!
-//! - `claim`, `reclaim_stale` and `step` are not cancel safe: if the future
+//! - `claim`, `reclaim` and `step` are not cancel safe: if the future
 //!   is dropped after the request reached the backend, the items it took may
 //!   be pending with nobody holding them. They come back through
-//!   `reclaim_stale` once idle (embedded: at the next open). Dropped while a
+//!   `reclaim` once idle (embedded: at the next open). Dropped while a
 //!   claim is still waiting, nothing was taken.
 //! - The other writes (`add`, `ack`, `retry`, ...) are not cancel safe
 //!   either: dropped, the write may or may not have happened, whole.

@@ -135,7 +135,7 @@ pub trait WorkQueue: Send + Sync {
     /// This method is not cancel safe: if the future is dropped after the
     /// claim reached the backend, the items it took may be pending with
     /// nobody holding them; they come back through
-    /// [`WorkQueue::reclaim_stale`] once idle. Dropped while it waits for
+    /// [`WorkQueue::reclaim`] once idle. Dropped while it waits for
     /// work, it took nothing. Nothing is lost either way.
     fn claim(
         &self,
@@ -351,30 +351,16 @@ pub trait WorkQueue: Send + Sync {
     /// Take over up to `count` pending items whose claim is at least
     /// `min_idle` old, whoever held them, oldest claim first (by
     /// `claimed_at_ms`, then id). Each gets `deliveries += 1`, a new receipt
-    /// and `claimed_at_ms = now`. An item that would pass `max_deliveries` is
-    /// dead-lettered instead and not returned (and does not count towards
-    /// `count`). Embedded: items claimed before the current open are stale
-    /// whatever `min_idle`.
+    /// and `claimed_at_ms = now`; they are [`Reclaimed::claimed`]. An item
+    /// that would pass `max_deliveries` is dead-lettered instead, not
+    /// handed out and not counted towards `count`: its old receipt is in
+    /// [`Reclaimed::dead_lettered`] (so that a worker can count them).
+    /// Embedded: items claimed before the current open are stale whatever
+    /// `min_idle`. SPEC section 3, Crash recovery.
     ///
     /// # Errors
     ///
     /// `InvalidInput` for `count == 0`; storage or backend failures.
-    fn reclaim_stale(
-        &self,
-        min_idle: Duration,
-        count: usize,
-    ) -> impl Future<Output = Result<Vec<Claimed>>> + Send {
-        async move { Ok(self.reclaim(min_idle, count).await?.claimed) }
-    }
-
-    /// [`WorkQueue::reclaim_stale`], saying also which stale claims it
-    /// dead-lettered instead of taking over (so that a worker can count
-    /// them). The one operation each backend implements; `reclaim_stale`
-    /// is this without the dead letters.
-    ///
-    /// # Errors
-    ///
-    /// As [`WorkQueue::reclaim_stale`].
     fn reclaim(
         &self,
         min_idle: Duration,
@@ -657,7 +643,7 @@ pub trait WorkQueue: Send + Sync {
     }
 
     /// The handle's [`Config::max_deliveries`](crate::Config::max_deliveries):
-    /// the delivery past which `retry` and `reclaim_stale` dead-letter an
+    /// the delivery past which `retry` and `reclaim` dead-letter an
     /// item (SPEC section 3). Fixed when the handle is opened; a
     /// [`Worker`](crate::Worker) reads it here, so the two cannot disagree.
     fn max_deliveries(&self) -> u32;

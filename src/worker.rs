@@ -21,7 +21,7 @@
 //! - on shutdown it stops claiming, gives back prefetched items that have
 //!   not started, waits for in-flight items up to a grace
 //!   period and gives the rest back with [`WorkQueue::release`] (no delivery
-//!   spent), or leaves them pending for `reclaim_stale` if that fails.
+//!   spent), or leaves them pending for `reclaim` if that fails.
 //!
 //! Every item runs inside a `tracing` span named `item` with its `id`, `flow`
 //! and `delivery`.
@@ -302,7 +302,7 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
     /// # Cancel safety
     ///
     /// Dropping the future cancels every handler at once; their items stay
-    /// pending and come back through `reclaim_stale`. Nothing is lost.
+    /// pending and come back through `reclaim`. Nothing is lost.
     pub async fn run<H, Fut, E>(
         self,
         handler: H,

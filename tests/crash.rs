@@ -135,7 +135,7 @@ async fn child_task(q: EmbeddedQueue, task: u64, mut rng: Rng) {
                 let n = 1 + rng.below(3) as usize;
                 let idle = Duration::from_millis(rng.below(60));
                 say(&format!("B {task} reclaim"));
-                q.reclaim_stale(idle, n).await.map(|v| {
+                q.reclaim(idle, n).await.map(|r| r.claimed).map(|v| {
                     let got = ids(v.iter().map(|c| c.item.id));
                     held.extend(v.into_iter().map(|c| (c.receipt, c.item.flow)));
                     format!("reclaim {got}")
@@ -849,8 +849,9 @@ mod redis_faults {
                     .await
                     .map(|v| held.extend(v.into_iter().map(|c| (c.receipt, c.item.flow)))),
                 50..=54 => q
-                    .reclaim_stale(Duration::from_millis(rng.below(200)), 2)
+                    .reclaim(Duration::from_millis(rng.below(200)), 2)
                     .await
+                    .map(|r| r.claimed)
                     .map(|v| held.extend(v.into_iter().map(|c| (c.receipt, c.item.flow)))),
                 55..=56 => q.pause("a").await,
                 57..=58 => q.resume("a").await.map(|_| ()),

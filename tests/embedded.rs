@@ -315,8 +315,9 @@ async fn orphaned_claims_are_reclaimed_after_reopen_with_one_more_delivery() {
     let q = open(&path, &clock).await;
     // No time has passed, yet the claims of the closed handle are stale.
     let r = q
-        .reclaim_stale(Duration::from_secs(3600), 10)
+        .reclaim(Duration::from_secs(3600), 10)
         .await
+        .map(|r| r.claimed)
         .unwrap();
     assert_eq!(
         r.iter().map(|c| c.item.id).collect::<Vec<_>>(),
@@ -329,8 +330,9 @@ async fn orphaned_claims_are_reclaimed_after_reopen_with_one_more_delivery() {
     // A claim of this open is not an orphan.
     let fresh = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
     assert!(
-        q.reclaim_stale(Duration::from_secs(3600), 10)
+        q.reclaim(Duration::from_secs(3600), 10)
             .await
+            .map(|r| r.claimed)
             .unwrap()
             .is_empty()
     );
@@ -467,7 +469,11 @@ async fn a_crash_copy_replays_the_log_and_a_stale_log_is_ignored() {
     let c = open(&crashed, &clock).await;
     let st = c.stats().await.unwrap();
     assert_eq!((st.backlog, st.pending), (3, 1), "{st:?}");
-    let orphan = c.reclaim_stale(Duration::from_secs(3600), 5).await.unwrap();
+    let orphan = c
+        .reclaim(Duration::from_secs(3600), 5)
+        .await
+        .unwrap()
+        .claimed;
     assert_eq!(orphan[0].item.id, held[1].item.id);
     c.close().await.unwrap();
 
@@ -636,8 +642,9 @@ async fn a_schema_1_file_migrates_at_open_keeping_every_item_and_its_order() {
     let q = open(&path, &clock).await;
     assert_eq!(q.audit().await.unwrap().len(), 7);
     let back = q
-        .reclaim_stale(Duration::from_secs(3600), 10)
+        .reclaim(Duration::from_secs(3600), 10)
         .await
+        .map(|r| r.claimed)
         .unwrap();
     assert_eq!(back.len(), 5);
     assert!(back.iter().any(|c| c.item.payload == big));
@@ -1113,7 +1120,10 @@ async fn a_read_only_open_reads_everything_and_writes_nothing() {
         view.pause("q").await.err(),
         view.purge_dead_letters().await.err(),
         view.claim(1, Duration::ZERO, ClaimFrom::All).await.err(),
-        view.reclaim_stale(Duration::ZERO, 10).await.err(),
+        view.reclaim(Duration::ZERO, 10)
+            .await
+            .map(|r| r.claimed)
+            .err(),
         view.compact().await.err(),
         view.promote(1).await.err(),
         view.remove(1).await.err(),
@@ -1272,8 +1282,9 @@ async fn large_batches_move_items_as_the_model_does() {
     // What is reclaimed is what was still pending before the claim of 30
     // (the half of `rest` not acked), none of the batch just acked.
     let reclaimed = e
-        .reclaim_stale(Duration::from_secs(3600), 100)
+        .reclaim(Duration::from_secs(3600), 100)
         .await
+        .map(|r| r.claimed)
         .unwrap();
     assert_eq!(reclaimed.len(), 25);
     assert!(
@@ -1348,8 +1359,9 @@ async fn a_version_1_lease_takes_its_count_from_the_item_record() {
     assert_eq!((again[0].item.id, again[0].receipt.delivery), (a, 2));
     // b was pending at the close: an orphan, reclaimed with its count + 1.
     let reclaimed = q
-        .reclaim_stale(Duration::from_secs(3600), 10)
+        .reclaim(Duration::from_secs(3600), 10)
         .await
+        .map(|r| r.claimed)
         .unwrap();
     let ids: Vec<_> = reclaimed
         .iter()

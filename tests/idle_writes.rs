@@ -43,7 +43,13 @@ async fn a_waiting_embedded_claim_writes_nothing() {
                 .unwrap()
                 .is_empty()
         );
-        assert!(q.reclaim_stale(Duration::ZERO, 4).await.unwrap().is_empty());
+        assert!(
+            q.reclaim(Duration::ZERO, 4)
+                .await
+                .unwrap()
+                .claimed
+                .is_empty()
+        );
         assert_eq!(q.promote_due().await.unwrap(), 0);
         q.touch(Vec::new()).await.unwrap();
         assert_eq!(q.ack_batch(Vec::new()).await.unwrap(), 0);

@@ -248,7 +248,11 @@ async fn reclaim_with_zero_idle_takes_each_stale_item_once() {
         .claim(1, std::time::Duration::ZERO, workjournal::ClaimFrom::All)
         .await
         .unwrap();
-    let again = q.reclaim_stale(std::time::Duration::ZERO, 5).await.unwrap();
+    let again = q
+        .reclaim(std::time::Duration::ZERO, 5)
+        .await
+        .unwrap()
+        .claimed;
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].item.deliveries, first[0].item.deliveries + 1);
     let stats = q.stats().await.unwrap();

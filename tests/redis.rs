@@ -148,7 +148,11 @@ async fn late_ack_from_a_reclaimed_handle_is_lease_lost(kind: RedisKind) {
     let first = a.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
     let first = first[0].receipt;
     clock.advance(Duration::from_secs(60));
-    let taken = b.reclaim_stale(Duration::from_secs(30), 10).await.unwrap();
+    let taken = b
+        .reclaim(Duration::from_secs(30), 10)
+        .await
+        .unwrap()
+        .claimed;
     assert_eq!(taken.len(), 1);
     assert_eq!(taken[0].receipt.delivery, 2);
     // The first holder's late operations all fail and change nothing.
@@ -212,7 +216,11 @@ async fn six_hundred_stale_claims_behind_four_hundred_fresh_are_all_reclaimed(ki
     clock.advance(Duration::from_secs(10));
     let mut reclaimed = Vec::new();
     loop {
-        let got = b.reclaim_stale(Duration::from_secs(60), 50).await.unwrap();
+        let got = b
+            .reclaim(Duration::from_secs(60), 50)
+            .await
+            .unwrap()
+            .claimed;
         if got.is_empty() {
             break;
         }
@@ -263,7 +271,7 @@ async fn aof_always_restart_loses_no_acknowledged_add(kind: RedisKind) {
         }
         left.extend(got.into_iter().map(|c| c.item.id));
     }
-    for c in q2.reclaim_stale(Duration::ZERO, 100).await.unwrap() {
+    for c in q2.reclaim(Duration::ZERO, 100).await.unwrap().claimed {
         assert_eq!(c.item.deliveries, 2);
         left.insert(c.item.id);
     }
@@ -846,7 +854,11 @@ async fn a_namespace_of_the_stream_layout_moves_to_ranked_lanes_at_connect(kind:
     assert_eq!(payloads, vec![&b"p4"[..], b"p1", b"p3", b"new"]);
     // The pending item is reclaimable as before.
     clock.advance(Duration::from_secs(60));
-    let back = q.reclaim_stale(Duration::from_secs(30), 10).await.unwrap();
+    let back = q
+        .reclaim(Duration::from_secs(30), 10)
+        .await
+        .unwrap()
+        .claimed;
     assert!(back.iter().any(|c| c.item.id == 2));
 }
 
@@ -948,8 +960,9 @@ async fn stats_stay_true_when_an_item_hash_is_deleted(kind: RedisKind) {
     // The second: nobody acks it; a reclaim drops its pending entry and
     // its lease with it.
     assert!(
-        q.reclaim_stale(Duration::ZERO, 10)
+        q.reclaim(Duration::ZERO, 10)
             .await
+            .map(|r| r.claimed)
             .unwrap()
             .is_empty()
     );
@@ -1071,9 +1084,9 @@ async fn a_claim_does_not_walk_a_held_flows_items(kind: RedisKind) {
 }
 
 /// Failed as a design: claim.lua handed items out with code of its own
-/// beside `hand_out` in common.lua (used by step and reclaim_stale). Now
+/// beside `hand_out` in common.lua (used by step and reclaim). Now
 /// every script that makes an item pending goes through the one
-/// `hand_out`: claim, step and reclaim_stale take their leases from the
+/// `hand_out`: claim, step and reclaim take their leases from the
 /// one counter in call order, write each item's delivery and claim time,
 /// and index it in `{ns}:pending` at its claim time.
 async fn redis_hand_outs_share_one_lease_counter(kind: RedisKind) {
@@ -1096,7 +1109,7 @@ async fn redis_hand_outs_share_one_lease_counter(kind: RedisKind) {
     assert_eq!(q.parked("cold").await.unwrap(), 1);
     clock.advance(Duration::from_secs(1));
     let stepped = q.step("cold").await.unwrap().unwrap();
-    // Resumed, so that reclaim_stale hands the stepped item out again
+    // Resumed, so that reclaim hands the stepped item out again
     // rather than parking it.
     q.resume("cold").await.unwrap();
     clock.advance(Duration::from_secs(60));

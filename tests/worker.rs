@@ -1162,7 +1162,7 @@ where
         }
         // Another consumer takes the item over, gives up on it and redrives
         // it: the worker claims it again under delivery 1.
-        let taken = q.reclaim_stale(Duration::ZERO, 1).await.unwrap();
+        let taken = q.reclaim(Duration::ZERO, 1).await.unwrap().claimed;
         assert_eq!(taken.len(), 1);
         q.dead_letter(taken[0].receipt, "taken over").await.unwrap();
         assert!(q.redrive(id).await.unwrap());
@@ -1270,7 +1270,7 @@ async fn runs_backing_off_once(
 }
 
 /// SPEC 9, Back-off: a stale item of a flow this worker has just backed off
-/// waits out the back-off. `reclaim_stale` does not look at limits (SPEC 3,
+/// waits out the back-off. `reclaim` does not look at limits (SPEC 3,
 /// Flow limits), so the queue hands it out while it holds the flow; only
 /// the worker's own timer can hold it. Regression (found in review): once
 /// items taken after the queue's hold was in force ran at once, this one

@@ -202,7 +202,7 @@ impl Model {
 
     /// SPEC 3, Crash recovery, embedded only: the file was closed and opened
     /// again, so every item pending now belongs to a process that is gone and
-    /// is stale for `reclaim_stale` whatever `min_idle`, until it is touched
+    /// is stale for `reclaim` whatever `min_idle`, until it is touched
     /// (a touch shows its holder is alive) or leaves pending. The memory
     /// backend never calls this; the model tests of the embedded backend call
     /// it where they close and reopen the file.

@@ -27,8 +27,9 @@ pub(super) async fn execute(state: &AppState, request: Request) -> Response {
         Err(Request::ForwardLag(r)) => return reply(forward_lag(state, r).await),
         Err(Request::ReclaimStale(r)) => {
             let got = q
-                .reclaim_stale(Duration::from_millis(r.min_idle_ms), r.count)
-                .await;
+                .reclaim(Duration::from_millis(r.min_idle_ms), r.count)
+                .await
+                .map(|r| r.claimed);
             return reply(got.map(|claimed| wire::ClaimedList {
                 claimed: claimed.into_iter().map(Into::into).collect(),
             }));

@@ -73,7 +73,7 @@ pub enum Event {
         delivery: u32,
     },
     /// A queue operation failed; the worker goes on (the item, if any, comes
-    /// back through `reclaim_stale`).
+    /// back through `reclaim`).
     QueueError {
         /// Which operation (`"ack"`, `"touch"`, `"claim"`, ...).
         op: &'static str,
@@ -110,6 +110,6 @@ pub struct Report {
     pub lease_lost: u64,
     /// Still running when the grace period ran out: cancelled and given
     /// back with [`WorkQueue::release`](crate::WorkQueue::release) (counted in `released` too), or, if
-    /// that failed, left pending for `reclaim_stale`.
+    /// that failed, left pending for `reclaim`.
     pub abandoned: u64,
 }

@@ -223,7 +223,7 @@ pub(super) async fn release_for<Q: WorkQueue>(
 /// At shutdown past the grace period: give the cancelled items back
 /// without spending their deliveries, due at once. Stops at the first
 /// failure that is not a lost lease (the queue is unreachable: the rest
-/// stay pending for `reclaim_stale`).
+/// stay pending for `reclaim`).
 pub(super) async fn give_back_unfinished<Q: WorkQueue>(
     shared: &Shared<Q>,
     unfinished: Vec<Receipt>,

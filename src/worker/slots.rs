@@ -151,7 +151,7 @@ pub(super) fn slot_each(
         match slots.split(1) {
             Some(permit) => out.push((claimed, permit, asked)),
             // Unreachable while the queue keeps its promise; the item stays
-            // pending and comes back through `reclaim_stale`.
+            // pending and comes back through `reclaim`.
             None => break,
         }
     }

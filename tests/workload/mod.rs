@@ -156,7 +156,7 @@ pub async fn apply(q: &impl WorkQueue, op: &Op) -> Result<Reply, Error> {
         Op::Touch(rs) => s(&q.touch(rs.clone()).await?),
         Op::Retry(r, at) => s(&q.retry(*r, *at).await?),
         Op::DeadLetter(r) => s(&q.dead_letter(*r, "failed").await?),
-        Op::Reclaim(idle, n) => claimed(q.reclaim_stale(Duration::from_millis(*idle), *n).await?),
+        Op::Reclaim(idle, n) => claimed(q.reclaim(Duration::from_millis(*idle), *n).await?.claimed),
         Op::Pause(f) => s(&q.pause(f).await?),
         Op::Resume(f) => s(&q.resume(f).await?),
         Op::Park(r) => s(&q.park(*r).await?),

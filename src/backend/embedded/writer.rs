@@ -176,7 +176,7 @@ impl Op {
             Op::Touch(_) => "touch",
             Op::Retry(..) => "retry",
             Op::DeadLetter(..) => "dead_letter",
-            Op::Reclaim { .. } => "reclaim_stale",
+            Op::Reclaim { .. } => "reclaim",
             Op::Pause(_) => "pause",
             Op::Resume(_) => "resume",
             Op::Park(_) => "park",

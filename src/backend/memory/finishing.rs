@@ -1,5 +1,5 @@
 //! SPEC 3, Finishing and Crash recovery on the reference model: ack, touch,
-//! retry, release, dead-letter and `reclaim_stale`, each fenced by the
+//! retry, release, dead-letter and `reclaim`, each fenced by the
 //! receipt's lease.
 
 use std::time::Duration;
@@ -151,17 +151,12 @@ impl Model {
         Ok(())
     }
 
-    /// SPEC 3, Crash recovery: reclaim_stale.
+    /// SPEC 3, Crash recovery: reclaim.
     ///
     /// # Errors
     ///
     /// `InvalidInput` for `count == 0`.
-    pub fn reclaim_stale(
-        &mut self,
-        min_idle: Duration,
-        count: usize,
-        now_ms: u64,
-    ) -> Result<Reclaimed> {
+    pub fn reclaim(&mut self, min_idle: Duration, count: usize, now_ms: u64) -> Result<Reclaimed> {
         if count == 0 {
             return Err(Error::invalid("reclaim count must be at least 1"));
         }

@@ -298,7 +298,7 @@ impl Backend for MemoryQueue {
 
     async fn reclaim(&self, min_idle: Duration, count: usize) -> Result<Reclaimed> {
         self.live()?;
-        let out = self.with(|m, now| m.reclaim_stale(min_idle, count, now))?;
+        let out = self.with(|m, now| m.reclaim(min_idle, count, now))?;
         self.freed();
         self.finished();
         Ok(out)

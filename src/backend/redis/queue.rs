@@ -303,14 +303,11 @@ impl Backend for RedisQueue {
             self.result_ttl_arg(),
         ];
         let v = self
-            .run("reclaim_stale", &self.inner.scripts.reclaim, args, true)
+            .run("reclaim", &self.inner.scripts.reclaim, args, true)
             .await?;
         let a = array(&v, "reclaim")?;
         let got = claims(at(a, 0, "reclaim")?)?;
-        self.log_missing(
-            uint(at(a, 1, "reclaim")?, "reclaim missing")?,
-            "reclaim_stale",
-        );
+        self.log_missing(uint(at(a, 1, "reclaim")?, "reclaim missing")?, "reclaim");
         self.log_dropped(uint(at(a, 2, "reclaim")?, "reclaim dropped")?);
         let dead = array(at(a, 3, "reclaim")?, "reclaim dead")?;
         let mut dead_lettered = Vec::with_capacity(dead.len() / 3);

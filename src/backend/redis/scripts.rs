@@ -254,7 +254,7 @@ mod constant_tests {
 
     // Failed: claim.lua had a hand-out of its own (its batched lease and
     // pending-index writes) beside `hand_out` in common.lua, which step
-    // and reclaim_stale used, so a change to what a claimed item carries
+    // and reclaim used, so a change to what a claimed item carries
     // had two homes. Every script that makes an item pending now goes
     // through the one `hand_out`; `redis_hand_outs_share_one_lease_counter`
     // in tests/redis.rs checks what the three hand out.

@@ -212,7 +212,7 @@ impl RemoteQueue {
     /// most `piece`, until one answers `Some` or `wait` has run out (`None`).
     /// A `close` of any clone ends the wait at once with `Closed` (SPEC
     /// section 8): what a claim in flight took comes back through
-    /// `reclaim_stale`, as with any dropped claim.
+    /// `reclaim`, as with any dropped claim.
     async fn long_poll<T, F, Fut>(&self, wait: Duration, mut ask: F) -> Result<Option<T>>
     where
         F: FnMut(Duration) -> Fut,

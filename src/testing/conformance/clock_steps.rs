@@ -47,13 +47,18 @@ pub async fn clock_step_back_keeps_a_claims_idle_time(f: &dyn Factory) {
     );
     step_back(&e.clock, HOUR);
     assert!(
-        e.q.reclaim_stale(Duration::from_secs(30), 1)
+        e.q.reclaim(Duration::from_secs(30), 1)
             .await
+            .map(|r| r.claimed)
             .unwrap()
             .is_empty()
     );
     e.clock.advance(Duration::from_secs(20));
-    let again = e.q.reclaim_stale(Duration::from_secs(30), 1).await.unwrap();
+    let again =
+        e.q.reclaim(Duration::from_secs(30), 1)
+            .await
+            .unwrap()
+            .claimed;
     assert_eq!(
         ids(&again),
         vec![held.item.id],

@@ -92,8 +92,9 @@ pub async fn dead_letter_cap_counts_what_it_drops(f: &dyn Factory) {
     // reclaim past max_deliveries too.
     e.clock.advance(Duration::from_secs(60));
     assert!(
-        e.q.reclaim_stale(Duration::from_secs(1), 4)
+        e.q.reclaim(Duration::from_secs(1), 4)
             .await
+            .map(|r| r.claimed)
             .unwrap()
             .is_empty()
     );

@@ -21,7 +21,7 @@ pub async fn item_is_handed_out_again_only_after_retry_or_reclaim(f: &dyn Factor
     e.q.retry(c.receipt, T0).await.unwrap();
     let c2 = claim_one(&e.q).await;
     assert_eq!(c2.item.id, id);
-    let r = e.q.reclaim_stale(Duration::ZERO, 5).await.unwrap();
+    let r = e.q.reclaim(Duration::ZERO, 5).await.unwrap().claimed;
     assert_eq!(ids(&r), vec![id]);
     e.q.ack(r[0].receipt).await.unwrap();
     assert!(claim(&e.q, 5).await.is_empty());

@@ -18,8 +18,9 @@ pub async fn ack_removes_for_good_and_second_ack_is_lease_lost(f: &dyn Factory) 
     let s = e.q.stats().await.unwrap();
     assert_eq!((s.pending, s.backlog, s.dead_letters), (0, 0, 0));
     assert!(
-        e.q.reclaim_stale(Duration::ZERO, 10)
+        e.q.reclaim(Duration::ZERO, 10)
             .await
+            .map(|r| r.claimed)
             .unwrap()
             .is_empty()
     );
@@ -64,8 +65,9 @@ pub async fn touch_extends_the_lease(f: &dyn Factory) {
     e.q.touch(vec![c.receipt]).await.unwrap();
     e.clock.advance(Duration::from_secs(20));
     assert!(
-        e.q.reclaim_stale(Duration::from_secs(30), 10)
+        e.q.reclaim(Duration::from_secs(30), 10)
             .await
+            .map(|r| r.claimed)
             .unwrap()
             .is_empty()
     );
@@ -158,8 +160,9 @@ pub async fn stale_receipt_after_reclaim_is_lease_lost_everywhere(f: &dyn Factor
     let old = claim_one(&e.q).await;
     e.clock.advance(Duration::from_secs(60));
     let new =
-        e.q.reclaim_stale(Duration::from_secs(30), 10)
+        e.q.reclaim(Duration::from_secs(30), 10)
             .await
+            .map(|r| r.claimed)
             .unwrap();
     assert_eq!(new.len(), 1);
     let before = e.q.stats().await.unwrap();

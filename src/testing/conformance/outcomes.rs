@@ -257,8 +257,9 @@ pub async fn progress_is_fenced_like_touch(f: &dyn Factory) {
     assert_eq!(e.q.progress(id).await.unwrap(), Some(b"20%".to_vec()));
     e.clock.advance(Duration::from_secs(60));
     let second =
-        e.q.reclaim_stale(Duration::from_secs(30), 10)
+        e.q.reclaim(Duration::from_secs(30), 10)
             .await
+            .map(|r| r.claimed)
             .unwrap();
     assert_eq!(ids(&second), vec![id]);
     lease_lost(

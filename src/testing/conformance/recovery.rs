@@ -8,7 +8,7 @@ use crate::config::Config;
 use crate::item::{Lane, MAX_DELIVERIES_REASON, NewItem};
 use crate::queue::WorkQueue;
 
-/// reclaim_stale takes only claims idle for min_idle, oldest first.
+/// reclaim takes only claims idle for min_idle, oldest first.
 pub async fn reclaim_takes_idle_claims_oldest_first(f: &dyn Factory) {
     let e = env(f).await;
     for p in ["a", "b", "c"] {
@@ -21,8 +21,9 @@ pub async fn reclaim_takes_idle_claims_oldest_first(f: &dyn Factory) {
     let _c = claim_one(&e.q).await;
     e.clock.advance(Duration::from_secs(5));
     let r =
-        e.q.reclaim_stale(Duration::from_secs(15), 10)
+        e.q.reclaim(Duration::from_secs(15), 10)
             .await
+            .map(|r| r.claimed)
             .unwrap();
     assert_eq!(ids(&r), vec![a.item.id, b.item.id]);
     assert!(r.iter().all(|c| c.claimed_at_ms == T0 + 25_000));
@@ -34,7 +35,11 @@ pub async fn reclaim_counts_a_delivery_and_issues_a_new_receipt(f: &dyn Factory)
     add(&e.q, "x").await;
     let c = claim_one(&e.q).await;
     e.clock.advance(Duration::from_secs(1));
-    let r = e.q.reclaim_stale(Duration::from_secs(1), 1).await.unwrap();
+    let r =
+        e.q.reclaim(Duration::from_secs(1), 1)
+            .await
+            .unwrap()
+            .claimed;
     assert_eq!(r[0].item.deliveries, 2);
     assert_eq!(r[0].receipt.delivery, 2);
     assert_ne!(r[0].receipt, c.receipt);
@@ -50,7 +55,7 @@ pub async fn reclaim_past_max_deliveries_dead_letters(f: &dyn Factory) {
     add(&e.q, "fine").await;
     let d = claim_one(&e.q).await;
     e.clock.advance(Duration::from_secs(1));
-    let r = e.q.reclaim_stale(Duration::ZERO, 10).await.unwrap();
+    let r = e.q.reclaim(Duration::ZERO, 10).await.unwrap().claimed;
     assert_eq!(ids(&r), vec![d.item.id]);
     let doomed = r[0].receipt;
     let f2 = claim_one(&e.q).await;
@@ -66,7 +71,7 @@ pub async fn reclaim_past_max_deliveries_dead_letters(f: &dyn Factory) {
     assert_eq!(dl[0].item.id, d.item.id);
 }
 
-/// reclaim_stale never hands out an item of a paused flow: it moves it to
+/// reclaim never hands out an item of a paused flow: it moves it to
 /// the flow's parked list tail with its deliveries unchanged, and does not
 /// count it towards `count`. An item handed out by `step` is the exception
 /// only at the step itself: once stale, it is parked again.
@@ -83,10 +88,18 @@ pub async fn reclaim_parks_items_of_paused_flows(f: &dyn Factory) {
     assert_eq!(e.q.parked("f").await.unwrap(), 1);
     e.clock.advance(Duration::from_secs(10));
     // "a" is parked and not counted, "b" is taken; "c" is not reached.
-    let r = e.q.reclaim_stale(Duration::from_secs(5), 1).await.unwrap();
+    let r =
+        e.q.reclaim(Duration::from_secs(5), 1)
+            .await
+            .unwrap()
+            .claimed;
     assert_eq!(ids(&r), vec![b]);
     assert_eq!(e.q.parked("f").await.unwrap(), 2);
-    let r = e.q.reclaim_stale(Duration::from_secs(5), 10).await.unwrap();
+    let r =
+        e.q.reclaim(Duration::from_secs(5), 10)
+            .await
+            .unwrap()
+            .claimed;
     assert!(r.is_empty(), "handed out an item of a paused flow: {r:?}");
     assert_eq!(e.q.parked("f").await.unwrap(), 3);
     let s = e.q.stats().await.unwrap();
@@ -103,7 +116,11 @@ pub async fn reclaim_parks_items_of_paused_flows(f: &dyn Factory) {
     // The holder of the stepped "d" crashed: "d" goes back to the parked
     // tail, behind "c", since the flow is still paused.
     e.clock.advance(Duration::from_secs(10));
-    let r = e.q.reclaim_stale(Duration::from_secs(5), 10).await.unwrap();
+    let r =
+        e.q.reclaim(Duration::from_secs(5), 10)
+            .await
+            .unwrap()
+            .claimed;
     assert_eq!(ids(&r), vec![b]);
     lease_lost(e.q.ack(s1.receipt).await, s1.receipt);
     assert_eq!(e.q.parked("f").await.unwrap(), 2);
@@ -131,7 +148,11 @@ pub async fn repeated_reclaims_reach_stale_items_behind_fresh_ones(f: &dyn Facto
     e.clock.advance(Duration::from_secs(1));
     let mut got = Vec::new();
     loop {
-        let r = e.q.reclaim_stale(Duration::from_secs(50), 7).await.unwrap();
+        let r =
+            e.q.reclaim(Duration::from_secs(50), 7)
+                .await
+                .unwrap()
+                .claimed;
         assert!(r.len() <= 7);
         if r.is_empty() {
             break;

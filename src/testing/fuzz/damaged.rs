@@ -158,8 +158,8 @@ pub fn open_damaged_file(data: &[u8]) {
                 let _ = timed("ack", q.ack(c.receipt)).await;
             }
         }
-        if let Ok(stale) = timed("reclaim", q.reclaim_stale(Duration::ZERO, 10)).await {
-            let rs: Vec<Receipt> = stale.iter().map(|c| c.receipt).collect();
+        if let Ok(stale) = timed("reclaim", q.reclaim(Duration::ZERO, 10)).await {
+            let rs: Vec<Receipt> = stale.claimed.iter().map(|c| c.receipt).collect();
             let _ = timed("ack_batch", q.ack_batch(rs)).await;
         }
         let _ = timed("resume", q.resume("a")).await;

@@ -70,9 +70,7 @@ pub fn answer(model: &mut Model, request: Request, now_ms: u64) -> crate::Result
             m.dead_letter(receipt, &reason, now)?;
             Reply::Unit
         }
-        Request::Reclaim { min_idle, count } => {
-            Reply::Reclaimed(m.reclaim_stale(min_idle, count, now)?)
-        }
+        Request::Reclaim { min_idle, count } => Reply::Reclaimed(m.reclaim(min_idle, count, now)?),
         Request::Pause { flow } => {
             m.pause(&flow)?;
             Reply::Unit

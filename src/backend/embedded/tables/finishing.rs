@@ -145,7 +145,7 @@ impl Tables<'_> {
         self.remove_orphans([(lease.claimed_at_ms, id)])
     }
 
-    pub(in crate::backend::embedded) fn reclaim_stale(
+    pub(in crate::backend::embedded) fn reclaim(
         &mut self,
         min_idle_ms: u64,
         count: usize,

@@ -61,7 +61,7 @@ pub(super) fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
             Reply::Unit
         }
         Op::Reclaim { min_idle_ms, count } => {
-            Reply::Reclaimed(t.reclaim_stale(*min_idle_ms, *count, now)?)
+            Reply::Reclaimed(t.reclaim(*min_idle_ms, *count, now)?)
         }
         Op::Pause(f) => {
             t.pause(f)?;

@@ -566,7 +566,7 @@ local function promote(now)
   return #ids / 2
 end
 
--- Handing items out (claim, step, reclaim_stale): the one place an item
+-- Handing items out (claim, step, reclaim): the one place an item
 -- becomes pending. The hand-outs of one script share one read and one
 -- write of the lease counter and one write of the pending index:
 -- `hand_outs_begin` before the first, `hand_outs_end` after the last.
