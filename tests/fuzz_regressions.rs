@@ -45,6 +45,13 @@ fn ops_vs_model_inputs_replay_cleanly() {
     replay("ops_vs_model", fuzz::ops_vs_model);
 }
 
+/// Inputs committed before the item and flow controls were drawn, as they
+/// were found (every input is replayed both ways).
+#[test]
+fn ops_vs_model_inputs_replay_cleanly_as_first_decoded() {
+    replay("ops_vs_model", fuzz::ops_vs_model_legacy);
+}
+
 #[test]
 fn open_damaged_file_inputs_replay_cleanly() {
     replay("open_damaged_file", fuzz::open_damaged_file);
@@ -53,6 +60,13 @@ fn open_damaged_file_inputs_replay_cleanly() {
 #[test]
 fn crash_recovery_inputs_replay_cleanly() {
     replay("crash_recovery", fuzz::crash_recovery);
+}
+
+/// As [`ops_vs_model_inputs_replay_cleanly_as_first_decoded`], for
+/// `crash_recovery`.
+#[test]
+fn crash_recovery_inputs_replay_cleanly_as_first_decoded() {
+    replay("crash_recovery", fuzz::crash_recovery_legacy);
 }
 
 #[cfg(feature = "redis")]

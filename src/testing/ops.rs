@@ -41,7 +41,7 @@ mod tests;
 
 pub use answer::answer;
 pub use call::{Call, ErrorKind, Outcome, map_receipts};
-pub use decode::arbitrary_op;
+pub use decode::{LegacyOp, arbitrary_op};
 pub use reference::Reference;
 pub use run::{CHECK_EVERY, Compare, run_ops};
 #[cfg(feature = "embedded")]
@@ -67,16 +67,6 @@ pub const START_MS: u64 = 1_700_000_000_000;
 /// Most items one `add_batch`, ids one `ack_batch` or receipts one `touch`
 /// takes.
 pub const MAX_BATCH: usize = 4;
-
-/// Whether the fuzz targets' decoding (`Op`'s `Arbitrary`) draws the item
-/// and flow controls [`Op::Promote`], [`Op::Remove`] and
-/// [`Op::BackOffFor`]. Every backend has them, and the proptest model
-/// tests ([`op_strategy`]) run them on every backend; the fuzz decoding
-/// leaves them out so that the committed corpus and regression inputs
-/// keep decoding to the sequences they were found with (drawing the
-/// variant from 44 instead of 41 changes every input). Turning it on is a
-/// deliberate corpus reset.
-pub const CONTROL_OPS: bool = false;
 
 /// The limits of one run, chosen small so that every limit is reached
 /// (SPEC section 7). Each field is reduced into a small range by
@@ -170,9 +160,10 @@ impl ItemSpec {
 /// stale; 240 and up, a forged receipt no claim ever had. Id picks: below
 /// 224, an id handed out so far; above, an id never handed out.
 ///
-/// `Arbitrary` is written by hand ([`arbitrary_op`]): it decodes as the
-/// derive did for the first 41 variants, so that committed fuzz inputs keep
-/// their meaning, and draws the last three only with [`CONTROL_OPS`].
+/// `Arbitrary` is written by hand ([`arbitrary_op`]) and draws every
+/// variant; [`LegacyOp`] decodes bytes as the derive did before the last
+/// three were added, so that fuzz inputs committed before them keep their
+/// meaning.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
     /// `add`.
@@ -217,7 +208,7 @@ pub enum Op {
     Release(u8, u8),
     /// `dead_letter` with a reason from [`REASONS`].
     DeadLetter(u8, u8),
-    /// `reclaim_stale`.
+    /// `reclaim`.
     Reclaim {
         /// `min_idle`: one of 0, 1 s, 2 s, 60 s.
         idle: u8,

@@ -15,7 +15,7 @@ use crate::clock::ManualClock;
 use crate::item::Stats;
 use crate::queue::{BoxFuture, BoxQueue, WorkQueue};
 use crate::testing::faults::{DiskImage, SimDisk};
-use crate::testing::ops::{Op, Reference, START_MS, Setup, System, Target};
+use crate::testing::ops::{LegacyOp, Op, Reference, START_MS, Setup, System, Target};
 
 /// A crash run: the limits, the sequence, when the process dies (after how
 /// many mutating disk calls), and which unsynced writes survive the cut.
@@ -31,6 +31,16 @@ pub struct CrashInput {
     /// Seeds what the power cut keeps of the unsynced writes (whole, lost
     /// or torn at 512 B or 4 KiB; [`SimDisk::after_power_loss`]).
     pub keep_seed: u64,
+}
+
+/// [`CrashInput`] as the inputs committed before the item and flow
+/// controls decode ([`LegacyOp`]): same fields, same order.
+#[derive(Arbitrary)]
+struct LegacyCrashInput {
+    setup: Setup,
+    ops: Vec<LegacyOp>,
+    fail_after: Option<u16>,
+    keep_seed: u64,
 }
 
 struct OnDisk {
@@ -63,6 +73,25 @@ pub fn crash_recovery(data: &[u8]) {
         return;
     };
     crash_recovery_with(&input);
+}
+
+/// [`crash_recovery`] with `data` decoded as before the item and flow
+/// controls were drawn ([`LegacyOp`]), so that an input committed then
+/// replays as the sequence it was found with.
+///
+/// # Panics
+///
+/// As [`crash_recovery`].
+pub fn crash_recovery_legacy(data: &[u8]) {
+    let Ok(input) = LegacyCrashInput::arbitrary_take_rest(Unstructured::new(data)) else {
+        return;
+    };
+    crash_recovery_with(&CrashInput {
+        setup: input.setup,
+        ops: input.ops.into_iter().map(|op| op.0).collect(),
+        fail_after: input.fail_after,
+        keep_seed: input.keep_seed,
+    });
 }
 
 /// The body of [`crash_recovery`] for an input built by hand.

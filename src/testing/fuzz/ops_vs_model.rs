@@ -7,7 +7,7 @@ use arbitrary::{Arbitrary, Unstructured};
 
 use super::{MAX_OPS, disk_name, fresh_image, runtime};
 use crate::testing::faults::SimDisk;
-use crate::testing::ops::{self, Op, Setup};
+use crate::testing::ops::{self, LegacyOp, Op, Setup};
 
 /// A run of ops: the limits and the sequence.
 #[derive(Debug, Clone, PartialEq, Eq, Arbitrary)]
@@ -18,11 +18,19 @@ pub struct OpsInput {
     pub ops: Vec<Op>,
 }
 
+/// [`OpsInput`] as the inputs committed before the item and flow controls
+/// decode ([`LegacyOp`]): same fields, same order.
+#[derive(Arbitrary)]
+struct LegacyOpsInput {
+    setup: Setup,
+    ops: Vec<LegacyOp>,
+}
+
 /// Target `ops_vs_model`: a sequence of ops on the embedded backend (a file
 /// on a [`SimDisk`], in memory, with close-and-reopen) and on the model;
-/// every result, `stats()` and the file's recount must equal the model's
-/// after every step. (`tests/model.rs` runs the same comparison on a real
-/// file.)
+/// every reply must equal the model's at every step, and the whole state
+/// (stats, the file's recount, every listing) every 16 steps and after the
+/// last. (`tests/model.rs` runs the same comparison on a real file.)
 ///
 /// # Panics
 ///
@@ -31,6 +39,27 @@ pub fn ops_vs_model(data: &[u8]) {
     let Ok(input) = OpsInput::arbitrary_take_rest(Unstructured::new(data)) else {
         return;
     };
+    run(&input);
+}
+
+/// [`ops_vs_model`] with `data` decoded as before the item and flow
+/// controls were drawn ([`LegacyOp`]), so that an input committed then
+/// replays as the sequence it was found with.
+///
+/// # Panics
+///
+/// As [`ops_vs_model`].
+pub fn ops_vs_model_legacy(data: &[u8]) {
+    let Ok(input) = LegacyOpsInput::arbitrary_take_rest(Unstructured::new(data)) else {
+        return;
+    };
+    run(&OpsInput {
+        setup: input.setup,
+        ops: input.ops.into_iter().map(|op| op.0).collect(),
+    });
+}
+
+fn run(input: &OpsInput) {
     let ops = &input.ops[..input.ops.len().min(MAX_OPS)];
     let disk = SimDisk::from_image(fresh_image().clone());
     if let Err(e) = runtime().block_on(ops::run_embedded_on_disk(

@@ -6,8 +6,7 @@ use super::{ItemSpec, MAX_BATCH, Op, Setup};
 
 /// A proptest strategy for one [`Op`], weighted so that sequences add,
 /// claim and finish items often and look or reopen now and then, with the
-/// item and flow controls (every backend has them; only the fuzz decoding
-/// leaves them out, see [`CONTROL_OPS`](super::CONTROL_OPS)).
+/// item and flow controls.
 pub fn op_strategy() -> BoxedStrategy<Op> {
     op_strategy_with(true)
 }

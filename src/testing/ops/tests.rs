@@ -1,5 +1,5 @@
-//! The runner with the item and flow controls on ([`CONTROL_OPS`] is off
-//! until every backend has them): the memory backend against the model.
+//! The runner with the item and flow controls on: the memory backend
+//! against the model; and the fuzz decoding of ops, new and legacy.
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestRunner};
@@ -146,6 +146,17 @@ fn fuzz_bytes_decode_to_controls_only_when_asked() {
         arbitrary_op(&mut Unstructured::new(&zero), false),
         Ok(Op::Add(_))
     ));
+    // `Op` draws every variant (the top tag is the last control), and
+    // `LegacyOp` decodes as the inputs committed before the controls.
+    use arbitrary::Arbitrary;
+    assert!(matches!(
+        Op::arbitrary(&mut Unstructured::new(&[0xff, 0xff, 0xff, 0xff, 1, 2, 3])),
+        Ok(Op::BackOffFor(..))
+    ));
+    assert_eq!(
+        LegacyOp::arbitrary(&mut Unstructured::new(&top)).ok(),
+        Some(LegacyOp(Op::Reopen))
+    );
 }
 
 #[test]
