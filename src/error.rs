@@ -5,6 +5,23 @@ use std::path::PathBuf;
 /// A boxed error from a storage engine or client library, kept as `source()`.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
+/// The error and its sources on one line, each cause added once (a
+/// `Display` of [`Error`] leaves the source out, STYLE: the cause of a
+/// Redis failure is its source).
+pub(crate) fn one_line(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let part = s.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = s.source();
+    }
+    text.replace(['\n', '\r'], " ")
+}
+
 /// Result alias used by every fallible operation of the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

@@ -1445,3 +1445,56 @@ async fn expired_entries_are_purged_after_writes_that_skipped_the_purge() {
     q.add(NewItem::new(b"y".to_vec())).await.unwrap();
     assert!(q.dump_tables().await.unwrap()["dedup_expiry"].is_empty());
 }
+
+/// SPEC 9 (`stats`, `peek`, `dead-letters`, `limits` and `result` never
+/// write the file) and SPEC 8 (Clock steps). Regression: after an add
+/// under a clock a day ahead, every look through a read-only open failed
+/// with `append to the redo log: the redo log was opened read-only`
+/// (exit 1 from the CLI) until some writing command ran: the read batch
+/// found the clock stepped back and tried to keep the moved times.
+#[tokio::test]
+async fn looks_after_a_clock_step_back_never_write() {
+    const DAY: u64 = 24 * 3600 * 1000;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let redo = dir.path().join("q.redb-redo");
+    let clock = ManualClock::new(T0 + DAY);
+    let q = open(&path, &clock).await;
+    let id = q
+        .add_delayed(NewItem::new(b"later".to_vec()), T0 + DAY + 5_000)
+        .await
+        .unwrap()
+        .id;
+    q.close().await.unwrap();
+    let (file, log) = (std::fs::read(&path).unwrap(), std::fs::read(&redo).unwrap());
+    // The clock is set right: a day back.
+    clock.set(T0);
+    let ro = EmbeddedQueue::open_with(
+        &path,
+        config(&clock),
+        EmbeddedOptions::default().read_only(true),
+    )
+    .await
+    .unwrap();
+    let stats = ro.stats().await.unwrap();
+    assert_eq!((stats.delayed, stats.backlog), (1, 0), "{stats:?}");
+    assert!(ro.peek(10).await.unwrap().is_empty());
+    assert!(ro.dead_letters(10).await.unwrap().is_empty());
+    assert!(ro.flow_limits().await.unwrap().is_empty());
+    assert!(ro.outcome(id).await.unwrap().is_none());
+    // The looks saw the timer moved with the step: due 5 s from the new now.
+    assert_eq!(ro.next_due().await.unwrap(), Some(T0 + 5_000));
+    ro.close().await.unwrap();
+    assert!(
+        std::fs::read(&path).unwrap() == file,
+        "the queue file was written"
+    );
+    assert!(
+        std::fs::read(&redo).unwrap() == log,
+        "the redo log was written"
+    );
+    // A writer moves the times itself, once, and keeps them.
+    let q = open(&path, &clock).await;
+    assert_eq!(q.next_due().await.unwrap(), Some(T0 + 5_000));
+    q.close().await.unwrap();
+}

@@ -130,9 +130,17 @@ impl ErrorBody {
                 detail: format!("on the server: {}", self.message),
                 source: None,
             },
+            // The message is the server's whole `i/o error: ...` line:
+            // it is the source, said once (it was the context and the
+            // source both, so the text appeared twice).
             "io" => Error::Io {
-                context: format!("on the server: {}", self.message),
-                source: std::io::Error::other(detail),
+                context: "on the server".into(),
+                source: std::io::Error::other(
+                    self.message
+                        .strip_prefix("i/o error: ")
+                        .unwrap_or(&self.message)
+                        .to_string(),
+                ),
             },
             "storage" => Error::Storage {
                 context: format!("on the server: {}", self.message),
@@ -154,15 +162,28 @@ impl ErrorBody {
 
 /// The error and its sources on one line, each cause added once.
 pub fn one_line(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let part = s.to_string();
-        if !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        source = s.source();
+    crate::error::one_line(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SPEC 10, Errors. Regression: a server's i/o error came back to the
+    /// client with its text twice (`i/o error: on the server: i/o error:
+    /// append ...: X: i/o error: append ...: X`).
+    #[test]
+    fn a_server_io_error_reads_once_on_the_client() {
+        let on_server = Error::Io {
+            context: "append to the redo log".into(),
+            source: std::io::Error::other("the redo log was opened read-only"),
+        };
+        let client = ErrorBody::from_error(&on_server).into_error();
+        let text = one_line(&client);
+        assert_eq!(
+            text,
+            "i/o error: on the server: append to the redo log: the redo log was opened read-only"
+        );
+        assert_eq!(client.kind(), "io");
     }
-    text.replace(['\n', '\r'], " ")
 }

@@ -87,9 +87,14 @@ impl EmbeddedQueue {
                 verify,
                 true,
                 Some(marker),
+                None,
             )
             .await;
         }
+        // A redo log this open makes is removed again when the file turns
+        // out not to be a queue (SPEC 9: a failed open leaves nothing).
+        let log_path = super::create::companion(&path, "-redo");
+        let fresh_log = (!log_path.exists()).then_some(log_path);
         Self::start(
             config,
             path,
@@ -112,6 +117,7 @@ impl EmbeddedQueue {
             verify,
             false,
             Some(marker),
+            fresh_log,
         )
         .await
     }
@@ -212,6 +218,7 @@ impl EmbeddedQueue {
             options.verify_interval,
             false,
             None,
+            None,
         )
         .await
     }
@@ -227,6 +234,7 @@ impl EmbeddedQueue {
         verify: Option<Duration>,
         read_only: bool,
         mut marker: Option<OpeningMarker>,
+        fresh_log: Option<PathBuf>,
     ) -> Result<Self> {
         let limits = Limits {
             max_deliveries: config.max_deliveries,
@@ -263,15 +271,15 @@ impl EmbeddedQueue {
                     })
                     .and_then(|mut log| {
                         // SPEC 8: an open that did not finish verifies the
-                        // next one (see `opening`).
-                        let unfinished = marker.as_mut().is_some_and(OpeningMarker::begin);
+                        // next one (see `opening`); the marker is looked at
+                        // once the file lock is held.
                         let db = writer::open_database(
                             &mut build,
                             &mut log,
                             &thread_path,
                             limits,
                             verify,
-                            unfinished,
+                            marker.as_mut(),
                         );
                         if let Some(marker) = &marker {
                             marker.end(db.as_ref().map(|_| ()));
@@ -295,6 +303,11 @@ impl EmbeddedQueue {
                         );
                     }
                     Err(e) => {
+                        if matches!(e, Error::Corrupt { .. } | Error::Decode { .. })
+                            && let Some(log) = &fresh_log
+                        {
+                            remove_if_empty(log);
+                        }
                         drop(claim);
                         let _ = ready_tx.send(Err(e));
                     }
@@ -333,5 +346,15 @@ pub(crate) fn opened_once<B: Send + 'static>(
                 "this storage backend cannot be opened twice: open the queue again",
             )
         })
+    }
+}
+
+/// Remove the redo log at `path` if it holds nothing: one this open made
+/// beside a file that is not a queue (or one this build cannot read).
+fn remove_if_empty(path: &Path) {
+    if std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() == 0)
+        && let Err(e) = std::fs::remove_file(path)
+    {
+        tracing::debug!(log = %path.display(), error = %e, "cannot remove the empty redo log");
     }
 }

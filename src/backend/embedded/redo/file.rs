@@ -16,6 +16,19 @@ pub(crate) trait LogFile: Debug + Send + Sync + 'static {
     fn write(&self, offset: u64, data: &[u8]) -> io::Result<()>;
     /// Make every write so far durable (`fdatasync`).
     fn sync_data(&self) -> io::Result<()>;
+    /// Whether every write is refused: the log of a queue opened
+    /// read-only (SPEC section 9), which nothing may be appended to.
+    fn read_only(&self) -> bool {
+        false
+    }
+    /// Cut the file to `len` bytes: `compact` gives back the room of a
+    /// log that has nothing left to replay. Storage that cannot shrink
+    /// keeps its length (the records past the next ones are of an older
+    /// generation, never replayed).
+    fn truncate(&self, len: u64) -> io::Result<()> {
+        let _ = len;
+        Ok(())
+    }
 }
 
 /// The log as a file on disk.
@@ -84,6 +97,14 @@ impl LogFile for FileLog {
 
     fn sync_data(&self) -> io::Result<()> {
         self.file.sync_data()
+    }
+
+    fn read_only(&self) -> bool {
+        !self.writable
+    }
+
+    fn truncate(&self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)
     }
 }
 

@@ -144,6 +144,25 @@ impl Log {
         self.applied = self.pos;
     }
 
+    /// After a checkpoint, when nothing has been appended since: give the
+    /// file's room back (`compact`, SPEC 3, Removing), so that one large
+    /// item does not leave a log of its size behind. Best effort: a log
+    /// that cannot shrink keeps its length, and nothing in it is replayed.
+    pub(in crate::backend::embedded) fn shrink(&mut self) {
+        if self.pos != 0 || self.file.read_only() {
+            return;
+        }
+        match self.file.truncate(0) {
+            Ok(()) => self.len = None,
+            Err(e) => tracing::debug!(error = %e, "cannot shrink the redo log"),
+        }
+    }
+
+    /// Whether the log refuses every append (a queue opened read-only).
+    pub(in crate::backend::embedded) fn is_read_only(&self) -> bool {
+        self.file.read_only()
+    }
+
     /// Whether an append failed since the last checkpoint.
     pub(in crate::backend::embedded) fn is_broken(&self) -> bool {
         self.broken

@@ -14,6 +14,10 @@ use crate::item::Lane;
 /// most, so that a backlog of expiries never makes one commit slow.
 const PURGE_PER_TXN: usize = 256;
 
+/// The latest time (ms) of the last clock step back this process warned
+/// about, so that one step is told once.
+static WARNED_HIGH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// A time index: (time in ms, id) -> (), the shape of `delayed`,
 /// `pending_by_time`, `orphans`, `outcome_expiry` and `ack_run_expiry`.
 type TimeIndex<'t> = Table<'t, (u64, u64), ()>;
@@ -77,10 +81,14 @@ impl<'t> Tables<'t> {
         let high = self.counter(CLOCK_HIGH, 0)?.max(latest);
         let step = crate::clock::step_back(high, now);
         if let Some(back) = step {
-            tracing::warn!(
-                back_ms = back,
-                "the clock stepped back: timers and leases moved with it"
-            );
+            // Once per step: a queue opened read-only moves the times again
+            // in every look (it never keeps them), from the same latest time.
+            if WARNED_HIGH.swap(high, std::sync::atomic::Ordering::Relaxed) != high {
+                tracing::warn!(
+                    back_ms = back,
+                    "the clock stepped back: timers and leases moved with it"
+                );
+            }
             self.rebase(back)?;
             self.shift_limits(back, now)?;
             self.set_counter(CLOCK_HIGH, now);

@@ -372,7 +372,7 @@ impl Drop for Tables<'_> {
     /// An error here comes with a poisoned transaction, which is aborted.
     fn drop(&mut self) {
         if let Err(e) = self.write_counters() {
-            tracing::warn!(error = %e, "writing the queue's counters failed");
+            tracing::warn!(error = %crate::error::one_line(&e), "writing the queue's counters failed");
         }
     }
 }

@@ -141,7 +141,7 @@ pub(super) fn abandon(db: &Database, log: &mut Log, txn: WriteTransaction) -> bo
             true
         }
         Err(e) => {
-            tracing::warn!(error = %e, "re-applying the redo log failed; the queue file is reopened before the next operation");
+            tracing::warn!(error = %crate::error::one_line(&e), "re-applying the redo log failed; the queue file is reopened before the next operation");
             false
         }
     }
@@ -353,9 +353,13 @@ pub(super) fn execute(
         }
         // Commit only what changed something, and never a batch of reads
         // alone (unless it found the clock stepped back and moved the
-        // stored times, which must not be lost).
+        // stored times, which must not be lost). A queue opened read-only
+        // never keeps a rebase: its reads ran on the moved times, the
+        // transaction ends here, and the next writer of the file moves
+        // them itself (SPEC 8, Clock steps; SPEC 9, looks never write).
         let writes = active.iter().any(|&i| !reqs[i].0.is_read());
-        if !(ran.rebased || (ran.dirty && writes)) {
+        let keeps_rebase = ran.rebased && !log.is_read_only();
+        if !(keeps_rebase || (ran.dirty && writes)) {
             // A clean transaction's floors hold whether it is kept or not;
             // a dirty one (a batch of reads whose purge found something) is
             // ended here, its purge undone, and the floors it raised with it.

@@ -14,6 +14,7 @@ use redb::{Database, Durability, TableHandle};
 
 use super::commit::{checkpoint, panic_error, run_txn};
 use crate::backend::embedded::migrate;
+use crate::backend::embedded::opening::OpeningMarker;
 use crate::backend::embedded::redo::{self, Log};
 use crate::backend::embedded::tables::{self, Ctx, Limits, Tables};
 use crate::error::{Error, Result};
@@ -94,21 +95,23 @@ pub(in crate::backend::embedded) type Build =
 
 /// Open (or create) the file and run recovery: check the schema (migrating
 /// an older one), replay the redo log's tail, mark every pending item as
-/// orphaned, checkpoint. Runs on the writer thread. `unfinished`: an
-/// earlier open did not finish (SPEC 8): verify whatever the schedule.
+/// orphaned, checkpoint. Runs on the writer thread. `marker`: the file's
+/// open-in-progress marker, looked at once the file lock is held (SPEC 8,
+/// Verification): found there, an earlier open did not finish, and this
+/// one verifies whatever the schedule.
 pub(in crate::backend::embedded) fn open_database(
     build: &mut Build,
     log: &mut Log,
     path: &std::path::Path,
     limits: Limits,
     interval: Option<Duration>,
-    unfinished: bool,
+    marker: Option<&mut OpeningMarker>,
 ) -> Result<Database> {
     let verify = Verify {
         interval,
-        now: unfinished,
+        now: false,
     };
-    open_and_recover(build, log, path, limits, true, verify)
+    open_and_recover_marked(build, log, path, limits, true, verify, marker)
 }
 
 /// When an open verifies the whole file (SPEC 8, Verification).
@@ -189,11 +192,31 @@ pub(super) fn open_and_recover(
     orphan: bool,
     verify: Verify,
 ) -> Result<Database> {
+    open_and_recover_marked(build, log, path, limits, orphan, verify, None)
+}
+
+/// [`open_and_recover`], looking at the open-in-progress `marker` only once
+/// `build` has taken the file lock: another process's open in progress
+/// (its marker made, its lock held) is then never taken for an open that
+/// did not finish, which made an `add` beside a `stats` verify the whole
+/// file (SPEC 8, Verification).
+fn open_and_recover_marked(
+    build: &mut Build,
+    log: &mut Log,
+    path: &std::path::Path,
+    limits: Limits,
+    orphan: bool,
+    mut verify: Verify,
+    marker: Option<&mut OpeningMarker>,
+) -> Result<Database> {
     let mut db = match catch_unwind(AssertUnwindSafe(build)) {
         Ok(Ok(db)) => db,
         Ok(Err(e)) => return Err(open_error(e, path)),
         Err(_) => return Err(panic_error("open")),
     };
+    if let Some(marker) = marker {
+        verify.now |= marker.begin();
+    }
     // The system clock, not the queue's: the schedule is about the file's
     // age on this machine.
     let now = crate::clock::system_now_ms();

@@ -185,7 +185,7 @@ impl Store {
         match done {
             Ok(_) => self.checkpointed = std::time::Instant::now(),
             Err(e) => {
-                tracing::warn!(error = %e, "checkpoint failed; the queue file is reopened before the next operation");
+                tracing::warn!(error = %crate::error::one_line(&e), "checkpoint failed; the queue file is reopened before the next operation");
                 self.behind = true;
             }
         }
@@ -277,6 +277,7 @@ fn compact(store: &mut Store) -> Result<bool> {
         .ok_or_else(|| Error::corrupt("the database is not open"))?;
     let done = match catch_unwind(AssertUnwindSafe(|| -> Result<bool> {
         checkpoint(db, log, open, limits, false, None, false)?;
+        log.shrink();
         sweep_deferred(db, limits)?;
         db.compact().ctx("compact")
     })) {
