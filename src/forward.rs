@@ -417,14 +417,6 @@ impl Forwarder {
         let mut stopped = false;
         while !stopped {
             let now = tokio::time::Instant::now();
-            if last_lag.is_none_or(|t| now.duration_since(t) >= o.lag_interval) {
-                // A failing local read shows up in the batch below, which
-                // backs off; the lag keeps its last count meanwhile.
-                if let Ok(lag) = self.lag().await {
-                    p.lag = lag;
-                }
-                last_lag = Some(now);
-            }
             let late_due = last_late.is_none_or(|t| now.duration_since(t) >= o.late_interval);
             let attempt = async {
                 match self.forward_batch(false).await? {
@@ -444,6 +436,7 @@ impl Forwarder {
                     p.added += b.added;
                     p.duplicates += b.duplicates;
                     p.skipped += b.skipped;
+                    self.count_lag(&mut p, &mut last_lag).await;
                     progress(&p);
                     stopped = poll_now(&mut stop).await;
                 }
@@ -463,8 +456,10 @@ impl Forwarder {
                 Err(e) if e.is_retryable() && !matches!(e, Error::Locked { .. }) => {
                     failures_in_row = failures_in_row.saturating_add(1);
                     p.failures += 1;
-                    tracing::warn!(origin = %self.origin, error = %e, "forwarding failed; backing off");
-                    p.last_error = Some(e.to_string());
+                    let text = crate::error::one_line(&e);
+                    tracing::warn!(origin = %self.origin, error = %text, "forwarding failed; backing off");
+                    p.last_error = Some(text);
+                    self.count_lag(&mut p, &mut last_lag).await;
                     progress(&p);
                     tokio::select! {
                         () = &mut stop => stopped = true,
@@ -477,6 +472,20 @@ impl Forwarder {
         p.lag = self.lag().await?;
         progress(&p);
         Ok(p)
+    }
+
+    /// Recount the lag into `p` if the last count is `lag_interval` old:
+    /// after the batch the progress reports, so that the lag it shows
+    /// does not still hold the items just forwarded. A failing local read
+    /// keeps the last count (the next batch fails too, and backs off).
+    async fn count_lag(&self, p: &mut Progress, last: &mut Option<tokio::time::Instant>) {
+        let now = tokio::time::Instant::now();
+        if last.is_none_or(|t| now.duration_since(t) >= self.options.lag_interval) {
+            if let Ok(lag) = self.lag().await {
+                p.lag = lag;
+            }
+            *last = Some(now);
+        }
     }
 }
 

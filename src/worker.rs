@@ -441,7 +441,7 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
                                     Ok(false) => {}
                                     Err(e) => shared.emit(Event::QueueError {
                                         op: "stats",
-                                        error: e.to_string(),
+                                        error: crate::error::one_line(&e),
                                     }),
                                 }
                             }
@@ -459,7 +459,7 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
                             }
                         }
                         Err(e) if e.is_retryable() => {
-                            shared.emit(Event::QueueError { op: "claim", error: e.to_string() });
+                            shared.emit(Event::QueueError { op: "claim", error: crate::error::one_line(&e) });
                             tokio::select! {
                                 () = &mut shutdown => break,
                                 () = tokio::time::sleep(claim_wait.max(Duration::from_millis(100))) => {}
@@ -604,7 +604,7 @@ impl<Q: WorkQueue> Shared<Q> {
                     tracing::debug!(op, error = %e, "queue operation failed; trying again");
                     self.emit(Event::QueueError {
                         op,
-                        error: e.to_string(),
+                        error: crate::error::one_line(&e),
                     });
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(self.lease / 4);

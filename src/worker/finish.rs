@@ -141,7 +141,10 @@ pub(super) async fn finish_not_attempted<Q: WorkQueue>(
 
 /// The handler asked to back the item's flow off for `d` (SPEC 9, Worker):
 /// hold the flow for every consumer, then give the item back without
-/// spending its delivery, due when the back-off lifts.
+/// spending its delivery: due at once when the queue holds the flow, so
+/// that the hold keeps it in its place, ahead of the flow's later items
+/// (due after `d`, it came back behind them); due when the back-off lifts
+/// when nothing holds it (the default flow, a failed `back_off`).
 pub(super) async fn finish_back_off<Q: WorkQueue>(
     shared: &Shared<Q>,
     receipt: Receipt,
@@ -150,6 +153,7 @@ pub(super) async fn finish_back_off<Q: WorkQueue>(
     text: String,
 ) {
     tracing::info!(flow, back_off_ms = ms(d), reason = %text, "flow backed off");
+    let mut wait = d;
     if !flow.is_empty() {
         let call = shared.back_off_calls.fetch_add(1, Ordering::Relaxed);
         {
@@ -178,14 +182,15 @@ pub(super) async fn finish_back_off<Q: WorkQueue>(
                 Err(_) => QueueHold::Failed,
             };
         }
-        if let Err(e) = result {
-            shared.emit(Event::QueueError {
+        match result {
+            Ok(()) => wait = Duration::ZERO,
+            Err(e) => shared.emit(Event::QueueError {
                 op: "back_off",
-                error: e.to_string(),
-            });
+                error: crate::error::one_line(&e),
+            }),
         }
     }
-    release_for(shared, receipt, d, text).await;
+    release_for(shared, receipt, wait, text).await;
 }
 
 /// Give the item back without spending its delivery, due `wait` from now
@@ -204,7 +209,7 @@ pub(super) async fn release_for<Q: WorkQueue>(
                 .await
                 .map(|()| not_before_ms)
         }
-        Err(e) => Err(e),
+        Err(e) => Err(clock_first(e)),
     };
     match result {
         Ok(not_before_ms) => {
@@ -236,7 +241,7 @@ pub(super) async fn give_back_unfinished<Q: WorkQueue>(
         Err(e) => {
             shared.emit(Event::QueueError {
                 op: "release",
-                error: e.to_string(),
+                error: crate::error::one_line(&clock_first(e)),
             });
             return;
         }
@@ -274,10 +279,24 @@ pub(super) fn lost_or_error<Q: WorkQueue>(
             delivery: receipt.delivery,
         });
     } else {
-        tracing::warn!(id = receipt.id, op, error = %e, "queue operation failed");
+        tracing::warn!(id = receipt.id, op, error = %crate::error::one_line(&e), "queue operation failed");
         shared.emit(Event::QueueError {
             op,
-            error: e.to_string(),
+            error: crate::error::one_line(&e),
         });
+    }
+}
+
+/// A release reads the queue's clock first (its `not_before` is on that
+/// clock): a failure there is the release's, said in its words rather than
+/// as the clock call's (`now: cannot connect ...`), keeping the kind (so
+/// that a retryable failure stays retryable) and the cause as the source.
+fn clock_first(e: Error) -> Error {
+    match e {
+        Error::Backend { detail, source } => Error::Backend {
+            detail: format!("cannot read the queue's clock before the release ({detail})"),
+            source,
+        },
+        other => other,
     }
 }

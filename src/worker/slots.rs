@@ -85,16 +85,27 @@ pub(super) async fn fill_slots<Q: WorkQueue + 'static>(
             }
         };
         if reclaim_now {
-            let reclaimed = shared.queue.reclaim(shared.lease, want).await?;
-            for dead in reclaimed.dead_lettered {
-                shared.report().dead_lettered += 1;
-                shared.emit(Event::DeadLettered {
-                    id: dead.id,
-                    delivery: dead.delivery,
-                    reason: crate::item::MAX_DELIVERIES_REASON.to_string(),
-                });
+            match shared.queue.reclaim(shared.lease, want).await {
+                Ok(reclaimed) => {
+                    for dead in reclaimed.dead_lettered {
+                        shared.report().dead_lettered += 1;
+                        shared.emit(Event::DeadLettered {
+                            id: dead.id,
+                            delivery: dead.delivery,
+                            reason: crate::item::MAX_DELIVERIES_REASON.to_string(),
+                        });
+                    }
+                    got = reclaimed.claimed;
+                }
+                // Reported as the reclaim's own failure (it was reported
+                // as the claim's); the claim below still runs, and says
+                // so itself if it fails too.
+                Err(e) if e.is_retryable() => shared.emit(Event::QueueError {
+                    op: "reclaim",
+                    error: crate::error::one_line(&e),
+                }),
+                Err(e) => return Err(e),
             }
-            got = reclaimed.claimed;
         }
         // Reclaimed items skip limits: only the ones after them were gated.
         from_limits = got.len();
@@ -131,7 +142,7 @@ pub(super) fn keep_taken<Q: WorkQueue>(
     }
     shared.emit(Event::QueueError {
         op,
-        error: e.to_string(),
+        error: crate::error::one_line(&e),
     });
     Ok(got)
 }

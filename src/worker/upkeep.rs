@@ -45,7 +45,7 @@ pub(super) async fn heartbeat<Q: WorkQueue>(shared: Arc<Shared<Q>>) {
                 Err(e) => {
                     shared.emit(Event::QueueError {
                         op: "touch",
-                        error: e.to_string(),
+                        error: crate::error::one_line(&e),
                     });
                     if !e.is_retryable() || give_up.is_some_and(|g| Instant::now() + pause >= g) {
                         break;
@@ -73,7 +73,7 @@ pub(super) async fn timers<Q: WorkQueue>(shared: Arc<Shared<Q>>) {
                 Err(e) => {
                     shared.emit(Event::QueueError {
                         op: "promote_due",
-                        error: e.to_string(),
+                        error: crate::error::one_line(&e),
                     });
                     cap
                 }
@@ -83,7 +83,7 @@ pub(super) async fn timers<Q: WorkQueue>(shared: Arc<Shared<Q>>) {
             (Err(e), _) | (_, Err(e)) => {
                 shared.emit(Event::QueueError {
                     op: "next_due",
-                    error: e.to_string(),
+                    error: crate::error::one_line(&e),
                 });
                 cap
             }
