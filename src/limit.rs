@@ -265,7 +265,12 @@ impl FlowState {
 /// `InvalidInput` for a bad flow name, a rate of 0 permits or a 0 period,
 /// or a concurrency cap of 0 (pause the flow instead).
 pub(crate) fn check_limit(flow: &str, change: &FlowLimit) -> Result<()> {
-    crate::item::require_flow(flow)?;
+    if flow.is_empty() {
+        return Err(Error::invalid(
+            "a flow name is required: the default flow \"\" carries no limits (no rate limit, concurrency cap or back-off)",
+        ));
+    }
+    crate::item::check_flow_name(flow)?;
     match change {
         FlowLimit::Rate(Some(r)) if r.permits == 0 || r.period_ms == 0 => Err(Error::invalid(
             "a rate limit needs at least 1 permit per period of at least 1 ms",

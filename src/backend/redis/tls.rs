@@ -52,6 +52,20 @@ pub(super) fn client_for(url: &str, options: &RedisOptions) -> Result<Source> {
         Source::open(info, certs, cluster)
             .map_err(|e| Error::invalid(format!("redis url is not valid: {e}")))
     };
+    // redis-rs names a foreign scheme only by its error kind
+    // (`InvalidClientConfig`): say which schemes are spoken.
+    let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+    if let Some(scheme) = scheme
+        && !matches!(
+            scheme.as_str(),
+            "redis" | "rediss" | "valkey" | "valkeys" | "unix" | "redis+unix" | "valkey+unix"
+        )
+    {
+        return Err(Error::invalid(format!(
+            "redis url has the scheme {scheme}://: expected redis://, rediss:// (TLS), \
+             redis+cluster://, rediss+cluster:// or unix://"
+        )));
+    }
     let info = url
         .as_str()
         .into_connection_info()

@@ -91,9 +91,21 @@ impl RemoteQueue {
     /// `max_deliveries` (which `WorkQueue::max_deliveries` cannot ask for:
     /// it does not wait).
     async fn hello(&self) -> Result<()> {
+        // The first exchange is how the client connects: a failure is the
+        // connect's, not that of the route it happens to ask
+        // (`max_deliveries: cannot connect ...` read as a failed look).
         let r: wire::Count = self
             .send("max_deliveries", &wire::EmptyRequest {}, NO_WAIT)
-            .await?;
+            .await
+            .map_err(|e| match e {
+                Error::Backend { detail, source } => Error::Backend {
+                    detail: detail
+                        .strip_prefix("max_deliveries")
+                        .map_or_else(|| detail.clone(), |rest| format!("connect{rest}")),
+                    source,
+                },
+                other => other,
+            })?;
         let n = u32::try_from(r.count).unwrap_or(u32::MAX);
         self.inner.max_deliveries.store(n, Ordering::Relaxed);
         Ok(())

@@ -119,7 +119,10 @@
       var tb = $("#flows tbody");
       while (tb.firstChild) { tb.removeChild(tb.firstChild); }
       o.flows.forEach(function (f) { tb.appendChild(flowRow(f)); });
-      $("#flows-note").textContent = "Backlog per flow counts the next " + o.flows_sample + " items in claim order.";
+      // Say when the sample is cut off: past it, a flow's items are not counted.
+      var cut = (s.backlog > o.flows_sample) ?
+        " of " + s.backlog + " in the backlog: the counts stop there, and a flow whose items all come later is not listed." : ".";
+      $("#flows-note").textContent = "Backlog per flow counts the next " + o.flows_sample + " items in claim order" + cut;
     }).catch(function (e) { showError(e.message); });
   }
 

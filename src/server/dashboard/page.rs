@@ -33,7 +33,13 @@ pub(super) async fn index(
 ) -> Response {
     if !let_in(&headers, &dash.token) {
         let given = query.ok().and_then(|Query(q)| q.token);
-        return login(given.as_deref(), &dash.token).unwrap_or_else(unauthorized);
+        return login(given.as_deref(), &dash.token).unwrap_or_else(|| {
+            if wants_html(&headers) {
+                sign_in_page()
+            } else {
+                unauthorized()
+            }
+        });
     }
     let stats = match dash.queue.stats().await {
         Ok(s) => s,
@@ -45,6 +51,50 @@ pub(super) async fn index(
             (header::CACHE_CONTROL, "no-store"),
         ],
         page(&stats, dash.read_only).into_string(),
+    )
+        .into_response()
+}
+
+/// Whether the caller is a browser asking for a page (`Accept: text/html`).
+fn wants_html(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("text/html"))
+}
+
+/// 401 for a browser without the token: a page saying how to get in (SPEC
+/// 12.2), not the JSON error body the API's callers read.
+fn sign_in_page() -> Response {
+    let body = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                title { "workjournal: unauthorized" }
+            }
+            body {
+                h1 { "unauthorized" }
+                p {
+                    "This dashboard needs the token of its "
+                    code { "workjournal serve" }
+                    ": open "
+                    code { "/?token=<token>" }
+                    " once (the token is in the token file the server named at start, by default the socket path with "
+                    code { ".token" }
+                    "); the page then keeps it in a cookie."
+                }
+            }
+        }
+    };
+    (
+        axum::http::StatusCode::UNAUTHORIZED,
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        body.into_string(),
     )
         .into_response()
 }
