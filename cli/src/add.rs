@@ -66,6 +66,29 @@ pub(crate) fn read_input(args: &AddArgs) -> CliResult<Input> {
     }))
 }
 
+/// A payload the queue would refuse (over the default `max_payload_bytes`)
+/// is refused before a queue file that does not exist yet is created, so
+/// that the refusal (exit 7) leaves no empty queue behind (SPEC section 9).
+/// An existing file, or a queue another process serves, says itself.
+pub(crate) fn refuse_before_creating(global: &crate::args::Global, input: &Input) -> CliResult {
+    let Input::One(payload) = input else {
+        return Ok(());
+    };
+    let is_url = global.db.to_str().is_some_and(crate::serve::is_url);
+    let limit = Config::default().get_max_payload_bytes();
+    if global.redis.is_none() && !is_url && !global.db.exists() && payload.len() > limit {
+        return Err(CliError::new(
+            code::INVALID,
+            format!(
+                "invalid input: payload of {} bytes is over max_payload_bytes ({limit} bytes); no queue file was created at {}",
+                payload.len(),
+                global.db.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Add what `args` and `input` say and print the id; with `--wait`, print
 /// nothing and return the id to wait for.
 pub(crate) async fn add(queue: &BoxQueue, args: &AddArgs, input: Input) -> CliResult<Option<u64>> {

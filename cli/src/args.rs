@@ -43,8 +43,10 @@ pub(crate) struct Cli {
     pub(crate) command: Command,
 }
 
-/// Where the queue lives.
+/// Where the queue lives. Under a heading of their own in every
+/// subcommand's `--help`, apart from the subcommand's options.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Global options")]
 pub(crate) struct Global {
     /// The queue file (embedded backend), created by the first `add` (or by
     /// `serve`); every other command refuses a missing one. When a `workjournal serve` or
@@ -277,18 +279,21 @@ pub(crate) struct ExecArgs {
     /// that is a failed attempt. Default: no limit.
     #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
     pub(crate) timeout: Option<Duration>,
-    /// Dead letters kept; past it the oldest are dropped.
-    #[arg(long, value_name = "N", default_value_t = workjournal::DEFAULT_DEAD_LETTER_CAP)]
-    pub(crate) dead_letter_cap: u64,
+    /// Dead letters kept; past it the oldest are dropped (default: 10000).
+    /// Applies when this process opens the queue; a file another process
+    /// serves keeps that process's cap (a warning says so).
+    #[arg(long, value_name = "N")]
+    pub(crate) dead_letter_cap: Option<u64>,
     /// How long a claim lasts without a heartbeat; items of a worker silent
     /// this long are taken over. Also how long Ctrl-C waits for running commands.
     /// At least 1ms; below 30ms it is 30ms.
     #[arg(long, value_name = "DURATION", value_parser = parse_lease, default_value = "30s")]
     pub(crate) lease: Duration,
-    /// Deliveries before a failing item is dead-lettered.
-    #[arg(long, value_name = "N", default_value_t = workjournal::DEFAULT_MAX_DELIVERIES,
-          value_parser = clap::value_parser!(u32).range(1..))]
-    pub(crate) max_deliveries: u32,
+    /// Deliveries before a failing item is dead-lettered (default: 3).
+    /// Applies when this process opens the queue; a file another process
+    /// serves keeps that process's value (a warning names it).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max_deliveries: Option<u32>,
     /// The wait after the first failure; it doubles with each further one
     /// (at most 5m, shortened by up to 20% at random).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "1s")]
@@ -312,7 +317,9 @@ pub(crate) struct WorkArgs {
           value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_CONCURRENCY)))]
     pub(crate) prefetch: Option<u32>,
     /// Exit once nothing is left: backlog, delayed (retries too) and pending
-    /// all empty. Exits 10 if any item was dead-lettered in the run.
+    /// all empty. Exits 10 if any item was dead-lettered in the run. Every
+    /// delayed item is waited for, however far off: one `add --delay 7d`
+    /// keeps it running for a week (in cron, mind such items).
     #[arg(long)]
     pub(crate) until_empty: bool,
     /// Work only on the parked items of paused flow F, one `step` at a time.

@@ -30,6 +30,7 @@ pub(crate) async fn run(cli: Cli) -> CliResult {
         // The input is read (or opened) before the queue, so that a missing
         // `--file` leaves no new queue file behind (SPEC section 9).
         let input = crate::add::read_input(args)?;
+        crate::add::refuse_before_creating(&cli.global, &input)?;
         let (queue, on_file) = open_saying_file(&cli.global, Config::default(), false).await?;
         let wait = args.timeout.unwrap_or(Duration::MAX);
         let mut result = crate::add::add(&queue, args, input).await;
@@ -77,6 +78,10 @@ pub(crate) async fn run(cli: Cli) -> CliResult {
         forward_flows,
     } = &cli.command
     {
+        let on_url = cli.global.db.to_str().is_some_and(crate::serve::is_url);
+        if *watch && cli.global.redis.is_none() && !on_url {
+            return crate::stats_output::watch_file(&cli.global, *json, forward_flows).await;
+        }
         let (queue, lag) = open_for_stats(&cli.global, forward_flows).await?;
         let result = stats(&queue, *json, *watch, lag.as_ref()).await;
         let closed = queue.close().await;
@@ -128,13 +133,15 @@ async fn one(queue: &BoxQueue, command: Command) -> CliResult {
                 return writeln!(out, "{}", serde_json::Value::Array(list))
                     .map_err(CliError::output);
             }
+            // id, flow, deliveries, priority tier, payload (SPEC section 9).
             for item in items {
                 writeln!(
                     out,
-                    "{}\t{}\t{}\t{}",
+                    "{}\t{}\t{}\t{}\t{}",
                     item.id,
                     show_flow(&item.flow),
                     item.deliveries,
+                    item.priority,
                     preview(&item.payload)
                 )
                 .map_err(CliError::output)?;

@@ -278,7 +278,8 @@ fn clap_error(e: clap::Error) -> CliError {
 
 /// Library logs go to stderr, one line each, filtered by `RUST_LOG`.
 /// Default: warnings (e.g. Redis durability), except the worker's per-item
-/// ones, which `work` already prints in its own words.
+/// ones, which `work` already prints in its own words. Each line looks like
+/// the command's own: `workjournal: warning: <message> (key=value, ...)`.
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,workjournal::worker=error"));
@@ -286,8 +287,65 @@ fn init_tracing() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(false)
-        .without_time()
-        .with_target(false)
-        .compact()
+        .event_format(LogLine)
         .try_init();
+}
+
+/// The format of a library log line on stderr: the `workjournal:` prefix
+/// of every other line, the level in words (none for plain information),
+/// the message, then its fields in parentheses, all on one line.
+struct LogLine;
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for LogLine
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        use tracing::Level;
+        let level = match *event.metadata().level() {
+            Level::ERROR => "error: ",
+            Level::WARN => "warning: ",
+            Level::INFO => "",
+            Level::DEBUG => "debug: ",
+            Level::TRACE => "trace: ",
+        };
+        let mut fields = LogFields::default();
+        event.record(&mut fields);
+        let mut line = format!("workjournal: {level}{}", fields.message);
+        if !fields.rest.is_empty() {
+            line.push_str(&format!(" ({})", fields.rest.join(", ")));
+        }
+        writeln!(writer, "{}", line.replace(['\n', '\r'], " "))
+    }
+}
+
+/// An event's message and its other fields as `key=value`.
+#[derive(Default)]
+struct LogFields {
+    message: String,
+    rest: Vec<String>,
+}
+
+impl tracing::field::Visit for LogFields {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "message" {
+            self.message = value.to_string();
+        } else {
+            self.rest.push(format!("{}={value}", field.name()));
+        }
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.message = format!("{value:?}");
+        } else {
+            self.rest.push(format!("{}={value:?}", field.name()));
+        }
+    }
 }

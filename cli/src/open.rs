@@ -18,6 +18,28 @@ async fn open_as(global: &Global, config: Config, read_only: bool) -> CliResult<
     Ok(open_saying_file(global, config, read_only).await?.0)
 }
 
+/// Where the queue [`open_where`] opened lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Opened {
+    /// The queue file, opened by this process.
+    #[cfg_attr(not(feature = "embedded"), allow(dead_code))]
+    File,
+    /// The queue file, through the socket of the process serving it.
+    ServedFile,
+    /// A server's URL (`unix:`, `http://`): another process's queue.
+    Url,
+    /// Redis.
+    Redis,
+}
+
+impl Opened {
+    /// Whether another process holds the queue and answers for it, with
+    /// its own queue config (SPEC section 9).
+    pub(crate) fn is_served(self) -> bool {
+        matches!(self, Opened::ServedFile | Opened::Url)
+    }
+}
+
 /// As [`open_as`], and whether the target is a queue file (opened here, or
 /// reached through the process serving it) rather than Redis or a URL.
 pub(crate) async fn open_saying_file(
@@ -25,8 +47,18 @@ pub(crate) async fn open_saying_file(
     config: Config,
     read_only: bool,
 ) -> CliResult<(BoxQueue, bool)> {
+    let (queue, opened) = open_where(global, config, read_only).await?;
+    Ok((queue, matches!(opened, Opened::File | Opened::ServedFile)))
+}
+
+/// As [`open_as`], and where the queue it opened lives.
+pub(crate) async fn open_where(
+    global: &Global,
+    config: Config,
+    read_only: bool,
+) -> CliResult<(BoxQueue, Opened)> {
     if let Some(url) = &global.redis {
-        return Ok((open_redis(url, global, config).await?, false));
+        return Ok((open_redis(url, global, config).await?, Opened::Redis));
     }
     // The file, or the process serving it (SPEC section 10).
     let mut options = workjournal::ConnectOptions::default().read_only(read_only);
@@ -36,15 +68,35 @@ pub(crate) async fn open_saying_file(
     if let Some(target) = global.db.to_str()
         && crate::serve::is_url(target)
     {
-        return Ok((options.connect(target, config).await?, false));
+        let queue = options
+            .connect(target, config)
+            .await
+            .map_err(|e| token_hint(e, target))?;
+        return Ok((queue, Opened::Url));
     }
     Ok(
         match options.open_file_or_server(&global.db, config).await? {
-            workjournal::Opened::Served(remote) => (BoxQueue::new(remote), true),
+            workjournal::Opened::Served(remote) => (BoxQueue::new(remote), Opened::ServedFile),
             #[cfg(feature = "embedded")]
-            workjournal::Opened::Owned(file) => (BoxQueue::new(file), true),
+            workjournal::Opened::Owned(file) => (BoxQueue::new(file), Opened::File),
         },
     )
+}
+
+/// A server that refused the call for want of a token, when none was
+/// given: say where the CLI takes one from (SPEC section 9, `--db
+/// http://HOST:PORT`).
+fn token_hint(e: workjournal::Error, target: &str) -> CliError {
+    let given = std::env::var_os("WORKJOURNAL_TOKEN").is_some_and(|t| !t.is_empty());
+    let refused = matches!(&e, workjournal::Error::Backend { .. })
+        && crate::one_line(&e).contains("(unauthorized)");
+    let mut err = CliError::from(e);
+    if refused && !given {
+        err.message.push_str(&format!(
+            "; {target} needs its token: set WORKJOURNAL_TOKEN (the server's --token-file holds it)"
+        ));
+    }
+    err
 }
 
 /// Open the queue for looking only: the process serving the file when one

@@ -82,18 +82,24 @@ fn group_id(group: &str) -> CliResult<u32> {
 
 /// `--listen`: HOST:PORT as given; a bare port binds loopback only.
 fn listen_addr(listen: &str) -> CliResult<SocketAddr> {
-    let text = listen.strip_prefix(':').unwrap_or(listen);
+    flag_addr("--listen", listen)
+}
+
+/// The address `flag` (`--listen`, `--http`) gives: HOST:PORT as given; a
+/// bare port binds loopback only. A malformed one names its flag.
+fn flag_addr(flag: &str, value: &str) -> CliResult<SocketAddr> {
+    let text = value.strip_prefix(':').unwrap_or(value);
     if let Ok(port) = text.parse::<u16>() {
         return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
     }
-    listen
+    value
         .to_socket_addrs()
         .ok()
         .and_then(|mut a| a.next())
         .ok_or_else(|| {
             CliError::new(
                 code::USAGE,
-                format!("--listen {listen:?}: expected HOST:PORT or PORT"),
+                format!("{flag} {value:?}: expected HOST:PORT or PORT"),
             )
         })
 }
@@ -242,13 +248,15 @@ pub(crate) async fn serve_own_file(
 
 /// The queue for `work`: the process serving `--db` if one does; else the
 /// file, which this process then serves on its socket while it runs, so
-/// `add`, `stats`, `pause` ... from other processes go through it.
+/// `add`, `stats`, `pause` ... from other processes go through it. The
+/// flag says whether another process serves the queue (its config applies).
 pub(crate) async fn open_for_work(
     global: &Global,
     config: Config,
-) -> CliResult<(BoxQueue, Option<Serving>)> {
+) -> CliResult<(BoxQueue, Option<Serving>, bool)> {
     if global.redis.is_some() || global.db.to_str().is_some_and(is_url) {
-        return Ok((crate::open::open(global, config).await?, None));
+        let (queue, opened) = crate::open::open_where(global, config, false).await?;
+        return Ok((queue, None, opened.is_served()));
     }
     // Only a file this process opens itself is served from here.
     #[cfg(feature = "embedded")]
@@ -257,13 +265,13 @@ pub(crate) async fn open_for_work(
         .open_file_or_server(&global.db, config)
         .await?
     {
-        Opened::Served(remote) => Ok((BoxQueue::new(remote), None)),
+        Opened::Served(remote) => Ok((BoxQueue::new(remote), None, true)),
         #[cfg(feature = "embedded")]
         Opened::Owned(file) => {
             let lag = ServedLag::of_file(&file);
             let queue = BoxQueue::new(file);
             let serving = serve_own_file(&global.db, queue.clone(), max_payload_bytes, lag).await;
-            Ok((queue, serving))
+            Ok((queue, serving, false))
         }
     }
 }
@@ -363,7 +371,7 @@ async fn run_serve(
         others.push(tcp);
     }
     if let Some(http) = &args.http {
-        let addr = listen_addr(http)?;
+        let addr = flag_addr("--http", http)?;
         let (listener, bound) = bind_dashboard(addr).await?;
         tcp_banner.push_str(&format!(
             "; dashboard and /metrics on http://{bound}/ (open http://{bound}/?token=<the token in {}>){}",

@@ -50,6 +50,34 @@ pub(crate) async fn stats(
     if !watch {
         return print_stats(queue, json, false, lag).await;
     }
+    every_second(json, async |one_line| {
+        print_stats(queue, json, one_line, lag).await
+    })
+    .await
+}
+
+/// `stats --watch` on a queue file: each second it opens the file (or the
+/// process serving it), prints and lets go, so that it never holds the
+/// file between looks and a producer's `add` is not locked out (SPEC
+/// section 9).
+pub(crate) async fn watch_file(
+    global: &crate::args::Global,
+    json: bool,
+    forward_flows: &[String],
+) -> CliResult {
+    every_second(json, async |one_line| {
+        let (queue, lag) = crate::open::open_for_stats(global, forward_flows).await?;
+        let printed = print_stats(&queue, json, one_line, lag.as_ref()).await;
+        let closed = queue.close().await;
+        printed?;
+        Ok(closed?)
+    })
+    .await
+}
+
+/// Run `look` every second until Ctrl-C, SIGTERM or SIGHUP, on a terminal
+/// as a live screen, else one line each (`look`'s argument) unless `json`.
+async fn every_second(json: bool, mut look: impl AsyncFnMut(bool) -> CliResult) -> CliResult {
     use tokio::signal::unix::{SignalKind, signal};
     let tty = std::io::stdout().is_terminal();
     let listen = |kind| {
@@ -74,7 +102,7 @@ pub(crate) async fn stats(
                     // Clear the screen and home the cursor: a live view.
                     write!(std::io::stdout(), "\x1b[2J\x1b[H").map_err(CliError::output)?;
                 }
-                print_stats(queue, json, !tty && !json, lag).await?;
+                look(!tty && !json).await?;
             }
         }
     }

@@ -17,8 +17,40 @@ const LOG_EVERY: Duration = Duration::from_secs(10);
 
 fn config(exec: &ExecArgs) -> Config {
     Config::default()
-        .max_deliveries(exec.max_deliveries)
-        .dead_letter_cap(exec.dead_letter_cap)
+        .max_deliveries(
+            exec.max_deliveries
+                .unwrap_or(workjournal::DEFAULT_MAX_DELIVERIES),
+        )
+        .dead_letter_cap(
+            exec.dead_letter_cap
+                .unwrap_or(workjournal::DEFAULT_DEAD_LETTER_CAP),
+        )
+}
+
+/// `--max-deliveries` and `--dead-letter-cap` set the config of the queue
+/// this process opens; through another process's socket the server's
+/// config applies (SPEC section 9). A value given that does not apply is
+/// named, with the one that does where the server tells it
+/// (`max_deliveries`; the dead-letter cap is not on the wire).
+fn warn_unapplied(exec: &ExecArgs, queue: &BoxQueue, served: bool) {
+    if !served {
+        return;
+    }
+    let server = queue.max_deliveries();
+    if let Some(n) = exec.max_deliveries
+        && n != server
+    {
+        let _ = writeln!(
+            std::io::stderr(),
+            "workjournal: warning: --max-deliveries {n} does not apply: another process serves this queue, and its max_deliveries {server} applies"
+        );
+    }
+    if let Some(n) = exec.dead_letter_cap {
+        let _ = writeln!(
+            std::io::stderr(),
+            "workjournal: warning: --dead-letter-cap {n} does not apply: another process serves this queue, and its own dead-letter cap applies"
+        );
+    }
 }
 
 fn log_line(bar: Option<&ProgressBar>, line: &str) {
@@ -73,7 +105,8 @@ pub(crate) async fn work(global: &Global, args: &WorkArgs) -> CliResult {
     let second = Arc::new(Notify::new());
     signals(first.clone(), second.clone())?;
     // While it runs, `work` serves the file it opened to other processes.
-    let (queue, serving) = crate::serve::open_for_work(global, config(&args.exec)).await?;
+    let (queue, serving, served) = crate::serve::open_for_work(global, config(&args.exec)).await?;
+    warn_unapplied(&args.exec, &queue, served);
     let result = run_work(&queue, args, first, second).await;
     if let Some(serving) = serving {
         serving.stop().await;
@@ -239,17 +272,21 @@ async fn run_work(
     let closed = stdout_closed.clone();
     let keep_stdout = args.keep_stdout;
     let default_back_off = args.exec.backoff;
+    let handler_bar = bar.clone();
     let run = worker.run_with_result(
         move |claimed| {
             let supervisors = supervisors.clone();
             let closed = closed.clone();
+            let bar = handler_bar.clone();
             async move {
                 match supervisors.run(&claimed, timeout, keep_stdout).await {
                     exec::Outcome::Ok(result) => Ok(result),
                     exec::Outcome::Failed(f) => Err(HandlerError::from(f)),
                     exec::Outcome::NotStarted(f) => Err(HandlerError::not_attempted(f)),
-                    exec::Outcome::BackOff(d, f) => {
-                        Err(HandlerError::back_off(d.unwrap_or(default_back_off), f))
+                    exec::Outcome::BackOff(after, f) => {
+                        let (d, line) = back_off_line(&claimed, &after, default_back_off);
+                        log_line(bar.as_ref(), &line);
+                        Err(HandlerError::back_off(d, f))
                     }
                     exec::Outcome::StdoutClosed => {
                         // Not a failure of the item: never report back; the
@@ -339,6 +376,42 @@ async fn run_work(
     Ok(())
 }
 
+/// What `work` does for a command that exited 75 (SPEC section 9,
+/// Back-off from a command): the back-off, and the line that says so,
+/// naming a `retry-after:` value it could not read and what applies then.
+fn back_off_line(
+    claimed: &workjournal::Claimed,
+    after: &exec::RetryAfter,
+    default: Duration,
+) -> (Duration, String) {
+    let id = claimed.item.id;
+    let (d, whence) = match after {
+        exec::RetryAfter::Read(d) => (*d, "its retry-after".to_string()),
+        exec::RetryAfter::Missing => (default, "--backoff: no retry-after line".to_string()),
+        exec::RetryAfter::Unreadable(value) => (
+            default,
+            format!(
+                "--backoff: cannot read retry-after {:?} (expected a duration such as 30s, or whole seconds)",
+                crate::display::preview(value.as_bytes())
+            ),
+        ),
+    };
+    let shown = humantime::format_duration(d);
+    let line = if claimed.item.flow.is_empty() {
+        format!(
+            "item {id} asked to back off (exit {}): the default flow cannot be held; given back, delivery not spent, due in {shown} ({whence})",
+            exec::BACK_OFF_EXIT
+        )
+    } else {
+        format!(
+            "item {id} asked to back off (exit {}): flow {} held for {shown} for every worker ({whence}); item given back in its place, delivery not spent",
+            exec::BACK_OFF_EXIT,
+            crate::display::show_flow(&claimed.item.flow)
+        )
+    };
+    (d, line)
+}
+
 fn progress_text(counters: &Counters, started: Instant, done: u64) -> String {
     let secs = started.elapsed().as_secs_f64();
     let rate = if secs > 0.0 { done as f64 / secs } else { 0.0 };
@@ -354,7 +427,8 @@ fn progress_text(counters: &Counters, started: Instant, done: u64) -> String {
 /// again (or dead-letters it on its last allowed delivery) and exits 1.
 pub(crate) async fn step(global: &Global, args: &StepArgs) -> CliResult {
     crate::open::require_queue_file(global)?;
-    let queue = crate::open::open(global, config(&args.exec)).await?;
+    let (queue, opened) = crate::open::open_where(global, config(&args.exec), false).await?;
+    warn_unapplied(&args.exec, &queue, opened.is_served());
     let result = run_step(&queue, args).await;
     let closed = queue.close().await;
     result?;
@@ -419,7 +493,8 @@ async fn run_step(queue: &BoxQueue, args: &StepArgs) -> CliResult {
             ))
         }
         Err((failure, true)) => {
-            let what = if receipt.delivery >= args.exec.max_deliveries {
+            // The queue's own limit: through a socket, the server's.
+            let what = if receipt.delivery >= queue.max_deliveries() {
                 queue.dead_letter(receipt, &failure.0).await?;
                 "dead-lettered"
             } else {

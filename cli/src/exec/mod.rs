@@ -80,6 +80,18 @@ impl std::fmt::Display for Failure {
     }
 }
 
+/// The `retry-after:` line of a command that exited [`BACK_OFF_EXIT`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RetryAfter {
+    /// No such line: `--backoff` applies.
+    Missing,
+    /// A duration (`30s`, `1m30s`) or whole seconds.
+    Read(Duration),
+    /// A value that is neither (`retry-after: soon`): `--backoff` applies,
+    /// and `work` says so.
+    Unreadable(String),
+}
+
 /// What `run` found.
 #[derive(Debug)]
 pub(crate) enum Outcome {
@@ -89,7 +101,7 @@ pub(crate) enum Outcome {
     Failed(Failure),
     /// The command exited [`BACK_OFF_EXIT`]: back its flow off, for the
     /// time its stderr named, if it named one.
-    BackOff(Option<Duration>, Failure),
+    BackOff(RetryAfter, Failure),
     /// The command could not be started (`sh` missing, too many open
     /// files, no memory): the worker's failure, not the item's, so it is
     /// not a delivery (SPEC 9, Worker).

@@ -7,7 +7,7 @@ use std::time::Duration;
 use rustix::process::Signal;
 
 use super::protocol::{Ended, Status};
-use super::{BACK_OFF_EXIT, Failure, KEEP_STDOUT_CAP, Outcome, STDERR_TAIL_BYTES};
+use super::{BACK_OFF_EXIT, Failure, KEEP_STDOUT_CAP, Outcome, RetryAfter, STDERR_TAIL_BYTES};
 
 /// Whether our stdout is a pipe or a socket (the only outputs that can be
 /// closed under us).
@@ -60,17 +60,25 @@ pub(super) fn outcome(status: Status, timeout: Option<Duration>, keep_stdout: bo
 }
 
 /// The back-off a command named on the last `retry-after:` line of its
-/// stderr (kept in `text`): a duration (`30s`, `1m30s`) or whole seconds.
-pub(super) fn retry_after(text: &str) -> Option<Duration> {
-    text.lines().rev().find_map(|line| {
+/// stderr (kept in `text`): a duration (`30s`, `1m30s`) or whole seconds;
+/// a value that is neither is [`RetryAfter::Unreadable`], not skipped for
+/// an earlier line.
+pub(super) fn retry_after(text: &str) -> RetryAfter {
+    let found = text.lines().rev().find_map(|line| {
         let line = line.trim();
         let at = line.to_ascii_lowercase().find("retry-after:")?;
-        let value = line.get(at + "retry-after:".len()..)?.trim();
-        match value.parse::<u64>() {
-            Ok(secs) => Some(Duration::from_secs(secs)),
-            Err(_) => humantime::parse_duration(value).ok(),
-        }
-    })
+        Some(line.get(at + "retry-after:".len()..)?.trim().to_string())
+    });
+    let Some(value) = found else {
+        return RetryAfter::Missing;
+    };
+    match value.parse::<u64>() {
+        Ok(secs) => RetryAfter::Read(Duration::from_secs(secs)),
+        Err(_) => match humantime::parse_duration(&value) {
+            Ok(d) => RetryAfter::Read(d),
+            Err(_) => RetryAfter::Unreadable(value),
+        },
+    }
 }
 
 /// The failure text: `how`, then the last non-empty line of stderr on the
@@ -115,6 +123,25 @@ fn stderr_tail(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `retry-after:` value that is not a duration is reported as such,
+    /// not silently replaced by `--backoff`.
+    #[test]
+    fn retry_after_tells_an_unreadable_value_from_a_missing_one() {
+        assert_eq!(
+            retry_after("x\nretry-after: 30"),
+            RetryAfter::Read(Duration::from_secs(30))
+        );
+        assert_eq!(
+            retry_after("Retry-After: 1m30s"),
+            RetryAfter::Read(Duration::from_secs(90))
+        );
+        assert_eq!(retry_after("no line"), RetryAfter::Missing);
+        assert_eq!(
+            retry_after("retry-after: 5\nretry-after: soon"),
+            RetryAfter::Unreadable("soon".into())
+        );
+    }
 
     #[test]
     fn the_reason_leads_with_the_last_line_of_stderr() {
