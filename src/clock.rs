@@ -23,6 +23,19 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// A clock stepped back meanwhile may wake it before: its callers look
     /// at the time again and sleep anew (SPEC 8, Clock steps).
     fn sleep_until(&self, deadline_ms: u64) -> Sleep;
+
+    /// Whether this is a test's clock, one that moves only when the test
+    /// moves it and that every handle of the queue shares
+    /// ([`ManualClock`]). A Redis queue keeps time by the Redis server's
+    /// `TIME`, the one clock all its hosts share, and by a clock given in
+    /// [`Config::clock`](crate::Config::clock) only when this is true; it
+    /// ignores any other (with a warning at connect), so that a host whose
+    /// own clock is off cannot make timers fire early or late for the
+    /// fleet (SPEC 8, Clock steps). The memory and embedded backends keep
+    /// time by any clock given. Default: false.
+    fn is_test_clock(&self) -> bool {
+        false
+    }
 }
 
 /// The system clock (`SystemTime`), the default of the memory and embedded
@@ -142,6 +155,12 @@ impl Clock for ManualClock {
                 std::future::pending::<()>().await;
             }
         })
+    }
+
+    /// True: a Redis queue keeps time by a manual clock (SPEC 8, Clock
+    /// steps).
+    fn is_test_clock(&self) -> bool {
+        true
     }
 }
 

@@ -1298,11 +1298,11 @@ mod redis_faults {
                 );
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            // The probe is a call too: stats is a script, and every script
-            // raises `{ns}:clock` to now (SPEC 8, Clock steps). The twin
-            // gets it as well, so that the two namespaces differ by the cut
-            // call alone. Repeating it changes nothing (the clock only
-            // rises to now), so one twin call stands for the queue's tries.
+            // The probe is a call too: stats is a script (which writes
+            // nothing, SPEC 8, Clock steps). The twin gets it as well, so
+            // that the two namespaces differ by the cut call alone.
+            // Repeating it changes nothing, so one twin call stands for the
+            // queue's tries.
             twin.stats().await.unwrap();
             let found = state(&server.url(), "cut").await;
             let before = state(&server.url(), "twin").await;

@@ -62,6 +62,9 @@ workjournal::on_server_and_cluster!(
     a_namespace_of_a_newer_layout_is_refused_untouched,
     remove_and_promote_leave_every_key_consistent,
     back_offs_at_once_keep_the_longest,
+    skewed_handles_keep_the_fleets_timers,
+    a_zero_result_ttl_leaves_no_progress_or_chunk_keys,
+    a_test_clock_handle_moves_no_timer_of_the_fleet,
 );
 
 /// A queue with `options`' short timeouts, for a test of what happens
@@ -1492,4 +1495,249 @@ async fn back_offs_at_once_keep_the_longest(kind: RedisKind) {
     b.back_off("f", Duration::from_secs(2)).await.unwrap();
     let limits = a.flow_limits().await.unwrap();
     assert_eq!(limits[0].backoff_until_ms, Some(T0 + (longest + 1) * 1_000));
+}
+
+/// A host's own clock, `offset_ms` off the real time: what a handle that
+/// used its own clock while it was wrong read. Not a test clock, so a
+/// Redis queue does not use it (SPEC 8, One clock per fleet).
+#[derive(Debug, Clone, Copy)]
+struct Skewed {
+    offset_ms: i64,
+}
+
+impl workjournal::Clock for Skewed {
+    fn now_ms(&self) -> u64 {
+        let now = workjournal::Clock::now_ms(&workjournal::SystemClock);
+        now.saturating_add_signed(self.offset_ms)
+    }
+
+    fn sleep_until(&self, deadline_ms: u64) -> workjournal::Sleep {
+        let real = deadline_ms.saturating_add_signed(-self.offset_ms);
+        workjournal::Clock::sleep_until(&workjournal::SystemClock, real)
+    }
+}
+
+/// SPEC 8, One clock per fleet: handles whose own clocks are 60 s ahead
+/// and 60 s behind (and one on a test clock) add timers and claim them in
+/// turn; every timer fires at its due time by the fleet's clock, the
+/// server's TIME: never early, and never an hour or a minute late.
+/// Regression: a handle 60 s ahead raised `{ns}:clock` 60 s above TIME,
+/// the next handle on TIME took that for a step back and moved every
+/// timer 60 s earlier, so a timer due in 3 s fired at once.
+/// `WORKJOURNAL_SKEW_SECS` sets the length (default 60 s).
+async fn skewed_handles_keep_the_fleets_timers(kind: RedisKind) {
+    let secs: u64 = std::env::var("WORKJOURNAL_SKEW_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60);
+    let url = shared_url(kind);
+    let ns = fresh_namespace();
+    let fleet = connect(&url, &ns, Config::default()).await;
+    let ahead = connect(
+        &url,
+        &ns,
+        Config::default().clock(Skewed { offset_ms: 60_000 }),
+    )
+    .await;
+    let behind = connect(
+        &url,
+        &ns,
+        Config::default().clock(Skewed { offset_ms: -60_000 }),
+    )
+    .await;
+    // Each handle tells the fleet's time, whatever its own clock says.
+    for h in [&ahead, &behind] {
+        let (theirs, fleets) = (h.now_ms().await.unwrap(), fleet.now_ms().await.unwrap());
+        assert!(theirs.abs_diff(fleets) < 5_000, "{theirs} vs {fleets}");
+    }
+    let handles = [&fleet, &ahead, &behind];
+    let mut due = std::collections::BTreeMap::new();
+    let mut latest_lateness = 0u64;
+    let end = Instant::now() + Duration::from_secs(secs);
+    let mut round = 0usize;
+    while Instant::now() < end || !due.is_empty() {
+        assert!(
+            Instant::now() < end + Duration::from_secs(30),
+            "timers left unclaimed: {due:?}"
+        );
+        if Instant::now() < end {
+            let adder = handles[round % 3];
+            let delay = (round as u64 * 397) % 3_000;
+            let not_before = fleet.now_ms().await.unwrap() + delay;
+            let id = adder
+                .add_delayed(NewItem::new(b"timer".to_vec()), not_before)
+                .await
+                .unwrap()
+                .id;
+            due.insert(id, not_before);
+        }
+        let claimer = handles[(round + 1) % 3];
+        let got = claimer
+            .claim(8, Duration::from_millis(100), ClaimFrom::All)
+            .await
+            .unwrap();
+        let after = fleet.now_ms().await.unwrap();
+        for c in got {
+            let not_before = due.remove(&c.item.id).expect("a timer of this test");
+            assert_eq!(c.item.not_before_ms, Some(not_before), "a timer moved");
+            assert!(
+                c.claimed_at_ms >= not_before && after >= not_before,
+                "item {} handed out {} ms early",
+                c.item.id,
+                not_before.saturating_sub(c.claimed_at_ms.min(after))
+            );
+            // Late by scheduling only: nowhere near a minute.
+            let late = c.claimed_at_ms - not_before;
+            assert!(
+                late < 20_000,
+                "item {} handed out {late} ms late",
+                c.item.id
+            );
+            latest_lateness = latest_lateness.max(late);
+            claimer.ack(c.receipt).await.unwrap();
+        }
+        round += 1;
+    }
+    assert!(round > 10, "only {round} rounds");
+    eprintln!("{round} rounds, latest lateness {latest_lateness} ms");
+}
+
+/// SPEC 3, Outcomes and progress: with a `result_ttl` of zero no
+/// `{ns}:prog:<id>` or `{ns}:chunks:<id>` key outlives its item, whether
+/// it was acked or dead-lettered and purged. Regression: they stayed for
+/// good.
+async fn a_zero_result_ttl_leaves_no_progress_or_chunk_keys(kind: RedisKind) {
+    let url = shared_url(kind);
+    let ns = fresh_namespace();
+    let q = connect(&url, &ns, Config::default().result_ttl(Duration::ZERO)).await;
+    for i in 0..4u8 {
+        q.add(NewItem::new(vec![i])).await.unwrap();
+    }
+    let held = q.claim(4, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    for c in &held {
+        q.set_progress(c.receipt, b"half".to_vec()).await.unwrap();
+        q.send_chunk(c.receipt, b"part".to_vec()).await.unwrap();
+    }
+    let conn = raw(&url).await;
+    let keys = |pattern: String| {
+        let mut conn = conn.clone();
+        async move {
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(pattern)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            keys
+        }
+    };
+    let prefix = format!("{{{ns}}}:");
+    assert_eq!(keys(format!("{prefix}prog:*")).await.len(), 4);
+    q.ack(held[0].receipt).await.unwrap();
+    q.ack_with_result(held[1].receipt, b"r".to_vec())
+        .await
+        .unwrap();
+    q.dead_letter(held[2].receipt, "bad").await.unwrap();
+    q.retry(held[3].receipt, 0).await.unwrap();
+    let again = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    q.dead_letter(again[0].receipt, "worse").await.unwrap();
+    assert_eq!(q.purge_dead_letters().await.unwrap(), 2);
+    assert_eq!(keys(format!("{prefix}prog:*")).await, Vec::<String>::new());
+    assert_eq!(
+        keys(format!("{prefix}chunks:*")).await,
+        Vec::<String>::new()
+    );
+    assert_eq!(keys(format!("{prefix}item:*")).await, Vec::<String>::new());
+}
+
+/// SPEC 8, One clock per fleet: a handle on a test clock (here years
+/// behind the server's TIME) beside handles on TIME takes no step from
+/// their times, and they none from its: the latest time is kept per clock.
+/// Kept in one key, the test clock's first script would have found the
+/// latest time years ahead and moved every timer back by years.
+async fn a_test_clock_handle_moves_no_timer_of_the_fleet(kind: RedisKind) {
+    let url = shared_url(kind);
+    let ns = fresh_namespace();
+    let fleet = connect(&url, &ns, Config::default()).await;
+    let not_before = fleet.now_ms().await.unwrap() + 60_000;
+    fleet
+        .add_delayed(NewItem::new(b"in a minute".to_vec()), not_before)
+        .await
+        .unwrap();
+    let manual = ManualClock::new(T0);
+    let tester = connect(&url, &ns, Config::default().clock(manual.clone())).await;
+    assert_eq!(tester.next_due().await.unwrap(), Some(not_before));
+    tester.add(NewItem::new(b"now".to_vec())).await.unwrap();
+    assert_eq!(fleet.next_due().await.unwrap(), Some(not_before));
+    let got = fleet
+        .claim(5, Duration::ZERO, ClaimFrom::All)
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].item.payload, b"now");
+    assert_eq!(tester.next_due().await.unwrap(), Some(not_before));
+}
+
+/// SPEC 8, Clock steps: `stats`, `peek` and `backlog_by_flow` write
+/// nothing, so they answer on a read-only replica; a write there fails.
+/// Regression: every script wrote `{ns}:clock`, so they failed with
+/// `READONLY`.
+#[tokio::test]
+async fn stats_and_peek_answer_on_a_read_only_replica() {
+    let (primary, replica) = primary_with_linked_replica().await;
+    let ns = fresh_namespace();
+    let q = connect(&primary.url(), &ns, Config::default()).await;
+    for flow in ["a", "a", "b"] {
+        q.add(NewItem::new(flow.as_bytes().to_vec()).flow(flow))
+            .await
+            .unwrap();
+    }
+    q.add_delayed(NewItem::new(b"later".to_vec()), u64::MAX / 4)
+        .await
+        .unwrap();
+    let held = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!(held.len(), 1);
+    let options = RedisOptions::default().consumer_name("reader");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let r = loop {
+        let r = RedisQueue::connect(&replica.url(), &ns, Config::default(), options.clone())
+            .await
+            .unwrap();
+        let s = r.stats().await.unwrap();
+        if s.pending == 1 {
+            break r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replica never caught up: {s:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let s = r.stats().await.unwrap();
+    assert_eq!((s.backlog, s.pending, s.delayed), (2, 1, 1));
+    assert!(s.oldest_pending_age_ms.is_some());
+    let peeked = r.peek(10).await.unwrap();
+    assert_eq!(peeked.len(), 2);
+    let flows = r.backlog_by_flow(10).await.unwrap();
+    assert_eq!(flows.values().sum::<u64>(), 2);
+    let err = r.add(NewItem::new(b"no".to_vec())).await.unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    q.ack(held[0].receipt).await.unwrap();
+}
+
+/// SPEC 1: `stats().durable` is false on a server without persistence
+/// (no append-only file, no save point) and true with `appendonly yes`.
+/// Regression: it said true on every Redis, right under the warning that
+/// a restart of such a server loses everything.
+#[tokio::test]
+async fn stats_say_durable_only_when_redis_persists() {
+    let bare = RedisServer::start().unwrap();
+    let q = connect(&bare.url(), &fresh_namespace(), Config::default()).await;
+    assert!(!q.stats().await.unwrap().durable);
+    let persisting = RedisServer::start_with(RedisServerOptions {
+        aof_always: true,
+        ..Default::default()
+    })
+    .unwrap();
+    let q = connect(&persisting.url(), &fresh_namespace(), Config::default()).await;
+    assert!(q.stats().await.unwrap().durable);
 }

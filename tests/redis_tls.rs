@@ -78,7 +78,8 @@ async fn round_trip_over_tls_with_the_test_ca() {
     q.ack(claimed[0].receipt).await.unwrap();
     let s = q.stats().await.unwrap();
     assert_eq!((s.backlog, s.pending), (2, 1));
-    assert!(s.durable);
+    // The test server keeps no persistence, and stats says so (SPEC 1).
+    assert!(!s.durable);
     q.close().await.unwrap();
 }
 
@@ -323,7 +324,7 @@ impl Factory for TlsClusterFactory {
     }
 
     fn durable(&self) -> bool {
-        true
+        false
     }
 }
 

@@ -280,4 +280,14 @@ impl Model {
         }
         step
     }
+
+    /// SPEC 8, Clock steps: [`Model::observe_clock`] at the reading
+    /// `now_ms`, and the queue's time that follows: the reading, or the
+    /// latest time seen when the reading is below it by no more than the
+    /// tolerance (the queue's time never runs backward by noise, so no
+    /// operation acts at a time before one that ran ahead of it).
+    pub(crate) fn observe_clock_at(&mut self, now_ms: u64) -> u64 {
+        self.observe_clock(now_ms);
+        self.latest_ms
+    }
 }

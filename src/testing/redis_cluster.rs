@@ -450,7 +450,9 @@ impl Factory for RedisClusterFactory {
         Box::pin(fresh_queue(shared_cluster_url, config))
     }
 
+    /// False: the test cluster's nodes keep no persistence, and `stats()`
+    /// says so (SPEC 1).
     fn durable(&self) -> bool {
-        true
+        false
     }
 }

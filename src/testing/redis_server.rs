@@ -622,7 +622,9 @@ impl Factory for RedisFactory {
         Box::pin(fresh_queue(shared_server_url, config))
     }
 
+    /// False: the test server keeps no persistence, and `stats()` says so
+    /// (SPEC 1).
     fn durable(&self) -> bool {
-        true
+        false
     }
 }

@@ -34,6 +34,10 @@ impl Model {
         self.forget_outcome(id);
         let ttl = ms(self.config.result_ttl);
         if ttl == 0 {
+            // No outcome is kept, so its progress and chunks go at once
+            // (they live as long as the outcome, SPEC 8, Outcomes).
+            self.progress.remove(&id);
+            self.chunks.remove(&id);
             return;
         }
         let expires = now_ms.saturating_add(ttl);

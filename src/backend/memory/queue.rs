@@ -86,10 +86,15 @@ impl MemoryQueue {
         self.shared.model.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Run `f` on the model at the queue's time (SPEC 8, Clock steps): the
+    /// clock read under the lock, so that operations run in the order of
+    /// their readings, and raised to the latest time the queue has seen if
+    /// it is below it by no more than the tolerance. Read before the lock,
+    /// a claim that read 639 ms and waited for the lock behind a promotion
+    /// at 640 ms handed out a timer due at 640 ms at 639 ms.
     fn with<T>(&self, f: impl FnOnce(&mut Model, u64) -> T) -> T {
-        let now = self.now();
         let mut m = self.lock();
-        m.observe_clock(now);
+        let now = m.observe_clock_at(self.now());
         f(&mut m, now)
     }
 

@@ -4,14 +4,14 @@
 
 use std::sync::LazyLock;
 
-use redis::{Script, Value};
+use redis::Value;
 
 use super::RedisQueue;
 use super::reply::{self, array, at, bytes, opt_uint, text, uint};
 use crate::browse::{ItemPage, ItemState, ListQuery, ListedItem, MAX_SEARCH_SCAN};
 use crate::error::{Error, Result};
 
-static BROWSE: LazyLock<Script> =
+static BROWSE: LazyLock<super::scripts::Script> =
     LazyLock::new(|| super::script(include_str!("scripts/browse.lua")));
 
 /// The state an item hash's `st` field names.

@@ -70,7 +70,19 @@ impl RedisQueue {
         )
         .await?;
         let prefix = format!("{{{namespace}}}:");
-        let clock = config.clock.clone();
+        // SPEC 8, Clock steps: the fleet keeps time by the server's TIME; a
+        // clock of the host's own would let one host's error move every
+        // timer of the fleet. Only a test's clock replaces it.
+        let clock = match config.clock.clone() {
+            Some(c) if !c.is_test_clock() => {
+                tracing::warn!(
+                    namespace,
+                    "a redis queue keeps time by the redis server's TIME: the clock given in Config is not a test clock and is not used"
+                );
+                None
+            }
+            other => other,
+        };
         let inner = Inner {
             client,
             conn,
@@ -82,6 +94,7 @@ impl RedisQueue {
             options,
             scripts: Scripts::new(),
             closed: AtomicBool::new(false),
+            durable: AtomicBool::new(true),
             close_signal: tokio::sync::Notify::new(),
             combiner: combine::Combiner::default(),
         };
@@ -146,11 +159,19 @@ impl RedisQueue {
             Some(inner) => inner.consumer = consumer,
             None => return Err(Error::backend("redis queue handle shared during setup")),
         }
-        self.warn_about_durability().await;
+        let durable = self.warn_about_durability().await;
+        self.inner
+            .durable
+            .store(durable, std::sync::atomic::Ordering::Release);
         Ok(())
     }
 
-    pub(super) async fn warn_about_durability(&self) {
+    /// Log what a crash of the server can lose with its settings (SPEC 7),
+    /// and return whether it keeps any persistence (SPEC 1, `durable`):
+    /// false only when `CONFIG GET` shows neither an append-only file nor a
+    /// save point. A server that refuses `CONFIG` (managed services often
+    /// do) counts as durable: nothing says otherwise.
+    pub(super) async fn warn_about_durability(&self) -> bool {
         let mut conn = self.inner.conn.clone();
         let got: Result<BTreeMap<String, String>> = bounded(
             "CONFIG GET",
@@ -163,7 +184,7 @@ impl RedisQueue {
         .await;
         // Managed Redis services often refuse CONFIG; then there is nothing
         // to check.
-        let Ok(cfg) = got else { return };
+        let Ok(cfg) = got else { return true };
         let get = |k: &str| cfg.get(k).map(String::as_str).unwrap_or("");
         if get("maxmemory-policy").starts_with("allkeys") {
             tracing::warn!(
@@ -175,6 +196,7 @@ impl RedisQueue {
             tracing::warn!(
                 "redis keeps no persistence (appendonly no, no save points): a restart of redis loses every queued item"
             );
+            return false;
         } else if get("appendonly") != "yes" {
             tracing::warn!(
                 "redis persists by snapshots only: a crash of redis loses every add and ack since the last snapshot; use appendonly yes with appendfsync always"
@@ -185,6 +207,7 @@ impl RedisQueue {
                 "redis fsyncs its append-only file lazily: a crash of the redis host can lose about the last second of adds and acks"
             );
         }
+        true
     }
 
     /// This handle's consumer name (the `owner` of the items it holds).

@@ -82,6 +82,9 @@ struct Inner {
     options: RedisOptions,
     scripts: Scripts,
     closed: AtomicBool,
+    /// What `stats().durable` says: false when the server keeps no
+    /// persistence at all (read at connect, SPEC 1).
+    durable: AtomicBool,
     /// Wakes blocking waits at `close()` (SPEC 8): a wait's `XREAD BLOCK`
     /// would otherwise end only with its round, up to 10 s later.
     close_signal: tokio::sync::Notify,

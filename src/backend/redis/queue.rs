@@ -47,30 +47,14 @@ impl Backend for RedisQueue {
         self.add_combined(item, Some(not_before_ms)).await
     }
 
+    /// SPEC 3, Timers: one script (`next_due.lua`) that notes the clock
+    /// first, so that after a step back it reads the moved timers (SPEC 8,
+    /// Clock steps).
     async fn next_due(&self) -> Result<Option<u64>> {
-        let v: Value = self
-            .simple(
-                "ZRANGE",
-                redis::cmd("ZRANGE")
-                    .arg(format!("{}delayed", self.inner.prefix))
-                    .arg(0)
-                    .arg(0)
-                    .arg("WITHSCORES")
-                    .clone(),
-            )
+        let v = self
+            .run("next_due", &self.inner.scripts.next_due, Vec::new(), false)
             .await?;
-        let a = array(&v, "next_due")?;
-        match a.get(1) {
-            None => Ok(None),
-            Some(Value::Double(d)) if d.is_finite() && *d >= 0.0 => Ok(Some(*d as u64)),
-            Some(other) => {
-                let t = text(other, "next_due score")?;
-                let d: f64 = t
-                    .parse()
-                    .map_err(|e| Error::backend(format!("redis score {t:?}: {e}")))?;
-                Ok(Some(d.max(0.0) as u64))
-            }
-        }
+        opt_uint(&v, "next_due")
     }
 
     async fn promote_due(&self) -> Result<u64> {
@@ -613,7 +597,7 @@ impl Backend for RedisQueue {
             },
             oldest_pending_age_ms: opt_uint(at(a, 6, "stats")?, "stats oldest")?
                 .map(|t| now.saturating_sub(t)),
-            durable: true,
+            durable: self.inner.durable.load(Ordering::Acquire),
         })
     }
 

@@ -2,9 +2,9 @@
 //! with the namespace as their one key and `now` first, and followed by
 //! `WAIT` when replicas are asked for (SPEC 7).
 
-use redis::{Script, Value};
+use redis::Value;
 
-use super::{EVENTS_PER_READ, MAX_LUA_MS, RedisQueue, bounded};
+use super::{EVENTS_PER_READ, MAX_LUA_MS, RedisQueue, bounded, redis_err};
 use crate::clock::CLOCK_STEP_TOLERANCE_MS;
 use crate::config::ms;
 use crate::error::{Error, Result};
@@ -49,14 +49,24 @@ fn lua_constants() -> String {
     )
 }
 
+/// One Lua script: its source and its SHA1, run with `EVALSHA`, or with
+/// `EVAL` on a node that has not cached it (see [`RedisQueue::run`]).
+#[derive(Debug)]
+pub(super) struct Script {
+    code: String,
+    hash: String,
+}
+
 /// One script: the constants, the shared prelude, then its own body.
 pub(super) fn script(body: &str) -> Script {
-    Script::new(&format!(
+    let code = format!(
         "{}{}\n{}",
         lua_constants(),
         include_str!("scripts/common.lua"),
         body
-    ))
+    );
+    let hash = redis::Script::new(&code).get_hash().to_string();
+    Script { code, hash }
 }
 
 macro_rules! script {
@@ -70,6 +80,7 @@ pub(super) struct Scripts {
     pub(super) add: Script,
     pub(super) claim: Script,
     pub(super) promote: Script,
+    pub(super) next_due: Script,
     pub(super) ack: Script,
     pub(super) touch: Script,
     pub(super) retry: Script,
@@ -98,6 +109,7 @@ impl Scripts {
             add: script!("add"),
             claim: script!("claim"),
             promote: script!("promote"),
+            next_due: script!("next_due"),
             ack: script!("ack"),
             touch: script!("touch"),
             retry: script!("retry"),
@@ -142,13 +154,54 @@ impl RedisQueue {
         write: bool,
     ) -> Result<Value> {
         self.check_open()?;
-        let mut inv = script.key(self.inner.prefix.as_str());
-        inv.arg(self.now_arg());
-        for a in &args {
-            inv.arg(a.as_slice());
-        }
+        let now = self.now_arg();
+        let call = |verb: &str, script: &str| {
+            let mut cmd = redis::cmd(verb);
+            cmd.arg(script)
+                .arg(1)
+                .arg(self.inner.prefix.as_str())
+                .arg(now.as_slice());
+            for a in &args {
+                cmd.arg(a.as_slice());
+            }
+            cmd
+        };
         let mut conn = self.inner.conn.clone();
-        let v: Value = bounded(what, self.limit(), inv.invoke_async(&mut conn)).await?;
+        let limit = self.limit();
+        let first = tokio::time::timeout(
+            limit,
+            call("EVALSHA", &script.hash).query_async::<Value>(&mut conn),
+        )
+        .await;
+        let v: Value = match first {
+            // The node serving the namespace's slot has not cached the
+            // script (a new server, a restart, a `SCRIPT FLUSH`, or a
+            // replica just promoted by a failover: replicas get a script's
+            // effects, not the script). It did not run, so send it whole
+            // to that node. Regression: redis-rs loaded it with a
+            // `SCRIPT LOAD` sent to every node of a cluster, which fails
+            // as a whole while any node is unreachable and misses the new
+            // primary while its view of the cluster is stale, so a claim
+            // right after a failover could fail (the flaky
+            // `blocking_claim_follows_its_slot_through_a_failover`).
+            Ok(Err(e))
+                if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                bounded(
+                    what,
+                    limit,
+                    call("EVAL", &script.code).query_async(&mut conn),
+                )
+                .await?
+            }
+            Ok(r) => r.map_err(|e| redis_err(what, e))?,
+            Err(_) => {
+                return Err(Error::backend(format!(
+                    "redis {what} got no answer within {} ms",
+                    limit.as_millis()
+                )));
+            }
+        };
         if let Value::ServerError(e) = &v {
             return Err(Error::backend(format!("redis {what} script failed: {e:?}")));
         }
@@ -220,6 +273,7 @@ mod constant_tests {
             include_str!("scripts/limit.lua"),
             include_str!("scripts/look.lua"),
             include_str!("scripts/migrate.lua"),
+            include_str!("scripts/next_due.lua"),
             include_str!("scripts/park.lua"),
             include_str!("scripts/promote.lua"),
             include_str!("scripts/reclaim.lua"),

@@ -209,6 +209,8 @@ pub async fn plain_acks_keep_their_outcomes_in_any_id_order(f: &dyn Factory) {
     assert_eq!(e.q.ack_batch(receipts).await.unwrap(), 2);
 
     step_back(&e.clock, HOUR);
+    // `next_due` meets the step (SPEC 8: on Redis `stats` only looks).
+    e.q.next_due().await.unwrap();
     assert_eq!(e.q.stats().await.unwrap().backlog, 0);
     e.clock.advance(Duration::from_millis(8_999));
     assert_eq!(
@@ -358,4 +360,38 @@ pub async fn dedup_then_await_gets_the_first_outcome(f: &dyn Factory) {
             .unwrap();
     assert_eq!(got, done(first.id, b"first answer", T0));
     assert_eq!(e.q.stats().await.unwrap().backlog, 0);
+}
+
+/// A `result_ttl` of zero keeps no outcome, so an item's progress and
+/// chunks go when it finishes, by ack, ack batch or dead letter, and a
+/// `purge_dead_letters` leaves nothing of them (SPEC 3, Outcomes and
+/// progress). Regression: they were never deleted (Redis kept
+/// `{ns}:prog:<id>` and `{ns}:chunks:<id>` for good).
+pub async fn a_zero_result_ttl_keeps_no_progress_or_chunks(f: &dyn Factory) {
+    let e = env_with(f, Config::default().result_ttl(Duration::ZERO)).await;
+    let ids: Vec<u64> = [
+        add(&e.q, "acked").await,
+        add(&e.q, "batch").await,
+        add(&e.q, "dead").await,
+    ]
+    .to_vec();
+    let held = claim(&e.q, 3).await;
+    assert_eq!(held.len(), 3);
+    for c in &held {
+        e.q.set_progress(c.receipt, b"half".to_vec()).await.unwrap();
+        e.q.send_chunk(c.receipt, b"part".to_vec()).await.unwrap();
+    }
+    e.q.ack(held[0].receipt).await.unwrap();
+    assert_eq!(e.q.ack_batch(vec![held[1].receipt]).await.unwrap(), 1);
+    e.q.dead_letter(held[2].receipt, "bad").await.unwrap();
+    assert_eq!(e.q.purge_dead_letters().await.unwrap(), 1);
+    for id in ids {
+        assert_eq!(e.q.outcome(id).await.unwrap(), None);
+        assert_eq!(e.q.progress(id).await.unwrap(), None, "item {id}");
+        assert_eq!(
+            e.q.wait_chunks(id, 0, Duration::ZERO).await.unwrap(),
+            vec![],
+            "item {id}"
+        );
+    }
 }

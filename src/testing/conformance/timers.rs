@@ -89,3 +89,65 @@ pub async fn claim_due_only_skips_backlog(f: &dyn Factory) {
     assert_eq!(payloads(&c), vec!["timer"]);
     assert_eq!(e.q.stats().await.unwrap().backlog, 1);
 }
+
+/// SPEC 8, Never early: a producer of timers, three promoters and a
+/// claimer race while the clock moves a millisecond at a time; no claim
+/// hands out an item before its `not_before` by the claim's own time.
+/// Regression: the memory backend read its clock before taking its lock,
+/// so a claim that read 639 ms ran after a promotion at 640 ms and handed
+/// out a timer due at 640 ms at 639 ms.
+pub async fn timers_never_fire_early_under_racing_promoters(f: &dyn Factory) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const TIMERS: usize = 120;
+    let e = env(f).await;
+    let (q, clock) = (&e.q, &e.clock);
+    let added = AtomicBool::new(false);
+    let claimed_all = AtomicBool::new(false);
+    let producer = async {
+        for i in 0..TIMERS as u64 {
+            let now = crate::clock::Clock::now_ms(clock);
+            q.add_delayed(item("t"), now + i % 4).await.unwrap();
+            if i % 3 == 0 {
+                clock.advance(Duration::from_millis(1));
+            }
+            tokio::task::yield_now().await;
+        }
+        added.store(true, Ordering::Release);
+        // Time enough for the last timers to come due.
+        while !claimed_all.load(Ordering::Acquire) {
+            clock.advance(Duration::from_millis(1));
+            tokio::task::yield_now().await;
+        }
+    };
+    let promoter = || async {
+        while !claimed_all.load(Ordering::Acquire) {
+            q.promote_due().await.unwrap();
+            tokio::task::yield_now().await;
+        }
+    };
+    let claimer = async {
+        let mut got = 0;
+        // Bounded: a claim that never finds the timers fails the case
+        // instead of hanging it.
+        for _ in 0..100_000 {
+            if got == TIMERS {
+                break;
+            }
+            for c in q.claim(7, Duration::ZERO, ClaimFrom::All).await.unwrap() {
+                let nb = c.item.not_before_ms.unwrap_or(0);
+                assert!(
+                    c.claimed_at_ms >= nb,
+                    "item {} handed out at {} ms, before its not_before {nb} ms",
+                    c.item.id,
+                    c.claimed_at_ms
+                );
+                got += 1;
+            }
+            tokio::task::yield_now().await;
+        }
+        claimed_all.store(true, Ordering::Release);
+        assert_eq!(got, TIMERS, "every timer was claimed");
+        assert!(added.load(Ordering::Acquire));
+    };
+    tokio::join!(producer, promoter(), promoter(), promoter(), claimer);
+}

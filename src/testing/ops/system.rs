@@ -97,12 +97,17 @@ impl System {
                 // model's. A read at a later time than any before it: it
                 // finds no step back and commits nothing. (The
                 // `crash_recovery` target runs no check and found this.)
-                let _ = q.call(Request::Stats).await;
+                // `next_due`, not `stats`: on Redis `stats` writes nothing,
+                // so that it runs on a read-only replica, and notes no time.
+                let _ = q.call(Request::NextDue).await;
                 Ok(Reply::Unit)
             }
             Call::StepBack(by) => {
                 let now = crate::clock::Clock::now_ms(&self.clock);
                 self.clock.set(now.saturating_sub(*by));
+                // The model moves its times at the step: `next_due` makes
+                // every backend meet it (Redis's `stats` only looks).
+                let _ = q.call(Request::NextDue).await;
                 outcome(q.call(Request::Stats).await)
             }
             Call::Reopen => {

@@ -325,7 +325,9 @@ impl Tables<'_> {
             }
         }
         if self.limits.result_ttl_ms == 0 {
-            return Ok(());
+            // No outcome is kept, so their progress and chunks go at once
+            // (SPEC 8, Outcomes).
+            return self.forget_progress_of(ids);
         }
         let expires_at_ms = now.saturating_add(self.limits.result_ttl_ms);
         let mut runs: Vec<(u64, (u64, u64, u64))> = Vec::new();

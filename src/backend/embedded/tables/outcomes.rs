@@ -28,7 +28,9 @@ impl Tables<'_> {
         }
         self.forget_outcome(id)?;
         if self.limits.result_ttl_ms == 0 {
-            return Ok(());
+            // No outcome is kept, so its progress and chunks go at once
+            // (they live as long as the outcome, SPEC 8, Outcomes).
+            return self.forget_progress_of(&[id]);
         }
         let rec = OutcomeRecord {
             dead,
@@ -68,6 +70,21 @@ impl Tables<'_> {
             self.outcome_expiry_mut()?
                 .remove((rec.expires_at_ms, id))
                 .ctx("delete outcome expiry")?;
+        }
+        Ok(())
+    }
+
+    /// Delete the progress and chunks of the items `ids`, looking at each
+    /// only when the tables hold any (so an ack of a queue that publishes
+    /// none reads two table lengths).
+    pub(super) fn forget_progress_of(&mut self, ids: &[u64]) -> Result<()> {
+        if self.progress_table()?.is_empty().ctx("read progress")?
+            && self.chunks()?.is_empty().ctx("read chunks")?
+        {
+            return Ok(());
+        }
+        for &id in ids {
+            self.forget_progress(id)?;
         }
         Ok(())
     }

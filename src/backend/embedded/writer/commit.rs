@@ -52,7 +52,20 @@ pub(super) fn run_txn<'o>(
     t.purge_expired(now)?;
     let mut done = Vec::new();
     let mut poisoned = None;
+    // SPEC 8, Clock steps: the queue's time never runs backward by noise.
+    // Each caller reads the clock before its operation reaches the writer,
+    // so an operation can arrive after one that read a later time: it runs
+    // at that later time when its own reading is at most the tolerance
+    // below it, so that no claim hands out a timer promoted at a later
+    // reading before that reading (never early, SPEC 3, Timers).
+    let mut floor = if rebased { now } else { latest };
     for (k, (op, at)) in ops.enumerate() {
+        let at = if crate::clock::step_back(floor, at).is_none() {
+            at.max(floor)
+        } else {
+            at
+        };
+        floor = floor.max(at);
         match apply(t, op, at) {
             Ok(r) => done.push(Ok(r)),
             Err(e) if changed_nothing(&e) => done.push(Err(e)),

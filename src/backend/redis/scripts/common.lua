@@ -40,7 +40,12 @@ local K_OUT = P .. 'out'
 -- The namespace's layout version (LAYOUT, SPEC 6), written at connect.
 local K_LAYOUT = P .. 'layout'
 local K_EVENTS = P .. 'events'
+-- SPEC 8, Clock steps: the latest time the queue has seen, per clock: by
+-- the server's TIME (the fleet's clock) in `{ns}:clock`, by a test clock
+-- the handles were given (ARGV[1]) in `{ns}:clock:test`, so that handles on
+-- the two never take their disagreement for a step of either.
 local K_CLOCK = P .. 'clock'
+local K_CLOCK_TEST = P .. 'clock:test'
 -- SPEC 3, Flow limits: the set of flows with a limit record, each record a
 -- hash `{ns}:limit:<flow>`; the held lanes `{ns}:held:<flow>` and
 -- `{ns}:held-due:<flow>` (sorted sets like the ready lanes); the heads of
@@ -125,12 +130,35 @@ local function shift_lane(zset, field, back)
   end
 end
 
+-- The clock this script keeps time by: the handle's test clock when
+-- ARGV[1] holds its reading, else the server's TIME.
+local function on_test_clock()
+  return ARGV[1] ~= nil and ARGV[1] ~= ''
+end
+
+local function clock_key()
+  if on_test_clock() then return K_CLOCK_TEST end
+  return K_CLOCK
+end
+
+local function read_clock()
+  if on_test_clock() then return tonumber(ARGV[1]) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
 -- SPEC 8, Clock steps: a clock more than the tolerance below the latest
--- time the queue has seen has stepped back; move every timer, claim time,
--- expiry and ready-lane rank back by the step, so that waits are measured
--- in elapsed time.
+-- time the queue has seen by that same clock has stepped back; move every
+-- timer, claim time, expiry and ready-lane rank back by the step, so that
+-- waits are measured in elapsed time. Returns the queue's time: the
+-- reading, or the latest time seen when the reading is below it by no
+-- more than the tolerance (the queue's time never runs backward by noise:
+-- a handle on a test clock reads it before its script runs, and a claim
+-- must not hand out a timer that a later reading promoted, at its earlier
+-- reading).
 local function observe_clock(now)
-  local high = tonumber(redis.call('GET', K_CLOCK) or '0') or 0
+  local key = clock_key()
+  local high = tonumber(redis.call('GET', key) or '0') or 0
   if high - now > CLOCK_TOLERANCE then
     local back = high - now
     shift_scores(K_DELAYED, back, 'nb')
@@ -154,22 +182,31 @@ local function observe_clock(now)
     shift_lane(K_HEADS_DUE, '', back)
     shift_scores(K_LIMIT_TIMERS, back, nil)
     redis.log(redis.LOG_WARNING, 'workjournal: the clock stepped back ' .. back .. ' ms in ' .. P .. ': timers and leases moved with it')
-    redis.call('SET', K_CLOCK, fmt(now))
+    redis.call('SET', key, fmt(now))
+    return now
   elseif now > high then
-    redis.call('SET', K_CLOCK, fmt(now))
+    redis.call('SET', key, fmt(now))
+    return now
   end
+  return high
 end
 
+-- The queue's time for a script that writes (every script but `stats` and
+-- `look`): the clock read, noted, and a step back acted on.
 local function clock_now()
-  local a = ARGV[1]
-  local now
-  if a == nil or a == '' then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  else
-    now = tonumber(a)
-  end
-  observe_clock(now)
+  return observe_clock(read_clock())
+end
+
+-- The queue's time for a script that writes nothing (`stats`, `look`), so
+-- that it runs on a read-only replica too: the clock read, and nothing
+-- noted or moved. After a step back that no writing script has met yet, it
+-- answers as if the stored times had moved: it compares them with the
+-- latest time seen instead of the reading, which are the same comparisons
+-- (every stored time would move back by the step).
+local function clock_view()
+  local now = read_clock()
+  local high = tonumber(redis.call('GET', clock_key()) or '0') or 0
+  if high > now then return high end
   return now
 end
 
@@ -261,8 +298,12 @@ local function finish_all(list, kind, now, ttl)
       index[#index + 1] = exp
       index[#index + 1] = padded
     else
+      -- No outcome is kept, so its progress and chunks go at once (they
+      -- live as long as the outcome, SPEC 8, Outcomes).
       ids[#ids + 1] = id
       gone[#gone + 1] = out_key(id)
+      gone[#gone + 1] = prog_key(id)
+      gone[#gone + 1] = chunks_key(id)
       index[#index + 1] = padded
     end
     signal[#signal + 1] = 'id'

@@ -6,7 +6,7 @@
 -- (SPEC 3, Flow limits). peek skips paused flows and returns {{id, flow,
 -- payload, enq, nb, dlv, pri, cost}...}; flows counts every item and
 -- returns {flow...}.
-local now = clock_now()
+local now = clock_view()
 local peek = ARGV[2] == 'peek'
 local n = tonumber(ARGV[3])
 local out = {}

@@ -1,8 +1,10 @@
--- stats. ARGV: now. Returns {backlog, due, pending, delayed, parked, dead,
+-- stats, read only: writes nothing, so it runs on a read-only replica too
+-- (`clock_view`, SPEC 8, Clock steps). ARGV: now. Returns {backlog, due,
+-- pending, delayed, parked, dead,
 -- oldest_claimed_at or "", now, dead letters dropped past the cap,
 -- limited}. Held items (SPEC 3, Flow limits) count in the backlog and due
 -- lane; `limited` counts those of flows their limits hold now.
-local now = clock_now()
+local now = clock_view()
 local held = tonumber(redis.call('GET', K_HELD_N) or '0') or 0
 local held_due = tonumber(redis.call('GET', K_HELD_DUE_N) or '0') or 0
 local due = redis.call('ZCARD', K_READY_DUE) + held_due
