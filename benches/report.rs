@@ -131,6 +131,12 @@ const WORKLOADS: &[(&str, &str)] = &[
     ("lifecycle p99", "lifecycle latency p99"),
     ("timer lateness p50", "timer lateness p50"),
     ("timer lateness p99", "timer lateness p99"),
+    ("schedule fire lateness p50", "schedule fire lateness p50"),
+    ("schedule fire lateness p99", "schedule fire lateness p99"),
+    (
+        "10k schedules every 1s: lateness p99",
+        "10 000 schedules every second: lateness p99",
+    ),
     ("reopen_1m_after_sigkill", "reopen 1M items after SIGKILL"),
     (
         "file MiB after 10 cycles",

@@ -31,7 +31,9 @@
 //! features: `server` serves any queue over HTTP + JSON on a Unix socket or
 //! TCP (docs/API.md); `forward` adds `forward::Forwarder`, which hands an
 //! embedded queue's items over to a Redis queue exactly once (store and
-//! forward); `testing` exposes the conformance cases, the reference model
+//! forward); `cron` lets a [`Schedule`] (recurring items, exactly once per
+//! slot: [`schedule`]) take cron expressions in IANA time zones;
+//! `testing` exposes the conformance cases, the reference model
 //! and the simulated disk ([`testing`], feature `testing`). The default is
 //! `embedded` alone. The `workjournal` command is a crate of its own,
 //! `workjournal-cli` (cli/ in the repository), so depending on the library
@@ -288,6 +290,7 @@ pub mod metered;
 mod outcome;
 mod queue;
 mod request;
+pub mod schedule;
 pub mod worker;
 
 #[cfg(feature = "forward")]
@@ -319,6 +322,7 @@ pub use limit::{FlowLimit, FlowLimits, RateLimit};
 pub use outcome::{Chunk, Outcome, OutcomeKind, encode_result};
 pub use queue::{BoxQueue, WorkQueue};
 pub use request::{Reply, Request};
+pub use schedule::{CatchUp, Fired, FiredSchedule, Overlap, Schedule, ScheduleInfo, Spec};
 pub use worker::{HandlerError, RetryPolicy, Worker, idempotent_step};
 
 pub use backend::memory::MemoryQueue;

@@ -18,6 +18,8 @@
 //! | `workjournal_dead_letters_dropped_total` | counter | | dead letters dropped past `dead_letter_cap`, at the last `stats` |
 //! | `workjournal_oldest_pending_age_seconds` | gauge | | age of the oldest pending claim at the last `stats` (0 when none) |
 //! | `workjournal_forward_lag_items` | gauge | `target` | items waiting to be forwarded ([`record_forward_lag`]) |
+//! | `workjournal_schedule_fires_total` | counter | `schedule` | items schedules made (SPEC 13) |
+//! | `workjournal_schedule_fire_lateness_seconds` | histogram | | per firing schedule, the queue's clock at the firing minus its latest slot |
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,6 +48,10 @@ pub const ITEMS: &str = "workjournal_items";
 pub const DEAD_LETTERS_DROPPED: &str = "workjournal_dead_letters_dropped_total";
 /// `workjournal_oldest_pending_age_seconds`.
 pub const OLDEST_PENDING_AGE: &str = "workjournal_oldest_pending_age_seconds";
+/// `workjournal_schedule_fires_total{schedule}` (SPEC 13).
+pub const SCHEDULE_FIRES: &str = "workjournal_schedule_fires_total";
+/// `workjournal_schedule_fire_lateness_seconds` (SPEC 13).
+pub const SCHEDULE_FIRE_LATENESS: &str = "workjournal_schedule_fire_lateness_seconds";
 /// `workjournal_forward_lag_items{target}`.
 pub const FORWARD_LAG: &str = "workjournal_forward_lag_items";
 
@@ -166,6 +172,15 @@ impl<Q: WorkQueue> MeteredQueue<Q> {
             }
             Reply::Claimed(v) => metrics::counter!(CLAIMED).increment(v.len() as u64),
             Reply::Stats(s) => record_stats(s),
+            Reply::Fired(f) => {
+                self.note_added(f.items);
+                for s in &f.schedules {
+                    metrics::counter!(SCHEDULE_FIRES, "schedule" => s.name.clone())
+                        .increment(s.items);
+                    metrics::histogram!(SCHEDULE_FIRE_LATENESS)
+                        .record(s.lateness_ms as f64 / 1000.0);
+                }
+            }
             Reply::Reclaimed(rc) => self.note_failed(rc.dead_lettered.len() as u64),
             _ => {}
         }

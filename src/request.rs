@@ -16,6 +16,7 @@ use crate::item::{
 };
 use crate::limit::{FlowLimit, FlowLimits};
 use crate::outcome::{Chunk, Outcome};
+use crate::schedule::{Fired, Schedule, ScheduleInfo};
 
 /// One operation of the contract with its arguments (SPEC section 3). Each
 /// variant is the typed method of [`WorkQueue`](crate::WorkQueue) of the
@@ -134,6 +135,20 @@ pub enum Request {
     Compact,
     /// [`WorkQueue::close`](crate::WorkQueue::close) → [`Reply::Unit`].
     Close,
+    /// [`WorkQueue::upsert_schedule`](crate::WorkQueue::upsert_schedule) → [`Reply::Bool`].
+    UpsertSchedule { schedule: Schedule },
+    /// [`WorkQueue::remove_schedule`](crate::WorkQueue::remove_schedule) → [`Reply::Bool`].
+    RemoveSchedule { name: String },
+    /// [`WorkQueue::pause_schedule`](crate::WorkQueue::pause_schedule) → [`Reply::Bool`].
+    PauseSchedule { name: String },
+    /// [`WorkQueue::resume_schedule`](crate::WorkQueue::resume_schedule) → [`Reply::Bool`].
+    ResumeSchedule { name: String },
+    /// [`WorkQueue::schedules`](crate::WorkQueue::schedules) → [`Reply::Schedules`].
+    Schedules,
+    /// [`WorkQueue::preview_schedule`](crate::WorkQueue::preview_schedule) → [`Reply::Times`].
+    PreviewSchedule { name: String, count: usize },
+    /// [`WorkQueue::fire_schedules`](crate::WorkQueue::fire_schedules) → [`Reply::Fired`].
+    FireSchedules,
 }
 
 impl Request {
@@ -187,6 +202,13 @@ impl Request {
             Request::Now => "now",
             Request::Compact => "compact",
             Request::Close => "close",
+            Request::UpsertSchedule { .. } => "upsert_schedule",
+            Request::RemoveSchedule { .. } => "remove_schedule",
+            Request::PauseSchedule { .. } => "pause_schedule",
+            Request::ResumeSchedule { .. } => "resume_schedule",
+            Request::Schedules => "schedules",
+            Request::PreviewSchedule { .. } => "preview_schedule",
+            Request::FireSchedules => "fire_schedules",
         }
     }
 
@@ -211,6 +233,8 @@ impl Request {
                 | Request::List { .. }
                 | Request::Find { .. }
                 | Request::Now
+                | Request::Schedules
+                | Request::PreviewSchedule { .. }
         )
     }
 }
@@ -267,6 +291,12 @@ pub enum Reply {
     Found(Option<ListedItem>),
     /// Now by the queue's clock, ms since the Unix epoch.
     Time(u64),
+    /// Every schedule with its progress, by name.
+    Schedules(Vec<ScheduleInfo>),
+    /// Times, ms since the Unix epoch, in order.
+    Times(Vec<u64>),
+    /// What firing the schedules did.
+    Fired(Fired),
 }
 
 impl Reply {
@@ -297,6 +327,9 @@ impl Reply {
             Reply::Page(_) => "page",
             Reply::Found(_) => "found",
             Reply::Time(_) => "time",
+            Reply::Schedules(_) => "schedules",
+            Reply::Times(_) => "times",
+            Reply::Fired(_) => "fired",
         }
     }
 

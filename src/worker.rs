@@ -81,7 +81,7 @@ pub use events::{Event, Report};
 use finish::give_back_unfinished;
 pub use retry::{HandlerError, RetryPolicy};
 use slots::{StartTurn, fill_slots, supervise};
-use upkeep::{heartbeat, timers};
+use upkeep::{heartbeat, schedules, timers};
 
 /// Run an idempotent step: if `step` of item `id` was already marked done
 /// (within the queue's `done_ttl`), skip it and return `Ok(None)`; otherwise
@@ -393,6 +393,7 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
         background.spawn(heartbeat(shared.clone()));
         if shared.flow.is_none() {
             background.spawn(timers(shared.clone()));
+            background.spawn(schedules(shared.clone()));
         }
 
         let mut tasks: JoinSet<()> = JoinSet::new();

@@ -637,7 +637,7 @@ async fn a_schema_1_file_migrates_at_open_keeping_every_item_and_its_order() {
         b"dead".to_vec()
     );
     q.close().await.unwrap();
-    // The migration was committed: the next open is schema 5 already, and
+    // The migration was committed: the next open is at the current schema already, and
     // the claims made before are orphans as after any reopen.
     let q = open(&path, &clock).await;
     assert_eq!(q.audit().await.unwrap().len(), 7);
@@ -960,7 +960,7 @@ async fn deferred_records_stay_within_their_bound() {
     q.close().await.unwrap();
 }
 
-/// A schema-3 file opens as schema 5 (it has no deferred deletes), keeps
+/// A schema-3 file opens as schema 6 (it has no deferred deletes), keeps
 /// its items, and its acks of spread ids are deferred from then on.
 #[tokio::test]
 async fn a_schema_3_file_migrates_by_its_version() {
@@ -979,7 +979,7 @@ async fn a_schema_3_file_migrates_by_its_version() {
     let q = open(&path, &clock).await;
     let tables = q.dump_tables().await.unwrap();
     assert!(
-        tables["meta"].iter().any(|r| r == "\"schema_version\" = 5"),
+        tables["meta"].iter().any(|r| r == "\"schema_version\" = 6"),
         "{:?}",
         tables["meta"]
     );
@@ -1013,7 +1013,7 @@ async fn a_schema_4_file_migrates_by_its_version() {
     let q = open(&path, &clock).await;
     let tables = q.dump_tables().await.unwrap();
     assert!(
-        tables["meta"].iter().any(|r| r == "\"schema_version\" = 5"),
+        tables["meta"].iter().any(|r| r == "\"schema_version\" = 6"),
         "{:?}",
         tables["meta"]
     );
@@ -1035,12 +1035,12 @@ async fn a_schema_4_file_migrates_by_its_version() {
     q.close().await.unwrap();
 }
 
-/// SPEC 6: a file of a newer schema than this build's (here 6, one past
-/// schema 5) is refused with `Decode` at open and its contents left as
+/// SPEC 6: a file of a newer schema than this build's (here 7, one past
+/// schema 6) is refused with `Decode` at open and its contents left as
 /// they were (the version is not lowered, no item is touched), so that
 /// the build that wrote it still opens it.
 #[tokio::test]
-async fn a_schema_6_file_is_refused_and_left_unchanged() {
+async fn a_schema_7_file_is_refused_and_left_unchanged() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("q.redb");
     let clock = ManualClock::new(T0);
@@ -1048,18 +1048,18 @@ async fn a_schema_6_file_is_refused_and_left_unchanged() {
     q.add(NewItem::new(b"kept".to_vec())).await.unwrap();
     q.close().await.unwrap();
     drop(q);
-    set_meta(&path, "schema_version", 6);
+    set_meta(&path, "schema_version", 7);
     match EmbeddedQueue::open(&path, config(&clock)).await {
         Err(Error::Decode { detail, .. }) => {
-            assert!(detail.contains("schema version 6"), "{detail}");
-            assert!(detail.contains("up to version 5"), "{detail}");
+            assert!(detail.contains("schema version 7"), "{detail}");
+            assert!(detail.contains("up to version 6"), "{detail}");
         }
         other => panic!("expected Decode, got {other:?}"),
     }
     // redb rewrites its own header and allocator pages at any open; what
     // the file holds is as it was: the version, and the item under it.
-    assert_eq!(meta(&path, "schema_version"), Some(6));
-    set_meta(&path, "schema_version", 5);
+    assert_eq!(meta(&path, "schema_version"), Some(7));
+    set_meta(&path, "schema_version", 6);
     let q = open(&path, &clock).await;
     let got = q.claim(5, Duration::ZERO, ClaimFrom::All).await.unwrap();
     assert_eq!(got.len(), 1);

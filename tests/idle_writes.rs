@@ -112,3 +112,58 @@ async fn an_idle_worker_writes_nothing() {
     assert_eq!(q.stats().await.unwrap().delayed, 1);
     q.close().await.unwrap();
 }
+
+/// SPEC 13: schedules that are not due cost an idle worker no writes: its
+/// firer reads the due index and sleeps until the next fire time. Then,
+/// once a slot comes due, the worker fires and runs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_worker_with_schedules_not_due_writes_nothing() {
+    use workjournal::Schedule;
+    let disk = SimDisk::new();
+    let q = open("idle-schedules", &disk).await;
+    for n in 0..20 {
+        let daily = Schedule::every(format!("daily-{n}"), Duration::from_secs(86_400))
+            .unwrap()
+            .start_ms(q.now_ms().await.unwrap() + 3_600_000);
+        q.upsert_schedule(daily).await.unwrap();
+    }
+    let before = disk.events();
+    let report = Worker::new(q.clone())
+        .concurrency(2)
+        .lease(Duration::from_millis(300))
+        .claim_wait(Duration::from_millis(100))
+        .run(
+            |_claimed| async { Ok::<(), String>(()) },
+            tokio::time::sleep(Duration::from_secs(3)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.acked, 0);
+    assert_eq!(
+        disk.events() - before,
+        0,
+        "writes by an idle worker with schedules"
+    );
+    let listed = q.schedules().await.unwrap();
+    assert_eq!(listed.len(), 20);
+    assert!(listed.iter().all(|s| s.fired == 0));
+
+    // A schedule due in 300 ms: the worker fires it and runs its item.
+    let soon = Schedule::every("soon", Duration::from_secs(3600))
+        .unwrap()
+        .start_ms(q.now_ms().await.unwrap() + 300)
+        .payload(b"now".to_vec());
+    q.upsert_schedule(soon).await.unwrap();
+    let report = Worker::new(q.clone())
+        .concurrency(2)
+        .lease(Duration::from_millis(600))
+        .claim_wait(Duration::from_millis(100))
+        .run(
+            |_claimed| async { Ok::<(), String>(()) },
+            tokio::time::sleep(Duration::from_millis(1500)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.acked, 1, "the due slot fired once and ran");
+    q.close().await.unwrap();
+}

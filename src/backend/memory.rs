@@ -28,8 +28,10 @@ mod flows;
 mod outcomes;
 mod queue;
 mod reads;
+mod schedules;
 
 pub use queue::MemoryQueue;
+pub(crate) use schedules::answer_schedule;
 
 /// A pending item's lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,7 +85,14 @@ pub struct Model {
     /// Items set aside for their flow's limits, keeping their lane and
     /// place: flow -> (lane: 0 due, 1 backlog; rank; position) -> id.
     held: BTreeMap<String, BTreeMap<(u8, i64, u64), u64>>,
+    /// SPEC 13: name -> (generation, due-index time, last item, record).
+    schedules: BTreeMap<String, StoredRow>,
+    /// The schedule generation counter: every write takes the next one.
+    schedule_generation: u64,
 }
+
+/// One stored schedule: (generation, due-index time, last item, record).
+type StoredRow = (u64, Option<u64>, Option<u64>, Vec<u8>);
 
 /// The lane index of the held lanes: the due lane sorts first.
 fn lane_index(lane: Lane) -> u8 {
@@ -120,6 +129,8 @@ impl Model {
             latest_ms: 0,
             limits: BTreeMap::new(),
             held: BTreeMap::new(),
+            schedules: BTreeMap::new(),
+            schedule_generation: 0,
         }
     }
 

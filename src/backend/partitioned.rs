@@ -196,6 +196,25 @@ impl<Q: WorkQueue> PartitionedQueue<Q> {
             .map(|k| (fnv1a(k.as_bytes()) % self.n()) as usize)
     }
 
+    /// The partition of a schedule (SPEC 6.1): its flow's, or for the
+    /// default flow the router's choice or its name's hash.
+    fn schedule_part(&self, schedule: &crate::Schedule) -> usize {
+        if !schedule.get_flow().is_empty() {
+            return self.flow_part(schedule.get_flow());
+        }
+        self.routed("")
+            .unwrap_or_else(|| (fnv1a(schedule.name().as_bytes()) % self.n()) as usize)
+    }
+
+    /// Whether partition `p` holds schedule `name`.
+    async fn holds_schedule(&self, p: usize, name: &str) -> Result<bool> {
+        Ok(self.parts[p]
+            .schedules()
+            .await?
+            .iter()
+            .any(|s| s.schedule.name() == name))
+    }
+
     fn round_robin(&self, counter: &AtomicUsize) -> usize {
         counter.fetch_add(1, Ordering::Relaxed) % self.parts.len()
     }

@@ -20,6 +20,8 @@ use crate::item::{
 use crate::limit::{FlowLimit, FlowLimits};
 use crate::outcome::{Chunk, Outcome};
 use crate::request::{Reply, Request};
+use crate::schedule::fire::{self, ScheduleRows, ScheduleScan, ScheduleSwap};
+use crate::schedule::{Fired, Schedule, ScheduleInfo};
 
 /// The operations of the contract as typed methods, implemented by each
 /// backend (memory, embedded, Redis, remote, partitioned); the layers that
@@ -140,6 +142,83 @@ pub(crate) trait Backend: Send + Sync {
         async { Ok(false) }
     }
     fn close(&self) -> impl Future<Output = Result<()>> + Send;
+
+    // Schedules (SPEC 13). The storage backends implement the two
+    // primitives; the operations are written once over them
+    // (`schedule::fire`), and the partitioned queue routes them itself.
+
+    /// Stored schedule records (`schedule::fire`, module doc).
+    fn schedule_load(
+        &self,
+        scan: ScheduleScan,
+    ) -> impl Future<Output = Result<ScheduleRows>> + Send {
+        async move {
+            let _ = scan;
+            Err(crate::error::Error::invalid(
+                "schedules are not supported by this backend",
+            ))
+        }
+    }
+    /// One compare-and-swap of a schedule record with the items of its
+    /// slots, in one transaction: `None` when the record is not at the
+    /// expected generation (nothing changed), else the ids added.
+    fn schedule_swap(
+        &self,
+        swap: ScheduleSwap,
+    ) -> impl Future<Output = Result<Option<Vec<u64>>>> + Send {
+        async move {
+            let _ = swap;
+            Err(crate::error::Error::invalid(
+                "schedules are not supported by this backend",
+            ))
+        }
+    }
+    fn upsert_schedule(&self, schedule: Schedule) -> impl Future<Output = Result<bool>> + Send
+    where
+        Self: Sized,
+    {
+        fire::upsert(self, schedule)
+    }
+    fn remove_schedule(&self, name: String) -> impl Future<Output = Result<bool>> + Send
+    where
+        Self: Sized,
+    {
+        async move { fire::remove(self, &name).await }
+    }
+    fn pause_schedule(&self, name: String) -> impl Future<Output = Result<bool>> + Send
+    where
+        Self: Sized,
+    {
+        async move { fire::set_paused(self, &name, true).await }
+    }
+    fn resume_schedule(&self, name: String) -> impl Future<Output = Result<bool>> + Send
+    where
+        Self: Sized,
+    {
+        async move { fire::set_paused(self, &name, false).await }
+    }
+    fn schedules(&self) -> impl Future<Output = Result<Vec<ScheduleInfo>>> + Send
+    where
+        Self: Sized,
+    {
+        fire::list(self)
+    }
+    fn preview_schedule(
+        &self,
+        name: String,
+        count: usize,
+    ) -> impl Future<Output = Result<Vec<u64>>> + Send
+    where
+        Self: Sized,
+    {
+        async move { fire::preview(self, &name, count).await }
+    }
+    fn fire_schedules(&self) -> impl Future<Output = Result<Fired>> + Send
+    where
+        Self: Sized,
+    {
+        fire::fire(self)
+    }
 }
 
 /// Carry out `request` on `backend`: the match over every [`Request`],
@@ -241,5 +320,14 @@ pub(crate) async fn dispatch<B: Backend>(backend: &B, request: Request) -> Resul
             b.close().await?;
             Reply::Unit
         }
+        Request::UpsertSchedule { schedule } => Reply::Bool(b.upsert_schedule(schedule).await?),
+        Request::RemoveSchedule { name } => Reply::Bool(b.remove_schedule(name).await?),
+        Request::PauseSchedule { name } => Reply::Bool(b.pause_schedule(name).await?),
+        Request::ResumeSchedule { name } => Reply::Bool(b.resume_schedule(name).await?),
+        Request::Schedules => Reply::Schedules(b.schedules().await?),
+        Request::PreviewSchedule { name, count } => {
+            Reply::Times(b.preview_schedule(name, count).await?)
+        }
+        Request::FireSchedules => Reply::Fired(b.fire_schedules().await?),
     })
 }

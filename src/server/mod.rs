@@ -181,6 +181,21 @@ impl Server {
                 dashboard::router(dash)
             })
         };
+        // SPEC 13: a served queue fires its schedules itself, so clients
+        // (remote workers) need not.
+        if self.options.fire_schedules {
+            let queue = self.queue.clone();
+            let mut stop = stop_rx.clone();
+            tasks.spawn(async move {
+                let fire = crate::schedule::fire_loop(&queue, Duration::from_secs(1), |op, e| {
+                    tracing::warn!(op, error = %e, "firing schedules failed");
+                });
+                tokio::select! {
+                    () = fire => {}
+                    _ = stop.wait_for(|s| *s) => {}
+                }
+            });
+        }
         for listener in listeners {
             let stop = stop_rx.clone();
             let graceful = graceful.clone();

@@ -297,6 +297,12 @@ fn request_schema(op: &str, g: &mut SchemaGenerator) -> Option<Schema> {
         "set_flow_limit" => g.subschema_for::<SetFlowLimitRequest>(),
         "list" => g.subschema_for::<ListRequest>(),
         "back_off" => g.subschema_for::<BackOffRequest>(),
+        "upsert_schedule" => g.subschema_for::<UpsertScheduleRequest>(),
+        "remove_schedule" | "pause_schedule" | "resume_schedule" => {
+            g.subschema_for::<ScheduleNameRequest>()
+        }
+        "schedules" | "fire_schedules" => g.subschema_for::<EmptyRequest>(),
+        "preview_schedule" => g.subschema_for::<PreviewScheduleRequest>(),
         _ => return None,
     })
 }
@@ -334,6 +340,12 @@ fn reply_schema(op: &str, g: &mut SchemaGenerator) -> Option<Schema> {
         "find" => g.subschema_for::<FoundReply>(),
         "now" => g.subschema_for::<Now>(),
         "forward_lag" => g.subschema_for::<ForwardLagReply>(),
+        "upsert_schedule" | "remove_schedule" | "pause_schedule" | "resume_schedule" => {
+            g.subschema_for::<Flag>()
+        }
+        "schedules" => g.subschema_for::<ScheduleList>(),
+        "preview_schedule" => g.subschema_for::<Times>(),
+        "fire_schedules" => g.subschema_for::<FiredReply>(),
         _ => return None,
     })
 }
@@ -466,6 +478,23 @@ fn summary(op: &str) -> &'static str {
             "Delete item id unrun: waiting, delayed, parked or dead (false: no such item; 400 invalid_input: it is pending)."
         }
         "back_off" => "Hold flow for duration_ms from now, keeping a longer hold in force.",
+        "upsert_schedule" => {
+            "Create or replace a schedule by name, keeping its progress (SPEC 13); true: created."
+        }
+        "remove_schedule" => {
+            "Delete a schedule; its items stay (SPEC 13). False: no such schedule."
+        }
+        "pause_schedule" => "Pause a schedule: no slot fires until it is resumed (SPEC 13).",
+        "resume_schedule" => {
+            "Resume a schedule from its first slot at or after now; the paused slots are not caught up (SPEC 13)."
+        }
+        "schedules" => {
+            "Every schedule with its next fire time, last fired slot and counts (SPEC 13)."
+        }
+        "preview_schedule" => "The next count fire times of a schedule, ms (SPEC 13).",
+        "fire_schedules" => {
+            "Fire every due schedule, each slot exactly once (SPEC 13); a served queue fires them itself."
+        }
         _ => "",
     }
 }

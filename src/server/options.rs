@@ -14,6 +14,7 @@ pub struct ServerOptions {
     pub(super) token: Option<String>,
     pub(super) allowed_uids: Option<Vec<u32>>,
     pub(super) read_only: bool,
+    pub(super) fire_schedules: bool,
 }
 
 impl Default for ServerOptions {
@@ -26,6 +27,7 @@ impl Default for ServerOptions {
             token: None,
             allowed_uids: None,
             read_only: false,
+            fire_schedules: true,
         }
     }
 }
@@ -83,6 +85,15 @@ impl ServerOptions {
     /// routes (`/v1/...`) are not affected. Default: false.
     pub fn read_only(mut self, read_only: bool) -> Self {
         self.read_only = read_only;
+        self
+    }
+
+    /// Fire the served queue's schedules while serving (SPEC 13): the
+    /// server runs the queue's timers, so its clients need not. Turn it
+    /// off when another process fires them, or in tests that fire by hand.
+    /// Default: true.
+    pub fn fire_schedules(mut self, fire: bool) -> Self {
+        self.fire_schedules = fire;
         self
     }
 

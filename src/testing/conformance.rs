@@ -38,6 +38,7 @@ mod looking;
 mod outcomes;
 mod priority;
 mod recovery;
+mod schedules;
 mod timers;
 
 pub use adding::*;
@@ -54,6 +55,7 @@ pub use looking::*;
 pub use outcomes::*;
 pub use priority::*;
 pub use recovery::*;
+pub use schedules::*;
 pub use timers::*;
 
 struct Env {
@@ -286,6 +288,17 @@ macro_rules! conformance_case_list {
             remove_deletes_any_item_that_is_not_pending,
             remove_takes_an_item_a_flow_limit_holds,
             back_off_keeps_the_longer_hold,
+            schedule_fires_each_slot_exactly_once,
+            concurrent_firers_make_one_item_per_slot,
+            catch_up_latest_fires_the_latest_missed_slot,
+            catch_up_skip_fires_only_on_time_slots,
+            catch_up_all_fires_missed_slots_up_to_the_cap,
+            overlap_skip_waits_for_the_previous_item,
+            clock_steps_never_fire_a_slot_twice,
+            concurrent_upserts_keep_the_slot_in_flight,
+            schedule_operations_pause_resume_preview_remove,
+            dst_changes_fire_each_daily_slot_once,
+            dst_changes_fire_hourly_slots_once_per_wall_clock_hour,
         }
     };
 }

@@ -275,6 +275,49 @@ pub enum Op {
     /// `back_off` of a flow from [`FLOWS`] for 0 to 12.75 s in 50 ms steps
     /// (the longer back-off wins).
     BackOffFor(u8, u8),
+    /// SPEC 13: `upsert_schedule` of one of three names, its interval,
+    /// catch-up, overlap and flow drawn from the second byte
+    /// ([`schedule_of`]).
+    UpsertSchedule(u8, u8),
+    /// `fire_schedules`.
+    FireSchedules,
+    /// `pause_schedule` of one of three names.
+    PauseSchedule(u8),
+    /// `resume_schedule` of one of three names.
+    ResumeSchedule(u8),
+    /// `remove_schedule` of one of three names.
+    RemoveSchedule(u8),
+    /// `schedules`.
+    Schedules,
+    /// `preview_schedule` of one of three names, 0 to 7 times.
+    PreviewSchedule(u8, u8),
+}
+
+/// The schedule names the schedule ops draw from.
+pub const SCHEDULE_NAMES: [&str; 3] = ["s0", "s1", "s2"];
+
+/// The schedule an [`Op::UpsertSchedule`] stores: every 100, 250 or
+/// 1000 ms; catch-up latest, skip or all (cap 3); overlap allow or skip;
+/// flow `""`, `a` or `b`; the payload its name.
+pub fn schedule_of(name: u8, v: u8) -> crate::Schedule {
+    use crate::schedule::{CatchUp, Overlap, Schedule, Spec};
+    let name = pick(&SCHEDULE_NAMES, name);
+    let every_ms = [100, 250, 1000][usize::from(v % 3)];
+    let catch_up =
+        [CatchUp::Latest, CatchUp::Skip, CatchUp::All { cap: 3 }][usize::from(v / 3 % 3)];
+    let overlap = if v / 9 % 2 == 0 {
+        Overlap::Allow
+    } else {
+        Overlap::Skip
+    };
+    // Every spec here is valid, so `with_spec` cannot fail; a fallback
+    // keeps this free of `expect`.
+    Schedule::with_spec(name, Spec::Every { every_ms }, None)
+        .unwrap_or_else(|_| Schedule::unchecked(name.to_string(), Spec::Every { every_ms }, None))
+        .payload(name.as_bytes().to_vec())
+        .flow(["", "a", "b"][usize::from(v / 18 % 3)])
+        .catch_up(catch_up)
+        .overlap(overlap)
 }
 
 fn pick<'a>(list: &[&'a str], v: u8) -> &'a str {

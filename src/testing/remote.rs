@@ -114,8 +114,9 @@ impl Factory for RemoteFactory {
     #[allow(clippy::expect_used)]
     fn make(&self, config: Config) -> BoxFuture<'_, Subject> {
         Box::pin(async move {
-            let options =
-                ServerOptions::default().max_payload_bytes(config.get_max_payload_bytes());
+            let options = ServerOptions::default()
+                .max_payload_bytes(config.get_max_payload_bytes())
+                .fire_schedules(false);
             let served = ServedQueue::start(config, options)
                 .await
                 .expect("serve an embedded queue in a fresh temp dir");
@@ -167,7 +168,10 @@ impl RemoteTarget {
     }
 
     fn options(config: &Config) -> ServerOptions {
-        ServerOptions::default().max_payload_bytes(config.get_max_payload_bytes())
+        // The cases fire schedules by hand, at their manual clock's times.
+        ServerOptions::default()
+            .max_payload_bytes(config.get_max_payload_bytes())
+            .fire_schedules(false)
     }
 }
 

@@ -10,11 +10,12 @@ use serde::de::DeserializeOwned;
 use super::{
     AckWithResultRequest, AddBatchRequest, AddDelayedRequest, AddedList, BackOffRequest, ChunkList,
     ClaimRequest, ClaimedList, Count, CountRequest, DeadLetterList, DeadLetterRequest, Done,
-    DoneRequest, Flag, FlowCounts, FlowRequest, Flows, FoundReply, IdRequest, ItemList,
-    ItemPageReply, LimitsReply, ListRequest, NextDue, Now, OutcomeReply, ProgressReply,
-    ReceiptRequest, ReceiptsRequest, ReclaimRequest, ReclaimedList, Request, Retried, RetryRequest,
-    SampleRequest, SendChunkRequest, Seq, SetFlowLimitRequest, SetProgressRequest, Stepped,
-    WaitChunksRequest, WaitOutcomeRequest, WireAdded, WireNewItem, duration_ms,
+    DoneRequest, FiredReply, Flag, FlowCounts, FlowRequest, Flows, FoundReply, IdRequest, ItemList,
+    ItemPageReply, LimitsReply, ListRequest, NextDue, Now, OutcomeReply, PreviewScheduleRequest,
+    ProgressReply, ReceiptRequest, ReceiptsRequest, ReclaimRequest, ReclaimedList, Request,
+    Retried, RetryRequest, SampleRequest, ScheduleList, ScheduleNameRequest, SendChunkRequest, Seq,
+    SetFlowLimitRequest, SetProgressRequest, Stepped, Times, UpsertScheduleRequest,
+    WaitChunksRequest, WaitOutcomeRequest, WireAdded, WireNewItem, WireScheduleInfo, duration_ms,
 };
 use crate::request::{Reply as Q, Request as R};
 
@@ -138,6 +139,17 @@ impl Request {
             R::Find { id } => Request::Find(IdRequest { id }),
             R::Now => Request::Now,
             R::Compact => Request::Compact,
+            R::UpsertSchedule { schedule } => Request::UpsertSchedule(UpsertScheduleRequest {
+                schedule: schedule.into(),
+            }),
+            R::RemoveSchedule { name } => Request::RemoveSchedule(ScheduleNameRequest { name }),
+            R::PauseSchedule { name } => Request::PauseSchedule(ScheduleNameRequest { name }),
+            R::ResumeSchedule { name } => Request::ResumeSchedule(ScheduleNameRequest { name }),
+            R::Schedules => Request::Schedules,
+            R::PreviewSchedule { name, count } => {
+                Request::PreviewSchedule(PreviewScheduleRequest { name, count })
+            }
+            R::FireSchedules => Request::FireSchedules,
             R::Close => return None,
         })
     }
@@ -219,6 +231,18 @@ impl Request {
             Request::Redrive(i) => R::Redrive { id: i.id },
             Request::PurgeDeadLetters => R::PurgeDeadLetters,
             Request::Remove(i) => R::Remove { id: i.id },
+            Request::UpsertSchedule(r) => R::UpsertSchedule {
+                schedule: r.schedule.into_schedule(),
+            },
+            Request::RemoveSchedule(r) => R::RemoveSchedule { name: r.name },
+            Request::PauseSchedule(r) => R::PauseSchedule { name: r.name },
+            Request::ResumeSchedule(r) => R::ResumeSchedule { name: r.name },
+            Request::Schedules => R::Schedules,
+            Request::PreviewSchedule(r) => R::PreviewSchedule {
+                name: r.name,
+                count: r.count,
+            },
+            Request::FireSchedules => R::FireSchedules,
             Request::Stats => R::Stats,
             Request::BacklogByFlow(s) => R::BacklogByFlow { sample: s.sample },
             Request::Peek(c) => R::Peek { count: c.count },
@@ -295,6 +319,9 @@ pub enum WireReply {
     Page(ItemPageReply),
     Found(FoundReply),
     Now(Now),
+    Schedules(ScheduleList),
+    Times(Times),
+    Fired(FiredReply),
 }
 
 impl From<Q> for WireReply {
@@ -345,6 +372,11 @@ impl From<Q> for WireReply {
                 item: f.map(Into::into),
             }),
             Q::Time(now_ms) => WireReply::Now(Now { now_ms }),
+            Q::Schedules(list) => WireReply::Schedules(ScheduleList {
+                schedules: list.into_iter().map(Into::into).collect(),
+            }),
+            Q::Times(times_ms) => WireReply::Times(Times { times_ms }),
+            Q::Fired(f) => WireReply::Fired(f.into()),
         }
     }
 }
@@ -379,9 +411,19 @@ pub fn decode_reply(op: &str, bytes: &[u8]) -> Result<Q, String> {
         "promote_due" | "ack_batch" | "resume" | "clear_flow" | "parked" | "purge_dead_letters" => {
             Q::Count(json::<Count>(bytes)?.count)
         }
-        "promote" | "was_done" | "redrive" | "remove" | "compact" => {
+        "promote" | "was_done" | "redrive" | "remove" | "compact" | "upsert_schedule"
+        | "remove_schedule" | "pause_schedule" | "resume_schedule" => {
             Q::Bool(json::<Flag>(bytes)?.value)
         }
+        "schedules" => Q::Schedules(
+            json::<ScheduleList>(bytes)?
+                .schedules
+                .into_iter()
+                .map(WireScheduleInfo::into_info)
+                .collect(),
+        ),
+        "preview_schedule" => Q::Times(json::<Times>(bytes)?.times_ms),
+        "fire_schedules" => Q::Fired(json::<FiredReply>(bytes)?.into()),
         "claim" => Q::Claimed(
             json::<ClaimedList>(bytes)?
                 .claimed

@@ -29,6 +29,7 @@ mod items;
 mod outcome;
 mod queue;
 mod request;
+mod schedule;
 
 pub use browse::*;
 pub use convert::*;
@@ -38,6 +39,7 @@ pub use items::*;
 pub use outcome::*;
 pub use queue::*;
 pub use request::*;
+pub use schedule::*;
 
 /// The version prefix of every route.
 pub const PREFIX: &str = "/v1";

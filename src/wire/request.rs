@@ -6,9 +6,9 @@ use serde::{Deserialize, Serialize};
 use super::{
     AckWithResultRequest, AddBatchRequest, AddDelayedRequest, BackOffRequest, ClaimRequest,
     CountRequest, DeadLetterRequest, DoneRequest, FlowRequest, ForwardLagRequest, IdRequest,
-    ListRequest, ReceiptRequest, ReceiptsRequest, ReclaimRequest, RetryRequest, SampleRequest,
-    SendChunkRequest, SetFlowLimitRequest, SetProgressRequest, WaitChunksRequest,
-    WaitOutcomeRequest, WireNewItem,
+    ListRequest, PreviewScheduleRequest, ReceiptRequest, ReceiptsRequest, ReclaimRequest,
+    RetryRequest, SampleRequest, ScheduleNameRequest, SendChunkRequest, SetFlowLimitRequest,
+    SetProgressRequest, UpsertScheduleRequest, WaitChunksRequest, WaitOutcomeRequest, WireNewItem,
 };
 
 /// Operations without arguments: `{}`.
@@ -68,6 +68,13 @@ pub enum Request {
     Promote(IdRequest),
     Remove(IdRequest),
     BackOff(BackOffRequest),
+    UpsertSchedule(UpsertScheduleRequest),
+    RemoveSchedule(ScheduleNameRequest),
+    PauseSchedule(ScheduleNameRequest),
+    ResumeSchedule(ScheduleNameRequest),
+    Schedules,
+    PreviewSchedule(PreviewScheduleRequest),
+    FireSchedules,
 }
 
 /// Every operation's route name (`POST /v1/<op>`): the trait's methods in
@@ -127,6 +134,14 @@ pub const OPS: &[&str] = &[
     "promote",
     "remove",
     "back_off",
+    // Schedules (SPEC 13).
+    "upsert_schedule",
+    "remove_schedule",
+    "pause_schedule",
+    "resume_schedule",
+    "schedules",
+    "preview_schedule",
+    "fire_schedules",
 ];
 
 /// Why a request could not be decoded: always a 400 (or 404 for an
@@ -219,6 +234,13 @@ impl Request {
             "promote" => Request::Promote(body(op, bytes)?),
             "remove" => Request::Remove(body(op, bytes)?),
             "back_off" => Request::BackOff(body(op, bytes)?),
+            "upsert_schedule" => Request::UpsertSchedule(body(op, bytes)?),
+            "remove_schedule" => Request::RemoveSchedule(body(op, bytes)?),
+            "pause_schedule" => Request::PauseSchedule(body(op, bytes)?),
+            "resume_schedule" => Request::ResumeSchedule(body(op, bytes)?),
+            "schedules" => empty(op).map(|()| Request::Schedules)?,
+            "preview_schedule" => Request::PreviewSchedule(body(op, bytes)?),
+            "fire_schedules" => empty(op).map(|()| Request::FireSchedules)?,
             other => return Err(DecodeError::UnknownOp(other.chars().take(64).collect())),
         })
     }
@@ -278,6 +300,13 @@ impl Request {
             Request::Promote(r) => json("promote", r),
             Request::Remove(r) => json("remove", r),
             Request::BackOff(r) => json("back_off", r),
+            Request::UpsertSchedule(r) => json("upsert_schedule", r),
+            Request::RemoveSchedule(r) => json("remove_schedule", r),
+            Request::PauseSchedule(r) => json("pause_schedule", r),
+            Request::ResumeSchedule(r) => json("resume_schedule", r),
+            Request::Schedules => json("schedules", &empty),
+            Request::PreviewSchedule(r) => json("preview_schedule", r),
+            Request::FireSchedules => json("fire_schedules", &empty),
         }
     }
 
@@ -295,6 +324,7 @@ impl Request {
                 | "parked"
                 | "max_deliveries"
                 | "forward_lag"
+                | "schedules"
         )
     }
 }

@@ -91,3 +91,17 @@ pub(super) async fn timers<Q: WorkQueue>(shared: Arc<Shared<Q>>) {
         tokio::time::sleep(pause).await;
     }
 }
+
+/// Fire the queue's schedules at their slots (SPEC 13): whoever runs a
+/// queue's timers fires its schedules, so a worker needs no other daemon
+/// ([`crate::schedule::fire_loop`]).
+pub(super) async fn schedules<Q: WorkQueue>(shared: Arc<Shared<Q>>) {
+    let cap = (shared.lease / 2).min(Duration::from_secs(1));
+    crate::schedule::fire_loop(&shared.queue, cap, |op, e| {
+        shared.emit(Event::QueueError {
+            op,
+            error: e.to_string(),
+        });
+    })
+    .await;
+}

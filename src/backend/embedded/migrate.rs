@@ -27,6 +27,12 @@
 //! version moves so that such a build refuses the file at open instead,
 //! by its version, before it reads the log.
 //!
+//! Schema 5 to 6: the version only. Schema 6 adds the schedules (SPEC
+//! 13: tables `schedules` and `schedule_due`, which start empty, and redo
+//! log operation 27); a schema-5 build would refuse that operation in the
+//! middle of a replay and would never fire the file's schedules, so the
+//! version moves and such a build refuses the file at open.
+//!
 //! Memory stays bounded: item records are rewritten in chunks of
 //! [`CHUNK`] and the lanes are streamed from the old table into the new one.
 
@@ -125,6 +131,20 @@ pub(super) fn schema3_to_4(txn: &WriteTransaction) -> Result<()> {
 pub(super) fn schema4_to_5(txn: &WriteTransaction) -> Result<()> {
     let mut meta = txn.open_table(META).ctx("open table meta")?;
     meta.insert(SCHEMA_VERSION_KEY, 5)
+        .ctx("write schema version")?;
+    Ok(())
+}
+
+/// Migrate a schema-5 file to schema 6 inside `txn` (the caller commits).
+/// Schema 6 adds the schedules, whose tables start empty, so only the
+/// version changes.
+///
+/// # Errors
+///
+/// Storage failures.
+pub(super) fn schema5_to_6(txn: &WriteTransaction) -> Result<()> {
+    let mut meta = txn.open_table(META).ctx("open table meta")?;
+    meta.insert(SCHEMA_VERSION_KEY, 6)
         .ctx("write schema version")?;
     Ok(())
 }

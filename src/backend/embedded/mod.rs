@@ -341,6 +341,20 @@ impl Backend for EmbeddedQueue {
         expect_reply!(self, Op::Remove(id), Reply::Bool(b) => b)
     }
 
+    async fn schedule_load(
+        &self,
+        scan: crate::schedule::fire::ScheduleScan,
+    ) -> Result<crate::schedule::fire::ScheduleRows> {
+        expect_reply!(self, Op::ScheduleLoad(scan), Reply::Schedules(rows) => rows)
+    }
+
+    async fn schedule_swap(
+        &self,
+        swap: crate::schedule::fire::ScheduleSwap,
+    ) -> Result<Option<Vec<u64>>> {
+        expect_reply!(self, Op::ScheduleSwap(swap), Reply::Swapped(ids) => ids)
+    }
+
     async fn stats(&self) -> Result<Stats> {
         expect_reply!(self, Op::Stats, Reply::Stats(s) => s)
     }

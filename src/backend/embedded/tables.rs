@@ -48,6 +48,7 @@ mod moves;
 mod outcomes;
 mod reads;
 mod records;
+mod schedules;
 mod schema;
 
 use crate::error::{Error, Result};

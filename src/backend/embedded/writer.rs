@@ -45,6 +45,10 @@ pub(super) enum Op {
     /// SPEC 3, Flow limits: `back_off(flow, duration)`, the duration in
     /// ms; the hold's end is read from the writer's clock inside the op.
     BackOff(String, u64),
+    /// SPEC 13: stored schedules (a read).
+    ScheduleLoad(crate::schedule::fire::ScheduleScan),
+    /// SPEC 13: one compare-and-swap of a schedule with its slots' items.
+    ScheduleSwap(crate::schedule::fire::ScheduleSwap),
     Claim {
         count: usize,
         from: ClaimFrom,
@@ -138,6 +142,7 @@ impl Op {
                 | Op::Chunks(..)
                 | Op::List(_)
                 | Op::Find(_)
+                | Op::ScheduleLoad(_)
         ) || self.is_test_read()
             || self.is_forward_read()
     }
@@ -168,6 +173,7 @@ impl Op {
             Op::PromoteId(_) => "promote",
             Op::Remove(_) => "remove",
             Op::BackOff(..) => "back_off",
+            Op::ScheduleSwap(_) => "schedule",
             Op::Claim { .. } => "claim",
             Op::Ack(..) | Op::AckBatch(_) => "ack",
             Op::SetProgress(..) => "set_progress",
@@ -235,6 +241,8 @@ pub(super) enum Reply {
     Limits(Vec<crate::limit::FlowLimits>),
     Page(crate::browse::ItemPage),
     Found(Option<crate::browse::ListedItem>),
+    Schedules(crate::schedule::fire::ScheduleRows),
+    Swapped(Option<Vec<u64>>),
     #[cfg(feature = "forward")]
     Outgoing(Vec<tables::Outgoing>),
     #[cfg(feature = "forward")]

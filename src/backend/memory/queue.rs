@@ -442,6 +442,27 @@ impl Backend for MemoryQueue {
         Ok(self.now())
     }
 
+    async fn schedule_load(
+        &self,
+        scan: crate::schedule::fire::ScheduleScan,
+    ) -> Result<crate::schedule::fire::ScheduleRows> {
+        self.live()?;
+        Ok(self.with(|m, _| m.schedule_load(&scan)))
+    }
+
+    async fn schedule_swap(
+        &self,
+        swap: crate::schedule::fire::ScheduleSwap,
+    ) -> Result<Option<Vec<u64>>> {
+        self.live()?;
+        let adds = !swap.items.is_empty();
+        let out = self.with(|m, now| m.schedule_swap(swap, now))?;
+        if adds && out.is_some() {
+            self.changed();
+        }
+        Ok(out)
+    }
+
     async fn close(&self) -> Result<()> {
         self.shared.closed.store(true, Ordering::Release);
         // A claim waiting for work wakes up and sees the queue closed.

@@ -421,6 +421,86 @@ impl<Q: WorkQueue> Backend for PartitionedQueue<Q> {
         self.parts[0].now_ms().await
     }
 
+    // SPEC 6.1 and 13: a schedule lives in the partition its items go to
+    // (its flow's; a default-flow schedule's by its name), so its items
+    // and the move of its next fire time are one write of one partition.
+
+    async fn upsert_schedule(&self, schedule: crate::Schedule) -> Result<bool> {
+        schedule.check()?;
+        let p = self.schedule_part(&schedule);
+        for q in 0..self.parts.len() {
+            if q != p && self.holds_schedule(q, schedule.name()).await? {
+                return Err(Error::invalid(format!(
+                    "schedule {:?} lives in partition {q} and its new flow belongs to partition {p}: remove it first",
+                    schedule.name()
+                )));
+            }
+        }
+        self.parts[p].upsert_schedule(schedule).await
+    }
+
+    async fn remove_schedule(&self, name: String) -> Result<bool> {
+        for q in &self.parts {
+            if q.remove_schedule(&name).await? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    async fn pause_schedule(&self, name: String) -> Result<bool> {
+        for q in &self.parts {
+            if q.pause_schedule(&name).await? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    async fn resume_schedule(&self, name: String) -> Result<bool> {
+        for q in &self.parts {
+            if q.resume_schedule(&name).await? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    async fn schedules(&self) -> Result<Vec<crate::ScheduleInfo>> {
+        let mut out = Vec::new();
+        for (p, q) in self.parts.iter().enumerate() {
+            for mut s in q.schedules().await? {
+                s.last_item = s.last_item.map(|id| self.global(p, id)).transpose()?;
+                out.push(s);
+            }
+        }
+        out.sort_by(|a, b| a.schedule.name().cmp(b.schedule.name()));
+        Ok(out)
+    }
+
+    async fn preview_schedule(&self, name: String, count: usize) -> Result<Vec<u64>> {
+        for (p, q) in self.parts.iter().enumerate() {
+            if self.holds_schedule(p, &name).await? {
+                return q.preview_schedule(&name, count).await;
+            }
+        }
+        Err(Error::invalid(format!("no schedule named {name:?}")))
+    }
+
+    async fn fire_schedules(&self) -> Result<crate::Fired> {
+        let mut items = 0;
+        let mut next: Option<u64> = None;
+        for q in &self.parts {
+            let f = q.fire_schedules().await?;
+            items += f.items;
+            next = match (next, f.next_fire_ms) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        Ok(crate::Fired::new(items, next))
+    }
+
     async fn compact(&self) -> Result<bool> {
         let mut any = false;
         for q in &self.parts {

@@ -194,4 +194,126 @@ impl RedisQueue {
         self.run("look", &self.inner.scripts.look, args, false)
             .await
     }
+
+    /// SPEC 13: the `load` op of `schedule.lua`.
+    pub(super) async fn schedule_load_rows(
+        &self,
+        scan: crate::schedule::fire::ScheduleScan,
+    ) -> Result<crate::schedule::fire::ScheduleRows> {
+        use crate::schedule::fire::{ScheduleRows, ScheduleScan, StoredSchedule};
+        let mut args = vec![b"load".to_vec()];
+        match scan {
+            ScheduleScan::All => args.push(b"all".to_vec()),
+            ScheduleScan::One(name) => {
+                args.push(b"one".to_vec());
+                args.push(name.into_bytes());
+            }
+            ScheduleScan::Due { limit, .. } => {
+                args.push(b"due".to_vec());
+                args.push(n_arg(limit));
+            }
+        }
+        let v = self
+            .run("schedules", &self.inner.scripts.schedule, args, false)
+            .await?;
+        let a = array(&v, "schedules")?;
+        let later = text(at(a, 0, "schedules")?, "schedules later")?;
+        let mut out = ScheduleRows {
+            rows: Vec::new(),
+            later_ms: if later.is_empty() {
+                None
+            } else {
+                Some(later.parse().map_err(|_| {
+                    Error::backend(format!("redis schedules script answered time {later:?}"))
+                })?)
+            },
+        };
+        for row in a.get(1..).unwrap_or_default().chunks(3) {
+            let [name, meta, record] = row else {
+                return Err(Error::backend(
+                    "redis schedules script answered a partial row",
+                ));
+            };
+            let name = text(name, "schedule name")?;
+            let meta = text(meta, "schedule meta")?;
+            let (generation, last) = meta.split_once(':').unwrap_or((meta.as_str(), ""));
+            let bad = || Error::Decode {
+                what: format!("schedule {name:?} in redis"),
+                detail: format!("meta {meta:?} is not <generation>:<last item>"),
+            };
+            out.rows.push(StoredSchedule {
+                generation: generation.parse().map_err(|_| bad())?,
+                last_item: if last.is_empty() {
+                    None
+                } else {
+                    Some(last.parse().map_err(|_| bad())?)
+                },
+                record: bytes(record, "schedule record")?,
+                name,
+            });
+        }
+        Ok(out)
+    }
+
+    /// SPEC 13: the `swap` op of `schedule.lua`: `None` on a generation
+    /// conflict, else the ids of the items added.
+    pub(super) async fn schedule_swap_ids(
+        &self,
+        swap: crate::schedule::fire::ScheduleSwap,
+    ) -> Result<Option<Vec<u64>>> {
+        let c = &self.inner.config;
+        let step = ms(c.aging_step);
+        let mut args = Vec::with_capacity(7 + swap.items.len() * 6);
+        args.push(b"swap".to_vec());
+        args.push(swap.name.into_bytes());
+        args.push(swap.expect.to_string().into_bytes());
+        match swap.write {
+            Some((index, record)) => {
+                args.push(b"1".to_vec());
+                args.push(match index {
+                    Some(t) => t.min(MAX_LUA_MS).to_string().into_bytes(),
+                    None => Vec::new(),
+                });
+                args.push(record);
+            }
+            None => {
+                args.push(b"0".to_vec());
+                args.push(Vec::new());
+                args.push(Vec::new());
+            }
+        }
+        args.push(match c.max_backlog {
+            Some(l) => l.to_string().into_bytes(),
+            None => Vec::new(),
+        });
+        for (item, slot) in swap.items {
+            check_new_item(&item, c.max_payload_bytes)?;
+            args.push(item.flow.into_bytes());
+            args.push(item.payload);
+            args.push(slot.min(MAX_LUA_MS).to_string().into_bytes());
+            args.push(item.priority.to_string().into_bytes());
+            args.push((u64::from(item.priority) * step).to_string().into_bytes());
+            args.push(item.cost.max(1).to_string().into_bytes());
+        }
+        let v = self
+            .run("schedule", &self.inner.scripts.schedule, args, true)
+            .await?;
+        let a = array(&v, "schedule")?;
+        match text(at(a, 0, "schedule")?, "schedule status")?.as_str() {
+            "ok" => a
+                .get(1..)
+                .unwrap_or_default()
+                .iter()
+                .map(|v| uint(v, "schedule item id"))
+                .collect::<Result<Vec<u64>>>()
+                .map(Some),
+            "conflict" => Ok(None),
+            "full" => Err(Error::Full {
+                limit: uint(at(a, 1, "schedule")?, "schedule limit")?,
+            }),
+            other => Err(Error::backend(format!(
+                "redis schedule script answered {other:?}"
+            ))),
+        }
+    }
 }

@@ -571,6 +571,20 @@ impl Backend for RedisQueue {
         }
     }
 
+    async fn schedule_load(
+        &self,
+        scan: crate::schedule::fire::ScheduleScan,
+    ) -> Result<crate::schedule::fire::ScheduleRows> {
+        self.schedule_load_rows(scan).await
+    }
+
+    async fn schedule_swap(
+        &self,
+        swap: crate::schedule::fire::ScheduleSwap,
+    ) -> Result<Option<Vec<u64>>> {
+        self.schedule_swap_ids(swap).await
+    }
+
     async fn stats(&self) -> Result<Stats> {
         let v = self
             .run("stats", &self.inner.scripts.stats, Vec::new(), false)

@@ -99,6 +99,7 @@ pub(super) struct Scripts {
     pub(super) result: Script,
     pub(super) migrate: Script,
     pub(super) limit: Script,
+    pub(super) schedule: Script,
     #[cfg(feature = "forward")]
     pub(super) forward: Script,
 }
@@ -128,6 +129,7 @@ impl Scripts {
             result: script!("result"),
             migrate: script!("migrate"),
             limit: script!("limit"),
+            schedule: script!("schedule"),
             #[cfg(feature = "forward")]
             forward: script!("forward"),
         }
@@ -281,6 +283,7 @@ mod constant_tests {
             include_str!("scripts/result.lua"),
             include_str!("scripts/resume.lua"),
             include_str!("scripts/retry.lua"),
+            include_str!("scripts/schedule.lua"),
             include_str!("scripts/stats.lua"),
             include_str!("scripts/step.lua"),
             include_str!("scripts/touch.lua"),

@@ -106,6 +106,27 @@
     tr.appendChild(td);
     return tr;
   }
+  function scheduleRow(s) {
+    var tr = el("tr", { "data-schedule": s.name });
+    tr.appendChild(el("td", {}, s.name));
+    tr.appendChild(el("td", {}, s.spec));
+    tr.appendChild(el("td", {}, s.flow === "" ? "(default)" : s.flow));
+    tr.appendChild(el("td", { "class": "schedule-state" }, s.state));
+    tr.appendChild(el("td", {}, when(s.next_fire_ms)));
+    tr.appendChild(el("td", {}, when(s.last_fired_ms)));
+    tr.appendChild(el("td", { "class": "num" }, s.fired));
+    tr.appendChild(el("td", { "class": "num" }, s.skipped));
+    var td = el("td");
+    if (!readOnly) {
+      (s.actions || []).forEach(function (a) {
+        var b = el("button", { "data-action": a, "data-schedule": s.name }, a === "pause_schedule" ? "pause" : "resume");
+        b.addEventListener("click", function () { act({ action: a, schedule: s.name }); });
+        td.appendChild(b);
+      });
+    }
+    tr.appendChild(td);
+    return tr;
+  }
   function refresh() {
     return call("GET", "/ui/overview").then(function (o) {
       showError(null);
@@ -123,6 +144,12 @@
       var cut = (s.backlog > o.flows_sample) ?
         " of " + s.backlog + " in the backlog: the counts stop there, and a flow whose items all come later is not listed." : ".";
       $("#flows-note").textContent = "Backlog per flow counts the next " + o.flows_sample + " items in claim order" + cut;
+      var sb = $("#schedules tbody");
+      if (sb) {
+        while (sb.firstChild) { sb.removeChild(sb.firstChild); }
+        (o.schedules || []).forEach(function (s) { sb.appendChild(scheduleRow(s)); });
+        $("#schedules-note").textContent = (o.schedules || []).length ? "" : "No schedules (workjournal schedule add).";
+      }
     }).catch(function (e) { showError(e.message); });
   }
 

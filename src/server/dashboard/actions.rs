@@ -40,6 +40,9 @@ struct Action {
     /// For `back_off`: how long, in seconds (default 30, at most a day).
     #[serde(default)]
     seconds: Option<u64>,
+    /// For `pause_schedule` and `resume_schedule`: the schedule's name.
+    #[serde(default)]
+    schedule: Option<String>,
 }
 
 impl Action {
@@ -48,6 +51,13 @@ impl Action {
         self.flow
             .as_deref()
             .ok_or_else(|| Error::invalid(format!("{} needs a flow", self.action)))
+    }
+
+    /// The schedule the action names, which it needs.
+    fn schedule(&self) -> Result<&str> {
+        self.schedule
+            .as_deref()
+            .ok_or_else(|| Error::invalid(format!("{} needs a schedule", self.action)))
     }
 
     /// The receipt the action names, which it needs.
@@ -128,11 +138,27 @@ async fn run_action(q: &BoxQueue, a: Action) -> Result<Done> {
         "redrive" => redrive(q, &a.ids).await,
         "redrive_all" => redrive_all(q).await,
         "purge" => purge(q).await,
+        "pause_schedule" => pause_schedule(q, a.schedule()?, true).await,
+        "resume_schedule" => pause_schedule(q, a.schedule()?, false).await,
         other => Err(Error::invalid(format!(
-            "no action named {:?} (pause, resume, step, back_off, lift, ack, release, redrive, redrive_all, purge)",
+            "no action named {:?} (pause, resume, step, back_off, lift, ack, release, redrive, redrive_all, purge, pause_schedule, resume_schedule)",
             other.chars().take(64).collect::<String>()
         ))),
     }
+}
+
+/// SPEC 13: pause or resume a schedule.
+async fn pause_schedule(q: &BoxQueue, name: &str, pause: bool) -> Result<Done> {
+    let found = if pause {
+        q.pause_schedule(name).await?
+    } else {
+        q.resume_schedule(name).await?
+    };
+    if !found {
+        return Err(Error::invalid(format!("no schedule named {name:?}")));
+    }
+    let what = if pause { "paused" } else { "resumed" };
+    Ok(done(format!("schedule {name:?} {what}")))
 }
 
 async fn pause(q: &BoxQueue, flow: &str) -> Result<Done> {

@@ -47,12 +47,61 @@ struct FlowRow {
     actions: Vec<&'static str>,
 }
 
+/// One row of the schedules table (SPEC 13).
+#[derive(Debug, Serialize)]
+struct ScheduleRow {
+    name: String,
+    /// `cron <expr> <tz>` or `every <ms> ms`.
+    spec: String,
+    flow: String,
+    /// `paused`, `ended` or `active`.
+    state: &'static str,
+    next_fire_ms: Option<u64>,
+    last_fired_ms: Option<u64>,
+    fired: u64,
+    skipped: u64,
+    /// `pause` or `resume`.
+    actions: Vec<&'static str>,
+}
+
+impl From<crate::schedule::ScheduleInfo> for ScheduleRow {
+    fn from(s: crate::schedule::ScheduleInfo) -> Self {
+        let state = if s.paused {
+            "paused"
+        } else if s.next_fire_ms.is_none() {
+            "ended"
+        } else {
+            "active"
+        };
+        ScheduleRow {
+            name: s.schedule.name().to_string(),
+            spec: match s.schedule.spec() {
+                crate::schedule::Spec::Cron { expr, tz } => format!("cron {expr} {tz}"),
+                crate::schedule::Spec::Every { every_ms } => format!("every {every_ms} ms"),
+            },
+            flow: s.schedule.get_flow().to_string(),
+            state,
+            next_fire_ms: s.next_fire_ms,
+            last_fired_ms: s.last_fired_ms,
+            fired: s.fired,
+            skipped: s.skipped,
+            actions: vec![if s.paused {
+                "resume_schedule"
+            } else {
+                "pause_schedule"
+            }],
+        }
+    }
+}
+
 #[derive(Debug, Serialize)]
 struct Overview {
     stats: Stats,
     now_ms: u64,
     read_only: bool,
     flows: Vec<FlowRow>,
+    /// Every schedule, by name (SPEC 13).
+    schedules: Vec<ScheduleRow>,
     flows_sample: usize,
     /// `[at_ms, backlog, pending, delayed, dead_letters, added, acked,
     /// failed]` per sample, oldest first; the last three are running totals.
@@ -70,6 +119,12 @@ async fn overview_of(dash: &Dash) -> Result<Overview> {
     let stats = q.stats().await?;
     let now_ms = q.now_ms().await?;
     let flows = flow_rows(q, now_ms).await?;
+    let schedules = q
+        .schedules()
+        .await?
+        .into_iter()
+        .map(ScheduleRow::from)
+        .collect();
     let mut history: Vec<[u64; 8]> = dash.history.samples().iter().map(|s| s.row()).collect();
     // And this moment, so the charts end now.
     history.push(
@@ -85,6 +140,7 @@ async fn overview_of(dash: &Dash) -> Result<Overview> {
         now_ms,
         read_only: dash.read_only,
         flows,
+        schedules,
         flows_sample: FLOW_SAMPLE,
         history,
         interval_ms: SAMPLE_INTERVAL.as_millis() as u64,

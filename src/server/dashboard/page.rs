@@ -154,6 +154,7 @@ fn page(stats: &Stats, read_only: bool) -> Markup {
                     section #counts aria-label="Counts per state" { (counts(stats)) }
                     (charts())
                     (flows(read_only))
+                    (schedules())
                     (items(read_only))
                 }
                 footer.muted { "Refreshes every 1.5 s. " a href="/metrics" { "/metrics" } }
@@ -210,6 +211,35 @@ fn flows(read_only: bool) -> Markup {
             }
             p.muted #flows-note {}
             div #stepped hidden {}
+        }
+    }
+}
+
+/// The schedules table (SPEC 13), which the script fills; its pause and
+/// resume buttons only when not read-only.
+fn schedules() -> Markup {
+    html! {
+        section {
+            h2 { "Schedules" }
+            div.scroll {
+                table #schedules {
+                    thead {
+                        tr {
+                            th { "schedule" }
+                            th { "spec" }
+                            th { "flow" }
+                            th { "state" }
+                            th { "next fire" }
+                            th { "last fired" }
+                            th.num { "fired" }
+                            th.num { "skipped" }
+                            th {}
+                        }
+                    }
+                    tbody {}
+                }
+            }
+            p.muted #schedules-note {}
         }
     }
 }

@@ -29,10 +29,17 @@ pub(in crate::server) fn prometheus() -> Option<&'static PrometheusHandle> {
 }
 
 fn install() -> Option<PrometheusHandle> {
-    let builder = PrometheusBuilder::new().set_buckets_for_metric(
-        Matcher::Full(OPERATION_DURATION.to_string()),
-        &LATENCY_BUCKETS,
-    );
+    let builder = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full(OPERATION_DURATION.to_string()),
+            &LATENCY_BUCKETS,
+        )
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full(crate::metered::SCHEDULE_FIRE_LATENESS.to_string()),
+                &LATENCY_BUCKETS,
+            )
+        });
     let recorder = match builder {
         Ok(b) => b.build_recorder(),
         Err(e) => {

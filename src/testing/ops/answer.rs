@@ -17,6 +17,9 @@ use crate::request::{Reply, Request};
 pub fn answer(model: &mut Model, request: Request, now_ms: u64) -> crate::Result<Reply> {
     let m = model;
     let now = now_ms;
+    if let Some(reply) = crate::backend::memory::answer_schedule(m, &request, now) {
+        return reply;
+    }
     Ok(match request {
         Request::Add { item } => Reply::Added(one(m.add_many(vec![(item, None)], now)?)?),
         Request::AddBatch { items } => {
@@ -112,6 +115,18 @@ pub fn answer(model: &mut Model, request: Request, now_ms: u64) -> crate::Result
         // is the model (the runner never sends either).
         Request::Compact => Reply::Bool(false),
         Request::Close => Reply::Unit,
+        // Answered above, by `answer_schedule`.
+        Request::UpsertSchedule { .. }
+        | Request::RemoveSchedule { .. }
+        | Request::PauseSchedule { .. }
+        | Request::ResumeSchedule { .. }
+        | Request::Schedules
+        | Request::PreviewSchedule { .. }
+        | Request::FireSchedules => {
+            return Err(crate::error::Error::corrupt(
+                "a schedule request fell through",
+            ));
+        }
     })
 }
 

@@ -308,6 +308,24 @@ impl Reference {
                 flow: flow(f),
                 duration: Duration::from_millis(back_off_ms(*d)),
             },
+            Op::UpsertSchedule(n, v) => Request::UpsertSchedule {
+                schedule: super::schedule_of(*n, *v),
+            },
+            Op::FireSchedules => Request::FireSchedules,
+            Op::PauseSchedule(n) => Request::PauseSchedule {
+                name: pick(&super::SCHEDULE_NAMES, *n).to_string(),
+            },
+            Op::ResumeSchedule(n) => Request::ResumeSchedule {
+                name: pick(&super::SCHEDULE_NAMES, *n).to_string(),
+            },
+            Op::RemoveSchedule(n) => Request::RemoveSchedule {
+                name: pick(&super::SCHEDULE_NAMES, *n).to_string(),
+            },
+            Op::Schedules => Request::Schedules,
+            Op::PreviewSchedule(n, c) => Request::PreviewSchedule {
+                name: pick(&super::SCHEDULE_NAMES, *n).to_string(),
+                count: usize::from(c % 8),
+            },
             Op::Advance(v) => return Call::Advance(advance_ms(*v)),
             Op::StepBack(v) => return Call::StepBack(step_back_ms(*v)),
             Op::Reopen if self.reopen => return Call::Reopen,

@@ -24,6 +24,13 @@ pub fn op_strategy_with(controls: bool) -> BoxedStrategy<Op> {
         3 => byte().prop_map(Op::Promote),
         3 => byte().prop_map(Op::Remove),
         3 => (byte(), byte()).prop_map(|(f, d)| Op::BackOffFor(f, d)),
+        2 => (byte(), byte()).prop_map(|(n, v)| Op::UpsertSchedule(n, v)),
+        4 => Just(Op::FireSchedules),
+        1 => byte().prop_map(Op::PauseSchedule),
+        1 => byte().prop_map(Op::ResumeSchedule),
+        1 => byte().prop_map(Op::RemoveSchedule),
+        1 => Just(Op::Schedules),
+        1 => (byte(), byte()).prop_map(|(n, c)| Op::PreviewSchedule(n, c)),
     ]
     .boxed()
 }

@@ -94,6 +94,7 @@ pub(in crate::backend::embedded) fn weight(op: &Op) -> u64 {
     let n = match op {
         Op::Add(items) => items.len(),
         Op::AckBatch(rs) | Op::Touch(rs) => rs.len(),
+        Op::ScheduleSwap(swap) => swap.items.len(),
         Op::Claim { count, .. } | Op::Reclaim { count, .. } => *count,
         #[cfg(feature = "forward")]
         Op::ForwardDone { ids, .. } => ids.len(),
@@ -216,6 +217,26 @@ pub(in crate::backend::embedded) fn encode_op(out: &mut Vec<u8>, op: &Op, now: u
             w.b(flow.as_bytes());
             w.u(*duration_ms);
         }
+        // Schema 6 (SPEC 13): a schema-5 build refuses a schema-6 file by
+        // its version before it could meet code 27.
+        Op::ScheduleSwap(swap) => {
+            w.u(27);
+            w.b(swap.name.as_bytes());
+            w.u(swap.expect);
+            match &swap.write {
+                None => w.u(0),
+                Some((index, record)) => {
+                    w.u(1);
+                    w.opt(*index);
+                    w.b(record);
+                }
+            }
+            w.u(swap.items.len() as u64);
+            for (item, slot) in &swap.items {
+                new_item(&mut w, item);
+                w.u(*slot);
+            }
+        }
         #[cfg(feature = "forward")]
         Op::ForwardJournal(candidate) => {
             w.u(19);
@@ -272,7 +293,8 @@ pub(in crate::backend::embedded) fn encode_op(out: &mut Vec<u8>, op: &Op, now: u
         | Op::BacklogByFlow(_)
         | Op::Peek(_)
         | Op::List(_)
-        | Op::Find(_) => return false,
+        | Op::Find(_)
+        | Op::ScheduleLoad(_) => return false,
         #[cfg(feature = "forward")]
         Op::ForwardRead { .. } | Op::ForwardLag(_) => return false,
         #[cfg(feature = "testing")]
@@ -424,6 +446,25 @@ pub(in crate::backend::embedded) fn decode_batch(body: &[u8]) -> Result<Batch> {
     })
 }
 
+fn read_new_item(r: &mut R<'_>) -> Result<NewItem> {
+    let flow = r.s()?;
+    let payload = r.b()?.to_vec();
+    let dedup_key = match r.u()? {
+        0 => None,
+        1 => Some(r.s()?),
+        t => return Err(bad(format!("option tag {t}"))),
+    };
+    let priority = u8::try_from(r.u()?).map_err(|_| bad("priority tier out of range"))?;
+    let cost = u32::try_from(r.u()?).map_err(|_| bad("item cost out of range"))?;
+    Ok(NewItem {
+        flow,
+        payload,
+        dedup_key,
+        priority,
+        cost,
+    })
+}
+
 fn decode_op(r: &mut R<'_>) -> Result<Op> {
     let code = r.u()?;
     Ok(match code {
@@ -431,23 +472,7 @@ fn decode_op(r: &mut R<'_>) -> Result<Op> {
             let n = r.count(5)?;
             let mut items = Vec::with_capacity(n);
             for _ in 0..n {
-                let flow = r.s()?;
-                let payload = r.b()?.to_vec();
-                let dedup_key = match r.u()? {
-                    0 => None,
-                    1 => Some(r.s()?),
-                    t => return Err(bad(format!("option tag {t}"))),
-                };
-                let priority =
-                    u8::try_from(r.u()?).map_err(|_| bad("priority tier out of range"))?;
-                let cost = u32::try_from(r.u()?).map_err(|_| bad("item cost out of range"))?;
-                let item = NewItem {
-                    flow,
-                    payload,
-                    dedup_key,
-                    priority,
-                    cost,
-                };
+                let item = read_new_item(r)?;
                 items.push((item, r.opt()?));
             }
             Op::Add(items)
@@ -484,6 +509,26 @@ fn decode_op(r: &mut R<'_>) -> Result<Op> {
         24 => Op::PromoteId(r.u()?),
         25 => Op::Remove(r.u()?),
         26 => Op::BackOff(r.s()?, r.u()?),
+        27 => {
+            let name = r.s()?;
+            let expect = r.u()?;
+            let write = match r.u()? {
+                0 => None,
+                1 => Some((r.opt()?, r.b()?.to_vec())),
+                t => return Err(bad(format!("option tag {t}"))),
+            };
+            let n = r.count(5)?;
+            let mut items = Vec::with_capacity(n);
+            for _ in 0..n {
+                items.push((read_new_item(r)?, r.u()?));
+            }
+            Op::ScheduleSwap(crate::schedule::fire::ScheduleSwap {
+                name,
+                expect,
+                write,
+                items,
+            })
+        }
         23 => {
             let flow = r.s()?;
             let limit = match r.u()? {
@@ -593,6 +638,18 @@ mod tests {
             Op::PromoteId(14),
             Op::Remove(15),
             Op::BackOff("b".into(), 2_500),
+            Op::ScheduleSwap(crate::schedule::fire::ScheduleSwap {
+                name: "nightly".into(),
+                expect: 4,
+                write: Some((Some(1_000), vec![1, 2, 3])),
+                items: vec![(NewItem::new(b"s".to_vec()).flow("f").priority(2), 990)],
+            }),
+            Op::ScheduleSwap(crate::schedule::fire::ScheduleSwap {
+                name: "gone".into(),
+                expect: 7,
+                write: None,
+                items: Vec::new(),
+            }),
             Op::Add(vec![(NewItem::new(b"c".to_vec()).flow("g").cost(3), None)]),
             Op::SetFlowLimit(
                 "g".into(),

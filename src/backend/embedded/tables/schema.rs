@@ -169,11 +169,20 @@ tables! {
     /// `i` names id `bucket * 64 + i`, a finished item whose record (and
     /// payload row) is still in `items` until a sweep (module `deferred`).
     DEFERRED = "deferred": u64 => u64, deferred, deferred, deferred_mut;
+    /// SPEC 13, Schedules (schema 6): name -> generation u64, due-index
+    /// time u64 (`u64::MAX`: paused or ended), last item id u64 (0: none),
+    /// all little endian, then the schedule's record.
+    SCHEDULES = "schedules": &'static str => &'static [u8],
+        schedules, schedules_t, schedules_mut;
+    /// (next fire ms, name) -> (): the schedules that may fire, soonest
+    /// first.
+    SCHEDULE_DUE = "schedule_due": (u64, &'static str) => (),
+        schedule_due, schedule_due_t, schedule_due_mut;
 }
 
 pub(in crate::backend::embedded) const SCHEMA_VERSION_KEY: &str = "schema_version";
 /// The schema this build writes (SPEC section 6).
-pub(in crate::backend::embedded) const SCHEMA_VERSION: u64 = 5;
+pub(in crate::backend::embedded) const SCHEMA_VERSION: u64 = 6;
 /// The tag of the redo log generation the file's records go under: random,
 /// new at every checkpoint (module `redo`, SPEC section 6).
 pub(in crate::backend::embedded) const REDO_LOG_KEY: &str = "redo_log";

@@ -20,6 +20,8 @@ pub(super) fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
             t.back_off(f, *d, now)?;
             Reply::Unit
         }
+        Op::ScheduleLoad(scan) => Reply::Schedules(t.schedule_load(scan)?),
+        Op::ScheduleSwap(swap) => Reply::Swapped(t.schedule_swap(swap, now)?),
         Op::Claim { count, from } => {
             let claimed = t.claim(*count, *from, now)?;
             // An empty claim is followed by a wait until the next timer:
