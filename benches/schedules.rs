@@ -59,8 +59,7 @@ async fn run_worker<Q: WorkQueue + Clone + 'static>(q: &Q, secs: f64) -> Vec<f64
         )
         .await
         .expect("worker");
-    let v = late.lock().unwrap().clone();
-    v
+    late.lock().unwrap().clone()
 }
 
 async fn lateness<Q: WorkQueue + Clone + 'static>(q: &Q) -> Vec<f64> {

@@ -32,7 +32,7 @@
 //! TCP (docs/API.md); `forward` adds `forward::Forwarder`, which hands an
 //! embedded queue's items over to a Redis queue exactly once (store and
 //! forward); `cron` lets a [`Schedule`] (recurring items, exactly once per
-//! slot: [`schedule`]) take cron expressions in IANA time zones;
+//! slot: [`Schedule`]) take cron expressions in IANA time zones;
 //! `testing` exposes the conformance cases, the reference model
 //! and the simulated disk ([`testing`], feature `testing`). The default is
 //! `embedded` alone. The `workjournal` command is a crate of its own,
@@ -290,7 +290,7 @@ pub mod metered;
 mod outcome;
 mod queue;
 mod request;
-pub mod schedule;
+mod schedule;
 pub mod worker;
 
 #[cfg(feature = "forward")]
@@ -322,7 +322,10 @@ pub use limit::{FlowLimit, FlowLimits, RateLimit};
 pub use outcome::{Chunk, Outcome, OutcomeKind, encode_result};
 pub use queue::{BoxQueue, WorkQueue};
 pub use request::{Reply, Request};
-pub use schedule::{CatchUp, Fired, FiredSchedule, Overlap, Schedule, ScheduleInfo, Spec};
+pub use schedule::{
+    CatchUp, Fired, FiredSchedule, MAX_SCHEDULE_NAME_BYTES, MAX_SCHEDULE_PREVIEW,
+    MIN_SCHEDULE_EVERY_MS, Overlap, SCHEDULE_SKIP_GRACE_MS, Schedule, ScheduleInfo, Spec,
+};
 pub use worker::{HandlerError, RetryPolicy, Worker, idempotent_step};
 
 pub use backend::memory::MemoryQueue;

@@ -744,7 +744,7 @@ pub trait WorkQueue: Send + Sync {
 
     /// The next `count` fire times of schedule `name` (ms since the Unix
     /// epoch), from its next one; at most
-    /// [`MAX_PREVIEW`](crate::schedule::MAX_PREVIEW), fewer when it ends
+    /// [`MAX_SCHEDULE_PREVIEW`](crate::MAX_SCHEDULE_PREVIEW), fewer when it ends
     /// sooner (SPEC 13).
     ///
     /// # Errors

@@ -49,14 +49,14 @@ pub const MAX_SCHEDULE_NAME_BYTES: usize = 256;
 /// How late a slot may fire under [`CatchUp::Skip`] and still count as on
 /// time, in ms (SPEC 13, Catch-up): a slot older than this when the queue
 /// gets to it was missed.
-pub const SKIP_GRACE_MS: u64 = 1_000;
+pub const SCHEDULE_SKIP_GRACE_MS: u64 = 1_000;
 
 /// The most fire times [`WorkQueue::preview_schedule`](crate::WorkQueue::preview_schedule)
 /// returns in one call.
-pub const MAX_PREVIEW: usize = 1_000;
+pub const MAX_SCHEDULE_PREVIEW: usize = 1_000;
 
 /// The shortest interval of [`Spec::Every`], in ms.
-pub const MIN_EVERY_MS: u64 = 1;
+pub const MIN_SCHEDULE_EVERY_MS: u64 = 1;
 
 /// When a schedule's slots are (SPEC 13, Specs).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -78,7 +78,7 @@ pub enum Spec {
     /// (or from the Unix epoch without one): `every 30s` fires at :00 and
     /// :30 of every minute.
     Every {
-        /// The interval, ms (at least [`MIN_EVERY_MS`]).
+        /// The interval, ms (at least [`MIN_SCHEDULE_EVERY_MS`]).
         every_ms: u64,
     },
 }
@@ -90,7 +90,7 @@ pub enum Spec {
 #[serde(rename_all = "snake_case")]
 pub enum CatchUp {
     /// Missed slots make nothing: the latest due slot fires only if it is
-    /// at most [`SKIP_GRACE_MS`] old, and the schedule goes on with the
+    /// at most [`SCHEDULE_SKIP_GRACE_MS`] old, and the schedule goes on with the
     /// next future slot.
     Skip,
     /// One item for the latest missed slot (the default).
@@ -167,7 +167,7 @@ impl Schedule {
     /// # Errors
     ///
     /// [`Error::InvalidInput`] for an empty or too long name or an interval
-    /// under [`MIN_EVERY_MS`].
+    /// under [`MIN_SCHEDULE_EVERY_MS`].
     pub fn every(name: impl Into<String>, every: Duration) -> Result<Self> {
         let every_ms = u64::try_from(every.as_millis()).unwrap_or(u64::MAX);
         Schedule::new(name.into(), Spec::Every { every_ms })
@@ -369,9 +369,9 @@ impl Schedule {
     pub(crate) fn slots(&self) -> Result<Slots> {
         let inner = match &self.spec {
             Spec::Every { every_ms } => {
-                if *every_ms < MIN_EVERY_MS {
+                if *every_ms < MIN_SCHEDULE_EVERY_MS {
                     return Err(Error::invalid(format!(
-                        "a schedule interval must be at least {MIN_EVERY_MS} ms"
+                        "a schedule interval must be at least {MIN_SCHEDULE_EVERY_MS} ms"
                     )));
                 }
                 SlotsInner::Every {
@@ -398,7 +398,7 @@ impl Schedule {
     }
 
     /// The next `count` fire times at or after `from_ms` (ms since the
-    /// Unix epoch), at most [`MAX_PREVIEW`], ignoring the run limit.
+    /// Unix epoch), at most [`MAX_SCHEDULE_PREVIEW`], ignoring the run limit.
     ///
     /// # Errors
     ///
@@ -407,7 +407,7 @@ impl Schedule {
         let slots = self.slots()?;
         let mut out = Vec::new();
         let mut at = from_ms;
-        while out.len() < count.min(MAX_PREVIEW) {
+        while out.len() < count.min(MAX_SCHEDULE_PREVIEW) {
             match slots.first_at_or_after(at)? {
                 Some(t) => {
                     out.push(t);

@@ -16,7 +16,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{CatchUp, Fired, FiredSchedule, MAX_PREVIEW, Overlap, Schedule, ScheduleInfo};
+use super::{CatchUp, Fired, FiredSchedule, MAX_SCHEDULE_PREVIEW, Overlap, Schedule, ScheduleInfo};
 use crate::browse::ItemState;
 use crate::error::{Error, Result};
 use crate::item::NewItem;
@@ -311,7 +311,7 @@ pub(crate) async fn list<B: Store>(b: &B) -> Result<Vec<ScheduleInfo>> {
 }
 
 /// SPEC 13: the next `count` fire times of schedule `name` from its next
-/// one (at most [`MAX_PREVIEW`], fewer when it ends sooner).
+/// one (at most [`MAX_SCHEDULE_PREVIEW`], fewer when it ends sooner).
 ///
 /// # Errors
 ///
@@ -328,7 +328,7 @@ pub(crate) async fn preview<B: Store>(b: &B, name: &str, count: usize) -> Result
         None => usize::MAX,
     };
     s.schedule
-        .fire_times(next, count.min(MAX_PREVIEW).min(left))
+        .fire_times(next, count.min(MAX_SCHEDULE_PREVIEW).min(left))
 }
 
 /// The slots one firing makes and what the record becomes.
@@ -353,7 +353,7 @@ fn plan(s: &State, now: u64, previous_open: bool) -> Result<Option<Plan>> {
     let mut due = match s.schedule.catch_up {
         CatchUp::Latest => vec![latest],
         CatchUp::Skip => {
-            if now.saturating_sub(latest) <= super::SKIP_GRACE_MS {
+            if now.saturating_sub(latest) <= super::SCHEDULE_SKIP_GRACE_MS {
                 vec![latest]
             } else {
                 Vec::new()

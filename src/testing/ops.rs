@@ -305,7 +305,7 @@ pub fn schedule_of(name: u8, v: u8) -> crate::Schedule {
     let every_ms = [100, 250, 1000][usize::from(v % 3)];
     let catch_up =
         [CatchUp::Latest, CatchUp::Skip, CatchUp::All { cap: 3 }][usize::from(v / 3 % 3)];
-    let overlap = if v / 9 % 2 == 0 {
+    let overlap = if (v / 9).is_multiple_of(2) {
         Overlap::Allow
     } else {
         Overlap::Skip

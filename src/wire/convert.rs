@@ -139,9 +139,11 @@ impl Request {
             R::Find { id } => Request::Find(IdRequest { id }),
             R::Now => Request::Now,
             R::Compact => Request::Compact,
-            R::UpsertSchedule { schedule } => Request::UpsertSchedule(UpsertScheduleRequest {
-                schedule: schedule.into(),
-            }),
+            R::UpsertSchedule { schedule } => {
+                Request::UpsertSchedule(Box::new(UpsertScheduleRequest {
+                    schedule: schedule.into(),
+                }))
+            }
             R::RemoveSchedule { name } => Request::RemoveSchedule(ScheduleNameRequest { name }),
             R::PauseSchedule { name } => Request::PauseSchedule(ScheduleNameRequest { name }),
             R::ResumeSchedule { name } => Request::ResumeSchedule(ScheduleNameRequest { name }),

@@ -68,7 +68,7 @@ pub enum Request {
     Promote(IdRequest),
     Remove(IdRequest),
     BackOff(BackOffRequest),
-    UpsertSchedule(UpsertScheduleRequest),
+    UpsertSchedule(Box<UpsertScheduleRequest>),
     RemoveSchedule(ScheduleNameRequest),
     PauseSchedule(ScheduleNameRequest),
     ResumeSchedule(ScheduleNameRequest),
