@@ -221,6 +221,10 @@ pub(crate) enum Command {
     /// Own the queue and serve it to other processes on a Unix socket (and
     /// TCP with --listen) until Ctrl-C or SIGTERM.
     Serve(crate::serve::ServeArgs),
+    /// Recurring items: add, list, remove, pause, resume, next. `work` and
+    /// `serve` fire them while they run, each slot exactly once.
+    #[command(subcommand)]
+    Schedule(crate::schedule::ScheduleCommand),
 }
 
 #[derive(Debug, Args)]

@@ -52,7 +52,11 @@ pub(crate) async fn run(cli: Cli) -> CliResult {
         }
         return Ok(());
     }
-    require_queue_file(&cli.global)?;
+    // `schedule add` creates the queue file, as `add` does: a schedule is
+    // something added.
+    if !matches!(&cli.command, Command::Schedule(s) if s.creates()) {
+        require_queue_file(&cli.global)?;
+    }
     if let Command::Result { id, wait } = &cli.command {
         let (id, wait) = (*id, wait.unwrap_or_default());
         let (queue, on_file) = open_saying_file(&cli.global, Config::default(), true).await?;
@@ -97,7 +101,7 @@ pub(crate) async fn run(cli: Cli) -> CliResult {
             | Command::DeadLetters { .. }
             | Command::Result { .. }
             | Command::Limits { .. }
-    );
+    ) || matches!(&cli.command, Command::Schedule(s) if s.looks_only());
     let queue = if looks_only {
         open_read_only(&cli.global).await?
     } else {
@@ -122,6 +126,7 @@ async fn one(queue: &BoxQueue, command: Command) -> CliResult {
         | Command::Supervise { .. }
         | Command::Forward(_)
         | Command::Serve(_) => Ok(()),
+        Command::Schedule(s) => crate::schedule::run(queue, s).await,
         Command::Peek { n, json } => {
             let items = if n == 0 {
                 Vec::new()

@@ -33,6 +33,7 @@ mod exec;
 mod forward;
 mod open;
 mod result;
+mod schedule;
 mod serve;
 mod stats_output;
 mod work;
