@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use workjournal::server::{Listener, Server, ServerOptions, SocketPermissions};
-use workjournal::{BoxQueue, Config, ConnectOptions, Opened, WorkQueue};
+use workjournal::{BoxQueue, Config, WorkQueue};
 
 use crate::args::Global;
 use crate::{CliError, CliResult, code};
@@ -248,32 +248,22 @@ pub(crate) async fn serve_own_file(
 
 /// The queue for `work`: the process serving `--db` if one does; else the
 /// file, which this process then serves on its socket while it runs, so
-/// `add`, `stats`, `pause` ... from other processes go through it. The
-/// flag says whether another process serves the queue (its config applies).
-pub(crate) async fn open_for_work(
-    global: &Global,
-    config: Config,
-) -> CliResult<(BoxQueue, Option<Serving>, bool)> {
+/// `add`, `stats`, `pause` ... from other processes go through it. When
+/// the serving process goes away, `work` takes the file over and serves
+/// it in turn (SPEC section 10, Take-over): the library's `FileQueue`
+/// runs that server, and its `close` stops it. The flag says whether
+/// another process serves the queue (its config applies).
+pub(crate) async fn open_for_work(global: &Global, config: Config) -> CliResult<(BoxQueue, bool)> {
     if global.redis.is_some() || global.db.to_str().is_some_and(is_url) {
         let (queue, opened) = crate::open::open_where(global, config, false).await?;
-        return Ok((queue, None, opened.is_served()));
+        return Ok((queue, opened.is_served()));
     }
-    // Only a file this process opens itself is served from here.
-    #[cfg(feature = "embedded")]
-    let max_payload_bytes = config.get_max_payload_bytes();
-    match ConnectOptions::default()
-        .open_file_or_server(&global.db, config)
-        .await?
-    {
-        Opened::Served(remote) => Ok((BoxQueue::new(remote), None, true)),
-        #[cfg(feature = "embedded")]
-        Opened::Owned(file) => {
-            let lag = ServedLag::of_file(&file);
-            let queue = BoxQueue::new(file);
-            let serving = serve_own_file(&global.db, queue.clone(), max_payload_bytes, lag).await;
-            Ok((queue, serving, false))
-        }
-    }
+    let file = crate::open::connect_options()
+        .serve(true)
+        .file_queue(&global.db, config)
+        .await?;
+    let served = !file.is_owner();
+    Ok((BoxQueue::new(file), served))
 }
 
 /// Targets the library's `connect` reads as URLs rather than files.
