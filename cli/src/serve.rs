@@ -24,11 +24,18 @@ pub(crate) struct ServeArgs {
     /// 127.0.0.1). Every TCP request needs the bearer token of --token-file.
     #[arg(long, value_name = "ADDR")]
     pub(crate) listen: Option<String>,
-    /// The bearer token for TCP clients: read from FILE, or generated into
-    /// it (mode 0600) if it does not exist (default: the socket path with
-    /// .token in place of .sock).
+    /// The bearer token for TCP clients (every route): read from FILE, or
+    /// generated into it (mode 0600) if it does not exist (default: the
+    /// socket path with .token in place of .sock). At least 32 characters.
     #[arg(long, value_name = "FILE")]
     pub(crate) token_file: Option<PathBuf>,
+    /// The read-only bearer token, for viewers and scrapers: the dashboard
+    /// without its write controls, /metrics, and the API routes that only
+    /// look. Read from FILE, or generated into it (mode 0600) if it does
+    /// not exist (default: the socket path with .read-token in place of
+    /// .sock). At least 32 characters.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) read_token_file: Option<PathBuf>,
     /// The socket's file mode, in octal (default 600: only this user).
     /// Any group or other bit lets the file's permissions, not the peer's
     /// uid, decide who may connect.
@@ -104,6 +111,10 @@ fn flag_addr(flag: &str, value: &str) -> CliResult<SocketAddr> {
         })
 }
 
+/// The fewest characters a token file may hold: a generated token has 64
+/// (32 random bytes in hex); a short one could be guessed.
+pub(crate) const MIN_TOKEN_CHARS: usize = 32;
+
 /// The token in `path`, or a new random one written there owner-only.
 fn load_or_create_token(path: &Path) -> CliResult<String> {
     let failed = |e: std::io::Error| {
@@ -130,6 +141,16 @@ fn load_or_create_token(path: &Path) -> CliResult<String> {
                 return Err(CliError::new(
                     code::FAILURE,
                     format!("token file {} is empty", path.display()),
+                ));
+            }
+            let chars = token.chars().count();
+            if chars < MIN_TOKEN_CHARS {
+                return Err(CliError::new(
+                    code::FAILURE,
+                    format!(
+                        "token file {} holds {chars} characters, fewer than {MIN_TOKEN_CHARS}: too easy to guess; delete it to have one generated",
+                        path.display()
+                    ),
                 ));
             }
             Ok(token)
@@ -348,6 +369,10 @@ async fn run_serve(
         .token_file
         .clone()
         .unwrap_or_else(|| socket.with_extension("token"));
+    let read_token_file = args
+        .read_token_file
+        .clone()
+        .unwrap_or_else(|| socket.with_extension("read-token"));
     let mut others = Vec::new();
     let mut tcp_banner = String::new();
     if let Some(listen) = &args.listen {
@@ -364,14 +389,27 @@ async fn run_serve(
         let addr = flag_addr("--http", http)?;
         let (listener, bound) = bind_dashboard(addr).await?;
         tcp_banner.push_str(&format!(
-            "; dashboard and /metrics on http://{bound}/ (open http://{bound}/?token=<the token in {}>){}",
+            "; dashboard and /metrics on http://{bound}/ (open http://{bound}/?token=<the token in {}>; viewers and scrapers: the read-only token in {}){}",
             token_file.display(),
+            read_token_file.display(),
             if args.read_only { ", read-only" } else { "" }
         ));
         others.push(listener);
     }
     if args.listen.is_some() || args.http.is_some() {
-        options = options.token(load_or_create_token(&token_file)?);
+        let full = load_or_create_token(&token_file)?;
+        let read = load_or_create_token(&read_token_file)?;
+        if full == read {
+            return Err(CliError::new(
+                code::FAILURE,
+                format!(
+                    "{} and {} hold the same token: the read-only token must differ from the full one",
+                    token_file.display(),
+                    read_token_file.display()
+                ),
+            ));
+        }
+        options = options.token(full).read_token(read);
     }
     let mut listeners =
         vec![

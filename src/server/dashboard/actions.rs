@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 
 use super::api::{ShownItem, reply};
 use super::auth::LetIn;
-use super::{BACK_OFF_DEFAULT, BACK_OFF_MAX, Dash, REDRIVE_ALL_MAX, error_response, read_body};
+use super::{
+    Access, BACK_OFF_DEFAULT, BACK_OFF_MAX, Dash, REDRIVE_ALL_MAX, error_response, read_body,
+};
 use crate::browse::{ItemState, ListQuery, ListedItem};
 use crate::error::{Error, Result};
 use crate::item::Receipt;
@@ -82,7 +84,7 @@ fn done(message: String) -> Done {
 
 /// `POST /ui/action` with a JSON [`Action`].
 pub(super) async fn action(
-    _: LetIn,
+    LetIn(access): LetIn,
     State(dash): State<Arc<Dash>>,
     headers: HeaderMap,
     body: Body,
@@ -91,6 +93,12 @@ pub(super) async fn action(
         return error_response(ErrorBody::plain(
             "forbidden",
             "this dashboard is read-only (workjournal serve --read-only)",
+        ));
+    }
+    if access == Access::Read {
+        return error_response(ErrorBody::plain(
+            "forbidden",
+            "this token is read-only (for looking); open the dashboard with the full token to act",
         ));
     }
     let json = headers
