@@ -27,6 +27,13 @@
 //! version moves so that such a build refuses the file at open instead,
 //! by its version, before it reads the log.
 //!
+//! Schema 5 to 6: the version only. Schema 6 writes lease records of
+//! version 3, which keep the claim time apart from the last touch (SPEC
+//! 3, Looking: `oldest_pending_age_ms` is measured from the claim); a
+//! lease of version 2 is still read, its one time (the last touch) standing
+//! for both until the item leaves pending. The version moves so that a
+//! schema-5 build, which cannot read a version-3 lease, refuses the file.
+//!
 //! Memory stays bounded: item records are rewritten in chunks of
 //! [`CHUNK`] and the lanes are streamed from the old table into the new one.
 
@@ -125,6 +132,20 @@ pub(super) fn schema3_to_4(txn: &WriteTransaction) -> Result<()> {
 pub(super) fn schema4_to_5(txn: &WriteTransaction) -> Result<()> {
     let mut meta = txn.open_table(META).ctx("open table meta")?;
     meta.insert(SCHEMA_VERSION_KEY, 5)
+        .ctx("write schema version")?;
+    Ok(())
+}
+
+/// Migrate a schema-5 file to schema 6 inside `txn` (the caller commits).
+/// Schema 6 adds the claim time to lease records (version 3); the leases
+/// of version 2 are read as they are, so only the version changes.
+///
+/// # Errors
+///
+/// Storage failures.
+pub(super) fn schema5_to_6(txn: &WriteTransaction) -> Result<()> {
+    let mut meta = txn.open_table(META).ctx("open table meta")?;
+    meta.insert(SCHEMA_VERSION_KEY, 6)
         .ctx("write schema version")?;
     Ok(())
 }

@@ -167,7 +167,7 @@ async fn step(q: &BoxQueue, flow: &str) -> Result<Done> {
         ),
         stepped: Some(Stepped {
             receipt: c.receipt.into(),
-            item: ListedItem::pending(c.item, c.claimed_at_ms, None).into(),
+            item: ListedItem::pending(c.item, c.claimed_at_ms, c.claimed_at_ms, None).into(),
         }),
     })
 }
