@@ -265,8 +265,12 @@ fn a_second_work_takes_over_when_the_first_gets_sigterm() {
 fn three_workers_rotating_ownership_under_load_lose_nothing() {
     // Every few seconds the file's owner gets SIGTERM or SIGKILL (in
     // turn) while a producer adds and three workers run items; a new
-    // worker replaces it. Every acknowledged add runs; a graceful stop
-    // runs nothing twice, a kill at most what the killed owner was running.
+    // worker replaces it. Every acknowledged add runs. A kill may run
+    // again what was in flight when it struck: the killed owner's own
+    // commands, and a client's item whose ack died with the server (SPEC
+    // 5: the outcome is unknown, the item comes back after its lease); so
+    // at most every slot of the three workers per kill. (A graceful stop
+    // runs nothing twice: the test above.)
     let seconds: u64 = std::env::var("WORKJOURNAL_TAKEOVER_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -366,7 +370,7 @@ fn three_workers_rotating_ownership_under_load_lose_nothing() {
     let done = env.done();
     let twice: Vec<_> = done.iter().filter(|(_, n)| **n > 1).collect();
     assert!(
-        twice.len() <= kills * concurrency,
+        twice.len() <= kills * concurrency * 3,
         "{} items ran twice after {kills} kills: {twice:?}",
         twice.len()
     );
