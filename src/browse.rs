@@ -210,8 +210,14 @@ pub struct ListedItem {
     pub item: Item,
     /// Its state.
     pub state: ItemState,
-    /// Pending: when it was claimed (ms since the Unix epoch, queue clock).
+    /// Pending: when it was claimed (ms since the Unix epoch, queue clock):
+    /// the claim that handed it out, never moved by a `touch`.
     pub claimed_at_ms: Option<u64>,
+    /// Pending: its last touch, the claim or the latest heartbeat
+    /// (`touch`), ms since the Unix epoch (queue clock); the lease is
+    /// stale `min_idle` after it (SPEC 3, Finishing).
+    #[serde(default)]
+    pub last_touch_ms: Option<u64>,
     /// Pending: the consumer holding it, where the backend knows one (the
     /// Redis consumer name); `None` on memory and embedded.
     pub consumer: Option<String>,
@@ -235,6 +241,7 @@ impl ListedItem {
             item,
             state,
             claimed_at_ms: None,
+            last_touch_ms: None,
             consumer: None,
             reason: None,
             failed_at_ms: None,
@@ -251,10 +258,17 @@ impl ListedItem {
         }
     }
 
-    /// A pending item claimed at `claimed_at_ms` by `consumer`.
-    pub(crate) fn pending(item: Item, claimed_at_ms: u64, consumer: Option<String>) -> Self {
+    /// A pending item claimed at `claimed_at_ms` by `consumer`, last
+    /// touched at `last_touch_ms`.
+    pub(crate) fn pending(
+        item: Item,
+        claimed_at_ms: u64,
+        last_touch_ms: u64,
+        consumer: Option<String>,
+    ) -> Self {
         ListedItem {
             claimed_at_ms: Some(claimed_at_ms),
+            last_touch_ms: Some(last_touch_ms),
             consumer,
             ..ListedItem::new(item, ItemState::Pending)
         }

@@ -16,6 +16,10 @@ use crate::error::{Error, Result};
 use crate::queue::BoxQueue;
 use crate::{RemoteOptions, RemoteQueue};
 
+mod takeover;
+
+pub use takeover::FileQueue;
+
 /// Where a queue lives, as [`connect`] reads a target string.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
@@ -72,6 +76,7 @@ pub struct ConnectOptions {
     namespace: String,
     locked_wait: Duration,
     read_only: bool,
+    serve: bool,
     #[cfg(feature = "redis")]
     redis: crate::RedisOptions,
 }
@@ -83,6 +88,7 @@ impl Default for ConnectOptions {
             namespace: "workjournal".to_string(),
             locked_wait: DEFAULT_LOCKED_WAIT,
             read_only: false,
+            serve: false,
             #[cfg(feature = "redis")]
             redis: crate::RedisOptions::default(),
         }
@@ -134,6 +140,17 @@ impl ConnectOptions {
         self
     }
 
+    /// Whether a queue file this handle opens itself is served on its
+    /// socket ([`socket_path_for`]) from the start, as `workjournal work`
+    /// does, so that other processes reach it through this one (feature
+    /// `server`; never when [`read_only`](ConnectOptions::read_only)). A
+    /// handle that takes a file over from a server that went away serves
+    /// it whatever this says (SPEC section 10, Take-over). Default: false.
+    pub fn serve(mut self, yes: bool) -> Self {
+        self.serve = yes;
+        self
+    }
+
     /// Open the queue at `target` (see [`Target`] and [`connect`]). `config`
     /// applies when this call opens a file or connects to Redis; a served
     /// queue follows its server's config.
@@ -160,36 +177,63 @@ impl ConnectOptions {
     /// A queue file: through the process that serves it when one does,
     /// otherwise opened here. A race with a server starting or stopping
     /// ends in the server, the file, or `Locked` after `locked_wait`;
-    /// never a hang.
+    /// never a hang. The handle follows the file when its server goes
+    /// away ([`FileQueue`], SPEC section 10, Take-over).
     ///
     /// # Errors
     ///
     /// As [`ConnectOptions::connect`] for a file.
     pub async fn open_file(&self, path: &Path, config: Config) -> Result<BoxQueue> {
-        Ok(match self.open_file_or_server(path, config).await? {
-            Opened::Served(remote) => BoxQueue::new(remote),
-            #[cfg(feature = "embedded")]
-            Opened::Owned(file) => BoxQueue::new(file),
-        })
+        Ok(BoxQueue::new(self.file_queue(path, config).await?))
     }
 
-    /// As [`ConnectOptions::open_file`], saying which it found, so a caller
-    /// that opened the file itself can serve it in turn (as `workjournal
-    /// work` does).
+    /// As [`ConnectOptions::open_file`], as the [`FileQueue`] itself (which
+    /// says whether this process owns the file).
     ///
     /// # Errors
     ///
-    /// As [`ConnectOptions::open_file`].
+    /// As [`ConnectOptions::connect`] for a file; `Io` (permission denied)
+    /// naming the socket when a server answers on it but refuses this
+    /// process's uid.
+    pub async fn file_queue(&self, path: &Path, config: Config) -> Result<FileQueue> {
+        FileQueue::open(path, config, self.clone()).await
+    }
+
+    /// Where the file is now, saying which it found, so a caller that
+    /// opened the file itself can serve it in turn. Unlike
+    /// [`ConnectOptions::open_file`] the handle does not follow the file
+    /// when its server goes away.
+    ///
+    /// # Errors
+    ///
+    /// As [`ConnectOptions::file_queue`].
     pub async fn open_file_or_server(&self, path: &Path, config: Config) -> Result<Opened> {
+        self.find_file(path, config, true).await
+    }
+
+    /// [`ConnectOptions::open_file_or_server`]; a file opened here takes
+    /// its pending claims for orphans only with `orphan_claims` (not at a
+    /// take-over: `EmbeddedOptions::orphan_claims`).
+    pub(crate) async fn find_file(
+        &self,
+        path: &Path,
+        config: Config,
+        orphan_claims: bool,
+    ) -> Result<Opened> {
         let socket = socket_path_for(path);
         let deadline = tokio::time::Instant::now() + self.locked_wait;
         loop {
-            if socket.exists()
-                && let Ok(remote) = RemoteQueue::connect_unix(&socket, self.remote.clone()).await
-            {
-                return Ok(Opened::Served(remote));
+            if socket.exists() {
+                match RemoteQueue::connect_unix(&socket, self.remote.clone()).await {
+                    Ok(remote) => return Ok(Opened::Served(remote)),
+                    // A server answers but does not let this process in:
+                    // opening the file instead could only fail (it holds
+                    // the lock) or write past the server's back.
+                    Err(e) if is_permission_denied(&e) => return Err(e),
+                    Err(_) => {}
+                }
             }
-            match open_embedded(path, config.clone(), self.read_only).await {
+            match open_embedded(path, config.clone(), self.read_only, orphan_claims).await {
                 Err(Error::Locked { .. }) if tokio::time::Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
@@ -214,6 +258,11 @@ impl ConnectOptions {
     }
 }
 
+/// A socket that refuses this process (see the remote transport).
+fn is_permission_denied(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied)
+}
+
 /// What [`ConnectOptions::open_file_or_server`] found.
 #[derive(Debug)]
 pub enum Opened {
@@ -225,15 +274,27 @@ pub enum Opened {
 }
 
 #[cfg(feature = "embedded")]
-async fn open_embedded(path: &Path, config: Config, read_only: bool) -> Result<Opened> {
-    let options = crate::EmbeddedOptions::default().read_only(read_only);
+async fn open_embedded(
+    path: &Path,
+    config: Config,
+    read_only: bool,
+    orphan_claims: bool,
+) -> Result<Opened> {
+    let options = crate::EmbeddedOptions::default()
+        .read_only(read_only)
+        .orphan_claims(orphan_claims);
     Ok(Opened::Owned(
         crate::EmbeddedQueue::open_with(path, config, options).await?,
     ))
 }
 
 #[cfg(not(feature = "embedded"))]
-async fn open_embedded(path: &Path, _config: Config, _read_only: bool) -> Result<Opened> {
+async fn open_embedded(
+    path: &Path,
+    _config: Config,
+    _read_only: bool,
+    _orphan_claims: bool,
+) -> Result<Opened> {
     Err(Error::invalid(format!(
         "{}: no process serves this file and this build lacks the embedded feature",
         path.display()

@@ -268,9 +268,16 @@ pub struct Stats {
     /// dropped letter is not counted in `dead_letters`.
     #[serde(default)]
     pub dead_letters_dropped: u64,
-    /// Age of the oldest pending claim in ms, by the queue's clock; `None`
-    /// when nothing is pending.
+    /// Age of the oldest pending claim in ms, by the queue's clock: since
+    /// the claim that handed the item out, whatever heartbeats (`touch`)
+    /// came after (SPEC 3, Looking); `None` when nothing is pending.
     pub oldest_pending_age_ms: Option<u64>,
+    /// Time since the stalest pending item's last touch (its claim or its
+    /// latest `touch`), in ms by the queue's clock: how long the least
+    /// recently heard-of holder has been silent (SPEC 3, Looking). `None`
+    /// when nothing is pending.
+    #[serde(default)]
+    pub oldest_touch_age_ms: Option<u64>,
     /// False only for the memory backend.
     pub durable: bool,
     /// Of `backlog`, the items a claim has set aside for their flow's

@@ -356,4 +356,6 @@ pub use backend::remote::{
 };
 
 #[cfg(feature = "remote")]
-pub use connect::{ConnectOptions, DEFAULT_LOCKED_WAIT, Opened, Target, connect, socket_path_for};
+pub use connect::{
+    ConnectOptions, DEFAULT_LOCKED_WAIT, FileQueue, Opened, Target, connect, socket_path_for,
+};

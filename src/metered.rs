@@ -16,7 +16,8 @@
 //! | `workjournal_items_failed_total` | counter | | failed attempts: retries and dead letters |
 //! | `workjournal_items` | gauge | `state` | items per state at the last `stats` (`backlog` = ready, due lane included; `due`, `pending`, `delayed`, `parked`, `dead_letter`) |
 //! | `workjournal_dead_letters_dropped_total` | counter | | dead letters dropped past `dead_letter_cap`, at the last `stats` |
-//! | `workjournal_oldest_pending_age_seconds` | gauge | | age of the oldest pending claim at the last `stats` (0 when none) |
+//! | `workjournal_oldest_pending_age_seconds` | gauge | | age of the oldest pending claim, since the claim, at the last `stats` (0 when none) |
+//! | `workjournal_oldest_touch_age_seconds` | gauge | | time since the stalest pending item's last touch (claim or heartbeat) at the last `stats` (0 when none) |
 //! | `workjournal_forward_lag_items` | gauge | `target` | items waiting to be forwarded ([`record_forward_lag`]) |
 //! | `workjournal_schedule_fires_total` | counter | `schedule` | items schedules made (SPEC 13) |
 //! | `workjournal_schedule_fire_lateness_seconds` | histogram | | per firing schedule, the queue's clock at the firing minus its latest slot |
@@ -52,6 +53,8 @@ pub const OLDEST_PENDING_AGE: &str = "workjournal_oldest_pending_age_seconds";
 pub const SCHEDULE_FIRES: &str = "workjournal_schedule_fires_total";
 /// `workjournal_schedule_fire_lateness_seconds` (SPEC 13).
 pub const SCHEDULE_FIRE_LATENESS: &str = "workjournal_schedule_fire_lateness_seconds";
+/// `workjournal_oldest_touch_age_seconds`.
+pub const OLDEST_TOUCH_AGE: &str = "workjournal_oldest_touch_age_seconds";
 /// `workjournal_forward_lag_items{target}`.
 pub const FORWARD_LAG: &str = "workjournal_forward_lag_items";
 
@@ -72,6 +75,8 @@ pub fn record_stats(s: &Stats) {
     metrics::counter!(DEAD_LETTERS_DROPPED).absolute(s.dead_letters_dropped);
     let age = s.oldest_pending_age_ms.unwrap_or(0) as f64 / 1000.0;
     metrics::gauge!(OLDEST_PENDING_AGE).set(age);
+    let silent = s.oldest_touch_age_ms.unwrap_or(0) as f64 / 1000.0;
+    metrics::gauge!(OLDEST_TOUCH_AGE).set(silent);
 }
 
 /// The hook for store and forward (SPEC section 11): set how many items

@@ -991,7 +991,7 @@ async fn a_schema_3_file_migrates_by_its_version() {
 }
 
 /// SPEC 6, schema 5: a schema-4 file (made by this build, its version set
-/// back) opens as schema 5 by its version alone, keeps every item in its
+/// back) opens as schema 6 by its version alone, keeps every item in its
 /// state, and takes the operations of schema 5 (promote, remove, the
 /// atomic back-off) from then on, across a reopen.
 #[tokio::test]
@@ -1338,8 +1338,9 @@ async fn a_version_1_lease_takes_its_count_from_the_item_record() {
                 out.extend(bincode::encode_to_vec(&rec, config).unwrap());
                 items.insert(id, out.as_slice()).unwrap();
                 let bytes = pending.get(id).unwrap().unwrap().value().to_vec();
-                assert_eq!(bytes[0], 2, "lease record version");
-                let (lease, _): ((u64, u64, u8, u32), usize) =
+                assert_eq!(bytes[0], 3, "lease record version");
+                // Version 3: last touch, lease, lane, count, claim time.
+                let (lease, _): ((u64, u64, u8, u32, u64), usize) =
                     bincode::decode_from_slice(&bytes[1..], config).unwrap();
                 assert_eq!(lease.3, 1, "the lease carries the count");
                 let mut v1 = vec![1u8];
@@ -1496,5 +1497,75 @@ async fn looks_after_a_clock_step_back_never_write() {
     // A writer moves the times itself, once, and keeps them.
     let q = open(&path, &clock).await;
     assert_eq!(q.next_due().await.unwrap(), Some(T0 + 5_000));
+    q.close().await.unwrap();
+}
+
+/// SPEC 6, schema 6: `tests/fixtures/schema4_pending.redb`, made by a
+/// schema-4 build of the command (`add a`, `add b`, a `work` killed while
+/// it ran `a`, then `add c`, whose open wrote the claim into the file: `a`
+/// is pending under a version-2 lease, `b` and `c` wait),
+/// opens as schema 6. The old lease's one time, its last touch, reads as
+/// its claim time too; a new claim keeps its claim time apart from its
+/// heartbeats, also across a reopen (a version-3 lease).
+#[tokio::test]
+async fn a_schema_4_fixture_with_a_pending_claim_migrates_to_schema_6() {
+    use workjournal::{ItemState, ListQuery};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/schema4_pending.redb"
+        ),
+        &path,
+    )
+    .unwrap();
+    // Well after the fixture was made (December 2026).
+    let later = 1_900_000_000_000;
+    let clock = ManualClock::new(later);
+    let q = open(&path, &clock).await;
+    let tables = q.dump_tables().await.unwrap();
+    assert!(
+        tables["meta"].iter().any(|r| r == "\"schema_version\" = 6"),
+        "{:?}",
+        tables["meta"]
+    );
+    let pending = q
+        .list(ListQuery::new(ItemState::Pending))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert_eq!(pending[0].item.payload, b"a".to_vec());
+    let touched = pending[0].last_touch_ms.unwrap();
+    assert_eq!(pending[0].claimed_at_ms, Some(touched));
+    assert!(touched > 1_790_000_000_000 && touched < later, "{touched}");
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.backlog, s.pending), (2, 1), "{s:?}");
+    assert_eq!(s.oldest_pending_age_ms, Some(later - touched));
+    assert_eq!(s.oldest_touch_age_ms, Some(later - touched));
+    // A reclaim is a new claim, written as a version-3 lease.
+    let again = q.reclaim(Duration::ZERO, 5).await.unwrap().claimed;
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].claimed_at_ms, later);
+    clock.advance(Duration::from_secs(10));
+    q.touch(vec![again[0].receipt]).await.unwrap();
+    clock.advance(Duration::from_secs(5));
+    let s = q.stats().await.unwrap();
+    assert_eq!(
+        (s.oldest_pending_age_ms, s.oldest_touch_age_ms),
+        (Some(15_000), Some(5_000))
+    );
+    q.close().await.unwrap();
+    drop(q);
+    let q = open(&path, &clock).await;
+    let found = q.find(again[0].item.id).await.unwrap().unwrap();
+    assert_eq!(
+        (found.claimed_at_ms, found.last_touch_ms),
+        (Some(later), Some(later + 10_000))
+    );
+    let waiting = q.claim(5, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    let payloads: Vec<&[u8]> = waiting.iter().map(|c| c.item.payload.as_slice()).collect();
+    assert_eq!(payloads, [b"b".as_slice(), b"c".as_slice()]);
     q.close().await.unwrap();
 }

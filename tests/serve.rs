@@ -158,11 +158,169 @@ async fn peer_whose_uid_is_not_allowed_gets_403_and_changes_nothing() {
     assert_eq!(error_kind(&body), "forbidden");
     assert!(error_message(&body).contains(&format!("uid {uid}")));
     assert_eq!(s.queue.stats().await.unwrap().backlog, 0);
-    // The client sees a Backend error, not a hang.
+    // The client sees a permission error naming the socket, not a hang.
     match RemoteQueue::connect_unix(&s.socket, RemoteOptions::default()).await {
-        Err(Error::Backend { .. }) => {}
-        other => panic!("expected Backend, got {other:?}"),
+        Err(Error::Io { context, source }) => {
+            assert_eq!(source.kind(), std::io::ErrorKind::PermissionDenied);
+            assert!(
+                context.contains(&s.socket.display().to_string()),
+                "{context}"
+            );
+        }
+        other => panic!("expected Io (permission denied), got {other:?}"),
     }
+}
+
+/// Serve the queue file `path` on its socket (`socket_path_for`) as its
+/// owner does: (the file, a stop sender, the server task).
+async fn serve_file(
+    path: &Path,
+    options: ServerOptions,
+) -> (
+    EmbeddedQueue,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<workjournal::Result<()>>,
+) {
+    let file = EmbeddedQueue::open(path, Config::default()).await.unwrap();
+    let socket = workjournal::socket_path_for(path);
+    let listener = Listener::bind_unix(&socket, &SocketPermissions::default())
+        .await
+        .unwrap();
+    let server = Server::new(BoxQueue::new(file.clone()), options);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let done = tokio::spawn(server.run(vec![listener], async {
+        let _ = stopped.await;
+    }));
+    (file, stop, done)
+}
+
+#[tokio::test]
+async fn a_socket_that_refuses_this_uid_is_a_permission_error_not_the_file() {
+    // Before, `stats` said "locked by another process" and `add` "open the
+    // redo log: Permission denied": after the server's 403 the client
+    // fell back to opening the file itself.
+    let dir = tempfile::tempdir().unwrap();
+    let uid = own_uid(dir.path());
+    let path = dir.path().join("q.redb");
+    let options = ServerOptions::default().allowed_uids(vec![uid.wrapping_add(1)]);
+    let (file, stop, done) = serve_file(&path, options).await;
+    let socket = workjournal::socket_path_for(&path);
+    let started = std::time::Instant::now();
+    match workjournal::connect(path.to_str().unwrap(), Config::default()).await {
+        Err(Error::Io { context, source }) => {
+            assert_eq!(source.kind(), std::io::ErrorKind::PermissionDenied);
+            assert!(context.contains(&socket.display().to_string()), "{context}");
+            assert!(context.contains("permission denied"), "{context}");
+            assert!(context.contains(&format!("uid {uid}")), "{context}");
+        }
+        Err(other) => panic!("expected Io (permission denied), got {other:?}"),
+        Ok(_) => panic!("connected through a socket that refuses this uid"),
+    }
+    // At once, not after `locked_wait` spent trying the file.
+    assert!(started.elapsed() < workjournal::DEFAULT_LOCKED_WAIT);
+    let _ = stop.send(());
+    done.await.unwrap().unwrap();
+    file.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_file_handle_takes_the_file_over_when_its_server_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let socket = workjournal::socket_path_for(&path);
+    let (file, stop, done) = serve_file(&path, ServerOptions::default()).await;
+    let client = workjournal::ConnectOptions::default()
+        .file_queue(&path, Config::default())
+        .await
+        .unwrap();
+    assert!(!client.is_owner());
+    client.add(NewItem::new(b"a".to_vec())).await.unwrap();
+    client.add(NewItem::new(b"b".to_vec())).await.unwrap();
+    let claimed = client
+        .claim(1, Duration::ZERO, ClaimFrom::All)
+        .await
+        .unwrap();
+    let receipt = claimed[0].receipt;
+    // The owner stops: its server first, then the file.
+    let _ = stop.send(());
+    done.await.unwrap().unwrap();
+    file.close().await.unwrap();
+    assert!(!socket.exists());
+    // The claim made through the old server is acked through the file,
+    // which the client now owns and serves.
+    client.ack(receipt).await.unwrap();
+    assert!(client.is_owner());
+    let other = RemoteQueue::connect_unix(&socket, RemoteOptions::default())
+        .await
+        .unwrap();
+    let s = other.stats().await.unwrap();
+    assert_eq!((s.backlog, s.pending), (1, 0), "{s:?}");
+    // Nothing claimed twice: the one item left is b.
+    let next = other
+        .claim(5, Duration::ZERO, ClaimFrom::All)
+        .await
+        .unwrap();
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].item.payload, b"b".to_vec());
+    other.ack(next[0].receipt).await.unwrap();
+    other.close().await.unwrap();
+    // Closing the handle stops its server and lets go of the file.
+    client.close().await.unwrap();
+    assert!(!socket.exists());
+    let reopened = EmbeddedQueue::open(&path, Config::default()).await.unwrap();
+    assert_eq!(reopened.stats().await.unwrap().backlog, 0);
+    reopened.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_file_handle_waits_for_a_killed_server_and_takes_over() {
+    // A server killed without its shutdown leaves its socket file behind
+    // and the connection in the middle of a call: the next call finds
+    // nothing answering and opens the file.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    let (file, _stop, done) = serve_file(&path, ServerOptions::default()).await;
+    let client = workjournal::ConnectOptions::default()
+        .file_queue(&path, Config::default())
+        .await
+        .unwrap();
+    client.add(NewItem::new(b"a".to_vec())).await.unwrap();
+    let first = client
+        .claim(1, Duration::ZERO, ClaimFrom::All)
+        .await
+        .unwrap();
+    // A claim waiting on the server when it dies.
+    let waiting = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .claim(1, Duration::from_secs(30), ClaimFrom::All)
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    done.abort();
+    let _ = done.await;
+    file.close().await.unwrap();
+    let socket = workjournal::socket_path_for(&path);
+    // The waiting claim goes on where the file is now.
+    client.add(NewItem::new(b"b".to_vec())).await.unwrap();
+    assert!(client.is_owner());
+    let got = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].item.payload, b"b".to_vec());
+    client.ack(first[0].receipt).await.unwrap();
+    client.ack(got[0].receipt).await.unwrap();
+    assert!(
+        RemoteQueue::connect_unix(&socket, RemoteOptions::default())
+            .await
+            .is_ok()
+    );
+    client.close().await.unwrap();
 }
 
 async fn tcp_server(token: &str) -> (ServedTcp, std::net::SocketAddr) {

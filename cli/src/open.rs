@@ -60,11 +60,9 @@ pub(crate) async fn open_where(
     if let Some(url) = &global.redis {
         return Ok((open_redis(url, global, config).await?, Opened::Redis));
     }
-    // The file, or the process serving it (SPEC section 10).
-    let mut options = workjournal::ConnectOptions::default().read_only(read_only);
-    if let Ok(token) = std::env::var("WORKJOURNAL_TOKEN") {
-        options = options.token(token);
-    }
+    // The file, or the process serving it (SPEC section 10), followed when
+    // that process goes away (Take-over).
+    let options = connect_options().read_only(read_only);
     if let Some(target) = global.db.to_str()
         && crate::serve::is_url(target)
     {
@@ -74,13 +72,22 @@ pub(crate) async fn open_where(
             .map_err(|e| token_hint(e, target))?;
         return Ok((queue, Opened::Url));
     }
-    Ok(
-        match options.open_file_or_server(&global.db, config).await? {
-            workjournal::Opened::Served(remote) => (BoxQueue::new(remote), Opened::ServedFile),
-            #[cfg(feature = "embedded")]
-            workjournal::Opened::Owned(file) => (BoxQueue::new(file), Opened::File),
-        },
-    )
+    let file = options.file_queue(&global.db, config).await?;
+    let opened = if file.is_owner() {
+        Opened::File
+    } else {
+        Opened::ServedFile
+    };
+    Ok((BoxQueue::new(file), opened))
+}
+
+/// The library's connect options with the token of `WORKJOURNAL_TOKEN`.
+pub(crate) fn connect_options() -> workjournal::ConnectOptions {
+    let options = workjournal::ConnectOptions::default();
+    match std::env::var("WORKJOURNAL_TOKEN") {
+        Ok(token) => options.token(token),
+        Err(_) => options,
+    }
 }
 
 /// A server that refused the call for want of a token, when none was

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use workjournal::server::{Listener, Server, ServerOptions, SocketPermissions};
-use workjournal::{BoxQueue, Config, ConnectOptions, Opened, WorkQueue};
+use workjournal::{BoxQueue, Config, WorkQueue};
 
 use crate::args::Global;
 use crate::{CliError, CliResult, code};
@@ -24,11 +24,18 @@ pub(crate) struct ServeArgs {
     /// 127.0.0.1). Every TCP request needs the bearer token of --token-file.
     #[arg(long, value_name = "ADDR")]
     pub(crate) listen: Option<String>,
-    /// The bearer token for TCP clients: read from FILE, or generated into
-    /// it (mode 0600) if it does not exist (default: the socket path with
-    /// .token in place of .sock).
+    /// The bearer token for TCP clients (every route): read from FILE, or
+    /// generated into it (mode 0600) if it does not exist (default: the
+    /// socket path with .token in place of .sock). At least 32 characters.
     #[arg(long, value_name = "FILE")]
     pub(crate) token_file: Option<PathBuf>,
+    /// The read-only bearer token, for viewers and scrapers: the dashboard
+    /// without its write controls, /metrics, and the API routes that only
+    /// look. Read from FILE, or generated into it (mode 0600) if it does
+    /// not exist (default: the socket path with .read-token in place of
+    /// .sock). At least 32 characters.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) read_token_file: Option<PathBuf>,
     /// The socket's file mode, in octal (default 600: only this user).
     /// Any group or other bit lets the file's permissions, not the peer's
     /// uid, decide who may connect.
@@ -104,6 +111,10 @@ fn flag_addr(flag: &str, value: &str) -> CliResult<SocketAddr> {
         })
 }
 
+/// The fewest characters a token file may hold: a generated token has 64
+/// (32 random bytes in hex); a short one could be guessed.
+pub(crate) const MIN_TOKEN_CHARS: usize = 32;
+
 /// The token in `path`, or a new random one written there owner-only.
 fn load_or_create_token(path: &Path) -> CliResult<String> {
     let failed = |e: std::io::Error| {
@@ -130,6 +141,16 @@ fn load_or_create_token(path: &Path) -> CliResult<String> {
                 return Err(CliError::new(
                     code::FAILURE,
                     format!("token file {} is empty", path.display()),
+                ));
+            }
+            let chars = token.chars().count();
+            if chars < MIN_TOKEN_CHARS {
+                return Err(CliError::new(
+                    code::FAILURE,
+                    format!(
+                        "token file {} holds {chars} characters, fewer than {MIN_TOKEN_CHARS}: too easy to guess; delete it to have one generated",
+                        path.display()
+                    ),
                 ));
             }
             Ok(token)
@@ -248,32 +269,22 @@ pub(crate) async fn serve_own_file(
 
 /// The queue for `work`: the process serving `--db` if one does; else the
 /// file, which this process then serves on its socket while it runs, so
-/// `add`, `stats`, `pause` ... from other processes go through it. The
-/// flag says whether another process serves the queue (its config applies).
-pub(crate) async fn open_for_work(
-    global: &Global,
-    config: Config,
-) -> CliResult<(BoxQueue, Option<Serving>, bool)> {
+/// `add`, `stats`, `pause` ... from other processes go through it. When
+/// the serving process goes away, `work` takes the file over and serves
+/// it in turn (SPEC section 10, Take-over): the library's `FileQueue`
+/// runs that server, and its `close` stops it. The flag says whether
+/// another process serves the queue (its config applies).
+pub(crate) async fn open_for_work(global: &Global, config: Config) -> CliResult<(BoxQueue, bool)> {
     if global.redis.is_some() || global.db.to_str().is_some_and(is_url) {
         let (queue, opened) = crate::open::open_where(global, config, false).await?;
-        return Ok((queue, None, opened.is_served()));
+        return Ok((queue, opened.is_served()));
     }
-    // Only a file this process opens itself is served from here.
-    #[cfg(feature = "embedded")]
-    let max_payload_bytes = config.get_max_payload_bytes();
-    match ConnectOptions::default()
-        .open_file_or_server(&global.db, config)
-        .await?
-    {
-        Opened::Served(remote) => Ok((BoxQueue::new(remote), None, true)),
-        #[cfg(feature = "embedded")]
-        Opened::Owned(file) => {
-            let lag = ServedLag::of_file(&file);
-            let queue = BoxQueue::new(file);
-            let serving = serve_own_file(&global.db, queue.clone(), max_payload_bytes, lag).await;
-            Ok((queue, serving, false))
-        }
-    }
+    let file = crate::open::connect_options()
+        .serve(true)
+        .file_queue(&global.db, config)
+        .await?;
+    let served = !file.is_owner();
+    Ok((BoxQueue::new(file), served))
 }
 
 /// Targets the library's `connect` reads as URLs rather than files.
@@ -358,6 +369,10 @@ async fn run_serve(
         .token_file
         .clone()
         .unwrap_or_else(|| socket.with_extension("token"));
+    let read_token_file = args
+        .read_token_file
+        .clone()
+        .unwrap_or_else(|| socket.with_extension("read-token"));
     let mut others = Vec::new();
     let mut tcp_banner = String::new();
     if let Some(listen) = &args.listen {
@@ -374,14 +389,27 @@ async fn run_serve(
         let addr = flag_addr("--http", http)?;
         let (listener, bound) = bind_dashboard(addr).await?;
         tcp_banner.push_str(&format!(
-            "; dashboard and /metrics on http://{bound}/ (open http://{bound}/?token=<the token in {}>){}",
+            "; dashboard and /metrics on http://{bound}/ (open http://{bound}/?token=<the token in {}>; viewers and scrapers: the read-only token in {}){}",
             token_file.display(),
+            read_token_file.display(),
             if args.read_only { ", read-only" } else { "" }
         ));
         others.push(listener);
     }
     if args.listen.is_some() || args.http.is_some() {
-        options = options.token(load_or_create_token(&token_file)?);
+        let full = load_or_create_token(&token_file)?;
+        let read = load_or_create_token(&read_token_file)?;
+        if full == read {
+            return Err(CliError::new(
+                code::FAILURE,
+                format!(
+                    "{} and {} hold the same token: the read-only token must differ from the full one",
+                    token_file.display(),
+                    read_token_file.display()
+                ),
+            ));
+        }
+        options = options.token(full).read_token(read);
     }
     let mut listeners =
         vec![

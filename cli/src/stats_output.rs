@@ -150,9 +150,17 @@ async fn print_stats(
             s.limited
         )
     } else {
-        let oldest = match s.oldest_pending_age_ms {
-            Some(age) => format!(" (oldest {})", humantime::format_duration(round_ms(age))),
-            None => String::new(),
+        // The oldest claim's age, and how long the stalest holder has not
+        // touched its claim (SPEC 3, Looking): a command stuck for an hour
+        // with a live heartbeat shows "oldest 1h, stalest touch 10s ago".
+        let oldest = match (s.oldest_pending_age_ms, s.oldest_touch_age_ms) {
+            (Some(age), Some(touch)) => format!(
+                " (oldest {}, stalest touch {} ago)",
+                humantime::format_duration(round_ms(age)),
+                humantime::format_duration(round_ms(touch))
+            ),
+            (Some(age), None) => format!(" (oldest {})", humantime::format_duration(round_ms(age))),
+            (None, _) => String::new(),
         };
         let paused = if paused.is_empty() {
             "-".to_string()

@@ -105,12 +105,10 @@ pub(crate) async fn work(global: &Global, args: &WorkArgs) -> CliResult {
     let second = Arc::new(Notify::new());
     signals(first.clone(), second.clone())?;
     // While it runs, `work` serves the file it opened to other processes.
-    let (queue, serving, served) = crate::serve::open_for_work(global, config(&args.exec)).await?;
+    // Closing it stops the server it runs (SPEC section 10, Take-over).
+    let (queue, served) = crate::serve::open_for_work(global, config(&args.exec)).await?;
     warn_unapplied(&args.exec, &queue, served);
     let result = run_work(&queue, args, first, second).await;
-    if let Some(serving) = serving {
-        serving.stop().await;
-    }
     let closed = queue.close().await;
     result?;
     closed?;

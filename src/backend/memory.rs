@@ -36,7 +36,10 @@ pub(crate) use schedules::answer_schedule;
 /// A pending item's lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Lease {
+    /// The claim that handed the item out (SPEC 3, Claiming).
     claimed_at_ms: u64,
+    /// The claim or the latest touch: the lease is stale `min_idle` after.
+    touched_at_ms: u64,
     lease: u64,
     lane: Lane,
     /// Claimed before the last [`Model::reopen`]: stale whatever `min_idle`.
@@ -246,6 +249,7 @@ impl Model {
             }
             for l in self.pending.values_mut() {
                 l.claimed_at_ms = l.claimed_at_ms.saturating_sub(back);
+                l.touched_at_ms = l.touched_at_ms.saturating_sub(back);
             }
             self.done_order = std::mem::take(&mut self.done_order)
                 .into_iter()

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use axum::response::Response;
 
-use super::routes::{AppState, reply};
+use super::auth::Access;
+use super::routes::{AppState, error_response, reply};
 use super::stopped;
 use crate::error::{Error, Result};
 use crate::queue::{BoxQueue, WorkQueue};
@@ -15,9 +16,16 @@ use crate::wire::{self, Request};
 /// One request, one queue call, one reply: every operation of the contract
 /// goes through [`WorkQueue::call`]; the few routes that are not one
 /// (`max_deliveries`, `forward_lag`, `reclaim_stale`) are answered here.
-pub(super) async fn execute(state: &AppState, request: Request) -> Response {
+pub(super) async fn execute(state: &AppState, request: Request, access: Access) -> Response {
     let q = &state.queue;
     let request = match request.into_queue(state.options.max_wait) {
+        // The read-only token only looks (SPEC 10, Security).
+        Ok(request) if access == Access::Read && !request.is_read() => {
+            return read_only_refusal(request.name());
+        }
+        Err(Request::ReclaimStale(_)) if access == Access::Read => {
+            return read_only_refusal("reclaim_stale");
+        }
         Ok(request) => request,
         Err(Request::MaxDeliveries) => {
             return reply(Ok::<_, crate::Error>(wire::Count {
@@ -63,6 +71,17 @@ pub(super) async fn execute(state: &AppState, request: Request) -> Response {
         (Some(id), Ok(Reply::Chunks(chunks))) => reply(chunk_list(q, id, chunks).await),
         (_, result) => reply(result.map(wire::WireReply::from)),
     }
+}
+
+/// 403 for an operation that changes the queue, asked with the read-only
+/// token.
+fn read_only_refusal(op: &str) -> Response {
+    error_response(wire::ErrorBody::plain(
+        "forbidden",
+        format!(
+            "{op} changes the queue and this token is read-only (for looking); send the full token"
+        ),
+    ))
 }
 
 /// `call`'s answer, or `at_shutdown` as soon as the server begins to shut

@@ -59,7 +59,7 @@ use routes::{AppState, router};
 
 // The dashboard answers with the API's own helpers.
 #[cfg(feature = "dashboard")]
-use auth::{authorized, same_token};
+use auth::{Access, access_of, bearer_access};
 #[cfg(feature = "dashboard")]
 use routes::{error_response, json_response, read_body};
 
@@ -150,11 +150,13 @@ impl Server {
             #[cfg(feature = "forward")]
             lag: self.lag.clone(),
             token: None,
+            read_token: None,
             shutdown: stop_rx.clone(),
         };
         let unix_router = router(state.clone());
         let tcp_router = router(AppState {
             token: self.options.token.as_deref().map(Arc::from),
+            read_token: self.options.read_token.as_deref().map(Arc::from),
             ..state
         });
         let graceful = Arc::new(GracefulShutdown::new());
@@ -166,6 +168,7 @@ impl Server {
                 .iter()
                 .any(|l| matches!(l.kind, ListenerKind::Dashboard(_)));
             let token: Arc<str> = Arc::from(self.options.token.as_deref().unwrap_or_default());
+            let read_token: Option<Arc<str>> = self.options.read_token.as_deref().map(Arc::from);
             wanted.then(|| {
                 #[cfg(feature = "forward")]
                 let lag = self.lag.clone();
@@ -174,6 +177,7 @@ impl Server {
                 let dash = Arc::new(dashboard::Dash::new(
                     self.metered.clone(),
                     token,
+                    read_token,
                     self.options.read_only,
                     lag,
                 ));

@@ -40,7 +40,10 @@ const ERROR_KINDS: &[(&str, &str)] = &[
         "unauthorized",
         "TCP without the right `Authorization: Bearer <token>`",
     ),
-    ("forbidden", "the peer's uid may not use this socket"),
+    (
+        "forbidden",
+        "the peer's uid may not use this socket, or the read-only token asked for a change",
+    ),
     ("not_found", "no such operation"),
     (
         "timeout",

@@ -12,6 +12,7 @@ pub struct ServerOptions {
     pub(super) body_timeout: Duration,
     pub(super) max_wait: Duration,
     pub(super) token: Option<String>,
+    pub(super) read_token: Option<String>,
     pub(super) allowed_uids: Option<Vec<u32>>,
     pub(super) read_only: bool,
     pub(super) fire_schedules: bool,
@@ -25,6 +26,7 @@ impl Default for ServerOptions {
             body_timeout: DEFAULT_BODY_TIMEOUT,
             max_wait: DEFAULT_MAX_WAIT,
             token: None,
+            read_token: None,
             allowed_uids: None,
             read_only: false,
             fire_schedules: true,
@@ -68,6 +70,18 @@ impl ServerOptions {
     /// [`Server::run`](crate::server::Server::run) accepts a TCP listener. Default: none.
     pub fn token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());
+        self
+    }
+
+    /// A second bearer token for TCP clients that may only look (SPEC 10,
+    /// Security; SPEC 12): with it the API answers the operations that
+    /// change nothing (`Request::is_read`, `max_deliveries`,
+    /// `forward_lag`) and refuses every other with 403 `forbidden`; the
+    /// dashboard shows its page read-only and refuses its actions; `/metrics`
+    /// answers. For viewers and scrapers (Prometheus' `credentials_file`).
+    /// Default: none (only the full [`token`](ServerOptions::token)).
+    pub fn read_token(mut self, token: impl Into<String>) -> Self {
+        self.read_token = Some(token.into());
         self
     }
 

@@ -15,7 +15,7 @@ use http_body_util::{BodyExt, Limited};
 use serde::Serialize;
 use tokio::sync::watch;
 
-use super::auth::authorized;
+use super::auth::{Access, bearer_access};
 use super::execute::execute;
 use super::{ServerOptions, openapi_json};
 use crate::error::Result;
@@ -30,8 +30,11 @@ pub(super) struct AppState {
     /// Where route `forward_lag` reads the served file's lag, if anywhere.
     #[cfg(feature = "forward")]
     pub(super) lag: Option<crate::forward::LagSource>,
-    /// `Some(token)` on a TCP router: requests must carry it.
+    /// `Some(token)` on a TCP router: requests must carry it (or the
+    /// read-only token).
     pub(super) token: Option<Arc<str>>,
+    /// The read-only token on a TCP router, if the server has one.
+    pub(super) read_token: Option<Arc<str>>,
     pub(super) shutdown: watch::Receiver<bool>,
 }
 
@@ -48,19 +51,33 @@ pub(super) fn router(state: AppState) -> Router {
 /// or the TCP token, as for every other route.
 #[cfg(feature = "dashboard")]
 async fn api_metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    if let Some(token) = &state.token
-        && !authorized(&headers, token)
-    {
-        return error_response(ErrorBody::plain(
-            "unauthorized",
-            "missing or wrong bearer token (send Authorization: Bearer <token>)",
-        ));
+    // Either token may read the metrics.
+    if access(&state, &headers).is_none() {
+        return unauthorized();
     }
     #[cfg(feature = "forward")]
     let lag = state.lag.as_ref();
     #[cfg(not(feature = "forward"))]
     let lag = None;
     super::dashboard::render_metrics(&state.queue, lag).await
+}
+
+/// What the request's token lets it do: the Unix socket (no token, the
+/// peer rule decided) and the full token may do everything, the read-only
+/// token only look; `None` for a missing or wrong token.
+fn access(state: &AppState, headers: &HeaderMap) -> Option<Access> {
+    match &state.token {
+        None => Some(Access::Full),
+        Some(token) => bearer_access(headers, token, state.read_token.as_deref()),
+    }
+}
+
+/// 401 for a TCP request without a right token.
+fn unauthorized() -> Response {
+    error_response(ErrorBody::plain(
+        "unauthorized",
+        "missing or wrong bearer token (send Authorization: Bearer <token>)",
+    ))
 }
 
 async fn openapi() -> Response {
@@ -111,14 +128,9 @@ async fn call(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    if let Some(token) = &state.token
-        && !authorized(&headers, token)
-    {
-        return error_response(ErrorBody::plain(
-            "unauthorized",
-            "missing or wrong bearer token (send Authorization: Bearer <token>)",
-        ));
-    }
+    let Some(access) = access(&state, &headers) else {
+        return unauthorized();
+    };
     if method == Method::GET && !Request::is_read_only_op(&op) {
         // An unknown name is 404 however it is asked for, not "send it as
         // POST" (SPEC section 10).
@@ -149,7 +161,7 @@ async fn call(
         }
         Err(e) => return error_response(ErrorBody::plain("bad_request", e.to_string())),
     };
-    execute(&state, request).await
+    execute(&state, request, access).await
 }
 
 fn too_large(limit: usize) -> Response {

@@ -217,6 +217,7 @@ macro_rules! conformance_case_list {
             ack_batch_counts_only_current_receipts,
             ack_batch_acks_a_current_receipt_behind_a_lost_one,
             touch_extends_the_lease,
+            claim_age_counts_from_the_claim_and_touch_age_from_the_heartbeat,
             touch_with_a_lost_receipt_changes_nothing,
             retry_moves_to_delayed_keeping_id,
             retry_past_max_deliveries_dead_letters,

@@ -56,6 +56,10 @@ pub struct WireListedItem {
     pub state: crate::browse::ItemState,
     /// Pending: when claimed, ms since the Unix epoch.
     pub claimed_at_ms: Option<u64>,
+    /// Pending: the claim or the latest touch, ms since the Unix epoch.
+    /// Absent (a server from before) reads as `claimed_at_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_touch_ms: Option<u64>,
     /// Pending: the consumer holding it, where known.
     pub consumer: Option<String>,
     /// Dead letter: why.
@@ -74,6 +78,7 @@ impl From<crate::browse::ListedItem> for WireListedItem {
             item: l.item.into(),
             state: l.state,
             claimed_at_ms: l.claimed_at_ms,
+            last_touch_ms: l.last_touch_ms,
             consumer: l.consumer,
             reason: l.reason,
             failed_at_ms: l.failed_at_ms,
@@ -88,6 +93,7 @@ impl From<WireListedItem> for crate::browse::ListedItem {
             item: w.item.into(),
             state: w.state,
             claimed_at_ms: w.claimed_at_ms,
+            last_touch_ms: w.last_touch_ms.or(w.claimed_at_ms),
             consumer: w.consumer,
             reason: w.reason,
             failed_at_ms: w.failed_at_ms,

@@ -152,11 +152,60 @@ impl ErrorBody {
             },
             "invalid_input" => Error::InvalidInput(detail),
             "bad_request" | "payload_too_large" | "not_found" => Error::InvalidInput(self.message),
+            // The server's queue is closing: it refused the call before
+            // doing anything, so the outcome is known (SPEC 10, Take-over).
+            "closed" => Error::Backend {
+                detail: format!(
+                    "server refused the call (closed): {}; nothing was done",
+                    self.message
+                ),
+                source: Some(Box::new(Unanswered::Closing)),
+            },
             _ => Error::backend(format!(
                 "server refused the call ({}): {}",
                 self.kind, self.message
             )),
         }
+    }
+}
+
+/// Why a call to a server got no answer from its queue while nothing
+/// happened there: the `source` of such a [`Error::Backend`], read by the
+/// take-over of a queue file (SPEC 10, Take-over) through [`unanswered`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unanswered {
+    /// The connection was refused or the socket is missing: nothing was
+    /// sent.
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
+    NotSent,
+    /// The server answered `closed` (503): it is shutting down and did
+    /// nothing.
+    Closing,
+}
+
+impl std::fmt::Display for Unanswered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Words the error's own text already holds, so a one-line message
+        // never says them twice.
+        f.write_str(match self {
+            Unanswered::NotSent => "nothing was sent",
+            Unanswered::Closing => "nothing was done",
+        })
+    }
+}
+
+impl std::error::Error for Unanswered {}
+
+/// Whether `e` is a call a server never carried out because it could not
+/// be reached or is shutting down (see [`Unanswered`]).
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+pub(crate) fn unanswered(e: &Error) -> Option<Unanswered> {
+    match e {
+        Error::Backend {
+            source: Some(source),
+            ..
+        } => source.downcast_ref::<Unanswered>().copied(),
+        _ => None,
     }
 }
 

@@ -69,15 +69,32 @@ pub(crate) struct ItemRecordV1 {
 }
 
 /// The version byte of lease records ([`LeaseRecord`]) written by this
-/// build: they carry the item's delivery count.
-pub(crate) const LEASE_RECORD_VERSION: u8 = 2;
+/// build: they carry the item's delivery count (version 2) and the claim
+/// time apart from the last touch (version 3, schema 6).
+pub(crate) const LEASE_RECORD_VERSION: u8 = 3;
 
-/// A pending item's lease (record version 2). While an item is pending its
+/// A pending item's lease (record version 3). While an item is pending its
 /// delivery count is the lease's `deliveries`, not its item record's: a
 /// claim writes the lease only, and every move out of pending that keeps
 /// the item writes the count back into its record (SPEC section 6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
 pub(crate) struct LeaseRecord {
+    /// The claim or the latest touch: the key of `pending_by_time`, from
+    /// which the lease's idle time is measured.
+    pub(crate) touched_at_ms: u64,
+    pub(crate) lease: u64,
+    pub(crate) lane: u8,
+    pub(crate) deliveries: u32,
+    /// The claim that handed the item out, never moved by a touch. A lease
+    /// of an older record version, whose only time was its last touch,
+    /// reads that time here.
+    pub(crate) claimed_at_ms: u64,
+}
+
+/// A lease of record version 2 (schemas 2 to 5): one time, set by the
+/// claim and reset by every touch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
+pub(crate) struct LeaseRecordV2 {
     pub(crate) claimed_at_ms: u64,
     pub(crate) lease: u64,
     pub(crate) lane: u8,
@@ -99,9 +116,10 @@ pub(crate) fn encode_lease(lease: &LeaseRecord) -> Result<Vec<u8>> {
     encode_as(LEASE_RECORD_VERSION, lease)
 }
 
-/// Decode a lease of either version: `Ok((lease, true))` for a version-1
+/// Decode a lease of any version: `Ok((lease, true))` for a version-1
 /// lease, whose `deliveries` (0 here) the caller takes from the item
-/// record.
+/// record. A lease of version 1 or 2 has one time, its last touch, which
+/// stands for its claim time too.
 ///
 /// # Errors
 ///
@@ -111,12 +129,26 @@ pub(crate) fn decode_lease(what: impl Display, bytes: &[u8]) -> Result<(LeaseRec
         let v1: LeaseRecordV1 = decode(&what, bytes)?;
         return Ok((
             LeaseRecord {
-                claimed_at_ms: v1.claimed_at_ms,
+                touched_at_ms: v1.claimed_at_ms,
                 lease: v1.lease,
                 lane: v1.lane,
                 deliveries: 0,
+                claimed_at_ms: v1.claimed_at_ms,
             },
             true,
+        ));
+    }
+    if bytes.first() == Some(&2) {
+        let v2: LeaseRecordV2 = decode_as(2, &what, bytes)?;
+        return Ok((
+            LeaseRecord {
+                touched_at_ms: v2.claimed_at_ms,
+                lease: v2.lease,
+                lane: v2.lane,
+                deliveries: v2.deliveries,
+                claimed_at_ms: v2.claimed_at_ms,
+            },
+            false,
         ));
     }
     Ok((decode_as(LEASE_RECORD_VERSION, what, bytes)?, false))

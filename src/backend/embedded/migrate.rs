@@ -29,9 +29,14 @@
 //!
 //! Schema 5 to 6: the version only. Schema 6 adds the schedules (SPEC
 //! 13: tables `schedules` and `schedule_due`, which start empty, and redo
-//! log operation 27); a schema-5 build would refuse that operation in the
-//! middle of a replay and would never fire the file's schedules, so the
-//! version moves and such a build refuses the file at open.
+//! log operation 27) and writes lease records of version 3, which keep
+//! the claim time apart from the last touch (SPEC 3, Looking:
+//! `oldest_pending_age_ms` is measured from the claim); a lease of
+//! version 2 is still read, its one time (the last touch) standing for
+//! both until the item leaves pending. A schema-5 build would refuse
+//! operation 27 in the middle of a replay, never fire the file's
+//! schedules and could not read a version-3 lease, so the version moves
+//! and such a build refuses the file at open.
 //!
 //! Memory stays bounded: item records are rewritten in chunks of
 //! [`CHUNK`] and the lanes are streamed from the old table into the new one.
@@ -136,8 +141,9 @@ pub(super) fn schema4_to_5(txn: &WriteTransaction) -> Result<()> {
 }
 
 /// Migrate a schema-5 file to schema 6 inside `txn` (the caller commits).
-/// Schema 6 adds the schedules, whose tables start empty, so only the
-/// version changes.
+/// Schema 6 adds the schedules, whose tables start empty, and the claim
+/// time to lease records (version 3; the leases of version 2 are read as
+/// they are), so only the version changes.
 ///
 /// # Errors
 ///

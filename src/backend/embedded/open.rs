@@ -46,6 +46,7 @@ impl EmbeddedQueue {
         let marker = OpeningMarker::of(&path, !options.read_only);
         let policy = options.checkpoint;
         let verify = options.verify_interval;
+        let orphan_claims = options.orphan_claims;
         if options.read_only {
             return Self::start(
                 config,
@@ -86,6 +87,7 @@ impl EmbeddedQueue {
                 policy,
                 verify,
                 true,
+                orphan_claims,
                 Some(marker),
                 None,
             )
@@ -116,6 +118,7 @@ impl EmbeddedQueue {
             policy,
             verify,
             false,
+            orphan_claims,
             Some(marker),
             fresh_log,
         )
@@ -217,6 +220,7 @@ impl EmbeddedQueue {
             options.checkpoint,
             options.verify_interval,
             false,
+            options.orphan_claims,
             None,
             None,
         )
@@ -233,6 +237,7 @@ impl EmbeddedQueue {
         policy: redo::Policy,
         verify: Option<Duration>,
         read_only: bool,
+        orphan_claims: bool,
         mut marker: Option<OpeningMarker>,
         fresh_log: Option<PathBuf>,
     ) -> Result<Self> {
@@ -280,6 +285,7 @@ impl EmbeddedQueue {
                             limits,
                             verify,
                             marker.as_mut(),
+                            orphan_claims,
                         );
                         if let Some(marker) = &marker {
                             marker.end(db.as_ref().map(|_| ()));

@@ -18,6 +18,7 @@ pub struct EmbeddedOptions {
     pub(super) cache_size_bytes: usize,
     pub(super) read_only: bool,
     pub(super) checkpoint: redo::Policy,
+    pub(super) orphan_claims: bool,
     #[cfg(feature = "testing")]
     refuse_hard_links: bool,
 }
@@ -29,6 +30,7 @@ impl Default for EmbeddedOptions {
             cache_size_bytes: 64 * 1024 * 1024,
             read_only: false,
             checkpoint: redo::Policy::default(),
+            orphan_claims: true,
             #[cfg(feature = "testing")]
             refuse_hard_links: false,
         }
@@ -136,6 +138,18 @@ impl EmbeddedOptions {
     /// (not found), never created. Default: false.
     pub fn read_only(mut self, read_only: bool) -> Self {
         self.read_only = read_only;
+        self
+    }
+
+    /// Whether this open takes every claim pending in the file for one of
+    /// a process that is gone, stale whatever `min_idle` until touched
+    /// (SPEC 3, Crash recovery). Default: true. A handle that takes the
+    /// file over from the process that served it (SPEC 10, Take-over)
+    /// opens with false: that server's clients are alive and keep touching
+    /// their claims, which go stale `min_idle` after their last touch like
+    /// any other (the old owner's own claims among them).
+    pub fn orphan_claims(mut self, orphan: bool) -> Self {
+        self.orphan_claims = orphan;
         self
     }
 }

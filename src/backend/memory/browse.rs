@@ -58,20 +58,20 @@ impl Model {
             ),
             ItemState::Pending => {
                 // The model keeps leases by id: sort a copy of the keys by
-                // claim time (the model is written to be obviously right).
-                let mut by_time: Vec<(u64, u64)> = self
+                // last touch (the model is written to be obviously right).
+                let mut by_time: Vec<(u64, u64, u64)> = self
                     .pending
                     .iter()
-                    .map(|(id, l)| (l.claimed_at_ms, *id))
+                    .map(|(id, l)| (l.touched_at_ms, *id, l.claimed_at_ms))
                     .collect();
                 by_time.sort_unstable();
                 pager.fill(by_time.into_iter().skip(skip).map(
-                    |(at, id)| -> Result<Option<ListedItem>> {
+                    |(touched, id, claimed)| -> Result<Option<ListedItem>> {
                         Ok(self
                             .items
                             .get(&id)
                             .cloned()
-                            .map(|i| ListedItem::pending(i, at, None)))
+                            .map(|i| ListedItem::pending(i, claimed, touched, None)))
                     },
                 ))
             }
@@ -98,7 +98,12 @@ impl Model {
     pub fn find(&self, id: u64) -> Option<ListedItem> {
         let item = self.items.get(&id)?.clone();
         if let Some(l) = self.pending.get(&id) {
-            return Some(ListedItem::pending(item, l.claimed_at_ms, None));
+            return Some(ListedItem::pending(
+                item,
+                l.claimed_at_ms,
+                l.touched_at_ms,
+                None,
+            ));
         }
         if let Some((_, reason, at)) = self.dead.iter().find(|(d, _, _)| *d == id) {
             return Some(ListedItem::dead(item, reason.clone(), *at));

@@ -21,6 +21,7 @@ impl Model {
             id,
             Lease {
                 claimed_at_ms: now_ms,
+                touched_at_ms: now_ms,
                 lease,
                 lane,
                 orphan: false,

@@ -62,7 +62,7 @@ impl Model {
         }
         for r in receipts {
             if let Some(l) = self.pending.get_mut(&r.id) {
-                l.claimed_at_ms = now_ms;
+                l.touched_at_ms = now_ms;
                 l.orphan = false;
             }
         }
@@ -164,8 +164,8 @@ impl Model {
         let mut stale: Vec<(u64, u64)> = self
             .pending
             .iter()
-            .filter(|(_, l)| l.orphan || now_ms.saturating_sub(l.claimed_at_ms) >= min_idle)
-            .map(|(id, l)| (l.claimed_at_ms, *id))
+            .filter(|(_, l)| l.orphan || now_ms.saturating_sub(l.touched_at_ms) >= min_idle)
+            .map(|(id, l)| (l.touched_at_ms, *id))
             .collect();
         stale.sort_unstable();
         let mut out = Vec::new();

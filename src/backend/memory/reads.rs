@@ -25,6 +25,12 @@ impl Model {
                 .map(|l| l.claimed_at_ms)
                 .min()
                 .map(|t| now_ms.saturating_sub(t)),
+            oldest_touch_age_ms: self
+                .pending
+                .values()
+                .map(|l| l.touched_at_ms)
+                .min()
+                .map(|t| now_ms.saturating_sub(t)),
             durable: self.durable,
             limited: self
                 .limits

@@ -373,6 +373,7 @@ impl<Q: WorkQueue> Backend for PartitionedQueue<Q> {
             s.dead_letters_dropped += p.dead_letters_dropped;
             s.limited += p.limited;
             s.oldest_pending_age_ms = s.oldest_pending_age_ms.max(p.oldest_pending_age_ms);
+            s.oldest_touch_age_ms = s.oldest_touch_age_ms.max(p.oldest_touch_age_ms);
             s.durable &= p.durable;
         }
         Ok(s)

@@ -33,7 +33,7 @@ fn state_of(st: &str) -> Result<ItemState> {
 }
 
 /// `{id, flow, payload, enq, nb, dlv, st, ca, owner, reason, failed, pri,
-/// cost, held}`.
+/// cost, held, last touch}`.
 fn listed(v: &Value) -> Result<ListedItem> {
     let item = reply::item(v, 11)?;
     let a = array(v, "listed item")?;
@@ -46,9 +46,15 @@ fn listed(v: &Value) -> Result<ListedItem> {
     Ok(match state {
         ItemState::Pending => {
             let owner = text(at(a, 8, "listed item")?, "owner")?;
+            let claimed_at = opt_uint(at(a, 7, "listed item")?, "claimed_at")?.unwrap_or(0);
+            let touched = match a.get(14) {
+                Some(v) => opt_uint(v, "last touch")?,
+                None => None,
+            };
             ListedItem::pending(
                 item,
-                opt_uint(at(a, 7, "listed item")?, "claimed_at")?.unwrap_or(0),
+                claimed_at,
+                touched.unwrap_or(claimed_at),
                 (!owner.is_empty()).then_some(owner),
             )
         }

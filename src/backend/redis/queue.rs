@@ -609,7 +609,12 @@ impl Backend for RedisQueue {
                 Some(v) => u64::try_from(int(v, "stats limited")?).unwrap_or(0),
                 None => 0,
             },
-            oldest_pending_age_ms: opt_uint(at(a, 6, "stats")?, "stats oldest")?
+            oldest_pending_age_ms: match a.get(10) {
+                Some(v) => opt_uint(v, "stats oldest claim")?,
+                None => opt_uint(at(a, 6, "stats")?, "stats oldest")?,
+            }
+            .map(|t| now.saturating_sub(t)),
+            oldest_touch_age_ms: opt_uint(at(a, 6, "stats")?, "stats oldest touch")?
                 .map(|t| now.saturating_sub(t)),
             durable: self.inner.durable.load(Ordering::Acquire),
         })

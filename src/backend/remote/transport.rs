@@ -88,17 +88,22 @@ impl RemoteQueue {
         let endpoint = &self.inner.endpoint;
         let refused = |e: &dyn std::fmt::Display| {
             // Nothing was sent: the outcome is known (nothing happened).
-            Error::backend(format!(
-                "{op}: cannot connect to {endpoint}: {e}; nothing was sent"
-            ))
+            Error::Backend {
+                detail: format!("{op}: cannot connect to {endpoint}: {e}; nothing was sent"),
+                source: Some(Box::new(crate::wire::Unanswered::NotSent)),
+            }
         };
         let timeout = self.inner.options.connect_timeout;
         let connected = tokio::time::timeout(timeout, async {
             match endpoint {
                 Endpoint::Unix(path) => {
-                    let stream = tokio::net::UnixStream::connect(path)
-                        .await
-                        .map_err(|e| refused(&e))?;
+                    let stream =
+                        tokio::net::UnixStream::connect(path).await.map_err(|e| {
+                            match e.kind() {
+                                std::io::ErrorKind::PermissionDenied => not_allowed(op, path, e),
+                                _ => refused(&e),
+                            }
+                        })?;
                     Ok(Conn::Unix(UnixConn::new(stream)))
                 }
                 Endpoint::Tcp { authority } => {
@@ -248,6 +253,17 @@ impl RemoteQueue {
             return Ok(Ok(bytes));
         }
         match serde_json::from_slice::<ErrorReply>(&bytes) {
+            // The server does not let this process's uid in: say which
+            // socket and why, never a bare `Backend` a caller might read
+            // as "nobody serves the file" (SPEC 10, Security).
+            Ok(reply) if reply.error.kind == "forbidden" => match &self.inner.endpoint {
+                Endpoint::Unix(path) => Err(not_allowed(
+                    op,
+                    path,
+                    std::io::Error::new(std::io::ErrorKind::PermissionDenied, reply.error.message),
+                )),
+                Endpoint::Tcp { .. } => Ok(Err(reply.error)),
+            },
             Ok(reply) => Ok(Err(reply.error)),
             Err(_) => Err(Error::backend(format!(
                 "{op} on {}: server answered {status}: {}",
@@ -256,6 +272,28 @@ impl RemoteQueue {
                     .replace(['\n', '\r'], " ")
             ))),
         }
+    }
+}
+
+/// The error for a socket that refuses this process, by its file mode
+/// (`EACCES` on connect) or by the server's uid check (403): `Io` with the
+/// permission error as its source, naming the socket, its owner and mode,
+/// and this process's uid.
+fn not_allowed(op: &str, path: &std::path::Path, source: std::io::Error) -> Error {
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::metadata(path)
+        .map(|m| format!("owned by uid {}, mode {:o}", m.uid(), m.mode() & 0o777))
+        .unwrap_or_else(|_| "owner unknown".to_string());
+    let me = std::fs::metadata("/proc/self")
+        .map(|m| m.uid().to_string())
+        .unwrap_or_else(|_| "unknown".to_string());
+    Error::Io {
+        context: format!(
+            "{op}: unix:{} ({owner}) does not let this process (uid {me}) in: permission denied; \
+             run as the socket's owner or serve with a wider --socket-mode or --socket-group",
+            path.display()
+        ),
+        source,
     }
 }
 

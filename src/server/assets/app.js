@@ -155,7 +155,7 @@
 
   // ---- items --------------------------------------------------------------
   var columns = {
-    pending: ["id", "flow", "payload", "claimed", "deliveries", "consumer"],
+    pending: ["id", "flow", "payload", "claimed", "touched", "deliveries", "consumer"],
     delayed: ["id", "flow", "payload", "due", "deliveries"],
     dead_letter: ["select", "id", "flow", "payload", "reason", "failed", "deliveries", "actions"],
     backlog: ["id", "flow", "payload", "added", "deliveries"],
@@ -181,6 +181,8 @@
       }
       case "payload": return el("td", { "class": "payload" }, payloadText(it.payload));
       case "claimed": return el("td", { title: when(it.claimed_at_ms) }, ago(it.claimed_at_ms, now));
+      // The last heartbeat (SPEC 3, Looking); a claim never touched shows its claim.
+      case "touched": return el("td", { title: when(it.last_touch_ms) }, ago(it.last_touch_ms, now));
       case "due": return el("td", { title: when(it.not_before_ms) }, when(it.not_before_ms) + " (" + ago(it.not_before_ms, now) + ")");
       case "added": return el("td", { title: when(it.enqueued_at_ms), "class": "opt" }, ago(it.enqueued_at_ms, now));
       case "failed": return el("td", { title: when(it.failed_at_ms) }, ago(it.failed_at_ms, now));

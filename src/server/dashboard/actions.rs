@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 
 use super::api::{ShownItem, reply};
 use super::auth::LetIn;
-use super::{BACK_OFF_DEFAULT, BACK_OFF_MAX, Dash, REDRIVE_ALL_MAX, error_response, read_body};
+use super::{
+    Access, BACK_OFF_DEFAULT, BACK_OFF_MAX, Dash, REDRIVE_ALL_MAX, error_response, read_body,
+};
 use crate::browse::{ItemState, ListQuery, ListedItem};
 use crate::error::{Error, Result};
 use crate::item::Receipt;
@@ -92,7 +94,7 @@ fn done(message: String) -> Done {
 
 /// `POST /ui/action` with a JSON [`Action`].
 pub(super) async fn action(
-    _: LetIn,
+    LetIn(access): LetIn,
     State(dash): State<Arc<Dash>>,
     headers: HeaderMap,
     body: Body,
@@ -101,6 +103,12 @@ pub(super) async fn action(
         return error_response(ErrorBody::plain(
             "forbidden",
             "this dashboard is read-only (workjournal serve --read-only)",
+        ));
+    }
+    if access == Access::Read {
+        return error_response(ErrorBody::plain(
+            "forbidden",
+            "this token is read-only (for looking); open the dashboard with the full token to act",
         ));
     }
     let json = headers
@@ -185,7 +193,7 @@ async fn step(q: &BoxQueue, flow: &str) -> Result<Done> {
         ),
         stepped: Some(Stepped {
             receipt: c.receipt.into(),
-            item: ListedItem::pending(c.item, c.claimed_at_ms, None).into(),
+            item: ListedItem::pending(c.item, c.claimed_at_ms, c.claimed_at_ms, None).into(),
         }),
     })
 }

@@ -256,6 +256,8 @@ pub(super) struct ShownItem {
     deliveries: u32,
     priority: u8,
     claimed_at_ms: Option<u64>,
+    /// Pending: the claim or the latest touch (SPEC 3, Looking).
+    last_touch_ms: Option<u64>,
     consumer: Option<String>,
     reason: Option<String>,
     failed_at_ms: Option<u64>,
@@ -276,6 +278,7 @@ impl From<ListedItem> for ShownItem {
             deliveries: l.item.deliveries,
             priority: l.item.priority,
             claimed_at_ms: l.claimed_at_ms,
+            last_touch_ms: l.last_touch_ms,
             consumer: l.consumer,
             reason: l.reason,
             failed_at_ms: l.failed_at_ms,

@@ -10,31 +10,31 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 
-use super::{Dash, TOKEN_COOKIE, authorized, error_response, same_token};
+use super::{Access, Dash, TOKEN_COOKIE, access_of, bearer_access, error_response};
 use crate::wire::ErrorBody;
 
-/// Proof that the request carried the token: the first extractor of
-/// every route but the page itself (which also takes `?token=`) and the
+/// Proof that the request carried a token, and which: the first extractor
+/// of every route but the page itself (which also takes `?token=`) and the
 /// static assets. Refuses with 401 otherwise.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct LetIn;
+pub(super) struct LetIn(pub(super) Access);
 
 impl FromRequestParts<Arc<Dash>> for LetIn {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, dash: &Arc<Dash>) -> Result<Self, Response> {
-        if let_in(&parts.headers, &dash.token) {
-            Ok(LetIn)
-        } else {
-            Err(unauthorized())
-        }
+        let_in(&parts.headers, dash)
+            .map(LetIn)
+            .ok_or_else(unauthorized)
     }
 }
 
-/// The token from the bearer header or the cookie.
-pub(super) fn let_in(headers: &HeaderMap, token: &str) -> bool {
-    if authorized(headers, token) {
-        return true;
+/// The access the bearer header or the cookie grants: the full token, the
+/// read-only token (SPEC 12.2), or none.
+pub(super) fn let_in(headers: &HeaderMap, dash: &Dash) -> Option<Access> {
+    let read = dash.read_token.as_deref();
+    if let Some(access) = bearer_access(headers, &dash.token, read) {
+        return Some(access);
     }
     headers
         .get_all(header::COOKIE)
@@ -42,7 +42,8 @@ pub(super) fn let_in(headers: &HeaderMap, token: &str) -> bool {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|kv| kv.trim().split_once('='))
-        .any(|(k, v)| k == TOKEN_COOKIE && same_token(v.as_bytes(), token.as_bytes()))
+        .filter(|(k, _)| *k == TOKEN_COOKIE)
+        .find_map(|(_, v)| access_of(v.as_bytes(), &dash.token, read))
 }
 
 /// 401, saying how to get in.
@@ -53,10 +54,11 @@ pub(super) fn unauthorized() -> Response {
     ))
 }
 
-/// `/?token=<token>` with the right token: a redirect to `/` that sets
-/// the cookie; `None` for a missing or wrong token.
-pub(super) fn login(given: Option<&str>, token: &str) -> Option<Response> {
-    let given = given.filter(|g| same_token(g.as_bytes(), token.as_bytes()))?;
+/// `/?token=<token>` with either token: a redirect to `/` that sets the
+/// cookie; `None` for a missing or wrong token.
+pub(super) fn login(given: Option<&str>, dash: &Dash) -> Option<Response> {
+    let given = given
+        .filter(|g| access_of(g.as_bytes(), &dash.token, dash.read_token.as_deref()).is_some())?;
     let cookie = format!("{TOKEN_COOKIE}={given}; Path=/; HttpOnly; SameSite=Strict");
     let mut r = Response::new(Body::empty());
     *r.status_mut() = StatusCode::SEE_OTHER;

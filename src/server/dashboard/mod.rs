@@ -19,7 +19,7 @@ use axum::Router;
 use axum::response::Response;
 use axum::routing::{get, post};
 
-use super::{authorized, error_response, json_response, read_body, same_token, stopped};
+use super::{Access, access_of, bearer_access, error_response, json_response, read_body, stopped};
 use crate::metered::MeteredQueue;
 use crate::queue::BoxQueue;
 use crate::wire::ErrorBody;
@@ -66,6 +66,8 @@ pub(super) struct Dash {
     queue: BoxQueue,
     metered: MeteredQueue<BoxQueue>,
     token: Arc<str>,
+    /// The read-only token: lets a viewer in without the write controls.
+    read_token: Option<Arc<str>>,
     read_only: bool,
     history: History,
     lag: Option<Lag>,
@@ -81,10 +83,12 @@ pub(super) type Lag = std::convert::Infallible;
 
 impl Dash {
     /// The dashboard of the queue that `metered` counts the calls of,
-    /// let in with `token`, refusing writes when `read_only`.
+    /// let in with `token` (or `read_token`, read-only), refusing writes
+    /// when `read_only`.
     pub(super) fn new(
         metered: MeteredQueue<BoxQueue>,
         token: Arc<str>,
+        read_token: Option<Arc<str>>,
         read_only: bool,
         lag: Option<Lag>,
     ) -> Self {
@@ -93,6 +97,7 @@ impl Dash {
             queue: BoxQueue::new(metered.clone()),
             metered,
             token,
+            read_token,
             read_only,
             history: History::default(),
         }

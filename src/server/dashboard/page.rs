@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use maud::{DOCTYPE, Markup, html};
 use serde::Deserialize;
 
+use super::Access;
 use super::auth::{let_in, login, unauthorized};
 use super::{Dash, error_response};
 use crate::item::Stats;
@@ -31,16 +32,16 @@ pub(super) async fn index(
     headers: HeaderMap,
     query: Result<Query<PageQuery>, QueryRejection>,
 ) -> Response {
-    if !let_in(&headers, &dash.token) {
+    let Some(access) = let_in(&headers, &dash) else {
         let given = query.ok().and_then(|Query(q)| q.token);
-        return login(given.as_deref(), &dash.token).unwrap_or_else(|| {
+        return login(given.as_deref(), &dash).unwrap_or_else(|| {
             if wants_html(&headers) {
                 sign_in_page()
             } else {
                 unauthorized()
             }
         });
-    }
+    };
     let stats = match dash.queue.stats().await {
         Ok(s) => s,
         Err(e) => return error_response(ErrorBody::from_error(&e)),
@@ -50,7 +51,8 @@ pub(super) async fn index(
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
             (header::CACHE_CONTROL, "no-store"),
         ],
-        page(&stats, dash.read_only).into_string(),
+        // The read-only token sees the page as `--read-only` shows it.
+        page(&stats, dash.read_only || access == Access::Read).into_string(),
     )
         .into_response()
 }

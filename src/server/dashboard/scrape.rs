@@ -78,10 +78,13 @@ pub(in crate::server) async fn render_metrics(queue: &BoxQueue, lag: Option<&Lag
         record_stats(&s);
     }
     // The forwarding lag, from the same source as route `forward_lag`;
-    // no source, no series.
+    // no source, or a file never forwarded (no forwarder ever set up on
+    // it, none running), no series: every item of such a file would read
+    // as waiting for a Redis it was never meant for.
     #[cfg(feature = "forward")]
     if let Some(source) = lag
         && let Ok(l) = source.lag(None).await
+        && (l.forwarded || l.forwarding)
     {
         crate::metered::record_forward_lag(super::FORWARD_LAG_TARGET, l.lag.count);
     }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::{Factory, T0, add, claim, claim_one, env, env_with, in_flow, lease_lost};
+use crate::browse::{ItemState, ListQuery};
 use crate::config::Config;
 use crate::item::{Lane, MAX_DELIVERIES_REASON, RetryOutcome};
 use crate::queue::WorkQueue;
@@ -56,7 +57,8 @@ pub async fn ack_batch_acks_a_current_receipt_behind_a_lost_one(f: &dyn Factory)
     assert_eq!(e.q.stats().await.unwrap().pending, 0);
 }
 
-/// touch resets claimed_at so the claim is no longer stale; deliveries stay.
+/// touch resets the last touch so the claim is no longer stale; deliveries
+/// stay, and so does the claim time.
 pub async fn touch_extends_the_lease(f: &dyn Factory) {
     let e = env(f).await;
     add(&e.q, "x").await;
@@ -71,11 +73,71 @@ pub async fn touch_extends_the_lease(f: &dyn Factory) {
             .unwrap()
             .is_empty()
     );
-    assert_eq!(
-        e.q.stats().await.unwrap().oldest_pending_age_ms,
-        Some(20_000)
-    );
+    let s = e.q.stats().await.unwrap();
+    assert_eq!(s.oldest_pending_age_ms, Some(40_000), "{s:?}");
+    assert_eq!(s.oldest_touch_age_ms, Some(20_000), "{s:?}");
     e.q.ack(c.receipt).await.unwrap();
+}
+
+/// SPEC 3, Looking: a claim's age counts from the claim, whatever
+/// heartbeats came after, and its last touch is shown apart; a reclaim is
+/// a new claim. (Before, `touch` moved the claim time: a command stuck
+/// for an hour behind a live heartbeat showed "claimed 0 s ago".)
+pub async fn claim_age_counts_from_the_claim_and_touch_age_from_the_heartbeat(f: &dyn Factory) {
+    let e = env(f).await;
+    let id = add(&e.q, "x").await;
+    let c = claim_one(&e.q).await;
+    assert_eq!(c.claimed_at_ms, T0);
+    e.clock.advance(Duration::from_secs(30));
+    e.q.touch(vec![c.receipt]).await.unwrap();
+    e.clock.advance(Duration::from_secs(5));
+    let s = e.q.stats().await.unwrap();
+    assert_eq!(s.oldest_pending_age_ms, Some(35_000), "{s:?}");
+    assert_eq!(s.oldest_touch_age_ms, Some(5_000), "{s:?}");
+    let found = e.q.find(id).await.unwrap().unwrap();
+    assert_eq!(found.claimed_at_ms, Some(T0), "{found:?}");
+    assert_eq!(found.last_touch_ms, Some(T0 + 30_000), "{found:?}");
+    let listed =
+        e.q.list(ListQuery::new(ItemState::Pending))
+            .await
+            .unwrap()
+            .items;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].claimed_at_ms, Some(T0));
+    assert_eq!(listed[0].last_touch_ms, Some(T0 + 30_000));
+    // Staleness is measured from the last touch, not the claim.
+    assert!(
+        e.q.reclaim(Duration::from_secs(10), 5)
+            .await
+            .unwrap()
+            .claimed
+            .is_empty()
+    );
+    e.clock.advance(Duration::from_secs(5));
+    let again =
+        e.q.reclaim(Duration::from_secs(10), 5)
+            .await
+            .unwrap()
+            .claimed;
+    assert_eq!(again.len(), 1);
+    let now = T0 + 40_000;
+    assert_eq!(again[0].claimed_at_ms, now);
+    let s = e.q.stats().await.unwrap();
+    assert_eq!(
+        (s.oldest_pending_age_ms, s.oldest_touch_age_ms),
+        (Some(0), Some(0))
+    );
+    let found = e.q.find(id).await.unwrap().unwrap();
+    assert_eq!(
+        (found.claimed_at_ms, found.last_touch_ms),
+        (Some(now), Some(now))
+    );
+    e.q.ack(again[0].receipt).await.unwrap();
+    let s = e.q.stats().await.unwrap();
+    assert_eq!(
+        (s.oldest_pending_age_ms, s.oldest_touch_age_ms),
+        (None, None)
+    );
 }
 
 /// touch with any lost receipt changes nothing at all.

@@ -105,7 +105,7 @@ impl Tables<'_> {
             let (k, v) = entry.ctx("scan leases")?;
             let id = k.value();
             let (lease, _) = codec::decode_lease(format_args!("pending[{id}]"), v.value())?;
-            by_time.insert((lease.claimed_at_ms, id));
+            by_time.insert((lease.touched_at_ms, id));
         }
         let mut indexed = BTreeSet::new();
         for entry in self.pending_by_time()?.iter().ctx("scan lease index")? {

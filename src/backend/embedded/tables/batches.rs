@@ -243,7 +243,7 @@ impl Tables<'_> {
         let few_pending = self.pending()?.len().ctx("count leases")? <= n.saturating_mul(SPREAD);
         let one_claim = acked
             .iter()
-            .all(|(_, l)| l.claimed_at_ms == first.claimed_at_ms);
+            .all(|(_, l)| l.touched_at_ms == first.touched_at_ms);
 
         if dense || few_pending {
             self.pending_mut()?
@@ -281,21 +281,21 @@ impl Tables<'_> {
         // One claim's lease index entries share its time: the range of
         // (time, id) holds only that claim's pending items.
         if (dense || few_pending) && one_claim {
-            let t = first.claimed_at_ms;
+            let t = first.touched_at_ms;
             self.pending_by_time_mut()?
                 .retain_in((t, lo)..=(t, hi), |(_, id), ()| !gone(id))
                 .ctx("delete lease index")?;
         } else {
             for (id, l) in &acked {
                 self.pending_by_time_mut()?
-                    .remove((l.claimed_at_ms, *id))
+                    .remove((l.touched_at_ms, *id))
                     .ctx("delete lease index")?;
             }
         }
         for (flow, k) in &left {
             self.note_pending(flow, false, *k, now)?;
         }
-        self.remove_orphans(acked.iter().map(|(id, l)| (l.claimed_at_ms, *id)))?;
+        self.remove_orphans(acked.iter().map(|(id, l)| (l.touched_at_ms, *id)))?;
         if dense {
             self.remove_payloads(ids.iter().copied())?;
             self.sweep_deferred_in(lo, hi)?;

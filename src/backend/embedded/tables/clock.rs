@@ -171,7 +171,10 @@ impl<'t> Tables<'t> {
                     .ctx("move orphan")?;
             }
             if let Some(mut l) = self.lease(id)? {
-                l.claimed_at_ms = moved;
+                l.touched_at_ms = moved;
+                // The claim time moves back by the same step (SPEC 8,
+                // Clock steps), so the claim's age stays elapsed time.
+                l.claimed_at_ms = l.claimed_at_ms.saturating_sub(back);
                 self.pending_mut()?
                     .insert(id, codec::encode_lease(&l)?.as_slice())
                     .ctx("move lease")?;

@@ -56,12 +56,12 @@ impl Tables<'_> {
         for r in receipts {
             // Read the lease again: a receipt named twice was moved already.
             let mut l = self.current(r)?;
-            let old = (l.claimed_at_ms, r.id);
+            let old = (l.touched_at_ms, r.id);
             self.pending_by_time_mut()?
                 .remove(old)
                 .ctx("move lease index")?;
             self.orphans_mut()?.remove(old).ctx("delete orphan")?;
-            l.claimed_at_ms = now;
+            l.touched_at_ms = now;
             self.pending_mut()?
                 .insert(r.id, codec::encode_lease(&l)?.as_slice())
                 .ctx("write lease")?;
@@ -140,9 +140,9 @@ impl Tables<'_> {
         }
         self.pending_mut()?.remove(id).ctx("delete lease")?;
         self.pending_by_time_mut()?
-            .remove((lease.claimed_at_ms, id))
+            .remove((lease.touched_at_ms, id))
             .ctx("delete lease index")?;
-        self.remove_orphans([(lease.claimed_at_ms, id)])
+        self.remove_orphans([(lease.touched_at_ms, id)])
     }
 
     pub(in crate::backend::embedded) fn reclaim(

@@ -449,10 +449,11 @@ impl Tables<'_> {
         let lease = self.bump(NEXT_LEASE, 1)?;
         rec.deliveries = rec.deliveries.saturating_add(1);
         let l = LeaseRecord {
-            claimed_at_ms: now,
+            touched_at_ms: now,
             lease,
             lane: codec::lane_to_u8(lane),
             deliveries: rec.deliveries,
+            claimed_at_ms: now,
         };
         let delivery = rec.deliveries;
         let claimed = Claimed {

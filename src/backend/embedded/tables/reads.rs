@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::{Ctx, DEAD_DROPPED, DUE_CLOCK, NEXT_SEQ, Tables};
+use crate::backend::embedded::codec;
 use crate::config::rank;
 use crate::error::Result;
 use crate::item::{Item, Stats};
@@ -21,11 +22,22 @@ impl Tables<'_> {
 
     pub(in crate::backend::embedded) fn stats(&self, now: u64) -> Result<Stats> {
         let due = self.due()?.len().ctx("count due")?;
-        let oldest = self
+        let stalest = self
             .pending_by_time()?
             .first()
             .ctx("read lease index")?
             .map(|(k, _)| now.saturating_sub(k.value().0));
+        // The oldest claim: leases are indexed by their last touch, so the
+        // claim times are read from the leases (as many as are pending:
+        // the claims in flight, not the backlog).
+        let mut oldest_claim: Option<u64> = None;
+        for entry in self.pending()?.iter().ctx("scan leases")? {
+            let (k, v) = entry.ctx("scan leases")?;
+            let (lease, _) =
+                codec::decode_lease(format_args!("pending[{}]", k.value()), v.value())?;
+            oldest_claim =
+                Some(oldest_claim.map_or(lease.claimed_at_ms, |t| t.min(lease.claimed_at_ms)));
+        }
         let (held, held_due, limited) = self.held_counts(now)?;
         let due = due + held_due;
         Ok(Stats {
@@ -36,7 +48,8 @@ impl Tables<'_> {
             parked: self.parked()?.len().ctx("count parked")?,
             dead_letters: self.dead()?.len().ctx("count dead letters")?,
             dead_letters_dropped: self.counter(DEAD_DROPPED, 0)?,
-            oldest_pending_age_ms: oldest,
+            oldest_pending_age_ms: oldest_claim.map(|t| now.saturating_sub(t)),
+            oldest_touch_age_ms: stalest,
             durable: true,
             limited,
         })

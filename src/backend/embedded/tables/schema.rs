@@ -110,10 +110,11 @@ tables! {
     DELAYED = "delayed": (u64, u64) => (), delayed, delayed, delayed_mut;
     /// id -> versioned [`LeaseRecord`](crate::backend::embedded::codec::LeaseRecord).
     PENDING = "pending": u64 => &'static [u8], pending, pending, pending_mut;
-    /// (claimed_at_ms, id) -> (): pending items oldest claim first.
+    /// (last touch ms, id) -> (): pending items stalest first (the lease's
+    /// `touched_at_ms`; schema 6 keeps the claim time in the lease).
     PENDING_BY_TIME = "pending_by_time": (u64, u64) => (),
         pending_by_time, pending_by_time, pending_by_time_mut;
-    /// (claimed_at_ms, id) -> (): pending items claimed before the current
+    /// (last touch ms, id) -> (): pending items claimed before the current
     /// open.
     ORPHANS = "orphans": (u64, u64) => (), orphans, orphans, orphans_mut;
     /// (flow, seq) -> id.

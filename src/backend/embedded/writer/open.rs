@@ -95,7 +95,8 @@ pub(in crate::backend::embedded) type Build =
 
 /// Open (or create) the file and run recovery: check the schema (migrating
 /// an older one), replay the redo log's tail, mark every pending item as
-/// orphaned, checkpoint. Runs on the writer thread. `marker`: the file's
+/// orphaned (unless `orphan_claims` is false: a take-over, SPEC 10),
+/// checkpoint. Runs on the writer thread. `marker`: the file's
 /// open-in-progress marker, looked at once the file lock is held (SPEC 8,
 /// Verification): found there, an earlier open did not finish, and this
 /// one verifies whatever the schedule.
@@ -106,12 +107,13 @@ pub(in crate::backend::embedded) fn open_database(
     limits: Limits,
     interval: Option<Duration>,
     marker: Option<&mut OpeningMarker>,
+    orphan_claims: bool,
 ) -> Result<Database> {
     let verify = Verify {
         interval,
         now: false,
     };
-    open_and_recover_marked(build, log, path, limits, true, verify, marker)
+    open_and_recover_marked(build, log, path, limits, orphan_claims, verify, marker)
 }
 
 /// When an open verifies the whole file (SPEC 8, Verification).

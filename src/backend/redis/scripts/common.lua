@@ -162,7 +162,17 @@ local function observe_clock(now)
   if high - now > CLOCK_TOLERANCE then
     local back = high - now
     shift_scores(K_DELAYED, back, 'nb')
-    shift_scores(K_PENDING, back, 'ca')
+    -- The pending set's score is the last touch, the item's `ca` its
+    -- claim: both move back by the step, each from its own time.
+    shift_scores(K_PENDING, back, nil)
+    for _, m in ipairs(redis.call('ZRANGE', K_PENDING, 0, -1)) do
+      local ca = tonumber(redis.call('HGET', item_key(unpad(m)), 'ca') or '')
+      if ca then
+        local t = ca - back
+        if t < 0 then t = 0 end
+        redis.call('HSET', item_key(unpad(m)), 'ca', fmt(t))
+      end
+    end
     shift_scores(K_DONE_EXP, back, nil)
     shift_scores(K_DEDUP_EXP, back, nil)
     shift_scores(K_OUT_EXP, back, nil)

@@ -4,9 +4,9 @@ local now = clock_now()
 for i = 2, #ARGV - 1, 2 do
   if not current(ARGV[i], ARGV[i + 1]) then return (i / 2) end
 end
+-- The pending set's score is the last touch; the item's `ca` stays the
+-- claim time (SPEC 3, Looking).
 for i = 2, #ARGV - 1, 2 do
-  local id = ARGV[i]
-  redis.call('HSET', item_key(id), 'ca', fmt(now))
-  redis.call('ZADD', K_PENDING, now, pad(id))
+  redis.call('ZADD', K_PENDING, now, pad(ARGV[i]))
 end
 return 0
