@@ -245,8 +245,9 @@ impl ServedLag {
 /// ... from other processes go through this process (SPEC section 10,
 /// Discovery): `work` and `forward` do. `None`, after a warning, when the
 /// socket cannot be bound: the caller still runs, and other processes
-/// then find the file locked.
-#[cfg(feature = "embedded")]
+/// then find the file locked. Only `forward` uses it now: `work` serves
+/// through the library's take-over (`open_for_work`).
+#[cfg(feature = "forward")]
 pub(crate) async fn serve_own_file(
     db: &Path,
     queue: BoxQueue,

@@ -298,7 +298,10 @@ fn bad_inputs_give_one_line_and_their_exit_code() {
     );
     // A refused add journals nothing: a refused first add does not even
     // create the queue file (SPEC 5), and `stats` says there is none.
-    assert!(!env.path("q.redb").exists(), "a refused add created the file");
+    assert!(
+        !env.path("q.redb").exists(),
+        "a refused add created the file"
+    );
     assert_error(&env.run(&["stats"]), 3, "no queue file");
 
     std::fs::write(env.path("junk.redb"), b"this is not a queue file at all").unwrap();

@@ -31,6 +31,7 @@ mod reads;
 mod schedules;
 
 pub use queue::MemoryQueue;
+#[cfg(feature = "testing")]
 pub(crate) use schedules::answer_schedule;
 
 /// A pending item's lease.

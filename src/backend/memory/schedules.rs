@@ -3,10 +3,11 @@
 
 use super::Model;
 use crate::error::Result;
+#[cfg(feature = "testing")]
 use crate::request::{Reply, Request};
-use crate::schedule::fire::{
-    self, ScheduleRows, ScheduleScan, ScheduleSwap, Store, StoredSchedule,
-};
+#[cfg(feature = "testing")]
+use crate::schedule::fire::{self, Store};
+use crate::schedule::fire::{ScheduleRows, ScheduleScan, ScheduleSwap, StoredSchedule};
 
 impl Model {
     /// Stored schedules: every one, one by name, or the due ones (not
@@ -97,11 +98,13 @@ impl Model {
 
 /// The reference model as a schedule store at a fixed time, for the op
 /// runner (`testing::ops`): its futures are ready at once.
+#[cfg(feature = "testing")]
 struct ModelStore<'a> {
     model: std::sync::Mutex<&'a mut Model>,
     now_ms: u64,
 }
 
+#[cfg(feature = "testing")]
 impl ModelStore<'_> {
     fn with<T>(&self, f: impl FnOnce(&mut Model) -> T) -> Result<T> {
         let mut m = self
@@ -112,6 +115,7 @@ impl ModelStore<'_> {
     }
 }
 
+#[cfg(feature = "testing")]
 impl Store for ModelStore<'_> {
     async fn now(&self) -> Result<u64> {
         Ok(self.now_ms)
@@ -129,6 +133,7 @@ impl Store for ModelStore<'_> {
 }
 
 /// Run a future that never waits (the model's) to its end.
+#[cfg(feature = "testing")]
 fn ready<T>(f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
     use std::task::{Context, Poll, Waker};
     let mut f = std::pin::pin!(f);
@@ -144,6 +149,7 @@ fn ready<T>(f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
 /// SPEC 13 on the reference model: the schedule requests, carried out by
 /// the same code as every backend's (`schedule::fire`) over the model's
 /// primitives at `now_ms`. `None` for any other request.
+#[cfg(feature = "testing")]
 pub(crate) fn answer_schedule(
     model: &mut Model,
     request: &Request,
