@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use workjournal::{ClaimFrom, Config, EmbeddedQueue, ManualClock, NewItem, Schedule, WorkQueue};
+use workjournal::{ClaimFrom, Config, EmbeddedQueue, ManualClock, Schedule, WorkQueue};
 
 const T0: u64 = 1_700_000_000_000;
 
@@ -15,7 +15,11 @@ fn config(clock: &ManualClock) -> Config {
 
 /// A schema-5 queue file (written by the build before schedules): two
 /// items in the backlog ("first", "second"), one delayed until T0 + 60 s
-/// ("later"). `write_schema5_fixture` below made it.
+/// ("later"). Made once by the build that added schedules: those three
+/// items added and the file compacted with no item pending (so no lease
+/// record, the one record schema 6 changed), the redo log removed, and
+/// `schema_version` set back to 5: byte for byte what a schema-5 build
+/// leaves.
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schema5.redb")
 }
@@ -27,17 +31,6 @@ fn meta(path: &Path, key: &str) -> Option<u64> {
     let def: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta");
     let t = txn.open_table(def).unwrap();
     t.get(key).unwrap().map(|v| v.value())
-}
-
-fn set_meta(path: &Path, key: &str, value: u64) {
-    let db = redb::Database::create(path).unwrap();
-    let txn = db.begin_write().unwrap();
-    {
-        let def: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta");
-        let mut t = txn.open_table(def).unwrap();
-        t.insert(key, value).unwrap();
-    }
-    txn.commit().unwrap();
 }
 
 /// SPEC 6, schema 6: the committed schema-5 file opens as schema 6 by its
@@ -114,28 +107,4 @@ async fn a_firing_is_replayed_whole_from_the_redo_log() {
         5
     );
     q.close().await.unwrap();
-}
-
-/// Writes `tests/fixtures/schema5.redb` (run by hand with `--ignored`
-/// when the fixture must be made again): a file of the current build, its
-/// schema version set back to 5, which is what a schema-5 build wrote,
-/// since schema 6 only adds tables that start empty and are created on
-/// first use.
-#[tokio::test]
-#[ignore = "writes the committed fixture"]
-async fn write_schema5_fixture() {
-    let path = fixture();
-    let _ = std::fs::remove_file(&path);
-    let clock = ManualClock::new(T0);
-    let q = EmbeddedQueue::open(&path, config(&clock)).await.unwrap();
-    q.add(NewItem::new(b"first".to_vec())).await.unwrap();
-    q.add(NewItem::new(b"second".to_vec())).await.unwrap();
-    q.add_delayed(NewItem::new(b"later".to_vec()), T0 + 60_000)
-        .await
-        .unwrap();
-    q.compact().await.unwrap();
-    q.close().await.unwrap();
-    drop(q);
-    set_meta(&path, "schema_version", 5);
-    let _ = std::fs::remove_file(PathBuf::from(format!("{}-redo", path.display())));
 }
