@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::{EMBEDDED, REDIS};
 use workjournal::testing::RedisServer;
-use workjournal::{Schedule, WorkQueue, Worker};
+use workjournal::{Schedule, ScheduleQueue, WorkQueue, Worker};
 
 fn wall_ms() -> f64 {
     SystemTime::now()

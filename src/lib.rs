@@ -324,7 +324,8 @@ pub use queue::{BoxQueue, WorkQueue};
 pub use request::{Reply, Request};
 pub use schedule::{
     CatchUp, Fired, FiredSchedule, MAX_SCHEDULE_NAME_BYTES, MAX_SCHEDULE_PREVIEW,
-    MIN_SCHEDULE_EVERY_MS, Overlap, SCHEDULE_SKIP_GRACE_MS, Schedule, ScheduleInfo, Spec,
+    MIN_SCHEDULE_EVERY_MS, Overlap, SCHEDULE_SKIP_GRACE_MS, Schedule, ScheduleInfo, ScheduleQueue,
+    Spec,
 };
 pub use worker::{HandlerError, RetryPolicy, Worker, idempotent_step};
 

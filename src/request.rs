@@ -135,19 +135,19 @@ pub enum Request {
     Compact,
     /// [`WorkQueue::close`](crate::WorkQueue::close) → [`Reply::Unit`].
     Close,
-    /// [`WorkQueue::upsert_schedule`](crate::WorkQueue::upsert_schedule) → [`Reply::Bool`].
+    /// [`ScheduleQueue::upsert_schedule`](crate::ScheduleQueue::upsert_schedule) → [`Reply::Bool`].
     UpsertSchedule { schedule: Schedule },
-    /// [`WorkQueue::remove_schedule`](crate::WorkQueue::remove_schedule) → [`Reply::Bool`].
+    /// [`ScheduleQueue::remove_schedule`](crate::ScheduleQueue::remove_schedule) → [`Reply::Bool`].
     RemoveSchedule { name: String },
-    /// [`WorkQueue::pause_schedule`](crate::WorkQueue::pause_schedule) → [`Reply::Bool`].
+    /// [`ScheduleQueue::pause_schedule`](crate::ScheduleQueue::pause_schedule) → [`Reply::Bool`].
     PauseSchedule { name: String },
-    /// [`WorkQueue::resume_schedule`](crate::WorkQueue::resume_schedule) → [`Reply::Bool`].
+    /// [`ScheduleQueue::resume_schedule`](crate::ScheduleQueue::resume_schedule) → [`Reply::Bool`].
     ResumeSchedule { name: String },
-    /// [`WorkQueue::schedules`](crate::WorkQueue::schedules) → [`Reply::Schedules`].
+    /// [`ScheduleQueue::schedules`](crate::ScheduleQueue::schedules) → [`Reply::Schedules`].
     Schedules,
-    /// [`WorkQueue::preview_schedule`](crate::WorkQueue::preview_schedule) → [`Reply::Times`].
+    /// [`ScheduleQueue::preview_schedule`](crate::ScheduleQueue::preview_schedule) → [`Reply::Times`].
     PreviewSchedule { name: String, count: usize },
-    /// [`WorkQueue::fire_schedules`](crate::WorkQueue::fire_schedules) → [`Reply::Fired`].
+    /// [`ScheduleQueue::fire_schedules`](crate::ScheduleQueue::fire_schedules) → [`Reply::Fired`].
     FireSchedules,
 }
 

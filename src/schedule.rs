@@ -5,7 +5,7 @@
 //! time zone, or a fixed interval), an item template and two policies
 //! ([`CatchUp`], [`Overlap`]). It is stored in the queue like any other
 //! record. Whoever runs the queue's timers fires it
-//! ([`WorkQueue::fire_schedules`](crate::WorkQueue::fire_schedules), which
+//! ([`ScheduleQueue::fire_schedules`](crate::ScheduleQueue::fire_schedules), which
 //! a [`Worker`](crate::Worker) calls in its claim loop): the items of the
 //! due slots are added in the same transaction (one Lua script on Redis)
 //! that moves the schedule's next fire time past them, and that
@@ -19,7 +19,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> workjournal::Result<()> {
 //! use std::time::Duration;
-//! use workjournal::{MemoryQueue, Config, Schedule, WorkQueue};
+//! use workjournal::{MemoryQueue, Config, Schedule, ScheduleQueue};
 //!
 //! let queue = MemoryQueue::new(Config::default());
 //! let every_minute = Schedule::every("heartbeat", Duration::from_secs(60))?
@@ -42,6 +42,9 @@ use crate::item::NewItem;
 #[cfg(feature = "cron")]
 mod cron;
 pub(crate) mod fire;
+mod queue;
+
+pub use queue::ScheduleQueue;
 
 /// The longest schedule name, in bytes (SPEC 13).
 pub const MAX_SCHEDULE_NAME_BYTES: usize = 256;
@@ -51,7 +54,7 @@ pub const MAX_SCHEDULE_NAME_BYTES: usize = 256;
 /// gets to it was missed.
 pub const SCHEDULE_SKIP_GRACE_MS: u64 = 1_000;
 
-/// The most fire times [`WorkQueue::preview_schedule`](crate::WorkQueue::preview_schedule)
+/// The most fire times [`ScheduleQueue::preview_schedule`](crate::ScheduleQueue::preview_schedule)
 /// returns in one call.
 pub const MAX_SCHEDULE_PREVIEW: usize = 1_000;
 
@@ -122,7 +125,7 @@ pub enum Overlap {
 /// A recurring item: a name, a [`Spec`], an item template and policies
 /// (SPEC 13). Build one with [`Schedule::cron`] or [`Schedule::every`] and
 /// the builder methods; store it with
-/// [`WorkQueue::upsert_schedule`](crate::WorkQueue::upsert_schedule).
+/// [`ScheduleQueue::upsert_schedule`](crate::ScheduleQueue::upsert_schedule).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Schedule {
     name: String,
@@ -455,7 +458,7 @@ pub struct ScheduleInfo {
     pub paused: bool,
 }
 
-/// What one [`WorkQueue::fire_schedules`](crate::WorkQueue::fire_schedules)
+/// What one [`ScheduleQueue::fire_schedules`](crate::ScheduleQueue::fire_schedules)
 /// did.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[non_exhaustive]

@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use workjournal::testing::faults::SimDisk;
-use workjournal::{ClaimFrom, Config, EmbeddedQueue, NewItem, WorkQueue, Worker};
+use workjournal::{ClaimFrom, Config, EmbeddedQueue, NewItem, ScheduleQueue, WorkQueue, Worker};
 
 async fn open(name: &str, disk: &SimDisk) -> EmbeddedQueue {
     EmbeddedQueue::open_on_backend(name, disk.backend(), Config::default(), true)

@@ -17,7 +17,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use workjournal::testing::Rng;
-use workjournal::{CatchUp, Config, EmbeddedOptions, EmbeddedQueue, Schedule, WorkQueue};
+use workjournal::{
+    CatchUp, Config, EmbeddedOptions, EmbeddedQueue, Schedule, ScheduleQueue, WorkQueue,
+};
 
 const CHILD_ENV: &str = "WORKJOURNAL_SCHED_CRASH_CHILD";
 const CHILD_SEED_ENV: &str = "WORKJOURNAL_SCHED_CRASH_CHILD_SEED";

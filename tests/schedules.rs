@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use workjournal::{ClaimFrom, Config, EmbeddedQueue, ManualClock, Schedule, WorkQueue};
+use workjournal::{
+    ClaimFrom, Config, EmbeddedQueue, ManualClock, Schedule, ScheduleQueue, WorkQueue,
+};
 
 const T0: u64 = 1_700_000_000_000;
 

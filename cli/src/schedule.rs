@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use workjournal::{BoxQueue, CatchUp, Overlap, Schedule, Spec, WorkQueue};
+use workjournal::{BoxQueue, CatchUp, Overlap, Schedule, ScheduleQueue, Spec};
 
 use crate::args::parse_duration;
 use crate::display::{preview, rfc3339, show_flow};

@@ -36,6 +36,7 @@ use crate::item::{Added, Claimed, Item, NewItem, Receipt};
 use crate::outcome::Outcome;
 use crate::queue::{WorkQueue, dispatch};
 use crate::request::{Reply, Request};
+use crate::schedule::ScheduleQueue;
 
 mod browse;
 mod operations;

@@ -173,6 +173,22 @@ pub(crate) trait Backend: Send + Sync {
             ))
         }
     }
+    /// Several swaps, each answered on its own as by
+    /// [`Backend::schedule_swap`]; a firer sends every due schedule of one
+    /// firing at once. By default they run concurrently (the embedded
+    /// writer commits them in one transaction); Redis sends them in one
+    /// script call.
+    fn schedule_swap_many(
+        &self,
+        swaps: Vec<ScheduleSwap>,
+    ) -> impl Future<Output = Result<Vec<Result<Option<Vec<u64>>>>>> + Send
+    where
+        Self: Sized,
+    {
+        async move {
+            Ok(fire::join_all(swaps.into_iter().map(|s| self.schedule_swap(s)).collect()).await)
+        }
+    }
     fn upsert_schedule(&self, schedule: Schedule) -> impl Future<Output = Result<bool>> + Send
     where
         Self: Sized,

@@ -41,6 +41,13 @@ pub(crate) trait Store: Sync {
     fn load(&self, scan: ScheduleScan) -> impl Future<Output = Result<ScheduleRows>> + Send;
     fn swap(&self, swap: ScheduleSwap) -> impl Future<Output = Result<Option<Vec<u64>>>> + Send;
     fn find_item(&self, id: u64) -> impl Future<Output = Result<Option<ListedItem>>> + Send;
+    /// Several swaps, each answered as by `swap`; one call per firing.
+    fn swap_many(
+        &self,
+        swaps: Vec<ScheduleSwap>,
+    ) -> impl Future<Output = Result<Vec<Result<Option<Vec<u64>>>>>> + Send {
+        async move { Ok(join_all(swaps.into_iter().map(|s| self.swap(s)).collect()).await) }
+    }
 }
 
 impl<B: Backend> Store for B {
@@ -55,6 +62,12 @@ impl<B: Backend> Store for B {
     }
     fn find_item(&self, id: u64) -> impl Future<Output = Result<Option<ListedItem>>> + Send {
         self.find(id)
+    }
+    fn swap_many(
+        &self,
+        swaps: Vec<ScheduleSwap>,
+    ) -> impl Future<Output = Result<Vec<Result<Option<Vec<u64>>>>>> + Send {
+        self.schedule_swap_many(swaps)
     }
 }
 
@@ -445,22 +458,62 @@ pub(crate) async fn fire<B: Store>(b: &B) -> Result<Fired> {
         .await?;
     let mut next = rows.later_ms;
     let full = rows.rows.len() >= FIRE_BATCH;
+    // Plan every due schedule (the overlap checks run concurrently), then
+    // commit the plans in one call: the embedded writer commits them in
+    // one transaction and one sync, Redis in one script call, so ten
+    // thousand schedules due in the same second take a few commits, not
+    // ten thousand. A plan that lost a race to another firer or an upsert
+    // is made again from the stored record, alone.
+    let opens = join_all(rows.rows.iter().map(|row| previous_open(b, row)).collect()).await;
+    let mut done: Vec<(usize, String, u64, Option<u64>, Option<u64>)> = Vec::new();
+    let mut planned = Vec::new();
+    for (at, (row, open)) in rows.rows.into_iter().zip(opens).enumerate() {
+        let s = State::decode(&row.name, &row.record)?;
+        match plan(&s, now, open?)? {
+            Some(p) => planned.push((at, row, s.schedule.item(), p)),
+            None => done.push((at, row.name, 0, s.index_ms(), None)),
+        }
+    }
+    let mut swaps = Vec::with_capacity(planned.len());
+    for (_, row, template, p) in &planned {
+        swaps.push(ScheduleSwap {
+            name: row.name.clone(),
+            expect: row.generation,
+            write: Some((p.state.index_ms(), p.state.encode()?)),
+            items: p.slots.iter().map(|t| (template.clone(), *t)).collect(),
+        });
+    }
+    let committed = b.swap_many(swaps).await?;
+    if committed.len() != planned.len() {
+        return Err(Error::backend(format!(
+            "{} swaps answered for {} schedules",
+            committed.len(),
+            planned.len()
+        )));
+    }
+    let mut lost = Vec::new();
+    for ((at, row, _, p), answer) in planned.into_iter().zip(committed) {
+        match answer? {
+            Some(ids) => {
+                let last = if ids.is_empty() {
+                    None
+                } else {
+                    p.slots.last().copied()
+                };
+                done.push((at, row.name, ids.len() as u64, p.state.index_ms(), last));
+            }
+            None => lost.push((at, row.name)),
+        }
+    }
+    let again = join_all(lost.iter().map(|(_, name)| refire(b, name, now)).collect()).await;
+    for ((at, name), one) in lost.into_iter().zip(again) {
+        let (made, row_next, last_slot) = one?;
+        done.push((at, name, made, row_next, last_slot));
+    }
+    done.sort_by_key(|d| d.0);
     let mut items = 0u64;
     let mut parts = Vec::new();
-    // The due schedules fire at once, each its own swap: the embedded
-    // writer commits them together (one transaction, one sync) and Redis
-    // pipelines their scripts, so ten thousand schedules due in the same
-    // second take a few commits, not ten thousand.
-    let names: Vec<String> = rows.rows.iter().map(|r| r.name.clone()).collect();
-    let fired = join_all(
-        rows.rows
-            .into_iter()
-            .map(|row| fire_one(b, row, now))
-            .collect(),
-    )
-    .await;
-    for (name, one) in names.into_iter().zip(fired) {
-        let (made, row_next, last_slot) = one?;
+    for (_, name, made, row_next, last_slot) in done {
         items += made;
         next = min_opt(next, row_next);
         if let Some(slot) = last_slot {
@@ -474,10 +527,35 @@ pub(crate) async fn fire<B: Store>(b: &B) -> Result<Fired> {
     Ok(Fired::new(items, next).with_schedules(parts))
 }
 
+/// Whether the last item of `row`'s schedule is still open, when its
+/// overlap policy is [`Overlap::Skip`] (else not asked: false).
+async fn previous_open<B: Store>(b: &B, row: &StoredSchedule) -> Result<bool> {
+    let s = State::decode(&row.name, &row.record)?;
+    if s.schedule.overlap == Overlap::Skip {
+        open(b, row.last_item).await
+    } else {
+        Ok(false)
+    }
+}
+
+/// Fire schedule `name` alone from its stored record (after its plan in a
+/// firing's batch lost a race).
+async fn refire<B: Store>(b: &B, name: &str, now: u64) -> Result<(u64, Option<u64>, Option<u64>)> {
+    match b
+        .load(ScheduleScan::One(name.to_string()))
+        .await?
+        .rows
+        .pop()
+    {
+        Some(row) => fire_one(b, row, now).await,
+        None => Ok((0, None, None)),
+    }
+}
+
 /// Run `futs` concurrently on the caller's task and give their outputs
 /// in order (a `join_all` without a dependency; each wake polls the ones
 /// not done yet).
-async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
+pub(crate) async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
     use std::task::Poll;
     let mut futs: Vec<std::pin::Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
     let mut out: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
@@ -518,8 +596,7 @@ async fn fire_one<B: Store>(
 ) -> Result<(u64, Option<u64>, Option<u64>)> {
     for _ in 0..MAX_RETRIES {
         let s = State::decode(&row.name, &row.record)?;
-        let previous_open = s.schedule.overlap == Overlap::Skip && open(b, row.last_item).await?;
-        let Some(p) = plan(&s, now, previous_open)? else {
+        let Some(p) = plan(&s, now, previous_open(b, &row).await?)? else {
             return Ok((0, s.index_ms(), None));
         };
         let template = s.schedule.item();

@@ -14,6 +14,7 @@ use crate::item::{
 use crate::limit::{FlowLimit, FlowLimits};
 use crate::outcome::{Chunk, Outcome};
 use crate::queue::{Backend, WorkQueue};
+use crate::schedule::ScheduleQueue;
 
 impl<Q: WorkQueue> Backend for PartitionedQueue<Q> {
     async fn add(&self, item: NewItem) -> Result<Added> {

@@ -255,65 +255,91 @@ impl RedisQueue {
         Ok(out)
     }
 
-    /// SPEC 13: the `swap` op of `schedule.lua`: `None` on a generation
-    /// conflict, else the ids of the items added.
-    pub(super) async fn schedule_swap_ids(
+    /// SPEC 13: the `swaps` op of `schedule.lua`: every swap in one
+    /// script call, each answered on its own (`None` on a generation
+    /// conflict, else the ids of the items added; `Full` past
+    /// `max_backlog`).
+    ///
+    /// # Errors
+    ///
+    /// The call's: the connection, or a reply this build cannot read
+    /// (then no swap's answer is known).
+    pub(super) async fn schedule_swaps(
         &self,
-        swap: crate::schedule::fire::ScheduleSwap,
-    ) -> Result<Option<Vec<u64>>> {
+        swaps: Vec<crate::schedule::fire::ScheduleSwap>,
+    ) -> Result<Vec<Result<Option<Vec<u64>>>>> {
         let c = &self.inner.config;
         let step = ms(c.aging_step);
-        let mut args = Vec::with_capacity(7 + swap.items.len() * 6);
-        args.push(b"swap".to_vec());
-        args.push(swap.name.into_bytes());
-        args.push(swap.expect.to_string().into_bytes());
-        match swap.write {
-            Some((index, record)) => {
-                args.push(b"1".to_vec());
-                args.push(match index {
-                    Some(t) => t.min(MAX_LUA_MS).to_string().into_bytes(),
-                    None => Vec::new(),
-                });
-                args.push(record);
-            }
-            None => {
-                args.push(b"0".to_vec());
-                args.push(Vec::new());
-                args.push(Vec::new());
-            }
-        }
+        let count = swaps.len();
+        let mut args = Vec::with_capacity(2 + swaps.len() * 12);
+        args.push(b"swaps".to_vec());
         args.push(match c.max_backlog {
             Some(l) => l.to_string().into_bytes(),
             None => Vec::new(),
         });
-        for (item, slot) in swap.items {
-            check_new_item(&item, c.max_payload_bytes)?;
-            args.push(item.flow.into_bytes());
-            args.push(item.payload);
-            args.push(slot.min(MAX_LUA_MS).to_string().into_bytes());
-            args.push(item.priority.to_string().into_bytes());
-            args.push((u64::from(item.priority) * step).to_string().into_bytes());
-            args.push(item.cost.max(1).to_string().into_bytes());
+        for swap in swaps {
+            args.push(swap.name.into_bytes());
+            args.push(swap.expect.to_string().into_bytes());
+            match swap.write {
+                Some((index, record)) => {
+                    args.push(b"1".to_vec());
+                    args.push(match index {
+                        Some(t) => t.min(MAX_LUA_MS).to_string().into_bytes(),
+                        None => Vec::new(),
+                    });
+                    args.push(record);
+                }
+                None => {
+                    args.push(b"0".to_vec());
+                    args.push(Vec::new());
+                    args.push(Vec::new());
+                }
+            }
+            args.push(swap.items.len().to_string().into_bytes());
+            for (item, slot) in swap.items {
+                check_new_item(&item, c.max_payload_bytes)?;
+                args.push(item.flow.into_bytes());
+                args.push(item.payload);
+                args.push(slot.min(MAX_LUA_MS).to_string().into_bytes());
+                args.push(item.priority.to_string().into_bytes());
+                args.push((u64::from(item.priority) * step).to_string().into_bytes());
+                args.push(item.cost.max(1).to_string().into_bytes());
+            }
         }
         let v = self
             .run("schedule", &self.inner.scripts.schedule, args, true)
             .await?;
         let a = array(&v, "schedule")?;
-        match text(at(a, 0, "schedule")?, "schedule status")?.as_str() {
-            "ok" => a
-                .get(1..)
-                .unwrap_or_default()
-                .iter()
-                .map(|v| uint(v, "schedule item id"))
-                .collect::<Result<Vec<u64>>>()
-                .map(Some),
-            "conflict" => Ok(None),
-            "full" => Err(Error::Full {
-                limit: uint(at(a, 1, "schedule")?, "schedule limit")?,
-            }),
-            other => Err(Error::backend(format!(
-                "redis schedule script answered {other:?}"
-            ))),
+        let mut out = Vec::with_capacity(count);
+        let mut rest = a;
+        while let [status, n, tail @ ..] = rest {
+            let n = usize::try_from(uint(n, "schedule count")?)
+                .map_err(|_| Error::backend("redis schedule script answered a huge count"))?;
+            let (values, after) = tail
+                .split_at_checked(n)
+                .ok_or_else(|| Error::backend("redis schedule script answered a partial swap"))?;
+            rest = after;
+            out.push(match text(status, "schedule status")?.as_str() {
+                "ok" => values
+                    .iter()
+                    .map(|v| uint(v, "schedule item id"))
+                    .collect::<Result<Vec<u64>>>()
+                    .map(Some),
+                "conflict" => Ok(None),
+                "full" => Err(Error::Full {
+                    limit: uint(at(values, 0, "schedule")?, "schedule limit")?,
+                }),
+                other => Err(Error::backend(format!(
+                    "redis schedule script answered {other:?}"
+                ))),
+            });
         }
+        if !rest.is_empty() || out.len() != count {
+            return Err(Error::backend(format!(
+                "redis schedule script answered {} swaps for {count}",
+                out.len()
+            )));
+        }
+        Ok(out)
     }
 }

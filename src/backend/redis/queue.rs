@@ -582,7 +582,17 @@ impl Backend for RedisQueue {
         &self,
         swap: crate::schedule::fire::ScheduleSwap,
     ) -> Result<Option<Vec<u64>>> {
-        self.schedule_swap_ids(swap).await
+        match self.schedule_swaps(vec![swap]).await?.pop() {
+            Some(one) => one,
+            None => Err(Error::backend("redis schedule script answered no swap")),
+        }
+    }
+
+    async fn schedule_swap_many(
+        &self,
+        swaps: Vec<crate::schedule::fire::ScheduleSwap>,
+    ) -> Result<Vec<Result<Option<Vec<u64>>>>> {
+        self.schedule_swaps(swaps).await
     }
 
     async fn stats(&self) -> Result<Stats> {

@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::item::Receipt;
 use crate::limit::FlowLimit;
 use crate::queue::{BoxQueue, WorkQueue};
+use crate::schedule::ScheduleQueue;
 use crate::wire::{ErrorBody, WireReceipt};
 
 /// The largest action body read, in bytes.

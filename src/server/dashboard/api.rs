@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::item::Stats;
 use crate::limit::FlowLimits;
 use crate::queue::{BoxQueue, WorkQueue};
+use crate::schedule::ScheduleQueue;
 use crate::wire::ErrorBody;
 
 /// A result as JSON, or the error as the API's error body.

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::{Factory, T0, claim, env, invalid};
 use crate::queue::WorkQueue;
+use crate::schedule::ScheduleQueue;
 use crate::schedule::{CatchUp, Overlap, Schedule};
 
 const TEN_S: Duration = Duration::from_secs(10);

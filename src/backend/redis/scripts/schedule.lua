@@ -10,16 +10,20 @@
 --   most rows). Returns { later, name, meta, record, name, meta, record,
 --   ... }, `later` the soonest next fire time after now for 'due', else
 --   ''. Reads only: an idle queue's firer writes nothing (SPEC 8, Idle).
--- swap: ARGV[3] name, ARGV[4] the generation the caller read ('0':
---   absent), ARGV[5] '1' write or '0' delete, ARGV[6] the due-index time
---   ('' none: paused or ended), ARGV[7] the record, ARGV[8] max_backlog
---   ('' none), then per item six values: flow, payload, not_before (the
---   slot), tier, boost, cost. If the generation is not the caller's,
---   returns { 'conflict' } and changes nothing; a batch past max_backlog
---   returns { 'full', limit } and changes nothing; else adds the items
---   (delayed until their slots), writes or deletes the record under a new
---   generation and returns { 'ok', id, ... }. The items and the move of
---   the next fire time are this one script: exactly once per slot.
+-- swaps: ARGV[3] max_backlog ('' none), then one or more swaps, each
+--   ARGV name, the generation the caller read ('0': absent), '1' write or
+--   '0' delete, the due-index time ('' none: paused or ended), the
+--   record, the item count n, then per item six values: flow, payload,
+--   not_before (the slot), tier, boost, cost. Each swap in turn: if the
+--   generation is not the caller's it answers 'conflict' and changes
+--   nothing; if its items would pass max_backlog it answers 'full' and
+--   changes nothing; else it adds the items (delayed until their slots),
+--   writes or deletes the record under a new generation and answers
+--   'ok' with the item ids. The reply is, per swap, its status, a count
+--   and that many values: { 'ok', k, id..., 'conflict', 0, 'full', 1,
+--   limit, ... }. The items and the move of the next fire time of a
+--   schedule are one script: exactly once per slot. A firer sends every
+--   due schedule of one firing in one call (SPEC 13).
 local now = clock_now()
 local op = ARGV[2]
 local K_SCHED = P .. 'sched'
@@ -59,33 +63,57 @@ if op == 'load' then
   return out
 end
 
--- swap
-local name = ARGV[3]
-local g, last = meta_of(name)
-if g ~= tonumber(ARGV[4]) then return { 'conflict' } end
-local n = (#ARGV - 8) / 6
-if over_capacity(ARGV[8], n) then return { 'full', ARGV[8] } end
-local out = { 'ok' }
-if n > 0 then
-  adds_begin(now)
-  local enq = fmt(now)
-  for i = 0, n - 1 do
-    local b = 9 + i * 6
-    out[#out + 1] = new_item(ARGV[b], ARGV[b + 1], enq, ARGV[b + 2], ARGV[b + 3], ARGV[b + 4],
-      '0', '', now, 0, ARGV[b + 5])
+-- swaps
+local limit = ARGV[3]
+local out = {}
+local woke = false
+
+local function swap_at(b)
+  local name = ARGV[b]
+  local n = tonumber(ARGV[b + 5]) or 0
+  local g, last = meta_of(name)
+  if g ~= tonumber(ARGV[b + 1]) then
+    out[#out + 1] = 'conflict'
+    out[#out + 1] = '0'
+    return
   end
-  adds_end()
-  wake()
-  last = out[#out]
+  if over_capacity(limit, n) then
+    out[#out + 1] = 'full'
+    out[#out + 1] = '1'
+    out[#out + 1] = limit
+    return
+  end
+  out[#out + 1] = 'ok'
+  out[#out + 1] = fmt(n)
+  if n > 0 then
+    adds_begin(now)
+    local enq = fmt(now)
+    for i = 0, n - 1 do
+      local c = b + 6 + i * 6
+      last = new_item(ARGV[c], ARGV[c + 1], enq, ARGV[c + 2], ARGV[c + 3], ARGV[c + 4],
+        '0', '', now, 0, ARGV[c + 5])
+      out[#out + 1] = last
+    end
+    adds_end()
+    woke = true
+  end
+  redis.call('ZREM', K_SCHED_DUE, name)
+  if ARGV[b + 2] == '1' then
+    local gen = redis.call('INCR', K_SCHED_GEN)
+    redis.call('HSET', K_SCHED, name, ARGV[b + 4])
+    redis.call('HSET', K_SCHED_META, name, fmt(gen) .. ':' .. last)
+    if ARGV[b + 3] ~= '' then redis.call('ZADD', K_SCHED_DUE, ARGV[b + 3], name) end
+  else
+    redis.call('HDEL', K_SCHED, name)
+    redis.call('HDEL', K_SCHED_META, name)
+  end
 end
-redis.call('ZREM', K_SCHED_DUE, name)
-if ARGV[5] == '1' then
-  local gen = redis.call('INCR', K_SCHED_GEN)
-  redis.call('HSET', K_SCHED, name, ARGV[7])
-  redis.call('HSET', K_SCHED_META, name, fmt(gen) .. ':' .. last)
-  if ARGV[6] ~= '' then redis.call('ZADD', K_SCHED_DUE, ARGV[6], name) end
-else
-  redis.call('HDEL', K_SCHED, name)
-  redis.call('HDEL', K_SCHED_META, name)
+
+local b = 4
+while b <= #ARGV do
+  local n = tonumber(ARGV[b + 5]) or 0
+  swap_at(b)
+  b = b + 6 + n * 6
 end
+if woke then wake() end
 return out
