@@ -35,7 +35,9 @@
 //! `lost` must be 0. Every 10 s it samples throughput, the RSS and open
 //! file descriptors of the process holding the queue, and the file size
 //! (embedded) or Redis's memory; timers' lateness is claimed_at minus
-//! not_before of each first delivery of a timer.
+//! not_before of each first delivery of a timer. Every add that failed,
+//! in whichever process, is logged too (`add-errors-*.log`, its error
+//! kind): the `add_errors` column counts them all.
 
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
@@ -43,7 +45,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use workjournal::server::{Listener, Server, ServerOptions, SocketPermissions};
@@ -102,7 +104,7 @@ async fn produce(
     acked: Log,
     dir: PathBuf,
     stop: Arc<AtomicBool>,
-    fails: Arc<AtomicU64>,
+    errors: Log,
 ) {
     let mut rng = fastrand::Rng::new();
     let payload = vec![b'x'; 100];
@@ -123,8 +125,8 @@ async fn produce(
         };
         match added {
             Ok(a) => acked.line(a.id),
-            Err(_) => {
-                fails.fetch_add(1, Ordering::Relaxed);
+            Err(e) => {
+                errors.line(e.kind());
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
@@ -203,7 +205,7 @@ async fn child(role: &str) -> Result<(), AnyError> {
     let dir = PathBuf::from(env("SOAK_DIR")?);
     let disk = PathBuf::from(env("SOAK_DISK")?);
     let stop = Arc::new(AtomicBool::new(false));
-    let fails = Arc::new(AtomicU64::new(0));
+    let errors = logs(&dir, "add-errors")?;
     match role {
         "host" | "server" => {
             let q = BoxQueue::new(open_file(&disk).await?);
@@ -219,7 +221,7 @@ async fn child(role: &str) -> Result<(), AnyError> {
                     acked.clone(),
                     dir.clone(),
                     stop.clone(),
-                    fails.clone(),
+                    errors.clone(),
                 ));
             }
             if role == "host" {
@@ -515,7 +517,7 @@ async fn driver(kind: Kind, minutes: f64, dir: PathBuf) -> Result<bool, AnyError
     }
     // The driver's own producers and its handle for stats.
     let stop = Arc::new(AtomicBool::new(false));
-    let fails = Arc::new(AtomicU64::new(0));
+    let errors = Log::open(&dir.join("add-errors-driver.log"))?;
     let own: Option<BoxQueue> = match kind {
         Kind::Embedded => None,
         Kind::Serve => Some(BoxQueue::new(remote(&dir).await?)),
@@ -540,7 +542,7 @@ async fn driver(kind: Kind, minutes: f64, dir: PathBuf) -> Result<bool, AnyError
                 acked.clone(),
                 dir.clone(),
                 stop.clone(),
-                fails.clone(),
+                errors.clone(),
             )));
         }
     }
@@ -609,7 +611,7 @@ async fn driver(kind: Kind, minutes: f64, dir: PathBuf) -> Result<bool, AnyError
                 run.queue_bytes().await,
                 run.kills,
                 run.faults,
-                fails.load(Ordering::Relaxed),
+                count_lines(&dir, "add-errors"),
             );
         }
     }
