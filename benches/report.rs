@@ -134,8 +134,20 @@ const WORKLOADS: &[(&str, &str)] = &[
     ("schedule fire lateness p50", "schedule fire lateness p50"),
     ("schedule fire lateness p99", "schedule fire lateness p99"),
     (
+        "10k schedules every 1s: items/s",
+        "10 000 schedules every second: items made/s",
+    ),
+    (
         "10k schedules every 1s: lateness p99",
-        "10 000 schedules every second: lateness p99",
+        "10 000 schedules every second: firing lateness p99",
+    ),
+    (
+        "10k schedules every 1s: CPU %",
+        "10 000 schedules every second: firer's CPU, % of a core",
+    ),
+    (
+        "10k schedules every 1s: redis-server CPU %",
+        "10 000 schedules every second: redis-server CPU, % of a core",
     ),
     ("reopen_1m_after_sigkill", "reopen 1M items after SIGKILL"),
     (

@@ -99,13 +99,7 @@ fn stop_file(dir: &Path) -> PathBuf {
 
 /// Add items until `stop` or the stop file appears, logging every id an
 /// add returned.
-async fn produce(
-    q: BoxQueue,
-    acked: Log,
-    dir: PathBuf,
-    stop: Arc<AtomicBool>,
-    errors: Log,
-) {
+async fn produce(q: BoxQueue, acked: Log, dir: PathBuf, stop: Arc<AtomicBool>, errors: Log) {
     let mut rng = fastrand::Rng::new();
     let payload = vec![b'x'; 100];
     let mut n = 0u64;
