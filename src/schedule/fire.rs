@@ -465,13 +465,13 @@ pub(crate) async fn fire<B: Store>(b: &B) -> Result<Fired> {
     // ten thousand. A plan that lost a race to another firer or an upsert
     // is made again from the stored record, alone.
     let opens = join_all(rows.rows.iter().map(|row| previous_open(b, row)).collect()).await;
-    let mut done: Vec<(usize, String, u64, Option<u64>, Option<u64>)> = Vec::new();
+    let mut done: Vec<(usize, String, OneFiring)> = Vec::new();
     let mut planned = Vec::new();
     for (at, (row, open)) in rows.rows.into_iter().zip(opens).enumerate() {
         let s = State::decode(&row.name, &row.record)?;
         match plan(&s, now, open?)? {
             Some(p) => planned.push((at, row, s.schedule.item(), p)),
-            None => done.push((at, row.name, 0, s.index_ms(), None)),
+            None => done.push((at, row.name, (0, s.index_ms(), None))),
         }
     }
     let mut swaps = Vec::with_capacity(planned.len());
@@ -500,20 +500,19 @@ pub(crate) async fn fire<B: Store>(b: &B) -> Result<Fired> {
                 } else {
                     p.slots.last().copied()
                 };
-                done.push((at, row.name, ids.len() as u64, p.state.index_ms(), last));
+                done.push((at, row.name, (ids.len() as u64, p.state.index_ms(), last)));
             }
             None => lost.push((at, row.name)),
         }
     }
     let again = join_all(lost.iter().map(|(_, name)| refire(b, name, now)).collect()).await;
     for ((at, name), one) in lost.into_iter().zip(again) {
-        let (made, row_next, last_slot) = one?;
-        done.push((at, name, made, row_next, last_slot));
+        done.push((at, name, one?));
     }
     done.sort_by_key(|d| d.0);
     let mut items = 0u64;
     let mut parts = Vec::new();
-    for (_, name, made, row_next, last_slot) in done {
+    for (_, name, (made, row_next, last_slot)) in done {
         items += made;
         next = min_opt(next, row_next);
         if let Some(slot) = last_slot {
@@ -526,6 +525,10 @@ pub(crate) async fn fire<B: Store>(b: &B) -> Result<Fired> {
     }
     Ok(Fired::new(items, next).with_schedules(parts))
 }
+
+/// What firing one schedule came to: the items made, its new due-index
+/// time, and the latest slot that made an item.
+type OneFiring = (u64, Option<u64>, Option<u64>);
 
 /// Whether the last item of `row`'s schedule is still open, when its
 /// overlap policy is [`Overlap::Skip`] (else not asked: false).
@@ -540,7 +543,7 @@ async fn previous_open<B: Store>(b: &B, row: &StoredSchedule) -> Result<bool> {
 
 /// Fire schedule `name` alone from its stored record (after its plan in a
 /// firing's batch lost a race).
-async fn refire<B: Store>(b: &B, name: &str, now: u64) -> Result<(u64, Option<u64>, Option<u64>)> {
+async fn refire<B: Store>(b: &B, name: &str, now: u64) -> Result<OneFiring> {
     match b
         .load(ScheduleScan::One(name.to_string()))
         .await?
