@@ -1,5 +1,5 @@
-//! The worker path against `xargs -P`: `workjournal work
-//! --exec true --until-empty` over 5 000 items of a queue file, at
+//! The worker path against `xargs -P`: `workjournal work --exec true
+//! --until-empty` over 5 000 items of a queue file, at
 //! `--concurrency 2` and `8`, timed from start to exit (the queue drained),
 //! next to `xargs -P N -n1` running the same command 5 000 times from the
 //! same run: `true` (the plain program) and `sh -c true` (what `--exec
