@@ -1,9 +1,9 @@
-//! Issue 14, item 7 (flow limits, SPEC 3): claim + ack in batches of 100 on
-//! a backlog of ten flows, with one flow rate-limited beside the same
-//! workload unlimited (the others' throughput), and with one limited flow
-//! holding 100 000 items ahead of the rest (no claim walks them: they wait
-//! in the flow's held lane). Both backends; the backlog is filled before
-//! each timed stretch, outside the timing.
+//! Flow limits (SPEC 3): claim + ack in batches of 100 on a backlog of ten
+//! flows, with one flow rate-limited beside the same workload unlimited
+//! (the others' throughput), and with one limited flow holding 100 000
+//! items ahead of the rest (no claim walks them: they wait in the flow's
+//! held lane). Both backends; the backlog is filled before each timed
+//! stretch, outside the timing.
 
 mod common;
 

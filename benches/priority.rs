@@ -1,4 +1,4 @@
-//! Issue 14, item 7: claim + ack in batches of 100 on a backlog spread over
+//! Priority tiers: claim + ack in batches of 100 on a backlog spread over
 //! ten priority tiers, beside the same workload at one tier, for both
 //! backends. The backlog is filled before each timed stretch, outside the
 //! timing.

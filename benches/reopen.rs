@@ -144,7 +144,7 @@ fn benches() {
     let work = dir.path().join("work");
 
     let mut g = c.benchmark_group("reopen_1m_after_sigkill");
-    // The default open verifies the whole file once a day (SPEC 8,
+    // The default open verifies the whole file once a day (SPEC 6,
     // Verification): the killed process's file was verified when it was
     // created, so this open trusts it. `verify_on_open(true)` verifies at
     // every open, as the default did before.

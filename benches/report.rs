@@ -1,9 +1,8 @@
 //! The one table: reads what the other benches (and the peers project)
 //! left behind in this run — criterion's estimates under `CRITERION_HOME`
 //! and the percentiles and sizes in `WJ_BENCH_OUT/extra.tsv` — and prints
-//! workload, workjournal, baseline or peer, ratio; then the targets of
-//! issue 7, each met or missed. `benches/run.sh` runs everything and then
-//! this.
+//! workload, workjournal, baseline or peer, ratio; then the targets, each
+//! met or missed. `benches/run.sh` runs everything and then this.
 
 mod common;
 
@@ -304,7 +303,7 @@ fn main() {
     targets(&r);
 }
 
-/// Store and forward (issue 16): throughput next to the Redis backend's
+/// Store and forward: throughput next to the Redis backend's
 /// `add_batch` of 100 on the same server in the same run, and the lag rows.
 fn forwarding_rows(r: &Results) {
     if let Some(f) = get(r, "forwarding", FORWARD) {
@@ -342,7 +341,7 @@ fn forwarding_rows(r: &Results) {
     }
 }
 
-/// The command's worker (cli/benches/work.rs, issue 13 item 4): `work
+/// The command's worker (cli/benches/work.rs): `work
 /// --exec true` over 5 000 items against `xargs -P N -n1` of `true` and of
 /// `sh -c true` (what `--exec true` runs), whole runs in ms.
 const WORK: &str = "workjournal-cli";
@@ -398,7 +397,7 @@ fn verdict(what: &str, figure: Option<f64>, goal: f64, higher: bool, unit: &str)
 }
 
 fn targets(r: &Results) {
-    println!("Targets (issue 7, item 5):");
+    println!("Targets:");
     let rat = |w: &str, a: &str, b: &str| Some(ratio(get(r, w, a)?, get(r, w, b)?));
     verdict(
         "embedded add, 1 producer vs raw redb single-insert commits",
@@ -466,7 +465,7 @@ fn targets(r: &Results) {
     }
     for (s, name) in [(EMBEDDED, "embedded"), (REDIS, "redis")] {
         verdict(
-            &format!("{name} claim+ack, ten priority tiers mixed vs one tier (issue 14)"),
+            &format!("{name} claim+ack, ten priority tiers mixed vs one tier"),
             (|| {
                 Some(get(r, "claim_ack_100_tiers_10", s)?.v / get(r, "claim_ack_100_tiers_1", s)?.v)
             })(),
@@ -477,7 +476,7 @@ fn targets(r: &Results) {
     }
     for (s, name) in [(EMBEDDED, "embedded"), (REDIS, "redis")] {
         verdict(
-            &format!("{name} claim+ack, one of ten flows rate-limited vs unlimited (issue 14)"),
+            &format!("{name} claim+ack, one of ten flows rate-limited vs unlimited"),
             (|| {
                 Some(
                     get(r, "claim_ack_100_ten_flows_one_limited", s)?.v
@@ -489,7 +488,7 @@ fn targets(r: &Results) {
             "x",
         );
         verdict(
-            &format!("{name} claim+ack behind 100 000 limited items vs unlimited (issue 14)"),
+            &format!("{name} claim+ack behind 100 000 limited items vs unlimited"),
             (|| {
                 Some(
                     get(r, "claim_ack_100_behind_100k_limited", s)?.v
@@ -509,7 +508,7 @@ fn targets(r: &Results) {
         "",
     );
     verdict(
-        "redis request-response p50 vs raw ZADD + pub/sub (issue 15)",
+        "redis request-response p50 vs raw ZADD + pub/sub",
         (|| Some(get(r, "rpc p50", REDIS)?.v / get(r, "rpc p50", "raw-zadd-pubsub")?.v))(),
         1.5,
         false,
@@ -535,7 +534,7 @@ fn targets(r: &Results) {
         "x",
     );
     verdict(
-        "forwarding vs redis add_batch of 100 on the same server (issue 16)",
+        "forwarding vs redis add_batch of 100 on the same server",
         rat("forwarding", FORWARD, REDIS),
         0.5,
         true,
@@ -543,16 +542,17 @@ fn targets(r: &Results) {
     );
     for n in [2, 8] {
         verdict(
-            &format!("work --exec true, --concurrency {n}, vs xargs -P{n} true (issue 13)"),
+            &format!("work --exec true, --concurrency {n}, vs xargs -P{n} true"),
             rat(&format!("work_exec_true_c{n}"), WORK, "xargs-true"),
             0.8,
             true,
             "x",
         );
     }
-    // Issue 13, item 1: every single-consumer row and both latencies at
-    // or above SQLite WAL, group commit still well ahead, one producer
-    // near the disk's own fsync rate, and a fast reopen after SIGKILL.
+    // The embedded backend against its baselines: every single-consumer
+    // row and both latencies at or above SQLite WAL, group commit still
+    // well ahead, one producer near the disk's own fsync rate, and a fast
+    // reopen after SIGKILL.
     for (key, label) in WORKLOADS.iter().take(7) {
         verdict(
             &format!("embedded vs SQLite WAL (level or better), {label}"),
@@ -563,14 +563,14 @@ fn targets(r: &Results) {
         );
     }
     verdict(
-        "embedded vs SQLite WAL, add, 64 producers (issue 13)",
+        "embedded vs SQLite WAL, add, 64 producers",
         rat("add_64_producers", EMBEDDED, "sqlite-wal"),
         5.0,
         true,
         "x",
     );
     verdict(
-        "embedded add, 1 producer vs raw fsync (issue 13)",
+        "embedded add, 1 producer vs raw fsync",
         rat("add_1_producer", EMBEDDED, "raw-fsync"),
         0.8,
         true,
@@ -579,7 +579,7 @@ fn targets(r: &Results) {
     // The target is the default's; `verify_on_open(true)` (a read of the
     // whole file per open) is printed in the table for comparison.
     verdict(
-        "embedded reopen of 1M items after SIGKILL, default (verified once a day), ms (issue 13)",
+        "embedded reopen of 1M items after SIGKILL, default (verified once a day), ms",
         get(r, "reopen_1m_after_sigkill", EMBEDDED).map(|v| v.v),
         50.0,
         false,

@@ -1,9 +1,8 @@
-//! Request-response round trip (issue 15, item 6): a producer adds an item
-//! and waits for its outcome while a worker claims it and acks it with a
-//! result. p50 / p99 of the round trip go to the report, next to the
-//! gateway seed's pattern on raw Redis in the same run: subscribe to a
-//! response channel, `ZADD` the request, a worker `BZPOPMIN`s it and
-//! `PUBLISH`es the answer.
+//! Request-response round trip: a producer adds an item and waits for its
+//! outcome while a worker claims it and acks it with a result. p50 / p99 of
+//! the round trip go to the report, next to the gateway seed's pattern on
+//! raw Redis in the same run: subscribe to a response channel, `ZADD` the
+//! request, a worker `BZPOPMIN`s it and `PUBLISH`es the answer.
 
 mod common;
 

@@ -21,7 +21,7 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// A future that resolves once [`Clock::now_ms`] is at least
     /// `deadline_ms`. Used by blocking claims to wake when a timer comes due.
     /// A clock stepped back meanwhile may wake it before: its callers look
-    /// at the time again and sleep anew (SPEC 8, Clock steps).
+    /// at the time again and sleep anew (SPEC 3, Clock steps).
     fn sleep_until(&self, deadline_ms: u64) -> Sleep;
 
     /// Whether this is a test's clock, one that moves only when the test
@@ -31,7 +31,7 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// [`Config::clock`](crate::Config::clock) only when this is true; it
     /// ignores any other (with a warning at connect), so that a host whose
     /// own clock is off cannot make timers fire early or late for the
-    /// fleet (SPEC 8, Clock steps). The memory and embedded backends keep
+    /// fleet (SPEC 3, Clock steps). The memory and embedded backends keep
     /// time by any clock given. Default: false.
     fn is_test_clock(&self) -> bool {
         false
@@ -157,7 +157,7 @@ impl Clock for ManualClock {
         })
     }
 
-    /// True: a Redis queue keeps time by a manual clock (SPEC 8, Clock
+    /// True: a Redis queue keeps time by a manual clock (SPEC 3, Clock
     /// steps).
     fn is_test_clock(&self) -> bool {
         true
@@ -166,7 +166,7 @@ impl Clock for ManualClock {
 
 /// How far back the queue's clock must step (below the latest time the
 /// queue has seen) before the queue treats it as a step back and moves its
-/// stored times (SPEC 8, Clock steps), in ms. Smaller moves are noise.
+/// stored times (SPEC 3, Clock steps), in ms. Smaller moves are noise.
 pub const CLOCK_STEP_TOLERANCE_MS: u64 = 1_000;
 
 /// The size of a backwards step of the clock: how far `now_ms` is below

@@ -198,7 +198,7 @@ pub(crate) fn rank(arrival_ms: u64, tier: u8, aging_step: Duration) -> i64 {
     arrival - i64::from(tier) * step
 }
 
-/// A lane rank moved back by a clock step of `back_ms` (SPEC 8, Clock
+/// A lane rank moved back by a clock step of `back_ms` (SPEC 3, Clock
 /// steps): the rank `rank` gives an arrival `back_ms` earlier, the tier's
 /// share unchanged.
 pub(crate) fn rank_back(rank: i64, back_ms: u64) -> i64 {

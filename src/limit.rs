@@ -207,7 +207,7 @@ impl FlowState {
         }
     }
 
-    /// Move the record's times back by a clock step of `back` ms (SPEC 8,
+    /// Move the record's times back by a clock step of `back` ms (SPEC 3,
     /// Clock steps).
     pub(crate) fn shift_back(&mut self, back: u64) {
         if self.backoff_until > 0 {

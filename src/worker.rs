@@ -1,5 +1,5 @@
 //! The worker runtime: the claim / heartbeat / retry / shutdown loop, written
-//! once (SPEC section 8).
+//! once (SPEC section 9).
 //!
 //! A [`Worker`] runs an async handler for every item it takes from a queue:
 //!

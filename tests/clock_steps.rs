@@ -1,4 +1,4 @@
-//! The wall clock stepping back (SPEC 8, Clock steps), for the worker and
+//! The wall clock stepping back (SPEC 3, Clock steps), for the worker and
 //! across an embedded restart; the queue-level rules are conformance cases
 //! (`clock_step_*`) on every backend. Devices without a
 //! battery-backed clock are corrected by NTP, sometimes backwards. The
@@ -173,7 +173,7 @@ impl workjournal::Clock for MicroClock {
 
 /// Racing promoters and claimers against a producer of timers on a clock
 /// that moves in sub-millisecond steps: every claim's `claimed_at_ms` is
-/// at or after the item's `not_before_ms` (SPEC 8, Never early), and
+/// at or after the item's `not_before_ms` (SPEC 3, Never early), and
 /// every timer is claimed once.
 async fn race_timers(q: BoxQueue, clock: MicroClock, timers: usize, max_delay_ms: u64) {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -285,7 +285,7 @@ proptest::proptest! {
         ..proptest::prelude::ProptestConfig::default()
     })]
 
-    /// SPEC 8, Never early, on the reference model. Regression: with
+    /// SPEC 3, Never early, on the reference model. Regression: with
     /// four promoters racing a producer of 2 000 timers the memory backend
     /// handed one out at 639 ms whose `not_before` was 640 ms.
     #[test]
@@ -296,7 +296,7 @@ proptest::proptest! {
         race_on(false, step_us, max_delay_ms);
     }
 
-    /// SPEC 8, Never early, on the embedded file: each operation reaches
+    /// SPEC 3, Never early, on the embedded file: each operation reaches
     /// its writer with its caller's clock reading.
     #[test]
     fn racing_promoters_never_hand_out_a_timer_early_from_a_file(

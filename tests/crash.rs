@@ -1299,7 +1299,7 @@ mod redis_faults {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             // The probe is a call too: stats is a script (which writes
-            // nothing, SPEC 8, Clock steps). The twin gets it as well, so
+            // nothing, SPEC 3, Clock steps). The twin gets it as well, so
             // that the two namespaces differ by the cut call alone.
             // Repeating it changes nothing, so one twin call stands for the
             // queue's tries.

@@ -341,7 +341,7 @@ async fn orphaned_claims_are_reclaimed_after_reopen_with_one_more_delivery() {
 
 /// Write `key = value` into the `meta` table of the closed queue file at
 /// `path`, as another build would.
-/// SPEC 8, Verification: an open that did not finish (its marker
+/// SPEC 6, Verification: an open that did not finish (its marker
 /// `NAME-opening` is still there: the process aborted inside redb, was
 /// killed or lost power while it opened) makes the next open verify the
 /// whole file whatever the schedule, even with `verify_on_open(false)`.
@@ -1374,7 +1374,7 @@ async fn a_version_1_lease_takes_its_count_from_the_item_record() {
 }
 
 /// The write transactions that find nothing expired do not look at the
-/// expiry indexes (SPEC 8, "Expiry floors"), and that skips no
+/// expiry indexes (SPEC 6, "Expiry floors"), and that skips no
 /// purge: done markers, dedup keys, outcomes and ack runs are kept while
 /// they live and gone after the first write once they expired, also when
 /// a read before that write purged them in a transaction it did not keep
@@ -1448,7 +1448,7 @@ async fn expired_entries_are_purged_after_writes_that_skipped_the_purge() {
 }
 
 /// SPEC 9 (`stats`, `peek`, `dead-letters`, `limits` and `result` never
-/// write the file) and SPEC 8 (Clock steps). Regression: after an add
+/// write the file) and SPEC 3 (Clock steps). Regression: after an add
 /// under a clock a day ahead, every look through a read-only open failed
 /// with `append to the redo log: the redo log was opened read-only`
 /// (exit 1 from the CLI) until some writing command ran: the read batch

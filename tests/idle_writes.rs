@@ -1,4 +1,4 @@
-//! An idle queue writes nothing (SPEC section 8, "Idle"): an embedded claim
+//! An idle queue writes nothing (SPEC section 6, "Idle"): an embedded claim
 //! that waits on an empty queue or on a timer, and a `Worker` with nothing
 //! to do, perform no disk writes and no fsyncs. Counted on the simulated
 //! disk of `workjournal::testing::faults`, whose event counter sees every

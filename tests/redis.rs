@@ -927,7 +927,7 @@ async fn stats_stay_true_when_a_ready_lane_member_is_removed(kind: RedisKind) {
 // The item hash deleted behind the backend's back: of a ready item, it is
 // counted until a claim meets its lane member and drops it; of a pending
 // item, its receipt still acks it once (the leases index holds its lease,
-// SPEC 8) and a reclaim drops the pending entry of one nobody acks. No
+// SPEC 6, Redis keys changed by hand) and a reclaim drops the pending entry of one nobody acks. No
 // count ever fails or stays wrong.
 async fn stats_stay_true_when_an_item_hash_is_deleted(kind: RedisKind) {
     let url = shared_url(kind);
@@ -1442,7 +1442,7 @@ async fn remove_and_promote_leave_every_key_consistent(kind: RedisKind) {
     let held_due: u64 = query(&mut conn, redis::cmd("GET").arg(k("limits-held-due"))).await;
     assert_eq!(held_due, 0);
 
-    // An item whose lane member an operator removed (SPEC 8): remove still
+    // An item whose lane member an operator removed (SPEC 6, Redis keys changed by hand): remove still
     // deletes it and fails nothing.
     let m = lane_member(&mut conn, &ns, "ready:due", x).await;
     let _: u64 = query(&mut conn, redis::cmd("ZREM").arg(k("ready:due")).arg(&m)).await;
@@ -1499,7 +1499,7 @@ async fn back_offs_at_once_keep_the_longest(kind: RedisKind) {
 
 /// A host's own clock, `offset_ms` off the real time: what a handle that
 /// used its own clock while it was wrong read. Not a test clock, so a
-/// Redis queue does not use it (SPEC 8, One clock per fleet).
+/// Redis queue does not use it (SPEC 3, One clock per fleet).
 #[derive(Debug, Clone, Copy)]
 struct Skewed {
     offset_ms: i64,
@@ -1517,7 +1517,7 @@ impl workjournal::Clock for Skewed {
     }
 }
 
-/// SPEC 8, One clock per fleet: handles whose own clocks are 60 s ahead
+/// SPEC 3, One clock per fleet: handles whose own clocks are 60 s ahead
 /// and 60 s behind (and one on a test clock) add timers and claim them in
 /// turn; every timer fires at its due time by the fleet's clock, the
 /// server's TIME: never early, and never an hour or a minute late.
@@ -1649,7 +1649,7 @@ async fn a_zero_result_ttl_leaves_no_progress_or_chunk_keys(kind: RedisKind) {
     assert_eq!(keys(format!("{prefix}item:*")).await, Vec::<String>::new());
 }
 
-/// SPEC 8, One clock per fleet: a handle on a test clock (here years
+/// SPEC 3, One clock per fleet: a handle on a test clock (here years
 /// behind the server's TIME) beside handles on TIME takes no step from
 /// their times, and they none from its: the latest time is kept per clock.
 /// Kept in one key, the test clock's first script would have found the
@@ -1677,7 +1677,7 @@ async fn a_test_clock_handle_moves_no_timer_of_the_fleet(kind: RedisKind) {
     assert_eq!(tester.next_due().await.unwrap(), Some(not_before));
 }
 
-/// SPEC 8, Clock steps: `stats`, `peek` and `backlog_by_flow` write
+/// SPEC 3, Clock steps: `stats`, `peek` and `backlog_by_flow` write
 /// nothing, so they answer on a read-only replica; a write there fails.
 /// Regression: every script wrote `{ns}:clock`, so they failed with
 /// `READONLY`.

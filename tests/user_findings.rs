@@ -22,7 +22,7 @@ async fn claim_with_the_largest_wait_does_not_panic() {
     );
 }
 
-// Failed: after close() the memory queue still accepted add and stats (SPEC 8, Closing: every call is Closed).
+// Failed: after close() the memory queue still accepted add and stats (SPEC 3, Closing: every call is Closed).
 #[tokio::test]
 async fn memory_calls_after_close_are_closed() {
     let q = MemoryQueue::new(Config::default());
@@ -31,7 +31,7 @@ async fn memory_calls_after_close_are_closed() {
     assert!(matches!(r, Err(Error::Closed)), "add after close: {r:?}");
 }
 
-// Failed: opening the file again right after dropping the last handle was Locked for ~30 ms (SPEC 8: dropping closes it).
+// Failed: opening the file again right after dropping the last handle was Locked for ~30 ms (SPEC 3, Closing: dropping closes it).
 #[cfg(feature = "embedded")]
 #[tokio::test]
 async fn embedded_reopen_right_after_dropping_the_last_handle_is_not_locked() {
@@ -47,7 +47,7 @@ async fn embedded_reopen_right_after_dropping_the_last_handle_is_not_locked() {
 // Failed: `EmbeddedQueue::open` on a device (`workjournal --db /dev/null add
 // x`) read its length of 0 as "no file yet" and renamed the new queue over
 // it, replacing /dev/null with a regular file; a FIFO was replaced the same
-// way, and a read-only open of a FIFO blocked for a writer (SPEC 8).
+// way, and a read-only open of a FIFO blocked for a writer (SPEC 6, Creating a file).
 #[cfg(all(feature = "embedded", unix))]
 #[tokio::test]
 async fn embedded_open_refuses_a_path_that_is_not_a_regular_file() {

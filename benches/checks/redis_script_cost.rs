@@ -1,6 +1,6 @@
-//! Where the Redis backend's time goes, per item, on the server (issue 17
-//! item 1): for add_batch of 100, claim + ack_batch of 100 and single adds
-//! from 64 producers, the server's microseconds per item in scripts
+//! Where the Redis backend's time goes, per item, on the server: for
+//! add_batch of 100, claim + ack_batch of 100 and single adds from 64
+//! producers, the server's microseconds per item in scripts
 //! (`INFO commandstats`, `EVALSHA` usec) and the commands the scripts ran
 //! per item, beside the same workload in raw Streams commands on the same
 //! harness-started `redis-server` (no persistence). The server-side figures

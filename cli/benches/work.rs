@@ -1,10 +1,10 @@
-//! The worker path against `xargs -P` (issue 13, item 4): `workjournal work
-//! --exec true --until-empty` over 5 000 items of a queue file, at
-//! `--concurrency 2` and `8`, timed from start to exit (the queue drained),
-//! next to `xargs -P N -n1` running the same command 5 000 times from the
-//! same run: `true` (what the issue names) and `sh -c true` (what `--exec
-//! true` runs under its supervisor, SPEC section 9), and the same `work`
-//! with `--prefetch 0`, the lever's own baseline.
+//! The worker path against `xargs -P`: `workjournal work --exec true
+//! --until-empty` over 5 000 items of a queue file, at `--concurrency 2`
+//! and `8`, timed from start to exit (the queue drained), next to `xargs -P
+//! N -n1` running the same command 5 000 times from the same run: `true`
+//! (the plain program) and `sh -c true` (what `--exec true` runs under its
+//! supervisor, SPEC section 9), and the same `work` with `--prefetch 0`,
+//! the lever's own baseline.
 //!
 //! Each figure is the median of `WJ_WORK_RUNS` rounds (default 3; the
 //! four run in turn in each round) of

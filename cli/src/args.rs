@@ -352,7 +352,7 @@ pub(crate) const MAX_CONCURRENCY: u32 = 1024;
 /// per slot, the default of the field's usual knob (Celery's
 /// `worker_prefetch_multiplier`). One per slot ran dry on short commands:
 /// the refilling claim waits for a commit, and two more commands can end
-/// meanwhile (BENCHMARKS.md, issue 13).
+/// meanwhile (docs/bench-notes.md).
 pub(crate) const PREFETCH_PER_SLOT: usize = 3;
 
 /// The shortest lease the worker uses; a shorter `--lease` (from 1ms) is

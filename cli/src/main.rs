@@ -217,7 +217,7 @@ fn try_main(parsed: Result<Cli, clap::Error>) -> CliResult {
     // requests it serves) only wait on sockets, timers and the embedded
     // writer's own thread, and handing each wake-up between two runtime
     // threads cost it 6% of its speed on short commands (`work --exec true`
-    // at --concurrency 2; BENCHMARKS.md, issue 13). `serve` and the rest keep
+    // at --concurrency 2; docs/bench-notes.md). `serve` and the rest keep
     // a thread per core.
     let mut builder = if matches!(cli.command, args::Command::Work(_)) {
         tokio::runtime::Builder::new_current_thread()

@@ -160,7 +160,7 @@ fn dead_letter_reasons_print_as_one_escaped_line() {
 
 // Failed: `workjournal --db /dev/null add x` replaced /dev/null with a
 // regular file (its length of 0 read as "no queue yet") and said it added
-// the item; a FIFO was replaced the same way (SPEC 8, Creating a file).
+// the item; a FIFO was replaced the same way (SPEC 6, Creating a file).
 #[test]
 fn a_db_that_is_a_fifo_is_refused_and_left_alone() {
     use std::os::unix::fs::FileTypeExt;

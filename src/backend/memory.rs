@@ -227,7 +227,7 @@ impl Model {
         }
     }
 
-    /// SPEC 8, Clock steps: note `now_ms`; if the clock has stepped back
+    /// SPEC 3, Clock steps: note `now_ms`; if the clock has stepped back
     /// (more than [`CLOCK_STEP_TOLERANCE_MS`](crate::CLOCK_STEP_TOLERANCE_MS)
     /// below the latest time seen), move every timer, claim time and expiry
     /// back by the step, so that waits are measured in elapsed time.
@@ -297,7 +297,7 @@ impl Model {
         step
     }
 
-    /// SPEC 8, Clock steps: [`Model::observe_clock`] at the reading
+    /// SPEC 3, Clock steps: [`Model::observe_clock`] at the reading
     /// `now_ms`, and the queue's time that follows: the reading, or the
     /// latest time seen when the reading is below it by no more than the
     /// tolerance (the queue's time never runs backward by noise, so no

@@ -141,7 +141,7 @@ fn invalid<T: std::fmt::Debug>(r: Result<T, Error>) {
     }
 }
 
-/// An hour, the size of the clock steps (SPEC 8) the cases take.
+/// An hour, the size of the clock steps (SPEC 3) the cases take.
 const HOUR: Duration = Duration::from_secs(3600);
 
 /// Set `clock` back by `by`, as an NTP step would.

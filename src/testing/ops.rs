@@ -260,7 +260,7 @@ pub enum Op {
     /// above, one hour.
     Advance(u8),
     /// Step the clock back by 2 s to 1 h (a wall clock corrected by NTP),
-    /// then `stats`, which notices the step on every backend (SPEC 8,
+    /// then `stats`, which notices the step on every backend (SPEC 3,
     /// Clock steps).
     StepBack(u8),
     /// Close the queue and open it again (backends that support it; a

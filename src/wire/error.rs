@@ -32,7 +32,7 @@ pub struct ErrorBody {
     /// `lease_lost`: the receipt's delivery number.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivery: Option<u32>,
-    /// `lease_lost`: the receipt's lease number (SPEC 8, Receipt).
+    /// `lease_lost`: the receipt's lease number (SPEC 2, Receipt).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<u64>,
     /// `decode`: which record.

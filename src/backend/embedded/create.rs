@@ -1,6 +1,6 @@
 //! Where a queue file may be and how a new one is made: one claim per
 //! file whatever its spelling, no device or FIFO taken for a queue, and no
-//! crash that leaves a half-made file behind (SPEC section 8, Creating a
+//! crash that leaves a half-made file behind (SPEC section 6, Creating a
 //! file).
 
 use std::path::{Path, PathBuf};
@@ -36,7 +36,7 @@ pub(super) fn claim_path(path: &Path) -> Result<PathBuf> {
 /// or socket at `path` is refused before anything touches it: a length of 0
 /// would otherwise read as "no file yet", so the new queue would be renamed
 /// over it (`/dev/null` replaced by a regular file), and opening a FIFO
-/// blocks until a writer comes (SPEC section 8, Creating a file).
+/// blocks until a writer comes (SPEC section 6, Creating a file).
 /// Directories are left to the open, which names them.
 pub(super) fn refuse_special_file(path: &Path) -> Result<()> {
     match std::fs::metadata(path) {

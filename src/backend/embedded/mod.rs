@@ -377,7 +377,7 @@ impl Backend for EmbeddedQueue {
 
     async fn now_ms(&self) -> Result<u64> {
         // The clock needs no writer, but a closed handle answers nothing
-        // (SPEC section 8): `closing` is set by `close` on any clone.
+        // (SPEC section 3, Closing): `closing` is set by `close` on any clone.
         if self.inner.closing.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
@@ -402,7 +402,7 @@ impl Backend for EmbeddedQueue {
         }
         // Claims and outcome waits blocked on other clones wake up, ask the
         // writer again and get `Closed`, rather than sleep out their wait
-        // (SPEC section 8).
+        // (SPEC section 3, Closing).
         self.inner.wake.notify_waiters();
         Ok(())
     }

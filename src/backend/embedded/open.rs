@@ -275,7 +275,7 @@ impl EmbeddedQueue {
                         source,
                     })
                     .and_then(|mut log| {
-                        // SPEC 8: an open that did not finish verifies the
+                        // SPEC 6, Verification: an open that did not finish verifies the
                         // next one (see `opening`); the marker is looked at
                         // once the file lock is held.
                         let db = writer::open_database(

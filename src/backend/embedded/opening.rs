@@ -1,5 +1,5 @@
 //! The open-in-progress marker `NAME-opening` beside a queue file `NAME`
-//! (SPEC 8, Verification).
+//! (SPEC 6, Verification).
 //!
 //! On the trusting path an open does not read the whole file, and redb
 //! catches no damage it does not meet. Most damage it meets is a panic the

@@ -12,7 +12,7 @@ const DEFAULT_VERIFY_INTERVAL: Duration = Duration::from_secs(24 * 60 * 60);
 /// mode.
 #[derive(Debug, Clone)]
 pub struct EmbeddedOptions {
-    /// How often an open verifies the whole file (SPEC 8, Verification):
+    /// How often an open verifies the whole file (SPEC 6, Verification):
     /// `Some(ZERO)` at every open, `None` never by schedule.
     pub(super) verify_interval: Option<Duration>,
     pub(super) cache_size_bytes: usize,
@@ -64,7 +64,7 @@ impl EmbeddedOptions {
     /// before any item is read: `true` is [`EmbeddedOptions::verify_interval`]
     /// of zero; `false` never verifies by schedule (only after evidence of
     /// damage). Costs one read of the whole file per open: about 170 ms for
-    /// 1M items. Default: neither; the file is verified once a day (SPEC 8,
+    /// 1M items. Default: neither; the file is verified once a day (SPEC 6,
     /// Verification).
     pub fn verify_on_open(mut self, verify: bool) -> Self {
         self.verify_interval = verify.then_some(Duration::ZERO);
@@ -75,7 +75,7 @@ impl EmbeddedOptions {
     /// verification is older than `interval` (or lies ahead of the system
     /// clock, or was never made); between, an open trusts the file and a
     /// page damaged outside redb is found when an operation reads it
-    /// (`Error::Corrupt`) or at the next verification (SPEC 8,
+    /// (`Error::Corrupt`) or at the next verification (SPEC 6,
     /// Verification). A caught redb panic, and an open that did not finish
     /// (its marker file `NAME-opening` is still there), make the next open
     /// verify whatever the interval. Zero: at every open. Default: 24 h.

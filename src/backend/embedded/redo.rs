@@ -38,7 +38,7 @@
 //! holds 4 MiB or 8192 operations or the last checkpoint is 2 s old
 //! ([`Policy`]), at every open (after the replay) and at close. An idle
 //! queue does not checkpoint until it writes again or closes, so it writes
-//! nothing (SPEC 8, Idle).
+//! nothing (SPEC 6, Idle).
 //!
 //! # Replay
 //!

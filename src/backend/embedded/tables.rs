@@ -23,7 +23,7 @@
 //! - [`deferred`]: deferred deletes of finished items' records;
 //! - [`outcomes`]: outcomes, progress, chunks and done markers;
 //! - [`limits`]: rate limits, concurrency caps and back-off;
-//! - [`clock`]: clock steps (SPEC 8) and the purge of expired entries;
+//! - [`clock`]: clock steps (SPEC 3) and the purge of expired entries;
 //! - [`reads`]: stats and the claim order of `peek`;
 //! - [`browse`]: `list` and `find` (SPEC 12.1);
 //! - `forward`: the table side of store and forward;

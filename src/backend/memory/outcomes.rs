@@ -35,7 +35,7 @@ impl Model {
         let ttl = ms(self.config.result_ttl);
         if ttl == 0 {
             // No outcome is kept, so its progress and chunks go at once
-            // (they live as long as the outcome, SPEC 8, Outcomes).
+            // (they live as long as the outcome, SPEC 3, Outcomes).
             self.progress.remove(&id);
             self.chunks.remove(&id);
             return;

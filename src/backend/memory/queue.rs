@@ -86,7 +86,7 @@ impl MemoryQueue {
         self.shared.model.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Run `f` on the model at the queue's time (SPEC 8, Clock steps): the
+    /// Run `f` on the model at the queue's time (SPEC 3, Clock steps): the
     /// clock read under the lock, so that operations run in the order of
     /// their readings, and raised to the latest time the queue has seen if
     /// it is below it by no more than the tolerance. Read before the lock,

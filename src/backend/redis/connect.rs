@@ -70,7 +70,7 @@ impl RedisQueue {
         )
         .await?;
         let prefix = format!("{{{namespace}}}:");
-        // SPEC 8, Clock steps: the fleet keeps time by the server's TIME; a
+        // SPEC 3, Clock steps: the fleet keeps time by the server's TIME; a
         // clock of the host's own would let one host's error move every
         // timer of the fleet. Only a test's clock replaces it.
         let clock = match config.clock.clone() {

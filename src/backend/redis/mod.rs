@@ -85,7 +85,7 @@ struct Inner {
     /// What `stats().durable` says: false when the server keeps no
     /// persistence at all (read at connect, SPEC 1).
     durable: AtomicBool,
-    /// Wakes blocking waits at `close()` (SPEC 8): a wait's `XREAD BLOCK`
+    /// Wakes blocking waits at `close()` (SPEC 3, Closing): a wait's `XREAD BLOCK`
     /// would otherwise end only with its round, up to 10 s later.
     close_signal: tokio::sync::Notify,
     /// Concurrent adds waiting to share one script call.

@@ -48,7 +48,7 @@ impl Backend for RedisQueue {
     }
 
     /// SPEC 3, Timers: one script (`next_due.lua`) that notes the clock
-    /// first, so that after a step back it reads the moved timers (SPEC 8,
+    /// first, so that after a step back it reads the moved timers (SPEC 3,
     /// Clock steps).
     async fn next_due(&self) -> Result<Option<u64>> {
         let v = self
@@ -601,7 +601,7 @@ impl Backend for RedisQueue {
             .await?;
         let a = array(&v, "stats")?;
         // A count is never a reason for stats to fail: one made wrong by
-        // keys changed behind the queue's back reads as 0 (SPEC 8, Redis
+        // keys changed behind the queue's back reads as 0 (SPEC 6, Redis
         // keys changed by hand).
         let n = |i: usize, what: &str| -> Result<u64> {
             Ok(u64::try_from(int(at(a, i, "stats")?, what)?).unwrap_or(0))

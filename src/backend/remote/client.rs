@@ -223,7 +223,7 @@ impl RemoteQueue {
     /// or this client's timeouts: `ask(piece)` sends one request waiting at
     /// most `piece`, until one answers `Some` or `wait` has run out (`None`).
     /// A `close` of any clone ends the wait at once with `Closed` (SPEC
-    /// section 8): what a claim in flight took comes back through
+    /// section 3, Closing): what a claim in flight took comes back through
     /// `reclaim`, as with any dropped claim.
     async fn long_poll<T, F, Fut>(&self, wait: Duration, mut ask: F) -> Result<Option<T>>
     where

@@ -1,4 +1,4 @@
-//! Conformance cases of SPEC 8, clock steps: elapsed time across a step of the
+//! Conformance cases of SPEC 3, clock steps: elapsed time across a step of the
 //! queue's clock.
 
 use std::time::Duration;
@@ -28,7 +28,7 @@ pub async fn clock_step_back_keeps_a_retry_delay(f: &dyn Factory) {
     // A second step back is noticed as well.
     e.q.retry(got[0].receipt, now + 4_000).await.unwrap();
     step_back(&e.clock, HOUR);
-    // `next_due` meets the step (SPEC 8: on Redis `stats` only looks).
+    // `next_due` meets the step (SPEC 3, Clock steps: on Redis `stats` only looks).
     e.q.next_due().await.unwrap();
     assert_eq!(e.q.stats().await.unwrap().delayed, 1);
     e.clock.advance(Duration::from_secs(2));
@@ -38,7 +38,7 @@ pub async fn clock_step_back_keeps_a_retry_delay(f: &dyn Factory) {
 /// A claim's idle time is measured in elapsed time across a step back:
 /// 10 s before the step and 20 s after it make a 30 s `min_idle`. The step
 /// is measured from the latest time an operation saw (on Redis one that
-/// writes: `stats` only looks, SPEC 8).
+/// writes: `stats` only looks, SPEC 3, Clock steps).
 pub async fn clock_step_back_keeps_a_claims_idle_time(f: &dyn Factory) {
     let e = env(f).await;
     add(&e.q, "x").await;
@@ -72,7 +72,7 @@ pub async fn clock_step_back_keeps_a_claims_idle_time(f: &dyn Factory) {
 
 /// An outcome is kept for `result_ttl` of elapsed time across a step back
 /// of the clock, its progress and chunks with it; its `at_ms` is history and
-/// stays (SPEC 8, Clock steps).
+/// stays (SPEC 3, Clock steps).
 pub async fn clock_step_back_keeps_an_outcomes_ttl(f: &dyn Factory) {
     let e = env_with(f, Config::default().result_ttl(Duration::from_secs(10))).await;
     let id = add(&e.q, "x").await;
@@ -85,7 +85,7 @@ pub async fn clock_step_back_keeps_an_outcomes_ttl(f: &dyn Factory) {
     e.clock.advance(Duration::from_secs(4));
     assert!(e.q.outcome(id).await.unwrap().is_some());
     step_back(&e.clock, HOUR);
-    // `next_due` meets the step (SPEC 8: on Redis `stats` only looks).
+    // `next_due` meets the step (SPEC 3, Clock steps: on Redis `stats` only looks).
     e.q.next_due().await.unwrap();
     assert_eq!(e.q.stats().await.unwrap().backlog, 0);
     e.clock.advance(Duration::from_millis(5_999));

@@ -1,4 +1,4 @@
-//! Conformance cases of SPEC section 4, delivery, and of `close` (SPEC 8).
+//! Conformance cases of SPEC section 4, delivery, and of `close` (SPEC 3, Closing).
 
 use std::time::Duration;
 
@@ -63,7 +63,7 @@ pub async fn claim_with_an_endless_wait_does_not_overflow(f: &dyn Factory) {
     assert_eq!(payloads(&c), vec!["x"]);
 }
 
-/// After close(), every call on that handle is `Closed` (SPEC section 8).
+/// After close(), every call on that handle is `Closed` (SPEC section 3, Closing).
 pub async fn calls_after_close_are_closed(f: &dyn Factory) {
     let e = env(f).await;
     add(&e.q, "x").await;
@@ -81,7 +81,7 @@ pub async fn calls_after_close_are_closed(f: &dyn Factory) {
 }
 
 /// close() on one clone ends a claim blocked on another clone with `Closed`
-/// at once, not when its wait runs out (SPEC section 8).
+/// at once, not when its wait runs out (SPEC section 3, Closing).
 pub async fn close_wakes_claims_blocked_on_other_clones(f: &dyn Factory) {
     let e = env(f).await;
     let blocked = tokio::spawn({

@@ -209,7 +209,7 @@ pub async fn plain_acks_keep_their_outcomes_in_any_id_order(f: &dyn Factory) {
     assert_eq!(e.q.ack_batch(receipts).await.unwrap(), 2);
 
     step_back(&e.clock, HOUR);
-    // `next_due` meets the step (SPEC 8: on Redis `stats` only looks).
+    // `next_due` meets the step (SPEC 3, Clock steps: on Redis `stats` only looks).
     e.q.next_due().await.unwrap();
     assert_eq!(e.q.stats().await.unwrap().backlog, 0);
     e.clock.advance(Duration::from_millis(8_999));

@@ -92,7 +92,7 @@ pub async fn priority_orders_the_due_lane_and_survives_retry(f: &dyn Factory) {
     assert_eq!(last[0].item.priority, 3);
 }
 
-/// SPEC 8, Clock steps, with SPEC 3, Priority: aging counts elapsed time
+/// SPEC 3, Clock steps, with SPEC 3, Priority: aging counts elapsed time
 /// across a step back, in both lanes. A tier-0 item that has waited 30 s
 /// (three aging steps of 10 s) runs before a fresh tier-1 item, as without
 /// the step; a lane that kept its pre-step arrivals would rank every

@@ -168,7 +168,7 @@ pub async fn clock_steps_never_fire_a_slot_twice(f: &dyn Factory) {
     let e = env(f).await;
     e.q.upsert_schedule(every_10s("c")).await.unwrap();
     // Each firing's items are taken at once: a clock step back moves the
-    // stored times of waiting timers (SPEC 8), and the slots are read
+    // stored times of waiting timers (SPEC 3, Clock steps), and the slots are read
     // from them.
     let mut slots = Vec::new();
     for (at, want) in [

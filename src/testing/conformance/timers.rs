@@ -90,7 +90,7 @@ pub async fn claim_due_only_skips_backlog(f: &dyn Factory) {
     assert_eq!(e.q.stats().await.unwrap().backlog, 1);
 }
 
-/// SPEC 8, Never early: a producer of timers, three promoters and a
+/// SPEC 3, Never early: a producer of timers, three promoters and a
 /// claimer race while the clock moves a millisecond at a time; no claim
 /// hands out an item before its `not_before` by the claim's own time.
 /// Regression: the memory backend read its clock before taking its lock,

@@ -9,7 +9,7 @@ use crate::request::{Reply, Request};
 
 /// Carry out `request` on `model` at `now_ms` and give its reply, as
 /// [`MemoryQueue`](crate::MemoryQueue) would with its clock at `now_ms`
-/// (the caller notes the clock first: every backend does, SPEC 8).
+/// (the caller notes the clock first: every backend does, SPEC 3, Clock steps).
 ///
 /// # Errors
 ///

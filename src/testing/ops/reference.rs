@@ -336,7 +336,7 @@ impl Reference {
     fn run(&mut self, call: &Call) -> Outcome {
         match call {
             Call::Request(request) => {
-                // Every backend notes the clock at every operation (SPEC 8,
+                // Every backend notes the clock at every operation (SPEC 3,
                 // Clock steps).
                 self.model.observe_clock(self.now_ms);
                 outcome(answer(&mut self.model, request.clone(), self.now_ms))

@@ -18,7 +18,7 @@ const BODY_VERSION: u8 = 1;
 #[derive(Debug)]
 pub(in crate::backend::embedded) struct Batch {
     pub(in crate::backend::embedded) limits: Limits,
-    /// The latest clock reading before the batch (SPEC 8, Clock steps).
+    /// The latest clock reading before the batch (SPEC 3, Clock steps).
     pub(in crate::backend::embedded) latest: u64,
     /// The batch's time: the latest of its operations' times.
     pub(in crate::backend::embedded) now: u64,

@@ -125,7 +125,7 @@ impl Tables<'_> {
         lane: Lane,
         now: u64,
     ) -> Result<Vec<Claimed>> {
-        // An empty claim writes nothing (SPEC 8, Idle); one item needs no run.
+        // An empty claim writes nothing (SPEC 6, Idle); one item needs no run.
         if ids.len() < BATCHED_FROM {
             return ids.iter().map(|&id| self.hand_out(id, lane, now)).collect();
         }
@@ -153,7 +153,7 @@ impl Tables<'_> {
             out.push(claimed);
             leases.push((id, codec::encode_lease(&lease)?));
         }
-        // Nothing handed out writes nothing (SPEC 8, Idle).
+        // Nothing handed out writes nothing (SPEC 6, Idle).
         if leases.is_empty() {
             return Ok(out);
         }
@@ -326,7 +326,7 @@ impl Tables<'_> {
         }
         if self.limits.result_ttl_ms == 0 {
             // No outcome is kept, so their progress and chunks go at once
-            // (SPEC 8, Outcomes).
+            // (SPEC 3, Outcomes).
             return self.forget_progress_of(ids);
         }
         let expires_at_ms = now.saturating_add(self.limits.result_ttl_ms);

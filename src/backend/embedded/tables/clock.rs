@@ -1,4 +1,4 @@
-//! Time in the file: a clock that steps back (SPEC 8, Clock steps) moves
+//! Time in the file: a clock that steps back (SPEC 3, Clock steps) moves
 //! every timer, claim time and expiry with it, and expired done markers,
 //! dedup keys and outcomes are purged a bounded number per transaction.
 
@@ -24,7 +24,7 @@ type TimeIndex<'t> = Table<'t, (u64, u64), ()>;
 
 /// For each of the four expiry indexes (`done_expiry`, `dedup_expiry`,
 /// `outcome_expiry`, `ack_run_expiry`), a time in ms (queue clock) that no
-/// entry of it lies before (SPEC 8, "Expiry floors"): the purge of a
+/// entry of it lies before (SPEC 6, "Expiry floors"): the purge of a
 /// transaction at `now` below it cannot find an expired entry there, so it
 /// does not open that index. Opening a redb table (and closing it at the
 /// end of the batch) costs about 6 000 instructions, and the purge opened
@@ -172,7 +172,7 @@ impl<'t> Tables<'t> {
             }
             if let Some(mut l) = self.lease(id)? {
                 l.touched_at_ms = moved;
-                // The claim time moves back by the same step (SPEC 8,
+                // The claim time moves back by the same step (SPEC 3,
                 // Clock steps), so the claim's age stays elapsed time.
                 l.claimed_at_ms = l.claimed_at_ms.saturating_sub(back);
                 self.pending_mut()?

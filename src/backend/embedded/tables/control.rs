@@ -6,7 +6,7 @@
 //!
 //! None of them writes anything before it knows it will change something:
 //! a `false` answer, or the `InvalidInput` of a pending item, leaves the
-//! transaction clean (SPEC 8, Idle).
+//! transaction clean (SPEC 6, Idle).
 
 use redb::ReadableTable;
 

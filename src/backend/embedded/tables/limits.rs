@@ -482,7 +482,7 @@ impl<'t> Tables<'t> {
             .map(|(k, _)| k.value().0))
     }
 
-    /// SPEC 8, Clock steps: move the held lanes' ranks and the records'
+    /// SPEC 3, Clock steps: move the held lanes' ranks and the records'
     /// times back by `back`, then settle each flow again.
     pub(super) fn shift_limits(&mut self, back: u64, now: u64) -> Result<()> {
         if !self.has_limits()? {

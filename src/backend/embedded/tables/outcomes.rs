@@ -29,7 +29,7 @@ impl Tables<'_> {
         self.forget_outcome(id)?;
         if self.limits.result_ttl_ms == 0 {
             // No outcome is kept, so its progress and chunks go at once
-            // (they live as long as the outcome, SPEC 8, Outcomes).
+            // (they live as long as the outcome, SPEC 3, Outcomes).
             return self.forget_progress_of(&[id]);
         }
         let rec = OutcomeRecord {

@@ -76,7 +76,7 @@ impl Tables<'_> {
     /// Stored schedules: every one, one by name, or the due ones (not
     /// paused, next fire time at or before `now_ms`, soonest first, at most
     /// `limit`) with the soonest later fire time. Reads only: an idle
-    /// queue's timers write nothing (SPEC 8, Idle).
+    /// queue's timers write nothing (SPEC 6, Idle).
     ///
     /// # Errors
     ///

@@ -42,7 +42,7 @@ macro_rules! tables {
             /// Whether anything asked for a table to write in. An operation
             /// asks only once it knows it will change something, so a
             /// transaction that stays clean changed nothing and is not
-            /// committed (SPEC 8, Idle).
+            /// committed (SPEC 6, Idle).
             pub(super) dirty: bool,
             /// Meta counters written in this batch and not yet put into
             /// the `meta` table (see [`Tables::set_counter`]).
@@ -190,7 +190,7 @@ pub(in crate::backend::embedded) const REDO_LOG_KEY: &str = "redo_log";
 /// The offset in the redo log of the first record this file does not hold.
 pub(in crate::backend::embedded) const REDO_AT_KEY: &str = "redo_at";
 /// When the whole file was last verified (ms since the Unix epoch, system
-/// clock; SPEC 8, Verification).
+/// clock; SPEC 6, Verification).
 pub(in crate::backend::embedded) const VERIFIED_AT_KEY: &str = "verified_at_ms";
 pub(in crate::backend::embedded) const NEXT_ID: &str = "next_id";
 pub(in crate::backend::embedded) const NEXT_SEQ: &str = "next_seq";
@@ -203,7 +203,7 @@ pub(in crate::backend::embedded) const DUE_CLOCK: &str = "due_clock";
 /// Dead letters dropped past `dead_letter_cap`, ever (`Stats::dead_letters_dropped`).
 pub(super) const DEAD_DROPPED: &str = "dead_dropped";
 /// The latest time (ms, queue clock) a committed transaction saw: how a
-/// clock step back during a restart is noticed (SPEC 8, Clock steps).
+/// clock step back during a restart is noticed (SPEC 3, Clock steps).
 pub(super) const CLOCK_HIGH: &str = "clock_high";
 /// How many ids the `deferred` table names (module `deferred`).
 pub(super) const DEFERRED_RECORDS: &str = "deferred_records";

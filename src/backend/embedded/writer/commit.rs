@@ -52,7 +52,7 @@ pub(super) fn run_txn<'o>(
     t.purge_expired(now)?;
     let mut done = Vec::new();
     let mut poisoned = None;
-    // SPEC 8, Clock steps: the queue's time never runs backward by noise.
+    // SPEC 3, Clock steps: the queue's time never runs backward by noise.
     // Each caller reads the clock before its operation reaches the writer,
     // so an operation can arrive after one that read a later time: it runs
     // at that later time when its own reading is at most the tolerance
@@ -180,7 +180,7 @@ pub(super) fn apply_open(open: &mut Option<Open>, log: &mut Log) -> Result<()> {
 /// gets its error and the others run again without it. A transaction in
 /// which nothing was written (an empty claim, a reclaim or promotion that
 /// found nothing, reads) is aborted rather than committed: it costs no
-/// write and no fsync (SPEC 8, Idle).
+/// write and no fsync (SPEC 6, Idle).
 ///
 /// A batch that wrote is made durable by the redo log (module `redo`): its
 /// record is appended and synced, and only then do its callers get their
@@ -193,7 +193,7 @@ pub(super) fn apply_open(open: &mut Option<Open>, log: &mut Log) -> Result<()> {
 /// `latest` is the latest time (ms) this process has seen: a clock more than
 /// the tolerance below it, or below the file's own latest commit time, has
 /// stepped back, and the transaction first moves the stored times back by
-/// the step (SPEC 8, Clock steps).
+/// the step (SPEC 3, Clock steps).
 ///
 /// `floors` are the expiry floors as of the last kept batch (see
 /// [`ExpiryFloors`]): the batch starts from them and leaves its own when
@@ -369,7 +369,7 @@ pub(super) fn execute(
         // stored times, which must not be lost). A queue opened read-only
         // never keeps a rebase: its reads ran on the moved times, the
         // transaction ends here, and the next writer of the file moves
-        // them itself (SPEC 8, Clock steps; SPEC 9, looks never write).
+        // them itself (SPEC 3, Clock steps; SPEC 9, looks never write).
         let writes = active.iter().any(|&i| !reqs[i].0.is_read());
         let keeps_rebase = ran.rebased && !log.is_read_only();
         if !(keeps_rebase || (ran.dirty && writes)) {

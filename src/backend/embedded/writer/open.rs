@@ -97,7 +97,7 @@ pub(in crate::backend::embedded) type Build =
 /// an older one), replay the redo log's tail, mark every pending item as
 /// orphaned (unless `orphan_claims` is false: a take-over, SPEC 10),
 /// checkpoint. Runs on the writer thread. `marker`: the file's
-/// open-in-progress marker, looked at once the file lock is held (SPEC 8,
+/// open-in-progress marker, looked at once the file lock is held (SPEC 6,
 /// Verification): found there, an earlier open did not finish, and this
 /// one verifies whatever the schedule.
 pub(in crate::backend::embedded) fn open_database(
@@ -116,7 +116,7 @@ pub(in crate::backend::embedded) fn open_database(
     open_and_recover_marked(build, log, path, limits, orphan_claims, verify, marker)
 }
 
-/// When an open verifies the whole file (SPEC 8, Verification).
+/// When an open verifies the whole file (SPEC 6, Verification).
 #[derive(Debug, Clone, Copy)]
 pub(in crate::backend::embedded) struct Verify {
     /// How long a full verification holds: `Some(ZERO)` verifies at every
@@ -169,7 +169,7 @@ fn verification_due(db: &Database, verify: Verify, now: u64) -> bool {
 }
 
 /// Verify every page of the file and rebuild redb's allocator state,
-/// repairing what it can (SPEC 8, Verification).
+/// repairing what it can (SPEC 6, Verification).
 fn verify_whole_file(db: &mut Database, path: &Path) -> Result<()> {
     match catch_unwind(AssertUnwindSafe(|| db.check_integrity())) {
         Ok(Ok(true)) => Ok(()),
@@ -201,7 +201,7 @@ pub(super) fn open_and_recover(
 /// `build` has taken the file lock: another process's open in progress
 /// (its marker made, its lock held) is then never taken for an open that
 /// did not finish, which made an `add` beside a `stats` verify the whole
-/// file (SPEC 8, Verification).
+/// file (SPEC 6, Verification).
 fn open_and_recover_marked(
     build: &mut Build,
     log: &mut Log,

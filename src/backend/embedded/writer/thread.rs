@@ -40,12 +40,12 @@ struct Store {
     /// before the next operation, open it again and replay.
     behind: bool,
     /// The latest time (ms, queue clock) an operation brought, for noticing
-    /// a clock step back (SPEC 8, Clock steps).
+    /// a clock step back (SPEC 3, Clock steps).
     latest: u64,
     /// When the last checkpoint was made.
     checkpointed: std::time::Instant,
     policy: redo::Policy,
-    /// When a reopen verifies the whole file (SPEC 8, Verification);
+    /// When a reopen verifies the whole file (SPEC 6, Verification);
     /// `verify.now` is set when a redb panic was caught (evidence of a
     /// damaged file), so that the reopen verifies whatever the schedule.
     verify: Verify,
@@ -298,7 +298,7 @@ fn compact(store: &mut Store) -> Result<bool> {
 /// At close: a last checkpoint, so that the file alone holds the whole
 /// queue and the next open replays nothing, with the latest time this
 /// process saw (if the file's is older), so that a clock step back while
-/// the process is down is measured from it at the next open (SPEC 8, Clock
+/// the process is down is measured from it at the next open (SPEC 3, Clock
 /// steps). Skipped when neither is needed (an idle close writes nothing).
 /// Best effort: after a failure the next open replays the log.
 fn close_checkpoint(store: &mut Store) {
@@ -394,7 +394,7 @@ fn run_batch(store: &mut Store, wake: &Notify, reqs: Vec<Request>) -> bool {
     // with its own empty claim, and claim again, without end.
     if changed {
         wake.notify_waiters();
-        // Only after a write, so that an idle queue writes nothing (SPEC 8,
+        // Only after a write, so that an idle queue writes nothing (SPEC 6,
         // Idle); before the replies, so that a caller that saw this
         // operation return sees no write it caused afterwards. The batch
         // is durable already (its record is synced): a failed checkpoint

@@ -40,7 +40,7 @@ local K_OUT = P .. 'out'
 -- The namespace's layout version (LAYOUT, SPEC 6), written at connect.
 local K_LAYOUT = P .. 'layout'
 local K_EVENTS = P .. 'events'
--- SPEC 8, Clock steps: the latest time the queue has seen, per clock: by
+-- SPEC 3, Clock steps: the latest time the queue has seen, per clock: by
 -- the server's TIME (the fleet's clock) in `{ns}:clock`, by a test clock
 -- the handles were given (ARGV[1]) in `{ns}:clock:test`, so that handles on
 -- the two never take their disagreement for a step of either.
@@ -116,7 +116,7 @@ end
 -- rank being arrival - boost) and the lane's latest arrival (`field` of
 -- the clocks hash), so that arrivals after the step still rank behind the
 -- items already waiting and aging keeps counting elapsed time (SPEC 3,
--- Priority; SPEC 8, Clock steps).
+-- Priority; SPEC 3, Clock steps).
 local function shift_lane(zset, field, back)
   local all = redis.call('ZRANGE', zset, 0, -1, 'WITHSCORES')
   for i = 1, #all - 1, 2 do
@@ -147,7 +147,7 @@ local function read_clock()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- SPEC 8, Clock steps: a clock more than the tolerance below the latest
+-- SPEC 3, Clock steps: a clock more than the tolerance below the latest
 -- time the queue has seen by that same clock has stepped back; move every
 -- timer, claim time, expiry and ready-lane rank back by the step, so that
 -- waits are measured in elapsed time. Returns the queue's time: the
@@ -309,7 +309,7 @@ local function finish_all(list, kind, now, ttl)
       index[#index + 1] = padded
     else
       -- No outcome is kept, so its progress and chunks go at once (they
-      -- live as long as the outcome, SPEC 8, Outcomes).
+      -- live as long as the outcome, SPEC 3, Outcomes).
       ids[#ids + 1] = id
       gone[#gone + 1] = out_key(id)
       gone[#gone + 1] = prog_key(id)

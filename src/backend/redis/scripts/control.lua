@@ -99,7 +99,7 @@ elseif st == 'dead' then
   found = take_dead()
 end
 if not found then
-  -- Its index entry was changed behind the queue's back (SPEC 8, Redis
+  -- Its index entry was changed behind the queue's back (SPEC 6, Redis
   -- keys changed by hand): look everywhere, and delete the item anyway.
   found = take_delayed() or take_dead() or take_parked() or take_ready(1) or take_ready(0)
   if not found then

@@ -9,7 +9,7 @@
 -- load: ARGV[3] 'all', 'one' (ARGV[4] the name) or 'due' (ARGV[4] the
 --   most rows). Returns { later, name, meta, record, name, meta, record,
 --   ... }, `later` the soonest next fire time after now for 'due', else
---   ''. Reads only: an idle queue's firer writes nothing (SPEC 8, Idle).
+--   ''. Reads only: an idle queue's firer writes nothing (SPEC 6, Idle).
 -- swaps: ARGV[3] max_backlog ('' none), then one or more swaps, each
 --   ARGV name, the generation the caller read ('0': absent), '1' write or
 --   '0' delete, the due-index time ('' none: paused or ended), the

@@ -1,5 +1,5 @@
 -- stats, read only: writes nothing, so it runs on a read-only replica too
--- (`clock_view`, SPEC 8, Clock steps). ARGV: now. Returns {backlog, due,
+-- (`clock_view`, SPEC 3, Clock steps). ARGV: now. Returns {backlog, due,
 -- pending, delayed, parked, dead, oldest last touch or "", now, dead
 -- letters dropped past the cap, limited, oldest claim or ""}. Held items
 -- (SPEC 3, Flow limits) count in the backlog and due
