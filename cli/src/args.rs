@@ -225,6 +225,21 @@ pub(crate) enum Command {
     /// `serve` fire them while they run, each slot exactly once.
     #[command(subcommand)]
     Schedule(crate::schedule::ScheduleCommand),
+    /// Print the completion script for SHELL to stdout, e.g.
+    /// `workjournal completions bash > /etc/bash_completion.d/workjournal`
+    /// (the .deb installs bash, zsh and fish ones).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Internal: write the man pages, one per command and subcommand,
+    /// into DIR (scripts/deb-assets.sh, for the .deb).
+    #[command(hide = true)]
+    Man {
+        /// The directory (created if missing).
+        dir: PathBuf,
+    },
 }
 
 #[derive(Debug, Args)]

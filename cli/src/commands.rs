@@ -124,6 +124,8 @@ async fn one(queue: &BoxQueue, command: Command) -> CliResult {
         | Command::Work(_)
         | Command::Step(_)
         | Command::Supervise { .. }
+        | Command::Completions { .. }
+        | Command::Man { .. }
         | Command::Forward(_)
         | Command::Serve(_) => Ok(()),
         Command::Schedule(s) => crate::schedule::run(queue, s).await,

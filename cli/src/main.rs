@@ -31,6 +31,7 @@ mod commands;
 mod display;
 mod exec;
 mod forward;
+mod generate;
 mod open;
 mod result;
 mod schedule;
@@ -212,6 +213,12 @@ fn main() -> ExitCode {
 
 fn try_main(parsed: Result<Cli, clap::Error>) -> CliResult {
     let cli = parsed.map_err(clap_error)?;
+    // Made from the clap definitions alone: no runtime, no queue.
+    match &cli.command {
+        args::Command::Completions { shell } => return generate::completions(*shell),
+        args::Command::Man { dir } => return generate::man_pages(dir),
+        _ => {}
+    }
     init_tracing();
     // `work` runs on one thread: its tasks (the slots, the heartbeat, the
     // requests it serves) only wait on sockets, timers and the embedded
