@@ -113,7 +113,8 @@ class Claiming(ServedTest):
         waiter = threading.Thread(target=lambda: got.extend(self.q.claim(1, wait=30)))
         waiter.start()
         time.sleep(0.2)
-        added = Client(self.server.db).add(b"wake up")
+        with Client(self.server.db) as other:
+            added = other.add(b"wake up")
         waiter.join(60)
         self.assertFalse(waiter.is_alive())
         self.assertEqual([c.id for c in got], [added.id])
@@ -126,7 +127,8 @@ class Claiming(ServedTest):
         waiter = threading.Thread(target=lambda: got.extend(self.q.claim(1, wait=30)))
         waiter.start()
         time.sleep(0.5)  # several pieces have run out by now
-        added = Client(self.server.db).add(b"late")
+        with Client(self.server.db) as other:
+            added = other.add(b"late")
         waiter.join(60)
         self.assertEqual([c.id for c in got], [added.id])
 
@@ -208,10 +210,10 @@ class Waiting(ServedTest):
         added = self.q.add(b"2+2")
 
         def work() -> None:
-            worker = Client(self.server.db)
-            [claimed] = worker.claim(1, wait=10)
-            time.sleep(0.1)
-            worker.ack(claimed, result=b"4")
+            with Client(self.server.db) as worker:
+                [claimed] = worker.claim(1, wait=10)
+                time.sleep(0.1)
+                worker.ack(claimed, result=b"4")
 
         t = threading.Thread(target=work)
         t.start()

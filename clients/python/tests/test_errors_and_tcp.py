@@ -77,7 +77,7 @@ class OverTcp(unittest.TestCase):
 
     def test_a_wrong_token_is_refused_and_changes_nothing(self) -> None:
         for q in (Client(self.server.url, token="x" * 64), Client(self.server.url)):
-            with mock.patch.dict(os.environ, {"WORKJOURNAL_TOKEN": ""}):
+            with mock.patch.dict(os.environ, {"WORKJOURNAL_TOKEN": ""}), q:
                 with self.assertRaises(UnauthorizedError) as e:
                     q.add(b"intruder")
             self.assertEqual((e.exception.status, e.exception.kind), (401, "unauthorized"))

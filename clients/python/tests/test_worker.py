@@ -62,7 +62,8 @@ class WorkerTest(unittest.TestCase):
         def handler(c: Claimed) -> None:
             # Past the lease: only the heartbeat keeps the claim fresh.
             time.sleep(1.5)
-            stolen.extend(Client(self.server.db).reclaim(min_idle=1.0, count=10).claimed)
+            with Client(self.server.db) as other:
+                stolen.extend(other.reclaim(min_idle=1.0, count=10).claimed)
             time.sleep(1.0)
 
         report = Worker(self.q, handler, lease=1.0, until_empty=True).run()
@@ -71,7 +72,8 @@ class WorkerTest(unittest.TestCase):
 
     def test_a_dead_consumers_claim_is_taken_over(self) -> None:
         added = self.q.add(b"orphan")
-        [abandoned] = Client(self.server.db).claim(1, wait=5)
+        with Client(self.server.db) as other:
+            [abandoned] = other.claim(1, wait=5)
         ran = []
         report = Worker(self.q, lambda c: ran.append(c.deliveries), lease=0.3, until_empty=True).run()
         self.assertEqual(ran, [2])
