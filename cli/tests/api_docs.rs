@@ -249,6 +249,11 @@ fn api_md_examples_run_against_a_real_server() {
             .env("WORKJOURNAL_SOCKET", &socket)
             .env("PATH", &path)
             .env("REAL_CURL", real_curl())
+            // The Python examples import the client from the tree.
+            .env(
+                "PYTHONPATH",
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/python"),
+            )
             .env("CURL_LOG", &curl_log)
             .output()
             .unwrap();
@@ -298,8 +303,9 @@ fn api_md_examples_run_against_a_real_server() {
         .arg(server.id().to_string())
         .status();
     assert!(server.wait().unwrap().success());
-    // What the examples did is in the file: four adds (two curl, one
-    // binary, one Python), each acked (one by curl, three by Python).
+    // What the examples did is in the file: five adds before the route
+    // tour (two curl, one binary, two Python), each acked (one by curl,
+    // three by the Python client, one by its worker).
     let out = Command::new(env!("CARGO_BIN_EXE_workjournal"))
         .arg("--db")
         .arg(&db)
