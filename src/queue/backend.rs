@@ -185,9 +185,7 @@ pub(crate) trait Backend: Send + Sync {
     where
         Self: Sized,
     {
-        async move {
-            Ok(fire::join_all(swaps.into_iter().map(|s| self.schedule_swap(s)).collect()).await)
-        }
+        fire::swap_each(swaps, |s| self.schedule_swap(s))
     }
     fn upsert_schedule(&self, schedule: Schedule) -> impl Future<Output = Result<bool>> + Send
     where

@@ -46,8 +46,21 @@ pub(crate) trait Store: Sync {
         &self,
         swaps: Vec<ScheduleSwap>,
     ) -> impl Future<Output = Result<Vec<Result<Option<Vec<u64>>>>>> + Send {
-        async move { Ok(join_all(swaps.into_iter().map(|s| self.swap(s)).collect()).await) }
+        swap_each(swaps, |s| self.swap(s))
     }
+}
+
+/// Each swap of `swaps` through `swap`, concurrently, answered in order: a
+/// store's `swap_many` when it has no call that commits several at once.
+pub(crate) async fn swap_each<F, Fut>(
+    swaps: Vec<ScheduleSwap>,
+    swap: F,
+) -> Result<Vec<Result<Option<Vec<u64>>>>>
+where
+    F: Fn(ScheduleSwap) -> Fut,
+    Fut: Future<Output = Result<Option<Vec<u64>>>>,
+{
+    Ok(join_all(swaps.into_iter().map(swap).collect()).await)
 }
 
 impl<B: Backend> Store for B {
@@ -464,11 +477,21 @@ pub(crate) async fn fire<B: Store>(b: &B) -> Result<Fired> {
     // thousand schedules due in the same second take a few commits, not
     // ten thousand. A plan that lost a race to another firer or an upsert
     // is made again from the stored record, alone.
-    let opens = join_all(rows.rows.iter().map(|row| previous_open(b, row)).collect()).await;
+    let decoded = rows
+        .rows
+        .into_iter()
+        .map(|row| State::decode(&row.name, &row.record).map(|s| (row, s)))
+        .collect::<Result<Vec<_>>>()?;
+    let opens = join_all(
+        decoded
+            .iter()
+            .map(|(row, s)| previous_open(b, s, row.last_item))
+            .collect(),
+    )
+    .await;
     let mut done: Vec<(usize, String, OneFiring)> = Vec::new();
     let mut planned = Vec::new();
-    for (at, (row, open)) in rows.rows.into_iter().zip(opens).enumerate() {
-        let s = State::decode(&row.name, &row.record)?;
+    for (at, ((row, s), open)) in decoded.into_iter().zip(opens).enumerate() {
         match plan(&s, now, open?)? {
             Some(p) => planned.push((at, row, s.schedule.item(), p)),
             None => done.push((at, row.name, (0, s.index_ms(), None))),
@@ -530,12 +553,11 @@ pub(crate) async fn fire<B: Store>(b: &B) -> Result<Fired> {
 /// time, and the latest slot that made an item.
 type OneFiring = (u64, Option<u64>, Option<u64>);
 
-/// Whether the last item of `row`'s schedule is still open, when its
-/// overlap policy is [`Overlap::Skip`] (else not asked: false).
-async fn previous_open<B: Store>(b: &B, row: &StoredSchedule) -> Result<bool> {
-    let s = State::decode(&row.name, &row.record)?;
+/// Whether `last_item`, the last item of schedule `s`, is still open, when
+/// its overlap policy is [`Overlap::Skip`] (else not asked: false).
+async fn previous_open<B: Store>(b: &B, s: &State, last_item: Option<u64>) -> Result<bool> {
     if s.schedule.overlap == Overlap::Skip {
-        open(b, row.last_item).await
+        open(b, last_item).await
     } else {
         Ok(false)
     }
@@ -599,7 +621,7 @@ async fn fire_one<B: Store>(
 ) -> Result<(u64, Option<u64>, Option<u64>)> {
     for _ in 0..MAX_RETRIES {
         let s = State::decode(&row.name, &row.record)?;
-        let Some(p) = plan(&s, now, previous_open(b, &row).await?)? else {
+        let Some(p) = plan(&s, now, previous_open(b, &s, row.last_item).await?)? else {
             return Ok((0, s.index_ms(), None));
         };
         let template = s.schedule.item();
