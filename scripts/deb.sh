@@ -7,7 +7,8 @@
 #                          # `cargo test --all-features`): no build at all
 #
 # then install it with `dpkg -i` (or `apt install ./FILE.deb`). The last
-# line printed is the .deb's path, in the target dir's debian/.
+# line printed is the .deb's path: the target dir's debian/ (debian/dev/
+# with --dev).
 #
 # Needs cargo-deb: cargo install cargo-deb --locked --version 3.8.0
 # What the package holds: docs/SPEC.md section 9, Packaging.
@@ -53,4 +54,9 @@ fi
 scripts/deb-assets.sh "$bin"
 # --strip: the package's binary has no debug info (the release profile's
 # line tables, the dev profile's everything); a smaller install on a device.
-cargo deb -p workjournal-cli --profile "$profile" --no-build --strip
+# A --dev package goes to debian/dev/, never in place of a release one.
+# cargo-deb 3.8.0 warns that it will refuse `--profile dev` some day: the
+# version is pinned (.ci/run), and CI saves a release build (8 min here).
+output="$target/debian/"
+[ "$profile" = release ] || output="$target/debian/dev/"
+cargo deb -p workjournal-cli --profile "$profile" --no-build --strip --output "$output"
