@@ -134,3 +134,91 @@ fn man_writes_one_page_per_command_and_subcommand() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("cannot write man pages"));
 }
+
+/// The asset sources of cli/Cargo.toml's `[package.metadata.deb]` that
+/// scripts/deb-assets.sh makes, relative to its output dir:
+/// `man/*.1.gz`, `completions/workjournal.bash`, ...
+fn deb_asset_sources() -> Vec<String> {
+    let manifest =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")).unwrap();
+    let prefix = "\"target/release/deb-assets/";
+    manifest
+        .lines()
+        .filter_map(|l| {
+            let start = l.find(prefix)? + prefix.len();
+            let len = l[start..].find('"')?;
+            Some(l[start..start + len].to_string())
+        })
+        .collect()
+}
+
+/// scripts/deb-assets.sh, run on the test's binary, writes every file the
+/// .deb's metadata takes from it: one gzipped page per command and
+/// subcommand, and the three completion scripts.
+#[test]
+fn deb_assets_script_writes_what_the_package_takes() {
+    let dir = tempfile::tempdir().unwrap();
+    // The script writes beside the binary it is given: a link in the temp
+    // dir keeps the target dir untouched.
+    let bin = dir.path().join("workjournal");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_workjournal"), &bin).unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/deb-assets.sh");
+    let out = Command::new(script)
+        .arg(&bin)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let assets = dir.path().join("deb-assets");
+
+    let mut expected = BTreeSet::new();
+    expected_pages(dir.path(), &[], &mut expected);
+    let pages: BTreeSet<String> = std::fs::read_dir(assets.join("man"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let expected_gz: BTreeSet<String> = expected.iter().map(|p| format!("{p}.gz")).collect();
+    assert_eq!(pages, expected_gz, "one gzipped page per command");
+    let add = Command::new("gzip")
+        .arg("-dc")
+        .arg(assets.join("man/workjournal-add.1.gz"))
+        .output()
+        .unwrap();
+    assert!(add.status.success());
+    assert!(text(&add.stdout).contains(".TH "), "not a man page");
+
+    let sources = deb_asset_sources();
+    assert_eq!(sources.len(), 4, "{sources:?}");
+    for source in &sources {
+        if let Some(suffix) = source.strip_prefix("man/*") {
+            assert_eq!(suffix, ".1.gz");
+            continue;
+        }
+        let meta = std::fs::metadata(assets.join(source)).unwrap();
+        assert!(meta.len() > 1000, "{source} is {} bytes", meta.len());
+    }
+    assert!(text(&out.stdout).contains(&format!("wrote {} man pages", expected.len())));
+
+    // A second run starts over: a page left from before is gone.
+    std::fs::write(assets.join("man/workjournal-gone.1.gz"), "").unwrap();
+    let again = Command::new(script).arg(&bin).output().unwrap();
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    assert!(!assets.join("man/workjournal-gone.1.gz").exists());
+}
+
+/// The maintainer scripts parse, and keep the token cargo-deb replaces
+/// with its systemd lines.
+#[test]
+fn maintainer_scripts_parse_and_take_the_systemd_lines() {
+    for name in ["postinst", "postrm"] {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/debian/").to_string() + name;
+        let script = std::fs::read_to_string(&path).unwrap();
+        assert!(script.starts_with("#!/bin/sh\n"), "{name}");
+        assert!(
+            script.contains("\n#DEBHELPER#\n"),
+            "{name} lacks #DEBHELPER#"
+        );
+        let check = Command::new("sh").arg("-n").arg(&path).output().unwrap();
+        assert!(check.status.success(), "{name}: {}", text(&check.stderr));
+    }
+}
