@@ -42,6 +42,7 @@ mod connect;
 mod connection;
 pub(crate) mod forward;
 mod options;
+mod prelude;
 mod queue;
 pub(crate) mod reply;
 mod scripts;

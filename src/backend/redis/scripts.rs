@@ -4,6 +4,7 @@
 
 use redis::Value;
 
+use super::prelude::prelude_for;
 use super::{EVENTS_PER_READ, MAX_LUA_MS, RedisQueue, bounded, redis_err};
 use crate::clock::CLOCK_STEP_TOLERANCE_MS;
 use crate::config::ms;
@@ -57,12 +58,13 @@ pub(super) struct Script {
     hash: String,
 }
 
-/// One script: the constants, the shared prelude, then its own body.
+/// One script: the constants, the part of the shared prelude its body
+/// reaches ([`prelude_for`]), then its own body.
 pub(super) fn script(body: &str) -> Script {
     let code = format!(
         "{}{}\n{}",
         lua_constants(),
-        include_str!("scripts/common.lua"),
+        prelude_for(include_str!("scripts/common.lua"), body),
         body
     );
     let hash = redis::Script::new(&code).get_hash().to_string();
