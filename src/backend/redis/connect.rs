@@ -92,7 +92,7 @@ impl RedisQueue {
             config,
             clock,
             options,
-            scripts: Scripts::new(),
+            scripts: Scripts::shared(),
             closed: AtomicBool::new(false),
             durable: AtomicBool::new(true),
             close_signal: tokio::sync::Notify::new(),

@@ -81,7 +81,7 @@ struct Inner {
     config: Config,
     clock: Option<SharedClock>,
     options: RedisOptions,
-    scripts: Scripts,
+    scripts: &'static Scripts,
     closed: AtomicBool,
     /// What `stats().durable` says: false when the server keeps no
     /// persistence at all (read at connect, SPEC 1).

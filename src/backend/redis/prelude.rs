@@ -16,7 +16,7 @@
 //! that only appears in a comment or a string takes its definition in as
 //! well: harmless, the script is then as before.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One top-level statement of the prelude, with the comment lines after it
 /// up to the next statement, and the names it defines.
@@ -85,6 +85,12 @@ fn words(text: &str) -> impl Iterator<Item = &str> {
 /// the statements it takes, joined in the prelude's order.
 pub(super) fn prelude_for(prelude: &str, body: &str) -> String {
     let blocks = blocks(prelude);
+    let mut by_name: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, b) in blocks.iter().enumerate() {
+        for name in &b.defines {
+            by_name.entry(name).or_default().push(i);
+        }
+    }
     let mut taken = vec![false; blocks.len()];
     let mut wanted: Vec<&str> = words(body).collect();
     let mut seen: BTreeSet<&str> = BTreeSet::new();
@@ -92,10 +98,10 @@ pub(super) fn prelude_for(prelude: &str, body: &str) -> String {
         if !seen.insert(word) {
             continue;
         }
-        for (i, b) in blocks.iter().enumerate() {
-            if !taken[i] && b.defines.contains(&word) {
+        for &i in by_name.get(word).into_iter().flatten() {
+            if !taken[i] {
                 taken[i] = true;
-                wanted.extend(words(b.text));
+                wanted.extend(words(blocks[i].text));
             }
         }
     }

@@ -107,7 +107,14 @@ pub(super) struct Scripts {
 }
 
 impl Scripts {
-    pub(super) fn new() -> Self {
+    /// The scripts, made once per process and shared by every handle:
+    /// their text, prelude cut and SHA1 are the same for all.
+    pub(super) fn shared() -> &'static Scripts {
+        static SCRIPTS: std::sync::OnceLock<Scripts> = std::sync::OnceLock::new();
+        SCRIPTS.get_or_init(Scripts::new)
+    }
+
+    fn new() -> Self {
         Scripts {
             add: script!("add"),
             claim: script!("claim"),
