@@ -57,6 +57,21 @@ pub enum Error {
         /// number (SPEC section 2, receipt).
         lease: u64,
     },
+    /// The receipt's item was cancelled while it ran (SPEC 3, Cancelling):
+    /// the call that got this changed nothing it asked for, and the item
+    /// has ended as cancelled (its outcome says so; it is neither retried
+    /// nor dead-lettered). Stop working on it.
+    #[error(
+        "item {id} was cancelled (delivery {delivery}, lease {lease}): stop working on it; it has ended as cancelled"
+    )]
+    Cancelled {
+        /// The item's id.
+        id: u64,
+        /// The delivery number the receipt named.
+        delivery: u32,
+        /// The lease number the receipt named.
+        lease: u64,
+    },
     /// Another process (or another handle in this process) holds the queue
     /// file. Close the other one, or point this one at another file.
     #[error("queue file {} is locked by another process or handle", path.display())]
@@ -142,7 +157,7 @@ impl Error {
         )
     }
 
-    /// The error's kind in one word: `full`, `lease_lost`, `locked`,
+    /// The error's kind in one word: `full`, `lease_lost`, `cancelled`, `locked`,
     /// `corrupt`, `io`, `storage`, `backend`, `decode`, `invalid_input` or
     /// `closed`. The wire's error kinds (SPEC 10) and the `outcome` label
     /// of the metrics (SPEC 12.3) are these names.
@@ -150,6 +165,7 @@ impl Error {
         match self {
             Error::Full { .. } => "full",
             Error::LeaseLost { .. } => "lease_lost",
+            Error::Cancelled { .. } => "cancelled",
             Error::Locked { .. } => "locked",
             Error::Corrupt { .. } => "corrupt",
             Error::Io { .. } => "io",
@@ -166,9 +182,23 @@ impl Error {
         matches!(self, Error::LeaseLost { .. })
     }
 
+    /// True for [`Error::Cancelled`].
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, Error::Cancelled { .. })
+    }
+
     /// [`Error::LeaseLost`] naming every field of `receipt`.
     pub(crate) fn lease_lost(receipt: &crate::item::Receipt) -> Self {
         Error::LeaseLost {
+            id: receipt.id,
+            delivery: receipt.delivery,
+            lease: receipt.lease,
+        }
+    }
+
+    /// [`Error::Cancelled`] naming every field of `receipt`.
+    pub(crate) fn cancelled(receipt: &crate::item::Receipt) -> Self {
+        Error::Cancelled {
             id: receipt.id,
             delivery: receipt.delivery,
             lease: receipt.lease,
@@ -213,6 +243,15 @@ impl Error {
                 delivery,
                 lease,
             } => Error::LeaseLost {
+                id: *id,
+                delivery: *delivery,
+                lease: *lease,
+            },
+            Error::Cancelled {
+                id,
+                delivery,
+                lease,
+            } => Error::Cancelled {
                 id: *id,
                 delivery: *delivery,
                 lease: *lease,

@@ -232,6 +232,25 @@ pub struct Reclaimed {
     /// letters (reason `"max deliveries exceeded"`), in the order met; the
     /// receipt's `delivery` is the delivery that went stale.
     pub dead_lettered: Vec<Receipt>,
+    /// The receipts of the stale claims of items that were cancelled while
+    /// they ran (SPEC 3, Cancelling): they ended as cancelled here, never
+    /// to run again. In the order met.
+    pub cancelled: Vec<Receipt>,
+}
+
+/// What `cancel` did (SPEC 3, Cancelling).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CancelOutcome {
+    /// The item was waiting (backlog, due lane, held by a flow limit,
+    /// delayed or parked) and has ended as cancelled.
+    Ended,
+    /// The item is pending: it is marked, and its holder's next call with
+    /// its receipt (or a reclaim of it) ends it as cancelled, answering
+    /// [`Error::Cancelled`](crate::Error::Cancelled).
+    Marked,
+    /// The queue holds no item of that id: never added, already finished
+    /// (acked, cancelled) or removed.
+    NotFound,
 }
 
 /// What `retry` did with the item.

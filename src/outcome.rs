@@ -6,8 +6,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
-/// How an item finished (SPEC 3, Outcomes and progress).
+/// How an item finished (SPEC 3, Outcomes and progress; Cancelling).
+///
+/// New kinds may come as the contract grows, so a `match` outside this
+/// crate needs a `_` arm.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum OutcomeKind {
     /// Acked; `result` is what the ack carried (empty for a plain `ack`).
     Done {
@@ -19,6 +23,10 @@ pub enum OutcomeKind {
         /// The dead letter's reason.
         reason: String,
     },
+    /// Cancelled (SPEC 3, Cancelling): by `cancel` while it waited, or
+    /// by its holder's next call after a `cancel` while it ran. It never
+    /// runs again.
+    Cancelled,
 }
 
 /// The outcome of one item, kept for `result_ttl` after it finished, by the
@@ -35,20 +43,27 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// The result bytes of a done item; `None` for a dead-lettered one.
+    /// The result bytes of a done item; `None` for a dead-lettered or
+    /// cancelled one.
     pub fn result(&self) -> Option<&[u8]> {
         match &self.kind {
             OutcomeKind::Done { result } => Some(result),
-            OutcomeKind::DeadLettered { .. } => None,
+            OutcomeKind::DeadLettered { .. } | OutcomeKind::Cancelled => None,
         }
     }
 
-    /// The reason of a dead-lettered item; `None` for a done one.
+    /// The reason of a dead-lettered item; `None` for a done or cancelled
+    /// one.
     pub fn reason(&self) -> Option<&str> {
         match &self.kind {
-            OutcomeKind::Done { .. } => None,
             OutcomeKind::DeadLettered { reason } => Some(reason),
+            OutcomeKind::Done { .. } | OutcomeKind::Cancelled => None,
         }
+    }
+
+    /// Whether the item was cancelled (SPEC 3, Cancelling).
+    pub fn is_cancelled(&self) -> bool {
+        self.kind == OutcomeKind::Cancelled
     }
 
     /// Decode a done item's result written with [`encode_result`] (bincode 2,
@@ -62,7 +77,11 @@ impl Outcome {
         let Some(bytes) = self.result() else {
             return Err(Error::Decode {
                 what: format!("result of item {}", self.id),
-                detail: "the item was dead-lettered and has no result".to_string(),
+                detail: if self.is_cancelled() {
+                    "the item was cancelled and has no result".to_string()
+                } else {
+                    "the item was dead-lettered and has no result".to_string()
+                },
             });
         };
         bincode::serde::decode_from_slice(bytes, bincode::config::standard())

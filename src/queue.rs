@@ -8,7 +8,8 @@ use std::time::Duration;
 use crate::browse::{ItemPage, ListQuery, ListedItem};
 use crate::error::Result;
 use crate::item::{
-    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
+    Added, CancelOutcome, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed,
+    RetryOutcome, Stats,
 };
 use crate::limit::{FlowLimit, FlowLimits};
 use crate::outcome::{Chunk, Outcome};
@@ -579,6 +580,53 @@ pub trait WorkQueue: Send + Sync {
     /// removed; nothing changes. `Decode` for an unreadable record.
     fn remove(&self, id: u64) -> impl Future<Output = Result<bool>> + Send {
         ask!(self, Request::Remove { id }, Bool)
+    }
+
+    /// Cancel item `id` (SPEC 3, Cancelling). An item that is waiting
+    /// (backlog, due lane, or held by a flow limit), delayed or parked ends
+    /// at once as cancelled: it leaves its state, and its outcome
+    /// ([`OutcomeKind::Cancelled`](crate::OutcomeKind::Cancelled), kept
+    /// for `result_ttl` as any outcome) wakes `wait_outcome` waiters; its
+    /// progress and chunks live as long as that outcome, and its dedup key
+    /// stays taken until its window ends. A pending item is marked
+    /// ([`CancelOutcome::Marked`]): the next call its holder makes with
+    /// the receipt (`ack`, `touch`, `set_progress`, `send_chunk`, `retry`,
+    /// `release`, `dead_letter`, `park`; each of `ack_batch`) ends it as
+    /// cancelled and answers [`Error::Cancelled`](crate::Error::Cancelled);
+    /// a reclaim of its stale claim ends it too
+    /// ([`Reclaimed::cancelled`]). [`WorkQueue::wait_cancelled`] tells a
+    /// holder at once. Cancelling a marked item again answers `Marked`;
+    /// an id the queue does not hold answers `NotFound`. Nothing changes
+    /// for those two.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for a dead letter (it has finished: `remove` deletes
+    /// it, `redrive` runs it again); nothing changes. `Decode` for an
+    /// unreadable record.
+    fn cancel(&self, id: u64) -> impl Future<Output = Result<CancelOutcome>> + Send {
+        ask!(self, Request::Cancel { id }, Cancel)
+    }
+
+    /// The ids among `ids` whose items are pending and marked by
+    /// [`WorkQueue::cancel`], ascending (SPEC 3, Cancelling). While there
+    /// are none it waits up to `wait` (real time, like a claim's) and
+    /// returns as soon as one of them is marked, from any process, without
+    /// polling (memory and embedded: an in-process wake-up; a server's
+    /// clients: the server's; Redis: a blocking read of the namespace's
+    /// events stream, in rounds of at most 10 s). Empty when the wait runs
+    /// out. Read only: dropping the future changes nothing. A worker calls
+    /// it with the ids it holds, to stop their handlers.
+    ///
+    /// # Errors
+    ///
+    /// Only the common ones; `Decode` for an unreadable record.
+    fn wait_cancelled(
+        &self,
+        ids: Vec<u64>,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Vec<u64>>> + Send {
+        ask!(self, Request::WaitCancelled { ids, wait }, Ids)
     }
 
     /// Exact counts of every state.

@@ -12,7 +12,8 @@ use std::time::Duration;
 use crate::browse::{ItemPage, ListQuery, ListedItem};
 use crate::error::Error;
 use crate::item::{
-    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
+    Added, CancelOutcome, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed,
+    RetryOutcome, Stats,
 };
 use crate::limit::{FlowLimit, FlowLimits};
 use crate::outcome::{Chunk, Outcome};
@@ -119,6 +120,10 @@ pub enum Request {
     PurgeDeadLetters,
     /// [`WorkQueue::remove`](crate::WorkQueue::remove) → [`Reply::Bool`].
     Remove { id: u64 },
+    /// [`WorkQueue::cancel`](crate::WorkQueue::cancel) → [`Reply::Cancel`].
+    Cancel { id: u64 },
+    /// [`WorkQueue::wait_cancelled`](crate::WorkQueue::wait_cancelled) → [`Reply::Ids`].
+    WaitCancelled { ids: Vec<u64>, wait: Duration },
     /// [`WorkQueue::stats`](crate::WorkQueue::stats) → [`Reply::Stats`].
     Stats,
     /// [`WorkQueue::backlog_by_flow`](crate::WorkQueue::backlog_by_flow) → [`Reply::BacklogByFlow`].
@@ -194,6 +199,8 @@ impl Request {
             Request::Redrive { .. } => "redrive",
             Request::PurgeDeadLetters => "purge_dead_letters",
             Request::Remove { .. } => "remove",
+            Request::Cancel { .. } => "cancel",
+            Request::WaitCancelled { .. } => "wait_cancelled",
             Request::Stats => "stats",
             Request::BacklogByFlow { .. } => "backlog_by_flow",
             Request::Peek { .. } => "peek",
@@ -227,6 +234,7 @@ impl Request {
                 | Request::FlowLimits
                 | Request::WasDone { .. }
                 | Request::DeadLetters { .. }
+                | Request::WaitCancelled { .. }
                 | Request::Stats
                 | Request::BacklogByFlow { .. }
                 | Request::Peek { .. }
@@ -297,6 +305,10 @@ pub enum Reply {
     Times(Vec<u64>),
     /// What firing the schedules did.
     Fired(Fired),
+    /// What `cancel` did.
+    Cancel(CancelOutcome),
+    /// Item ids, ascending.
+    Ids(Vec<u64>),
 }
 
 impl Reply {
@@ -330,6 +342,8 @@ impl Reply {
             Reply::Schedules(_) => "schedules",
             Reply::Times(_) => "times",
             Reply::Fired(_) => "fired",
+            Reply::Cancel(_) => "cancel",
+            Reply::Ids(_) => "ids",
         }
     }
 

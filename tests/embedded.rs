@@ -960,7 +960,7 @@ async fn deferred_records_stay_within_their_bound() {
     q.close().await.unwrap();
 }
 
-/// A schema-3 file opens as schema 6 (it has no deferred deletes), keeps
+/// A schema-3 file opens as schema 7 (it has no deferred deletes), keeps
 /// its items, and its acks of spread ids are deferred from then on.
 #[tokio::test]
 async fn a_schema_3_file_migrates_by_its_version() {
@@ -979,7 +979,7 @@ async fn a_schema_3_file_migrates_by_its_version() {
     let q = open(&path, &clock).await;
     let tables = q.dump_tables().await.unwrap();
     assert!(
-        tables["meta"].iter().any(|r| r == "\"schema_version\" = 6"),
+        tables["meta"].iter().any(|r| r == "\"schema_version\" = 7"),
         "{:?}",
         tables["meta"]
     );
@@ -991,7 +991,7 @@ async fn a_schema_3_file_migrates_by_its_version() {
 }
 
 /// SPEC 6, schema 5: a schema-4 file (made by this build, its version set
-/// back) opens as schema 6 by its version alone, keeps every item in its
+/// back) opens as schema 7 by its version alone, keeps every item in its
 /// state, and takes the operations of schema 5 (promote, remove, the
 /// atomic back-off) from then on, across a reopen.
 #[tokio::test]
@@ -1013,7 +1013,7 @@ async fn a_schema_4_file_migrates_by_its_version() {
     let q = open(&path, &clock).await;
     let tables = q.dump_tables().await.unwrap();
     assert!(
-        tables["meta"].iter().any(|r| r == "\"schema_version\" = 6"),
+        tables["meta"].iter().any(|r| r == "\"schema_version\" = 7"),
         "{:?}",
         tables["meta"]
     );
@@ -1035,12 +1035,12 @@ async fn a_schema_4_file_migrates_by_its_version() {
     q.close().await.unwrap();
 }
 
-/// SPEC 6: a file of a newer schema than this build's (here 7, one past
-/// schema 6) is refused with `Decode` at open and its contents left as
+/// SPEC 6: a file of a newer schema than this build's (here 8, one past
+/// schema 7) is refused with `Decode` at open and its contents left as
 /// they were (the version is not lowered, no item is touched), so that
 /// the build that wrote it still opens it.
 #[tokio::test]
-async fn a_schema_7_file_is_refused_and_left_unchanged() {
+async fn a_schema_8_file_is_refused_and_left_unchanged() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("q.redb");
     let clock = ManualClock::new(T0);
@@ -1048,18 +1048,18 @@ async fn a_schema_7_file_is_refused_and_left_unchanged() {
     q.add(NewItem::new(b"kept".to_vec())).await.unwrap();
     q.close().await.unwrap();
     drop(q);
-    set_meta(&path, "schema_version", 7);
+    set_meta(&path, "schema_version", 8);
     match EmbeddedQueue::open(&path, config(&clock)).await {
         Err(Error::Decode { detail, .. }) => {
-            assert!(detail.contains("schema version 7"), "{detail}");
-            assert!(detail.contains("up to version 6"), "{detail}");
+            assert!(detail.contains("schema version 8"), "{detail}");
+            assert!(detail.contains("up to version 7"), "{detail}");
         }
         other => panic!("expected Decode, got {other:?}"),
     }
     // redb rewrites its own header and allocator pages at any open; what
     // the file holds is as it was: the version, and the item under it.
-    assert_eq!(meta(&path, "schema_version"), Some(7));
-    set_meta(&path, "schema_version", 6);
+    assert_eq!(meta(&path, "schema_version"), Some(8));
+    set_meta(&path, "schema_version", 7);
     let q = open(&path, &clock).await;
     let got = q.claim(5, Duration::ZERO, ClaimFrom::All).await.unwrap();
     assert_eq!(got.len(), 1);
@@ -1338,9 +1338,10 @@ async fn a_version_1_lease_takes_its_count_from_the_item_record() {
                 out.extend(bincode::encode_to_vec(&rec, config).unwrap());
                 items.insert(id, out.as_slice()).unwrap();
                 let bytes = pending.get(id).unwrap().unwrap().value().to_vec();
-                assert_eq!(bytes[0], 3, "lease record version");
-                // Version 3: last touch, lease, lane, count, claim time.
-                let (lease, _): ((u64, u64, u8, u32, u64), usize) =
+                assert_eq!(bytes[0], 4, "lease record version");
+                // Version 4: last touch, lease, lane, count, claim time,
+                // cancel mark.
+                let (lease, _): ((u64, u64, u8, u32, u64, bool), usize) =
                     bincode::decode_from_slice(&bytes[1..], config).unwrap();
                 assert_eq!(lease.3, 1, "the lease carries the count");
                 let mut v1 = vec![1u8];
@@ -1504,11 +1505,11 @@ async fn looks_after_a_clock_step_back_never_write() {
 /// schema-4 build of the command (`add a`, `add b`, a `work` killed while
 /// it ran `a`, then `add c`, whose open wrote the claim into the file: `a`
 /// is pending under a version-2 lease, `b` and `c` wait),
-/// opens as schema 6. The old lease's one time, its last touch, reads as
+/// opens as schema 6 (and on, to the current schema). The old lease's one time, its last touch, reads as
 /// its claim time too; a new claim keeps its claim time apart from its
 /// heartbeats, also across a reopen (a version-3 lease).
 #[tokio::test]
-async fn a_schema_4_fixture_with_a_pending_claim_migrates_to_schema_6() {
+async fn a_schema_4_fixture_with_a_pending_claim_migrates_to_the_current_schema() {
     use workjournal::{ItemState, ListQuery};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("q.redb");
@@ -1526,7 +1527,7 @@ async fn a_schema_4_fixture_with_a_pending_claim_migrates_to_schema_6() {
     let q = open(&path, &clock).await;
     let tables = q.dump_tables().await.unwrap();
     assert!(
-        tables["meta"].iter().any(|r| r == "\"schema_version\" = 6"),
+        tables["meta"].iter().any(|r| r == "\"schema_version\" = 7"),
         "{:?}",
         tables["meta"]
     );
@@ -1567,5 +1568,91 @@ async fn a_schema_4_fixture_with_a_pending_claim_migrates_to_schema_6() {
     let waiting = q.claim(5, Duration::ZERO, ClaimFrom::All).await.unwrap();
     let payloads: Vec<&[u8]> = waiting.iter().map(|c| c.item.payload.as_slice()).collect();
     assert_eq!(payloads, [b"b".as_slice(), b"c".as_slice()]);
+    q.close().await.unwrap();
+}
+
+/// SPEC 6, schema 7: `tests/fixtures/schema6.redb`, made by a schema-6
+/// build of the command (`add done-me`, run with `cat --keep-stdout`;
+/// `add dead-me`, run with `exit 3` and one delivery; `add hold-me`, its
+/// `work` SIGKILLed while it ran; `add wait-me`; `add --at
+/// 2030-01-02T03:04:05Z later-me`; `compact`), opens as schema 7 with
+/// every item and outcome where it was. Its version-3 lease reads
+/// unmarked and takes the cancel mark; its outcome records read as
+/// before, and a cancelled outcome is written and read back across a
+/// reopen.
+#[tokio::test]
+async fn a_schema_6_fixture_migrates_to_schema_7_and_cancels() {
+    use workjournal::{CancelOutcome, ItemState, ListQuery, OutcomeKind};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/schema6.redb"),
+        &path,
+    )
+    .unwrap();
+    // A minute after the fixture was made (December 2026).
+    let clock = ManualClock::new(1_796_656_500_000);
+    let q = open(&path, &clock).await;
+    let tables = q.dump_tables().await.unwrap();
+    assert!(
+        tables["meta"].iter().any(|r| r == "\"schema_version\" = 7"),
+        "{:?}",
+        tables["meta"]
+    );
+    let done = q.outcome(1).await.unwrap().expect("item 1's outcome");
+    assert_eq!(done.result(), Some(b"done-me".as_slice()));
+    let dead = q.outcome(2).await.unwrap().expect("item 2's outcome");
+    assert!(dead.reason().is_some(), "{dead:?}");
+    let pending = q
+        .list(ListQuery::new(ItemState::Pending))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(pending.len(), 1);
+    assert_eq!(
+        (pending[0].item.id, &pending[0].item.payload[..]),
+        (3, &b"hold-me"[..])
+    );
+    let s = q.stats().await.unwrap();
+    assert_eq!(
+        (s.backlog, s.delayed, s.pending, s.dead_letters),
+        (1, 1, 1, 1)
+    );
+
+    assert_eq!(q.cancel(3).await.unwrap(), CancelOutcome::Marked);
+    assert_eq!(q.cancel(4).await.unwrap(), CancelOutcome::Ended);
+    assert_eq!(q.cancel(5).await.unwrap(), CancelOutcome::Ended);
+    assert!(matches!(q.cancel(2).await, Err(Error::InvalidInput(_))));
+    q.close().await.unwrap();
+    drop(q);
+    // The mark is stored: after a reopen the orphaned claim is reclaimed
+    // and ends as cancelled.
+    let q = open(&path, &clock).await;
+    assert_eq!(
+        q.wait_cancelled(vec![3, 4], Duration::ZERO).await.unwrap(),
+        vec![3]
+    );
+    let r = q.reclaim(Duration::from_secs(30), 10).await.unwrap();
+    assert!(r.claimed.is_empty(), "{r:?}");
+    assert_eq!(r.cancelled.len(), 1);
+    assert_eq!(r.cancelled[0].id, 3);
+    q.close().await.unwrap();
+    drop(q);
+    let q = open(&path, &clock).await;
+    for id in [3, 4, 5] {
+        let o = q.outcome(id).await.unwrap().expect("a cancelled outcome");
+        assert_eq!(o.kind, OutcomeKind::Cancelled, "item {id}");
+    }
+    assert_eq!(
+        q.outcome(1).await.unwrap().map(|o| o.kind),
+        Some(OutcomeKind::Done {
+            result: b"done-me".to_vec()
+        })
+    );
+    let s = q.stats().await.unwrap();
+    assert_eq!(
+        (s.backlog, s.delayed, s.pending, s.dead_letters),
+        (0, 0, 0, 1)
+    );
     q.close().await.unwrap();
 }

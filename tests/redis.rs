@@ -1264,7 +1264,7 @@ async fn a_namespace_of_a_newer_layout_is_refused_untouched(kind: RedisKind) {
     q.add(NewItem::new(b"kept".to_vec())).await.unwrap();
     q.close().await.unwrap();
     let mut conn = raw(&url).await;
-    assert_eq!(layout_of(&mut conn, &ns).await, "1");
+    assert_eq!(layout_of(&mut conn, &ns).await, "2");
     // Tried: a higher layout (a newer build wrote the namespace) and one
     // that is not a number (something else wrote the key): both refused,
     // neither overwritten.
@@ -1284,8 +1284,11 @@ async fn a_namespace_of_a_newer_layout_is_refused_untouched(kind: RedisKind) {
             "the refused namespace was changed"
         );
     }
+    // A layout-1 namespace (the layout before cancelling) reads as it is
+    // and is recorded as layout 2.
     set_layout(&mut conn, &ns, "1").await;
     let q = connect(&url, &ns, Config::default()).await;
+    assert_eq!(layout_of(&mut conn, &ns).await, "2");
     let got = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
     assert_eq!(got[0].item.payload, b"kept");
     q.close().await.unwrap();
@@ -1740,4 +1743,74 @@ async fn stats_say_durable_only_when_redis_persists() {
     .unwrap();
     let q = connect(&persisting.url(), &fresh_namespace(), Config::default()).await;
     assert!(q.stats().await.unwrap().durable);
+}
+
+/// SPEC 6, layout 2: `tests/fixtures/redis_layout1.rdb` is a Redis 7.0
+/// snapshot of namespace `fx` written by a layout-1 build of the command
+/// (`add done-me`, run with `cat --keep-stdout`; `add dead-me`, run with
+/// `exit 3` and one delivery; `add hold-me`, its `work` killed while it
+/// ran; `add wait-me`; `add --at 2030-01-02T03:04:05Z later-me`). It
+/// opens at layout 2 with every item where it was, and cancelling works
+/// on its items: the pending one is marked and ends at the reclaim of its
+/// stale claim, the waiting ones end at once, the dead letter is refused.
+#[tokio::test]
+async fn a_layout_1_snapshot_migrates_to_layout_2_and_cancels() {
+    use workjournal::{CancelOutcome, ItemState, ListQuery};
+    let mut server = RedisServer::start().unwrap();
+    server.kill();
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/redis_layout1.rdb"
+        ),
+        server.dir().join("dump.rdb"),
+    )
+    .unwrap();
+    server.restart().unwrap();
+    let url = server.url();
+    let mut conn = raw(&url).await;
+    assert_eq!(layout_of(&mut conn, "fx").await, "1");
+    // A minute after the snapshot was made (December 2026).
+    let clock = ManualClock::new(1_796_656_600_000);
+    let q = connect(&url, "fx", Config::default().clock(clock.clone())).await;
+    assert_eq!(layout_of(&mut conn, "fx").await, "2");
+    let done = q.outcome(1).await.unwrap().expect("item 1's outcome");
+    assert_eq!(done.result(), Some(b"done-me".as_slice()));
+    let dead = q.dead_letters(5).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].item.id, 2);
+    let pending = q
+        .list(ListQuery::new(ItemState::Pending))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(pending.len(), 1);
+    assert_eq!(
+        (pending[0].item.id, &pending[0].item.payload[..]),
+        (3, &b"hold-me"[..])
+    );
+    let s = q.stats().await.unwrap();
+    assert_eq!(
+        (s.backlog, s.delayed, s.pending, s.dead_letters),
+        (1, 1, 1, 1)
+    );
+
+    assert_eq!(q.cancel(3).await.unwrap(), CancelOutcome::Marked);
+    assert_eq!(q.cancel(4).await.unwrap(), CancelOutcome::Ended);
+    assert_eq!(q.cancel(5).await.unwrap(), CancelOutcome::Ended);
+    assert!(matches!(q.cancel(2).await, Err(Error::InvalidInput(_))));
+    let r = q.reclaim(Duration::from_secs(30), 10).await.unwrap();
+    assert!(r.claimed.is_empty(), "{r:?}");
+    assert_eq!(r.cancelled.len(), 1);
+    assert_eq!(r.cancelled[0].id, 3);
+    for id in [3, 4, 5] {
+        let o = q.outcome(id).await.unwrap().expect("a cancelled outcome");
+        assert_eq!(o.kind, OutcomeKind::Cancelled, "item {id}");
+    }
+    let s = q.stats().await.unwrap();
+    assert_eq!(
+        (s.backlog, s.delayed, s.pending, s.dead_letters),
+        (0, 0, 0, 1)
+    );
+    q.close().await.unwrap();
 }

@@ -26,6 +26,7 @@ Exit codes:
   10   work --until-empty finished, but items were dead-lettered in the run;
        add --wait / result: the item was dead-lettered (the reason is on stderr)
   11   add --wait: --timeout ran out before the item finished
+  12   add --wait / result: the item was cancelled
   75   (from a work --exec command, not from workjournal) back this item's
        flow off: the item is given back and the flow held for every worker
        for the time its last stderr line names (retry-after: 30s), else
@@ -205,8 +206,9 @@ pub(crate) enum Command {
     },
     /// Give free space in the queue file back to the file system.
     Compact,
-    /// Print item ID's result (exit 10 if it was dead-lettered, 9 if it has
-    /// no outcome: not finished, or finished longer ago than the result TTL).
+    /// Print item ID's result (exit 10 if it was dead-lettered, 12 if it was
+    /// cancelled, 9 if it has no outcome: not finished, or finished longer
+    /// ago than the result TTL).
     Result {
         /// The item id (as `add` printed it).
         id: u64,

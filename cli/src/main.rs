@@ -59,6 +59,7 @@ pub(crate) mod code {
     pub(crate) const NOT_FOUND: u8 = 9;
     pub(crate) const DEAD_LETTERED: u8 = 10;
     pub(crate) const TIMED_OUT: u8 = 11;
+    pub(crate) const CANCELLED: u8 = 12;
     pub(crate) const INTERRUPTED: u8 = 130;
 }
 

@@ -11,7 +11,7 @@ use crate::{CliError, CliResult, code};
 
 /// Wait up to `wait` for item `id`'s outcome and print it: a done item's
 /// result raw on stdout (exit 0); a dead-lettered item's reason as the error
-/// (exit 10). No outcome in time is `none_code` (11 for `add --wait`, 9 for
+/// (exit 10); a cancelled item as the error (exit 12). No outcome in time is `none_code` (11 for `add --wait`, 9 for
 /// `result`).
 pub(crate) async fn print_outcome(
     queue: &BoxQueue,
@@ -120,6 +120,15 @@ fn print(outcome: Option<Outcome>, id: u64, wait: Duration, none_code: u8) -> Cl
                 "item {id} was dead-lettered: {}",
                 crate::display::reason_line(&reason)
             ),
+        )),
+        OutcomeKind::Cancelled => Err(CliError::new(
+            code::CANCELLED,
+            format!("item {id} was cancelled"),
+        )),
+        // A kind of a newer contract than this command knows.
+        _ => Err(CliError::new(
+            code::FAILURE,
+            format!("item {id} finished in a way this workjournal does not know: upgrade it"),
         )),
     }
 }

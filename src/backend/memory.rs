@@ -45,6 +45,9 @@ struct Lease {
     lane: Lane,
     /// Claimed before the last [`Model::reopen`]: stale whatever `min_idle`.
     orphan: bool,
+    /// Marked by `cancel` (SPEC 3, Cancelling): the holder's next call
+    /// ends the item.
+    cancelling: bool,
 }
 
 /// The reference state machine: every operation of SPEC section 3 as a plain

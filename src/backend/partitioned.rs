@@ -264,6 +264,18 @@ impl<Q: WorkQueue> PartitionedQueue<Q> {
                 },
                 Err(e) => e,
             },
+            Error::Cancelled {
+                id,
+                delivery,
+                lease,
+            } => match self.global(p, id) {
+                Ok(id) => Error::Cancelled {
+                    id,
+                    delivery,
+                    lease,
+                },
+                Err(e) => e,
+            },
             e => e,
         }
     }

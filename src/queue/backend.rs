@@ -15,7 +15,8 @@ use std::time::Duration;
 use crate::browse::{ItemPage, ListQuery, ListedItem};
 use crate::error::Result;
 use crate::item::{
-    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
+    Added, CancelOutcome, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed,
+    RetryOutcome, Stats,
 };
 use crate::limit::{FlowLimit, FlowLimits};
 use crate::outcome::{Chunk, Outcome};
@@ -129,6 +130,12 @@ pub(crate) trait Backend: Send + Sync {
             ))
         }
     }
+    fn cancel(&self, id: u64) -> impl Future<Output = Result<CancelOutcome>> + Send;
+    fn wait_cancelled(
+        &self,
+        ids: Vec<u64>,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Vec<u64>>> + Send;
     fn stats(&self) -> impl Future<Output = Result<Stats>> + Send;
     fn backlog_by_flow(
         &self,
@@ -323,6 +330,8 @@ pub(crate) async fn dispatch<B: Backend>(backend: &B, request: Request) -> Resul
         Request::Redrive { id } => Reply::Bool(b.redrive(id).await?),
         Request::PurgeDeadLetters => Reply::Count(b.purge_dead_letters().await?),
         Request::Remove { id } => Reply::Bool(b.remove(id).await?),
+        Request::Cancel { id } => Reply::Cancel(b.cancel(id).await?),
+        Request::WaitCancelled { ids, wait } => Reply::Ids(b.wait_cancelled(ids, wait).await?),
         Request::Stats => Reply::Stats(b.stats().await?),
         Request::BacklogByFlow { sample } => Reply::BacklogByFlow(b.backlog_by_flow(sample).await?),
         Request::Peek { count } => Reply::Items(b.peek(count).await?),

@@ -65,6 +65,9 @@ pub(super) async fn execute(state: &AppState, request: Request, access: Access) 
         QueueRequest::WaitChunks { .. } => {
             until_shutdown(state, q.call(request), Reply::Chunks(Vec::new())).await
         }
+        QueueRequest::WaitCancelled { .. } => {
+            until_shutdown(state, q.call(request), Reply::Ids(Vec::new())).await
+        }
         _ => q.call(request).await,
     };
     match (chunks_of, result) {

@@ -287,12 +287,13 @@ fn request_schema(op: &str, g: &mut SchemaGenerator) -> Option<Schema> {
         "pause" | "resume" | "step" | "clear_flow" | "parked" => g.subschema_for::<FlowRequest>(),
         "mark_done" | "was_done" => g.subschema_for::<DoneRequest>(),
         "dead_letters" | "peek" => g.subschema_for::<CountRequest>(),
-        "redrive" | "outcome" | "progress" | "find" | "promote" | "remove" => {
+        "redrive" | "outcome" | "progress" | "find" | "promote" | "remove" | "cancel" => {
             g.subschema_for::<IdRequest>()
         }
         "backlog_by_flow" => g.subschema_for::<SampleRequest>(),
         "ack_with_result" => g.subschema_for::<AckWithResultRequest>(),
         "wait_outcome" => g.subschema_for::<WaitOutcomeRequest>(),
+        "wait_cancelled" => g.subschema_for::<WaitCancelledRequest>(),
         "set_progress" => g.subschema_for::<SetProgressRequest>(),
         "send_chunk" => g.subschema_for::<SendChunkRequest>(),
         "wait_chunks" => g.subschema_for::<WaitChunksRequest>(),
@@ -329,6 +330,8 @@ fn reply_schema(op: &str, g: &mut SchemaGenerator) -> Option<Schema> {
         "step" => g.subschema_for::<Stepped>(),
         "retry" => g.subschema_for::<Retried>(),
         "reclaim" => g.subschema_for::<ReclaimedList>(),
+        "cancel" => g.subschema_for::<CancelReply>(),
+        "wait_cancelled" => g.subschema_for::<IdList>(),
         "outcome" | "wait_outcome" => g.subschema_for::<OutcomeReply>(),
         "progress" => g.subschema_for::<ProgressReply>(),
         "send_chunk" => g.subschema_for::<Seq>(),
@@ -452,6 +455,12 @@ fn summary(op: &str) -> &'static str {
         }
         "wait_outcome" => {
             "outcome, long-polling up to wait_ms (at most the server's max_wait per request) for it to exist."
+        }
+        "cancel" => {
+            "Cancel item id (SPEC 3, Cancelling): a waiting item ends as cancelled (ended), a pending one is marked for its holder (marked); not_found when the queue holds no such item; invalid_input for a dead letter."
+        }
+        "wait_cancelled" => {
+            "The ids among ids that are pending and marked cancelled, long-polling up to wait_ms (at most the server's max_wait per request) while none is."
         }
         "set_progress" => {
             "Publish progress for a held item (the latest is kept); lease_lost for a stale receipt."

@@ -26,6 +26,7 @@ const NOW: Duration = Duration::ZERO;
 // One file per topic; the case list is `conformance_case_list!` below.
 mod adding;
 mod browse;
+mod cancel;
 mod claiming;
 mod clock_steps;
 mod control;
@@ -43,6 +44,7 @@ mod timers;
 
 pub use adding::*;
 pub use browse::*;
+pub use cancel::*;
 pub use claiming::*;
 pub use clock_steps::*;
 pub use control::*;
@@ -288,6 +290,11 @@ macro_rules! conformance_case_list {
             promote_makes_a_delayed_item_due_now,
             remove_deletes_any_item_that_is_not_pending,
             remove_takes_an_item_a_flow_limit_holds,
+            cancel_ends_a_waiting_item_at_once,
+            cancel_marks_a_pending_item_for_its_holder,
+            touch_stops_at_the_first_cancelled_receipt,
+            a_stale_cancelled_claim_ends_at_reclaim,
+            wait_cancelled_wakes_on_a_mark,
             back_off_keeps_the_longer_hold,
             schedule_fires_each_slot_exactly_once,
             concurrent_firers_make_one_item_per_slot,

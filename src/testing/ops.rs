@@ -275,6 +275,13 @@ pub enum Op {
     /// `back_off` of a flow from [`FLOWS`] for 0 to 12.75 s in 50 ms steps
     /// (the longer back-off wins).
     BackOffFor(u8, u8),
+    /// `cancel` (SPEC 3, Cancelling): below 200, the id of an item the
+    /// queue holds (a pending one is marked, a dead letter refused) when
+    /// there is one, else as any id pick.
+    Cancel(u8),
+    /// `wait_cancelled` with no wait, of every pending item's id (the
+    /// marked ones answer).
+    WaitCancelled,
     /// SPEC 13: `upsert_schedule` of one of three names, its interval,
     /// catch-up, overlap and flow drawn from the second byte
     /// ([`schedule_of`]).

@@ -8,14 +8,15 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{
-    AckWithResultRequest, AddBatchRequest, AddDelayedRequest, AddedList, BackOffRequest, ChunkList,
-    ClaimRequest, ClaimedList, Count, CountRequest, DeadLetterList, DeadLetterRequest, Done,
-    DoneRequest, FiredReply, Flag, FlowCounts, FlowRequest, Flows, FoundReply, IdRequest, ItemList,
-    ItemPageReply, LimitsReply, ListRequest, NextDue, Now, OutcomeReply, PreviewScheduleRequest,
-    ProgressReply, ReceiptRequest, ReceiptsRequest, ReclaimRequest, ReclaimedList, Request,
-    Retried, RetryRequest, SampleRequest, ScheduleList, ScheduleNameRequest, SendChunkRequest, Seq,
-    SetFlowLimitRequest, SetProgressRequest, Stepped, Times, UpsertScheduleRequest,
-    WaitChunksRequest, WaitOutcomeRequest, WireAdded, WireNewItem, WireScheduleInfo, duration_ms,
+    AckWithResultRequest, AddBatchRequest, AddDelayedRequest, AddedList, BackOffRequest,
+    CancelReply, ChunkList, ClaimRequest, ClaimedList, Count, CountRequest, DeadLetterList,
+    DeadLetterRequest, Done, DoneRequest, FiredReply, Flag, FlowCounts, FlowRequest, Flows,
+    FoundReply, IdList, IdRequest, ItemList, ItemPageReply, LimitsReply, ListRequest, NextDue, Now,
+    OutcomeReply, PreviewScheduleRequest, ProgressReply, ReceiptRequest, ReceiptsRequest,
+    ReclaimRequest, ReclaimedList, Request, Retried, RetryRequest, SampleRequest, ScheduleList,
+    ScheduleNameRequest, SendChunkRequest, Seq, SetFlowLimitRequest, SetProgressRequest, Stepped,
+    Times, UpsertScheduleRequest, WaitCancelledRequest, WaitChunksRequest, WaitOutcomeRequest,
+    WireAdded, WireNewItem, WireScheduleInfo, duration_ms,
 };
 use crate::request::{Reply as Q, Request as R};
 
@@ -132,6 +133,11 @@ impl Request {
             R::Redrive { id } => Request::Redrive(IdRequest { id }),
             R::PurgeDeadLetters => Request::PurgeDeadLetters,
             R::Remove { id } => Request::Remove(IdRequest { id }),
+            R::Cancel { id } => Request::Cancel(IdRequest { id }),
+            R::WaitCancelled { ids, wait } => Request::WaitCancelled(WaitCancelledRequest {
+                ids,
+                wait_ms: duration_ms(wait),
+            }),
             R::Stats => Request::Stats,
             R::BacklogByFlow { sample } => Request::BacklogByFlow(SampleRequest { sample }),
             R::Peek { count } => Request::Peek(CountRequest { count }),
@@ -233,6 +239,11 @@ impl Request {
             Request::Redrive(i) => R::Redrive { id: i.id },
             Request::PurgeDeadLetters => R::PurgeDeadLetters,
             Request::Remove(i) => R::Remove { id: i.id },
+            Request::Cancel(i) => R::Cancel { id: i.id },
+            Request::WaitCancelled(w) => R::WaitCancelled {
+                ids: w.ids,
+                wait: wait(w.wait_ms),
+            },
             Request::UpsertSchedule(r) => R::UpsertSchedule {
                 schedule: r.schedule.into_schedule(),
             },
@@ -324,6 +335,8 @@ pub enum WireReply {
     Schedules(ScheduleList),
     Times(Times),
     Fired(FiredReply),
+    Cancel(CancelReply),
+    Ids(IdList),
 }
 
 impl From<Q> for WireReply {
@@ -347,6 +360,7 @@ impl From<Q> for WireReply {
             Q::Reclaimed(r) => WireReply::Reclaimed(ReclaimedList {
                 claimed: r.claimed.into_iter().map(Into::into).collect(),
                 dead_lettered: r.dead_lettered.into_iter().map(Into::into).collect(),
+                cancelled: r.cancelled.into_iter().map(Into::into).collect(),
             }),
             Q::Outcome(o) => WireReply::Outcome(OutcomeReply {
                 outcome: o.map(Into::into),
@@ -379,6 +393,8 @@ impl From<Q> for WireReply {
             }),
             Q::Times(times_ms) => WireReply::Times(Times { times_ms }),
             Q::Fired(f) => WireReply::Fired(f.into()),
+            Q::Cancel(c) => WireReply::Cancel(CancelReply { cancel: c.into() }),
+            Q::Ids(ids) => WireReply::Ids(IdList { ids }),
         }
     }
 }
@@ -440,8 +456,11 @@ pub fn decode_reply(op: &str, bytes: &[u8]) -> Result<Q, String> {
             Q::Reclaimed(crate::item::Reclaimed {
                 claimed: r.claimed.into_iter().map(Into::into).collect(),
                 dead_lettered: r.dead_lettered.into_iter().map(Into::into).collect(),
+                cancelled: r.cancelled.into_iter().map(Into::into).collect(),
             })
         }
+        "cancel" => Q::Cancel(json::<CancelReply>(bytes)?.cancel.into()),
+        "wait_cancelled" => Q::Ids(json::<IdList>(bytes)?.ids),
         "outcome" | "wait_outcome" => {
             Q::Outcome(json::<OutcomeReply>(bytes)?.outcome.map(Into::into))
         }
@@ -508,6 +527,8 @@ mod tests {
             ("promote_due", Q::Count(3)),
             ("promote", Q::Bool(true)),
             ("remove", Q::Bool(false)),
+            ("cancel", Q::Cancel(crate::item::CancelOutcome::Marked)),
+            ("wait_cancelled", Q::Ids(vec![3, 4])),
             ("back_off", Q::Unit),
             ("claim", Q::Claimed(Vec::new())),
             ("step", Q::Stepped(None)),

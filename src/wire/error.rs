@@ -70,7 +70,7 @@ impl ErrorBody {
             "unauthorized" => 401,
             "forbidden" => 403,
             "not_found" => 404,
-            "lease_lost" => 409,
+            "lease_lost" | "cancelled" => 409,
             "payload_too_large" => 413,
             "locked" => 423,
             "full" => 429,
@@ -88,6 +88,11 @@ impl ErrorBody {
         match e {
             Error::Full { limit } => b.limit = Some(*limit),
             Error::LeaseLost {
+                id,
+                delivery,
+                lease,
+            }
+            | Error::Cancelled {
                 id,
                 delivery,
                 lease,
@@ -122,6 +127,11 @@ impl ErrorBody {
                 limit: self.limit.unwrap_or_default(),
             },
             "lease_lost" => Error::LeaseLost {
+                id: self.id.unwrap_or_default(),
+                delivery: self.delivery.unwrap_or_default(),
+                lease: self.lease.unwrap_or_default(),
+            },
+            "cancelled" => Error::Cancelled {
                 id: self.id.unwrap_or_default(),
                 delivery: self.delivery.unwrap_or_default(),
                 lease: self.lease.unwrap_or_default(),

@@ -77,6 +77,8 @@ pub enum WireOutcomeKind {
     Done,
     /// Dead-lettered: `reason` holds why.
     DeadLettered,
+    /// Cancelled (SPEC 3, Cancelling): neither `result` nor `reason`.
+    Cancelled,
 }
 
 /// An outcome as on the wire: `result` for a done item, `reason` for a
@@ -105,6 +107,7 @@ impl From<Outcome> for WireOutcome {
             OutcomeKind::DeadLettered { reason } => {
                 (WireOutcomeKind::DeadLettered, None, Some(reason))
             }
+            OutcomeKind::Cancelled => (WireOutcomeKind::Cancelled, None, None),
         };
         WireOutcome {
             id: o.id,
@@ -125,6 +128,7 @@ impl From<WireOutcome> for Outcome {
             WireOutcomeKind::DeadLettered => OutcomeKind::DeadLettered {
                 reason: w.reason.unwrap_or_default(),
             },
+            WireOutcomeKind::Cancelled => OutcomeKind::Cancelled,
         };
         Outcome {
             id: w.id,

@@ -237,6 +237,73 @@ pub struct ReclaimedList {
     pub claimed: Vec<WireClaimed>,
     /// The stale receipts whose items were dead-lettered.
     pub dead_lettered: Vec<WireReceipt>,
+    /// The stale receipts whose items had been cancelled and ended so
+    /// (SPEC 3, Cancelling). Absent from a server that predates it.
+    #[serde(default)]
+    pub cancelled: Vec<WireReceipt>,
+}
+
+/// `wait_cancelled`: which of the items `ids` are marked cancelled (SPEC 3,
+/// Cancelling).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct WaitCancelledRequest {
+    /// The items to watch, by id.
+    pub ids: Vec<u64>,
+    /// How long to wait while none is marked, in ms (long poll; the server
+    /// may answer earlier, after its own `max_wait`). Default 0.
+    #[serde(default)]
+    pub wait_ms: u64,
+}
+
+/// What `cancel` did (SPEC 3, Cancelling).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum WireCancel {
+    /// It was waiting and has ended as cancelled.
+    Ended,
+    /// It is pending: marked, its holder's next call ends it.
+    Marked,
+    /// The queue holds no such item.
+    NotFound,
+}
+
+/// Reply of `cancel`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
+pub struct CancelReply {
+    /// What happened.
+    pub cancel: WireCancel,
+}
+
+/// Reply of `wait_cancelled`: the marked ids, ascending.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
+pub struct IdList {
+    /// Item ids, ascending.
+    pub ids: Vec<u64>,
+}
+
+impl From<crate::item::CancelOutcome> for WireCancel {
+    fn from(c: crate::item::CancelOutcome) -> Self {
+        match c {
+            crate::item::CancelOutcome::Ended => WireCancel::Ended,
+            crate::item::CancelOutcome::Marked => WireCancel::Marked,
+            crate::item::CancelOutcome::NotFound => WireCancel::NotFound,
+        }
+    }
+}
+
+impl From<WireCancel> for crate::item::CancelOutcome {
+    fn from(c: WireCancel) -> Self {
+        match c {
+            WireCancel::Ended => crate::item::CancelOutcome::Ended,
+            WireCancel::Marked => crate::item::CancelOutcome::Marked,
+            WireCancel::NotFound => crate::item::CancelOutcome::NotFound,
+        }
+    }
 }
 
 /// Reply of `step`.

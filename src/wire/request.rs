@@ -8,7 +8,8 @@ use super::{
     CountRequest, DeadLetterRequest, DoneRequest, FlowRequest, ForwardLagRequest, IdRequest,
     ListRequest, PreviewScheduleRequest, ReceiptRequest, ReceiptsRequest, ReclaimRequest,
     RetryRequest, SampleRequest, ScheduleNameRequest, SendChunkRequest, SetFlowLimitRequest,
-    SetProgressRequest, UpsertScheduleRequest, WaitChunksRequest, WaitOutcomeRequest, WireNewItem,
+    SetProgressRequest, UpsertScheduleRequest, WaitCancelledRequest, WaitChunksRequest,
+    WaitOutcomeRequest, WireNewItem,
 };
 
 /// Operations without arguments: `{}`.
@@ -68,6 +69,8 @@ pub enum Request {
     Promote(IdRequest),
     Remove(IdRequest),
     BackOff(BackOffRequest),
+    Cancel(IdRequest),
+    WaitCancelled(WaitCancelledRequest),
     UpsertSchedule(Box<UpsertScheduleRequest>),
     RemoveSchedule(ScheduleNameRequest),
     PauseSchedule(ScheduleNameRequest),
@@ -142,6 +145,9 @@ pub const OPS: &[&str] = &[
     "schedules",
     "preview_schedule",
     "fire_schedules",
+    // Cancelling (SPEC 3).
+    "cancel",
+    "wait_cancelled",
 ];
 
 /// Why a request could not be decoded: always a 400 (or 404 for an
@@ -233,6 +239,8 @@ impl Request {
             "find" => Request::Find(body(op, bytes)?),
             "promote" => Request::Promote(body(op, bytes)?),
             "remove" => Request::Remove(body(op, bytes)?),
+            "cancel" => Request::Cancel(body(op, bytes)?),
+            "wait_cancelled" => Request::WaitCancelled(body(op, bytes)?),
             "back_off" => Request::BackOff(body(op, bytes)?),
             "upsert_schedule" => Request::UpsertSchedule(body(op, bytes)?),
             "remove_schedule" => Request::RemoveSchedule(body(op, bytes)?),
@@ -299,6 +307,8 @@ impl Request {
             Request::Find(r) => json("find", r),
             Request::Promote(r) => json("promote", r),
             Request::Remove(r) => json("remove", r),
+            Request::Cancel(r) => json("cancel", r),
+            Request::WaitCancelled(r) => json("wait_cancelled", r),
             Request::BackOff(r) => json("back_off", r),
             Request::UpsertSchedule(r) => json("upsert_schedule", r),
             Request::RemoveSchedule(r) => json("remove_schedule", r),

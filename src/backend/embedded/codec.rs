@@ -69,11 +69,12 @@ pub(crate) struct ItemRecordV1 {
 }
 
 /// The version byte of lease records ([`LeaseRecord`]) written by this
-/// build: they carry the item's delivery count (version 2) and the claim
-/// time apart from the last touch (version 3, schema 6).
-pub(crate) const LEASE_RECORD_VERSION: u8 = 3;
+/// build: they carry the item's delivery count (version 2), the claim
+/// time apart from the last touch (version 3, schema 6) and the cancel
+/// mark (version 4, schema 7).
+pub(crate) const LEASE_RECORD_VERSION: u8 = 4;
 
-/// A pending item's lease (record version 3). While an item is pending its
+/// A pending item's lease (record version 4). While an item is pending its
 /// delivery count is the lease's `deliveries`, not its item record's: a
 /// claim writes the lease only, and every move out of pending that keeps
 /// the item writes the count back into its record (SPEC section 6).
@@ -88,6 +89,20 @@ pub(crate) struct LeaseRecord {
     /// The claim that handed the item out, never moved by a touch. A lease
     /// of an older record version, whose only time was its last touch,
     /// reads that time here.
+    pub(crate) claimed_at_ms: u64,
+    /// Marked by `cancel` (SPEC 3, Cancelling): the holder's next call
+    /// ends the item as cancelled. False in a lease of an older version.
+    pub(crate) cancelling: bool,
+}
+
+/// A lease of record version 3 (schema 6): version 4 without the cancel
+/// mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
+pub(crate) struct LeaseRecordV3 {
+    pub(crate) touched_at_ms: u64,
+    pub(crate) lease: u64,
+    pub(crate) lane: u8,
+    pub(crate) deliveries: u32,
     pub(crate) claimed_at_ms: u64,
 }
 
@@ -134,6 +149,7 @@ pub(crate) fn decode_lease(what: impl Display, bytes: &[u8]) -> Result<(LeaseRec
                 lane: v1.lane,
                 deliveries: 0,
                 claimed_at_ms: v1.claimed_at_ms,
+                cancelling: false,
             },
             true,
         ));
@@ -147,6 +163,21 @@ pub(crate) fn decode_lease(what: impl Display, bytes: &[u8]) -> Result<(LeaseRec
                 lane: v2.lane,
                 deliveries: v2.deliveries,
                 claimed_at_ms: v2.claimed_at_ms,
+                cancelling: false,
+            },
+            false,
+        ));
+    }
+    if bytes.first() == Some(&3) {
+        let v3: LeaseRecordV3 = decode_as(3, &what, bytes)?;
+        return Ok((
+            LeaseRecord {
+                touched_at_ms: v3.touched_at_ms,
+                lease: v3.lease,
+                lane: v3.lane,
+                deliveries: v3.deliveries,
+                claimed_at_ms: v3.claimed_at_ms,
+                cancelling: false,
             },
             false,
         ));
@@ -176,11 +207,21 @@ pub(crate) struct DeadRecord {
     pub(crate) failed_at_ms: u64,
 }
 
-/// An item's outcome (SPEC 3, Outcomes and progress): done with `result`, or
-/// dead-lettered with `reason`; kept until `expires_at_ms`.
+/// An outcome record's `kind`: done (with its result).
+pub(crate) const OUTCOME_DONE: u8 = 0;
+/// An outcome record's `kind`: dead-lettered (with its reason).
+pub(crate) const OUTCOME_DEAD: u8 = 1;
+/// An outcome record's `kind`: cancelled (schema 7).
+pub(crate) const OUTCOME_CANCELLED: u8 = 2;
+
+/// An item's outcome (SPEC 3, Outcomes and progress): done with `result`,
+/// dead-lettered with `reason`, or cancelled; kept until `expires_at_ms`.
+/// `kind` was the bool `dead` up to schema 6: bincode writes a bool as the
+/// byte 0 or 1, which read as the same kinds here, so the record kept its
+/// version byte; schema 7 adds kind 2.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
 pub(crate) struct OutcomeRecord {
-    pub(crate) dead: bool,
+    pub(crate) kind: u8,
     pub(crate) result: Vec<u8>,
     pub(crate) reason: String,
     pub(crate) at_ms: u64,

@@ -38,6 +38,15 @@
 //! schedules and could not read a version-3 lease, so the version moves
 //! and such a build refuses the file at open.
 //!
+//! Schema 6 to 7: the version only. Schema 7 adds cancelling (SPEC 3,
+//! Cancelling): lease records of version 4 carry the cancel mark (a lease
+//! of version 3 is read unmarked), an outcome record's kind 2 is
+//! cancelled, and the redo log gains operations 28 (`cancel`) and 29 (a
+//! marked item ended by its holder's call). A schema-6 build would take a
+//! cancelled outcome for a decode error, could not read a version-4
+//! lease and would refuse operation 28 in the middle of a replay, so the
+//! version moves and such a build refuses the file at open.
+//!
 //! Memory stays bounded: item records are rewritten in chunks of
 //! [`CHUNK`] and the lanes are streamed from the old table into the new one.
 
@@ -151,6 +160,19 @@ pub(super) fn schema4_to_5(txn: &WriteTransaction) -> Result<()> {
 pub(super) fn schema5_to_6(txn: &WriteTransaction) -> Result<()> {
     let mut meta = txn.open_table(META).ctx("open table meta")?;
     meta.insert(SCHEMA_VERSION_KEY, 6)
+        .ctx("write schema version")?;
+    Ok(())
+}
+
+/// Migrate a schema-6 file to schema 7 inside `txn` (the caller commits):
+/// the version only (see the module docs).
+///
+/// # Errors
+///
+/// Storage failures.
+pub(super) fn schema6_to_7(txn: &WriteTransaction) -> Result<()> {
+    let mut meta = txn.open_table(META).ctx("open table meta")?;
+    meta.insert(SCHEMA_VERSION_KEY, 7)
         .ctx("write schema version")?;
     Ok(())
 }

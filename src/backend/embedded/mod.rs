@@ -45,7 +45,8 @@ use crate::clock::SharedClock;
 use crate::config::ms;
 use crate::error::{Error, Result};
 use crate::item::{
-    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
+    Added, CancelOutcome, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed,
+    RetryOutcome, Stats,
 };
 use crate::limit::{FlowLimit, FlowLimits};
 use crate::outcome::{Chunk, Outcome};
@@ -145,6 +146,34 @@ mod audit;
 #[cfg(feature = "forward")]
 mod forward;
 
+impl EmbeddedQueue {
+    /// Submit `op`, a call a holder makes with its receipt. When it is
+    /// answered `Cancelled` (SPEC 3, Cancelling: the item is marked, and
+    /// the call changed nothing), end the item by a second operation and
+    /// answer `Cancelled`; should that fail, the mark stays, and the next
+    /// call or a reclaim ends the item.
+    async fn fenced(&self, op: Op) -> Result<Reply> {
+        match self.submit(op).await {
+            Err(Error::Cancelled {
+                id,
+                delivery,
+                lease,
+            }) => {
+                let r = Receipt {
+                    id,
+                    delivery,
+                    lease,
+                };
+                if let Err(e) = self.submit(Op::EndCancelled(r)).await {
+                    tracing::warn!(id, error = %e, "a cancelled item could not be ended yet");
+                }
+                Err(Error::cancelled(&r))
+            }
+            other => other,
+        }
+    }
+}
+
 impl WorkQueue for EmbeddedQueue {
     fn call(&self, request: QueueRequest) -> impl Future<Output = Result<QueueReply>> + Send {
         dispatch(self, request)
@@ -216,7 +245,10 @@ impl Backend for EmbeddedQueue {
     }
 
     async fn ack_with_result(&self, receipt: Receipt, result: Vec<u8>) -> Result<()> {
-        expect_reply!(self, Op::Ack(receipt, result), Reply::Unit => ())
+        match self.fenced(Op::Ack(receipt, result)).await? {
+            Reply::Unit => Ok(()),
+            other => Err(unexpected(other)),
+        }
     }
 
     async fn outcome(&self, id: u64) -> Result<Option<Outcome>> {
@@ -229,11 +261,17 @@ impl Backend for EmbeddedQueue {
     }
 
     async fn set_progress(&self, receipt: Receipt, progress: Vec<u8>) -> Result<()> {
-        expect_reply!(self, Op::SetProgress(receipt, progress), Reply::Unit => ())
+        match self.fenced(Op::SetProgress(receipt, progress)).await? {
+            Reply::Unit => Ok(()),
+            other => Err(unexpected(other)),
+        }
     }
 
     async fn send_chunk(&self, receipt: Receipt, chunk: Vec<u8>) -> Result<u64> {
-        expect_reply!(self, Op::SendChunk(receipt, chunk), Reply::Count(n) => n)
+        match self.fenced(Op::SendChunk(receipt, chunk)).await? {
+            Reply::Count(n) => Ok(n),
+            other => Err(unexpected(other)),
+        }
     }
 
     async fn progress(&self, id: u64) -> Result<Option<Vec<u8>>> {
@@ -258,19 +296,34 @@ impl Backend for EmbeddedQueue {
     }
 
     async fn touch(&self, receipts: Vec<Receipt>) -> Result<()> {
-        expect_reply!(self, Op::Touch(receipts), Reply::Unit => ())
+        match self.fenced(Op::Touch(receipts)).await? {
+            Reply::Unit => Ok(()),
+            other => Err(unexpected(other)),
+        }
     }
 
     async fn retry(&self, receipt: Receipt, not_before_ms: u64) -> Result<RetryOutcome> {
-        expect_reply!(self, Op::Retry(receipt, not_before_ms), Reply::Retry(o) => o)
+        match self.fenced(Op::Retry(receipt, not_before_ms)).await? {
+            Reply::Retry(o) => Ok(o),
+            other => Err(unexpected(other)),
+        }
     }
 
     async fn release(&self, receipt: Receipt, not_before_ms: u64) -> Result<()> {
-        expect_reply!(self, Op::Release(receipt, not_before_ms), Reply::Unit => ())
+        match self.fenced(Op::Release(receipt, not_before_ms)).await? {
+            Reply::Unit => Ok(()),
+            other => Err(unexpected(other)),
+        }
     }
 
     async fn dead_letter(&self, receipt: Receipt, reason: &str) -> Result<()> {
-        expect_reply!(self, Op::DeadLetter(receipt, reason.to_string()), Reply::Unit => ())
+        match self
+            .fenced(Op::DeadLetter(receipt, reason.to_string()))
+            .await?
+        {
+            Reply::Unit => Ok(()),
+            other => Err(unexpected(other)),
+        }
     }
 
     async fn reclaim(&self, min_idle: Duration, count: usize) -> Result<Reclaimed> {
@@ -286,7 +339,10 @@ impl Backend for EmbeddedQueue {
     }
 
     async fn park(&self, receipt: Receipt) -> Result<()> {
-        expect_reply!(self, Op::Park(receipt), Reply::Unit => ())
+        match self.fenced(Op::Park(receipt)).await? {
+            Reply::Unit => Ok(()),
+            other => Err(unexpected(other)),
+        }
     }
 
     async fn step(&self, flow: &str) -> Result<Option<Claimed>> {
@@ -339,6 +395,21 @@ impl Backend for EmbeddedQueue {
 
     async fn remove(&self, id: u64) -> Result<bool> {
         expect_reply!(self, Op::Remove(id), Reply::Bool(b) => b)
+    }
+
+    async fn cancel(&self, id: u64) -> Result<CancelOutcome> {
+        expect_reply!(self, Op::Cancel(id), Reply::Cancel(c) => c)
+    }
+
+    async fn wait_cancelled(&self, ids: Vec<u64>, wait: Duration) -> Result<Vec<u64>> {
+        // Every committed write wakes `wake`; a cancel mark is one.
+        let ids = &ids;
+        let got = crate::clock::wait_notified(&self.inner.wake, wait, || async move {
+            let marked = expect_reply!(self, Op::Cancelling(ids.clone()), Reply::Ids(v) => v)?;
+            Ok((!marked.is_empty()).then_some(marked))
+        })
+        .await?;
+        Ok(got.unwrap_or_default())
     }
 
     async fn schedule_load(

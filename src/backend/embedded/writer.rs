@@ -42,6 +42,14 @@ pub(super) enum Op {
     PromoteId(u64),
     /// SPEC 3, Removing: `remove(id)`, one item deleted unrun.
     Remove(u64),
+    /// SPEC 3, Cancelling: `cancel(id)`, a waiting item ended or a pending
+    /// one marked.
+    Cancel(u64),
+    /// SPEC 3, Cancelling: end a marked item whose holder's call (with
+    /// this receipt) was answered `Cancelled`.
+    EndCancelled(Receipt),
+    /// SPEC 3, Cancelling: which of these ids are marked (a read).
+    Cancelling(Vec<u64>),
     /// SPEC 3, Flow limits: `back_off(flow, duration)`, the duration in
     /// ms; the hold's end is read from the writer's clock inside the op.
     BackOff(String, u64),
@@ -143,6 +151,7 @@ impl Op {
                 | Op::List(_)
                 | Op::Find(_)
                 | Op::ScheduleLoad(_)
+                | Op::Cancelling(_)
         ) || self.is_test_read()
             || self.is_forward_read()
     }
@@ -172,6 +181,7 @@ impl Op {
             Op::Promote => "promote_due",
             Op::PromoteId(_) => "promote",
             Op::Remove(_) => "remove",
+            Op::Cancel(_) | Op::EndCancelled(_) => "cancel",
             Op::BackOff(..) => "back_off",
             Op::ScheduleSwap(_) => "schedule",
             Op::Claim { .. } => "claim",
@@ -243,6 +253,8 @@ pub(super) enum Reply {
     Found(Option<crate::browse::ListedItem>),
     Schedules(crate::schedule::fire::ScheduleRows),
     Swapped(Option<Vec<u64>>),
+    Cancel(crate::item::CancelOutcome),
+    Ids(Vec<u64>),
     #[cfg(feature = "forward")]
     Outgoing(Vec<tables::Outgoing>),
     #[cfg(feature = "forward")]

@@ -25,6 +25,7 @@ impl Model {
                 lease,
                 lane,
                 orphan: false,
+                cancelling: false,
             },
         );
         Some(Claimed {

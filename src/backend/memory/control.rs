@@ -1,9 +1,11 @@
 //! SPEC 3, Controlling one item on the reference model: `promote` (a
-//! delayed item becomes due now) and `remove` (an item is deleted unrun).
+//! delayed item becomes due now), `remove` (an item is deleted unrun) and
+//! `cancel` (an item ends as cancelled, or is marked for its holder).
 
 use super::Model;
 use crate::error::{Error, Result};
-use crate::item::Lane;
+use crate::item::{CancelOutcome, Lane};
+use crate::outcome::OutcomeKind;
 
 impl Model {
     /// SPEC 3, Timers: make delayed item `id` due now: its `not_before`
@@ -52,6 +54,49 @@ impl Model {
         self.progress.remove(&id);
         self.chunks.remove(&id);
         Ok(true)
+    }
+
+    /// SPEC 3, Cancelling: end a waiting, delayed or parked item `id` as
+    /// cancelled, or mark a pending one for its holder.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for a dead letter; nothing changes.
+    pub fn cancel(&mut self, id: u64, now_ms: u64) -> Result<CancelOutcome> {
+        if !self.items.contains_key(&id) {
+            return Ok(CancelOutcome::NotFound);
+        }
+        if let Some(lease) = self.pending.get_mut(&id) {
+            lease.cancelling = true;
+            return Ok(CancelOutcome::Marked);
+        }
+        if self.dead.iter().any(|(d, _, _)| *d == id) {
+            return Err(Error::invalid(format!(
+                "item {id} is a dead letter: it has finished, so it cannot be cancelled (remove deletes it, redrive runs it again)"
+            )));
+        }
+        let found =
+            self.take_from_lanes(id, now_ms) || self.take_delayed(id) || self.take_parked(id);
+        if !found {
+            return Err(Error::corrupt(format!("item {id} is in no state")));
+        }
+        self.expire(now_ms);
+        self.items.remove(&id);
+        self.finish(id, OutcomeKind::Cancelled, now_ms);
+        Ok(CancelOutcome::Ended)
+    }
+
+    /// SPEC 3, Cancelling: the ids among `ids` that are pending and marked
+    /// cancelled, ascending, each once.
+    pub fn cancelled_among(&self, ids: &[u64]) -> Vec<u64> {
+        let mut out: Vec<u64> = ids
+            .iter()
+            .copied()
+            .filter(|id| self.pending.get(id).is_some_and(|l| l.cancelling))
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
     }
 
     fn take_from_lanes(&mut self, id: u64, now_ms: u64) -> bool {

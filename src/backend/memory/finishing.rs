@@ -18,11 +18,34 @@ impl Model {
         }
     }
 
+    /// The fence of every call a holder makes with its receipt (SPEC 3,
+    /// Finishing; Cancelling): the lease when the receipt is current;
+    /// `LeaseLost` when it is not; when its item is marked cancelled, the
+    /// item ends as cancelled here and the answer is `Cancelled`.
+    pub(super) fn fence(&mut self, r: &Receipt, now_ms: u64) -> Result<Lease> {
+        let lease = self.current(r)?;
+        if lease.cancelling {
+            self.end_cancelled(r.id, now_ms);
+            return Err(Error::cancelled(r));
+        }
+        Ok(lease)
+    }
+
+    /// End pending item `id` as cancelled (SPEC 3, Cancelling): out of
+    /// pending, gone, its outcome `Cancelled`.
+    pub(super) fn end_cancelled(&mut self, id: u64, now_ms: u64) {
+        self.expire(now_ms);
+        self.pending.remove(&id);
+        self.left_pending(id, now_ms);
+        self.items.remove(&id);
+        self.finish(id, OutcomeKind::Cancelled, now_ms);
+    }
+
     /// SPEC 3, Finishing: ack.
     ///
     /// # Errors
     ///
-    /// `LeaseLost`.
+    /// `LeaseLost`; `Cancelled` (the item ends).
     pub fn ack(&mut self, r: Receipt, now_ms: u64) -> Result<()> {
         self.ack_with_result(r, Vec::new(), now_ms)
     }
@@ -34,7 +57,7 @@ impl Model {
     /// `LeaseLost`; `InvalidInput` for a result over `max_payload_bytes`.
     pub fn ack_with_result(&mut self, r: Receipt, result: Vec<u8>, now_ms: u64) -> Result<()> {
         check_size("result", result.len(), self.config.max_payload_bytes)?;
-        self.current(&r)?;
+        self.fence(&r, now_ms)?;
         self.expire(now_ms);
         self.pending.remove(&r.id);
         self.left_pending(r.id, now_ms);
@@ -51,14 +74,17 @@ impl Model {
             .count() as u64
     }
 
-    /// SPEC 3, Finishing: touch, all or nothing.
+    /// SPEC 3, Finishing: touch, all or nothing. The receipts are looked
+    /// at in order, and the first that is not current decides.
     ///
     /// # Errors
     ///
-    /// `LeaseLost` naming the first receipt not current.
+    /// `LeaseLost` naming the first receipt not current; `Cancelled`
+    /// naming the first of an item marked cancelled, which ends (no lease
+    /// is extended).
     pub fn touch(&mut self, receipts: &[Receipt], now_ms: u64) -> Result<()> {
         for r in receipts {
-            self.current(r)?;
+            self.fence(r, now_ms)?;
         }
         for r in receipts {
             if let Some(l) = self.pending.get_mut(&r.id) {
@@ -96,9 +122,9 @@ impl Model {
     ///
     /// # Errors
     ///
-    /// `LeaseLost`.
+    /// `LeaseLost`; `Cancelled` (the item ends).
     pub fn retry(&mut self, r: Receipt, not_before_ms: u64, now_ms: u64) -> Result<RetryOutcome> {
-        self.current(&r)?;
+        self.fence(&r, now_ms)?;
         self.pending.remove(&r.id);
         self.left_pending(r.id, now_ms);
         let deliveries = self.items.get(&r.id).map(|i| i.deliveries).unwrap_or(0);
@@ -117,9 +143,9 @@ impl Model {
     ///
     /// # Errors
     ///
-    /// `LeaseLost`.
+    /// `LeaseLost`; `Cancelled` (the item ends).
     pub fn release(&mut self, r: Receipt, not_before_ms: u64, now_ms: u64) -> Result<()> {
-        self.current(&r)?;
+        self.fence(&r, now_ms)?;
         self.pending.remove(&r.id);
         self.left_pending(r.id, now_ms);
         let flow = self.flow_of(r.id).to_string();
@@ -142,9 +168,9 @@ impl Model {
     ///
     /// # Errors
     ///
-    /// `LeaseLost`.
+    /// `LeaseLost`; `Cancelled` (the item ends).
     pub fn dead_letter(&mut self, r: Receipt, reason: &str, now_ms: u64) -> Result<()> {
-        self.current(&r)?;
+        self.fence(&r, now_ms)?;
         self.pending.remove(&r.id);
         self.left_pending(r.id, now_ms);
         self.bury(r.id, reason.to_string(), now_ms);
@@ -170,9 +196,24 @@ impl Model {
         stale.sort_unstable();
         let mut out = Vec::new();
         let mut dead_lettered = Vec::new();
+        let mut cancelled = Vec::new();
         for (_, id) in stale {
             if out.len() >= count {
                 break;
+            }
+            // SPEC 3, Cancelling: a stale claim of a cancelled item ends
+            // it; it never runs again.
+            if let Some(lease) = self.pending.get(&id).copied()
+                && lease.cancelling
+            {
+                let delivery = self.items.get(&id).map(|i| i.deliveries).unwrap_or(0);
+                self.end_cancelled(id, now_ms);
+                cancelled.push(Receipt {
+                    id,
+                    delivery,
+                    lease: lease.lease,
+                });
+                continue;
             }
             let Some(lease) = self.pending.remove(&id) else {
                 continue;
@@ -202,6 +243,7 @@ impl Model {
         Ok(Reclaimed {
             claimed: out,
             dead_lettered,
+            cancelled,
         })
     }
 }

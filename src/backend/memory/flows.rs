@@ -128,7 +128,7 @@ impl Model {
     ///
     /// `LeaseLost`; `InvalidInput` for an item of the default flow.
     pub fn park(&mut self, r: Receipt, now_ms: u64) -> Result<()> {
-        self.current(&r)?;
+        self.fence(&r, now_ms)?;
         let flow = self.flow_of(r.id).to_string();
         require_flow(&flow)?;
         self.pending.remove(&r.id);

@@ -68,10 +68,11 @@ impl Model {
     ///
     /// # Errors
     ///
-    /// `LeaseLost`; `InvalidInput` over `max_payload_bytes`.
-    pub fn set_progress(&mut self, r: Receipt, progress: Vec<u8>) -> Result<()> {
+    /// `LeaseLost`; `Cancelled` (the item ends); `InvalidInput` over
+    /// `max_payload_bytes`.
+    pub fn set_progress(&mut self, r: Receipt, progress: Vec<u8>, now_ms: u64) -> Result<()> {
         check_size("progress", progress.len(), self.config.max_payload_bytes)?;
-        self.current(&r)?;
+        self.fence(&r, now_ms)?;
         self.progress.insert(r.id, progress);
         Ok(())
     }
@@ -80,10 +81,11 @@ impl Model {
     ///
     /// # Errors
     ///
-    /// `LeaseLost`; `InvalidInput` over `max_payload_bytes`.
-    pub fn send_chunk(&mut self, r: Receipt, data: Vec<u8>) -> Result<u64> {
+    /// `LeaseLost`; `Cancelled` (the item ends); `InvalidInput` over
+    /// `max_payload_bytes`.
+    pub fn send_chunk(&mut self, r: Receipt, data: Vec<u8>, now_ms: u64) -> Result<u64> {
         check_size("chunk", data.len(), self.config.max_payload_bytes)?;
-        self.current(&r)?;
+        self.fence(&r, now_ms)?;
         let list = self.chunks.entry(r.id).or_default();
         let seq = list.last().map_or(1, |c| c.seq + 1);
         list.push(Chunk { seq, data });

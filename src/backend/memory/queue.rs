@@ -14,7 +14,8 @@ use crate::clock::{SharedClock, SystemClock};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::item::{
-    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
+    Added, CancelOutcome, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed,
+    RetryOutcome, Stats,
 };
 use crate::limit::{FlowLimit, FlowLimits};
 use crate::outcome::{Chunk, Outcome};
@@ -122,6 +123,16 @@ impl MemoryQueue {
         self.shared.finished.notify_waiters();
     }
 
+    /// `r`, after waking what an item ended as cancelled wakes when it is
+    /// `Cancelled` (SPEC 3, Cancelling: the holder's call ended the item).
+    fn fenced<T>(&self, r: Result<T>) -> Result<T> {
+        if matches!(r, Err(Error::Cancelled { .. })) {
+            self.freed();
+            self.finished();
+        }
+        r
+    }
+
     /// Wait up to `wait` until `look` finds something, woken by
     /// [`MemoryQueue::finished`]; `Error::Closed` once the queue is closed.
     async fn wait_for<T>(
@@ -221,7 +232,7 @@ impl Backend for MemoryQueue {
 
     async fn ack_with_result(&self, receipt: Receipt, result: Vec<u8>) -> Result<()> {
         self.live()?;
-        self.with(|m, now| m.ack_with_result(receipt, result, now))?;
+        self.fenced(self.with(|m, now| m.ack_with_result(receipt, result, now)))?;
         self.freed();
         self.finished();
         Ok(())
@@ -238,14 +249,14 @@ impl Backend for MemoryQueue {
 
     async fn set_progress(&self, receipt: Receipt, progress: Vec<u8>) -> Result<()> {
         self.live()?;
-        self.with(|m, _| m.set_progress(receipt, progress))?;
+        self.fenced(self.with(|m, now| m.set_progress(receipt, progress, now)))?;
         self.finished();
         Ok(())
     }
 
     async fn send_chunk(&self, receipt: Receipt, chunk: Vec<u8>) -> Result<u64> {
         self.live()?;
-        let seq = self.with(|m, _| m.send_chunk(receipt, chunk))?;
+        let seq = self.fenced(self.with(|m, now| m.send_chunk(receipt, chunk, now)))?;
         self.finished();
         Ok(seq)
     }
@@ -275,12 +286,12 @@ impl Backend for MemoryQueue {
 
     async fn touch(&self, receipts: Vec<Receipt>) -> Result<()> {
         self.live()?;
-        self.with(|m, now| m.touch(&receipts, now))
+        self.fenced(self.with(|m, now| m.touch(&receipts, now)))
     }
 
     async fn retry(&self, receipt: Receipt, not_before_ms: u64) -> Result<RetryOutcome> {
         self.live()?;
-        let out = self.with(|m, now| m.retry(receipt, not_before_ms, now))?;
+        let out = self.fenced(self.with(|m, now| m.retry(receipt, not_before_ms, now)))?;
         self.changed();
         self.finished();
         Ok(out)
@@ -288,14 +299,14 @@ impl Backend for MemoryQueue {
 
     async fn release(&self, receipt: Receipt, not_before_ms: u64) -> Result<()> {
         self.live()?;
-        self.with(|m, now| m.release(receipt, not_before_ms, now))?;
+        self.fenced(self.with(|m, now| m.release(receipt, not_before_ms, now)))?;
         self.changed();
         Ok(())
     }
 
     async fn dead_letter(&self, receipt: Receipt, reason: &str) -> Result<()> {
         self.live()?;
-        self.with(|m, now| m.dead_letter(receipt, reason, now))?;
+        self.fenced(self.with(|m, now| m.dead_letter(receipt, reason, now)))?;
         self.freed();
         self.finished();
         Ok(())
@@ -323,7 +334,7 @@ impl Backend for MemoryQueue {
 
     async fn park(&self, receipt: Receipt) -> Result<()> {
         self.live()?;
-        self.with(|m, now| m.park(receipt, now))?;
+        self.fenced(self.with(|m, now| m.park(receipt, now)))?;
         self.freed();
         Ok(())
     }
@@ -405,6 +416,28 @@ impl Backend for MemoryQueue {
     async fn remove(&self, id: u64) -> Result<bool> {
         self.live()?;
         self.with(|m, now| m.remove(id, now))
+    }
+
+    async fn cancel(&self, id: u64) -> Result<CancelOutcome> {
+        self.live()?;
+        let out = self.with(|m, now| m.cancel(id, now))?;
+        if out != CancelOutcome::NotFound {
+            // An ended item frees a held slot and has an outcome; a marked
+            // one wakes `wait_cancelled`, which waits on `finished` too.
+            self.freed();
+            self.finished();
+        }
+        Ok(out)
+    }
+
+    async fn wait_cancelled(&self, ids: Vec<u64>, wait: Duration) -> Result<Vec<u64>> {
+        let got = self
+            .wait_for(wait, |m, _| {
+                let marked = m.cancelled_among(&ids);
+                (!marked.is_empty()).then_some(marked)
+            })
+            .await?;
+        Ok(got.unwrap_or_default())
     }
 
     async fn purge_dead_letters(&self) -> Result<u64> {

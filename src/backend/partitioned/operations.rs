@@ -9,7 +9,8 @@ use std::time::Duration;
 use super::{PartitionedQueue, first};
 use crate::error::{Error, Result};
 use crate::item::{
-    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
+    Added, CancelOutcome, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed,
+    RetryOutcome, Stats,
 };
 use crate::limit::{FlowLimit, FlowLimits};
 use crate::outcome::{Chunk, Outcome};
@@ -240,6 +241,12 @@ impl<Q: WorkQueue> Backend for PartitionedQueue<Q> {
                     ..d
                 });
             }
+            for d in r.cancelled {
+                out.cancelled.push(Receipt {
+                    id: self.global(p, d.id)?,
+                    ..d
+                });
+            }
         }
         Ok(out)
     }
@@ -348,6 +355,61 @@ impl<Q: WorkQueue> Backend for PartitionedQueue<Q> {
     async fn remove(&self, id: u64) -> Result<bool> {
         let (_, q) = self.part(id);
         q.remove(self.local(id)).await
+    }
+
+    async fn cancel(&self, id: u64) -> Result<CancelOutcome> {
+        let (_, q) = self.part(id);
+        q.cancel(self.local(id)).await
+    }
+
+    async fn wait_cancelled(&self, ids: Vec<u64>, wait: Duration) -> Result<Vec<u64>> {
+        // Each partition watches its own ids. A look at every partition;
+        // while none has a mark, a wait on all of them (the first to answer
+        // wins; a dropped wait changes nothing), then a look at all again.
+        let mut by_part: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+        for id in ids {
+            if (id >> super::LOCAL_BITS) < self.parts.len() as u64 {
+                by_part
+                    .entry(self.partition_of(id))
+                    .or_default()
+                    .push(self.local(id));
+            }
+        }
+        if by_part.is_empty() {
+            tokio::time::sleep_until(crate::clock::wait_deadline(wait)).await;
+            return Ok(Vec::new());
+        }
+        let look = || async {
+            let mut got = Vec::new();
+            for (&p, local) in &by_part {
+                for id in self.parts[p]
+                    .wait_cancelled(local.clone(), Duration::ZERO)
+                    .await?
+                {
+                    got.push(self.global(p, id)?);
+                }
+            }
+            got.sort_unstable();
+            Ok::<_, Error>(got)
+        };
+        let got = look().await?;
+        if !got.is_empty() || wait.is_zero() {
+            return Ok(got);
+        }
+        let waits = by_part
+            .iter()
+            .map(|(&p, local)| {
+                let local = local.clone();
+                Box::pin(async move {
+                    let got = self.parts[p].wait_cancelled(local, wait).await?;
+                    got.into_iter().map(|id| self.global(p, id)).collect()
+                }) as Pin<Box<dyn Future<Output = Result<Vec<u64>>> + Send + '_>>
+            })
+            .collect();
+        if first(waits).await?.is_empty() {
+            return Ok(Vec::new());
+        }
+        look().await
     }
 
     async fn purge_dead_letters(&self) -> Result<u64> {

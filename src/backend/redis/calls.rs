@@ -134,6 +134,7 @@ impl RedisQueue {
             "dead" => OutcomeKind::DeadLettered {
                 reason: String::from_utf8_lossy(&value).into_owned(),
             },
+            "cancelled" => OutcomeKind::Cancelled,
             other => {
                 return Err(Error::backend(format!(
                     "redis outcome of item {id} has kind {other:?}"
@@ -184,9 +185,61 @@ impl RedisQueue {
         args.push(data);
         let v = self.run(op, &self.inner.scripts.result, args, true).await?;
         match uint(&v, op)? {
-            0 => Err(Error::lease_lost(&receipt)),
+            0 => Err(self.lost_or_cancelled(&receipt).await),
             n => Ok(n),
         }
+    }
+
+    /// The error for a holder's call that found `receipt` not current
+    /// (SPEC 3, Cancelling): when its item is marked cancelled, end it
+    /// (`cancelled.lua`) and answer `Cancelled`; else `LeaseLost`. A
+    /// failure to end it is logged, and the mark stays for the next call
+    /// or a reclaim.
+    pub(super) async fn lost_or_cancelled(&self, receipt: &Receipt) -> Error {
+        match self.end_cancelled(std::slice::from_ref(receipt)).await {
+            Ok(ended) if ended.contains(&receipt.id) => Error::cancelled(receipt),
+            Ok(_) => Error::lease_lost(receipt),
+            Err(e) => {
+                tracing::warn!(id = receipt.id, error = %e, "a cancelled item could not be ended yet");
+                Error::lease_lost(receipt)
+            }
+        }
+    }
+
+    /// End the items of `receipts` that are pending under them and marked
+    /// cancelled; the ids ended.
+    pub(super) async fn end_cancelled(&self, receipts: &[Receipt]) -> Result<Vec<u64>> {
+        let mut args = vec![b"end".to_vec(), self.result_ttl_arg()];
+        for r in receipts {
+            receipt_args(&mut args, r);
+        }
+        let v = self
+            .run("cancel", &self.inner.scripts.cancelled, args, true)
+            .await?;
+        array(&v, "cancelled end")?
+            .iter()
+            .map(|id| uint(id, "cancelled id"))
+            .collect()
+    }
+
+    /// The ids among `ids` that are pending and marked cancelled, and the
+    /// events-stream tail to wait after.
+    pub(super) async fn cancelled_once(&self, ids: &[u64]) -> Result<(Vec<u64>, String)> {
+        let mut args = Vec::with_capacity(ids.len() + 1);
+        args.push(b"look".to_vec());
+        args.extend(ids.iter().map(|id| id.to_string().into_bytes()));
+        let v = self
+            .run("wait_cancelled", &self.inner.scripts.cancelled, args, false)
+            .await?;
+        let a = array(&v, "cancelled look")?;
+        let mut marked = array(at(a, 0, "cancelled look")?, "cancelled ids")?
+            .iter()
+            .map(|id| uint(id, "cancelled id"))
+            .collect::<Result<Vec<u64>>>()?;
+        marked.sort_unstable();
+        marked.dedup();
+        let tail = text(at(a, 1, "cancelled look")?, "cancelled events tail")?;
+        Ok((marked, tail))
     }
 
     pub(super) async fn look(&self, mode: &str, n: usize) -> Result<Value> {

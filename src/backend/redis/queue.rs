@@ -9,14 +9,16 @@ use std::time::Duration;
 use redis::Value;
 
 use super::reply::{self, array, at, bytes, claims, int, opt_uint, text, u32_of, uint};
-use super::scripts::{DEAD_LETTERED, DEFAULT_FLOW, DELAYED, IS_PENDING, LOST, PARKED};
-use super::wait::outcome_in_events;
+use super::scripts::{
+    DEAD_LETTERED, DEFAULT_FLOW, DELAYED, ENDED, IS_DEAD, IS_PENDING, LOST, MARKED, PARKED,
+};
+use super::wait::{cancels_in_events, outcome_in_events};
 use super::{MAX_LUA_MS, RedisQueue, bounded, n_arg, receipt_args};
 use crate::config::ms;
 use crate::error::{Error, Result};
 use crate::item::{
-    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
-    require_flow,
+    Added, CancelOutcome, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed,
+    RetryOutcome, Stats, require_flow,
 };
 use crate::limit::{FlowLimit, FlowLimits, FlowState, RateLimit, check_limit};
 use crate::outcome::{Chunk, Outcome, check_size};
@@ -119,7 +121,7 @@ impl Backend for RedisQueue {
         if uint(&v, "ack")? == 1 {
             Ok(())
         } else {
-            Err(Error::lease_lost(&receipt))
+            Err(self.lost_or_cancelled(&receipt).await)
         }
     }
 
@@ -189,7 +191,15 @@ impl Backend for RedisQueue {
         let v = self
             .run("ack_batch", &self.inner.scripts.ack, args, true)
             .await?;
-        uint(&v, "ack_batch")
+        let n = uint(&v, "ack_batch")?;
+        if n < receipts.len() as u64 {
+            // SPEC 3, Cancelling: the receipts of marked items end them
+            // (not counted). Only when some receipt was not acked.
+            if let Err(e) = self.end_cancelled(&receipts).await {
+                tracing::warn!(error = %e, "cancelled items could not be ended yet");
+            }
+        }
+        Ok(n)
     }
 
     async fn touch(&self, receipts: Vec<Receipt>) -> Result<()> {
@@ -211,7 +221,7 @@ impl Backend for RedisQueue {
             .ok()
             .and_then(|i| receipts.get(i))
             .ok_or_else(|| Error::backend(format!("redis touch named receipt {lost}")))?;
-        Err(Error::lease_lost(r))
+        Err(self.lost_or_cancelled(r).await)
     }
 
     async fn retry(&self, receipt: Receipt, not_before_ms: u64) -> Result<RetryOutcome> {
@@ -232,7 +242,7 @@ impl Backend for RedisQueue {
                 self.log_dropped(uint(at(a, 1, "retry")?, "retry dropped")?);
                 Ok(RetryOutcome::DeadLettered)
             }
-            _ => Err(Error::lease_lost(&receipt)),
+            _ => Err(self.lost_or_cancelled(&receipt).await),
         }
     }
 
@@ -244,7 +254,7 @@ impl Backend for RedisQueue {
             .run("release", &self.inner.scripts.release, args, true)
             .await?;
         if int(&v, "release")? < 0 {
-            return Err(Error::lease_lost(&receipt));
+            return Err(self.lost_or_cancelled(&receipt).await);
         }
         Ok(())
     }
@@ -267,7 +277,7 @@ impl Backend for RedisQueue {
             .await?;
         let n = int(&v, "dead_letter")?;
         if n == LOST {
-            return Err(Error::lease_lost(&receipt));
+            return Err(self.lost_or_cancelled(&receipt).await);
         }
         self.log_dropped(n.unsigned_abs());
         Ok(())
@@ -293,24 +303,12 @@ impl Backend for RedisQueue {
         let got = claims(at(a, 0, "reclaim")?)?;
         self.log_missing(uint(at(a, 1, "reclaim")?, "reclaim missing")?, "reclaim");
         self.log_dropped(uint(at(a, 2, "reclaim")?, "reclaim dropped")?);
-        let dead = array(at(a, 3, "reclaim")?, "reclaim dead")?;
-        let mut dead_lettered = Vec::with_capacity(dead.len() / 3);
-        for d in dead.chunks(3) {
-            let [id, delivery, lease] = d else {
-                return Err(Error::Decode {
-                    what: "redis reply (reclaim dead)".into(),
-                    detail: format!("{} values, not a multiple of 3", dead.len()),
-                });
-            };
-            dead_lettered.push(Receipt {
-                id: uint(id, "reclaim dead id")?,
-                delivery: u32_of(delivery, "reclaim dead delivery")?,
-                lease: uint(lease, "reclaim dead lease")?,
-            });
-        }
+        let dead_lettered = receipts_of(at(a, 3, "reclaim")?, "reclaim dead")?;
+        let cancelled = receipts_of(at(a, 4, "reclaim")?, "reclaim cancelled")?;
         Ok(Reclaimed {
             claimed: got,
             dead_lettered,
+            cancelled,
         })
     }
 
@@ -352,7 +350,7 @@ impl Backend for RedisQueue {
             // The script found the item in the default flow, which cannot be
             // parked: the same refusal the other backends give.
             DEFAULT_FLOW => require_flow(""),
-            _ => Err(Error::lease_lost(&receipt)),
+            _ => Err(self.lost_or_cancelled(&receipt).await),
         }
     }
 
@@ -571,6 +569,48 @@ impl Backend for RedisQueue {
         }
     }
 
+    /// SPEC 3, Cancelling: `control.lua` ends a waiting item (as `remove`
+    /// takes it out, keeping a `cancelled` outcome) or marks a pending one.
+    async fn cancel(&self, id: u64) -> Result<CancelOutcome> {
+        let args = vec![
+            b"cancel".to_vec(),
+            id.to_string().into_bytes(),
+            self.result_ttl_arg(),
+        ];
+        let v = self
+            .run("cancel", &self.inner.scripts.control, args, true)
+            .await?;
+        match int(&v, "cancel")? {
+            ENDED => Ok(CancelOutcome::Ended),
+            MARKED => Ok(CancelOutcome::Marked),
+            0 => Ok(CancelOutcome::NotFound),
+            IS_DEAD => Err(Error::invalid(format!(
+                "item {id} is a dead letter: it has finished, so it cannot be cancelled (remove deletes it, redrive runs it again)"
+            ))),
+            other => Err(Error::backend(format!(
+                "redis cancel script answered {other}"
+            ))),
+        }
+    }
+
+    /// SPEC 3, Cancelling: look, then wait on the events stream for a cancel
+    /// mark of one of `ids`, looking again only when one comes.
+    async fn wait_cancelled(&self, ids: Vec<u64>, wait: Duration) -> Result<Vec<u64>> {
+        let deadline = crate::clock::wait_deadline(wait);
+        let (mut marked, mut tail) = self.cancelled_once(&ids).await?;
+        loop {
+            if !marked.is_empty() || tokio::time::Instant::now() >= deadline {
+                return Ok(marked);
+            }
+            let events = self.wait_for_event(&tail, deadline).await?;
+            match cancels_in_events(&events, &ids) {
+                (Some(last), false) => tail = last,
+                (None, false) => {}
+                (_, true) => (marked, tail) = self.cancelled_once(&ids).await?,
+            }
+        }
+    }
+
     async fn schedule_load(
         &self,
         scan: crate::schedule::fire::ScheduleScan,
@@ -688,4 +728,24 @@ impl Backend for RedisQueue {
             .clear();
         Ok(())
     }
+}
+
+/// Receipts from a script's flat list of id, delivery, lease triples.
+fn receipts_of(v: &redis::Value, what: &str) -> Result<Vec<Receipt>> {
+    let flat = array(v, what)?;
+    let mut out = Vec::with_capacity(flat.len() / 3);
+    for d in flat.chunks(3) {
+        let [id, delivery, lease] = d else {
+            return Err(Error::Decode {
+                what: format!("redis reply ({what})"),
+                detail: format!("{} values, not a multiple of 3", flat.len()),
+            });
+        };
+        out.push(Receipt {
+            id: uint(id, what)?,
+            delivery: u32_of(delivery, what)?,
+            lease: uint(lease, what)?,
+        });
+    }
+    Ok(out)
 }

@@ -24,15 +24,24 @@ pub(super) const DEAD_LETTERED: i64 = 2;
 /// Reply code of `remove` (SPEC 3, Controlling one item): the item is
 /// pending, so a consumer finishes it through its receipt; nothing changed.
 pub(super) const IS_PENDING: i64 = -3;
+/// Reply code of `cancel` (SPEC 3, Cancelling): the item is a dead letter;
+/// nothing changed.
+pub(super) const IS_DEAD: i64 = -4;
+/// Reply code of `cancel`: the waiting item ended as cancelled.
+pub(super) const ENDED: i64 = 1;
+/// Reply code of `cancel`: the pending item is marked.
+pub(super) const MARKED: i64 = 2;
 /// Most expired dedup keys or done markers one script deletes.
 pub(super) const PRUNE_LIMIT: u32 = 500;
 /// The namespace layout these scripts read and write, kept in `{ns}:layout`
 /// (SPEC 6): 1 is the ranked lanes with the leases index and the outcomes
-/// hash; no key, a namespace written before the key, which this build
-/// reads as it is (moving the stream layout's lanes at connect). A
-/// namespace of a higher layout, which a later build wrote, is refused at
-/// connect.
-pub(super) const LAYOUT: u32 = 1;
+/// hash; 2 adds cancelling (SPEC 3, Cancelling: an item hash's `cx` mark,
+/// outcomes of kind `cancelled`), which a layout-1 namespace needs nothing
+/// for, so it is recorded as 2 at connect. No key: a namespace written
+/// before the key, which this build reads as it is (moving the stream
+/// layout's lanes at connect). A namespace of a higher layout, which a
+/// later build wrote, is refused at connect.
+pub(super) const LAYOUT: u32 = 2;
 
 /// The constants the scripts share with this file, as Lua locals: written
 /// once here, never copied by hand into the scripts.
@@ -44,6 +53,7 @@ fn lua_constants() -> String {
          local LOST, DEFAULT_FLOW, PARKED = {LOST}, {DEFAULT_FLOW}, {PARKED}\n\
          local DELAYED, DEAD_LETTERED = {DELAYED}, {DEAD_LETTERED}\n\
          local IS_PENDING = {IS_PENDING}\n\
+         local IS_DEAD, ENDED, MARKED = {IS_DEAD}, {ENDED}, {MARKED}\n\
          local CLOCK_TOLERANCE = {CLOCK_STEP_TOLERANCE_MS}\n\
          local EVENTS_KEPT = {EVENTS_PER_READ}\n\
          local LAYOUT = {LAYOUT}\n"
@@ -93,6 +103,7 @@ pub(super) struct Scripts {
     pub(super) resume: Script,
     pub(super) clear_flow: Script,
     pub(super) control: Script,
+    pub(super) cancelled: Script,
     pub(super) reclaim: Script,
     pub(super) done: Script,
     pub(super) dead: Script,
@@ -130,6 +141,7 @@ impl Scripts {
             resume: script!("resume"),
             clear_flow: script!("clear_flow"),
             control: script!("control"),
+            cancelled: script!("cancelled"),
             reclaim: script!("reclaim"),
             done: script!("done"),
             dead: script!("dead"),
@@ -272,6 +284,7 @@ mod constant_tests {
         let sources = [
             include_str!("scripts/ack.lua"),
             include_str!("scripts/add.lua"),
+            include_str!("scripts/cancelled.lua"),
             include_str!("scripts/browse.lua"),
             include_str!("scripts/claim.lua"),
             include_str!("scripts/clear_flow.lua"),
@@ -304,6 +317,7 @@ mod constant_tests {
                 super::MAX_DELIVERIES_REASON,
                 "return -1",
                 "return -3",
+                "return -4",
                 "return { -1 }",
                 "'MAXLEN', '64'",
             ] {
@@ -316,6 +330,12 @@ mod constant_tests {
         assert!(prelude.contains(&format!("local EVENTS_KEPT = {}", super::EVENTS_PER_READ)));
         assert!(prelude.contains(&format!("local LAYOUT = {}", super::LAYOUT)));
         assert!(prelude.contains(&format!("local IS_PENDING = {}", super::IS_PENDING)));
+        assert!(prelude.contains(&format!(
+            "local IS_DEAD, ENDED, MARKED = {}, {}, {}",
+            super::IS_DEAD,
+            super::ENDED,
+            super::MARKED
+        )));
     }
 
     // Failed: claim.lua had a hand-out of its own (its batched lease and

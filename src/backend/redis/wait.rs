@@ -190,12 +190,60 @@ pub(super) fn outcome_in_events(v: &Value, id: u64) -> Option<Outcome> {
                 b"dead" => OutcomeKind::DeadLettered {
                     reason: String::from_utf8_lossy(&value).into_owned(),
                 },
+                b"cancelled" => OutcomeKind::Cancelled,
                 _ => return None,
             };
             return Some(Outcome { id, kind, at_ms });
         }
     }
     None
+}
+
+/// What an events `XREAD` reply `v` says to a `wait_cancelled` of `ids`
+/// (SPEC 3, Cancelling): the id of its last entry (where the wait goes on
+/// from), and whether an entry carries a cancel mark (a group `id`,
+/// `cancel`) of one of `ids`. A malformed reply reads as a mark, so the
+/// caller looks again rather than miss one.
+pub(super) fn cancels_in_events(v: &Value, ids: &[u64]) -> (Option<String>, bool) {
+    let entries = array(v, "events")
+        .ok()
+        .and_then(|streams| streams.first())
+        .and_then(|s| array(s, "events stream").ok())
+        .and_then(|s| s.get(1))
+        .and_then(|e| array(e, "events entries").ok());
+    let Some(entries) = entries else {
+        return (None, !matches!(v, Value::Nil));
+    };
+    let mut last = None;
+    let mut hit = false;
+    for entry in entries {
+        let Some(e) = array(entry, "event").ok() else {
+            return (last, true);
+        };
+        if let Some(id) = e.first().and_then(|i| bytes(i, "event id").ok()) {
+            last = Some(String::from_utf8_lossy(&id).into_owned());
+        }
+        let Some(fields) = e.get(1).and_then(|f| array(f, "event fields").ok()) else {
+            continue;
+        };
+        let mut item = None;
+        for kv in fields.chunks(2) {
+            let (Some(k), Some(val)) = (kv.first(), kv.get(1)) else {
+                continue;
+            };
+            let (Ok(k), Ok(val)) = (bytes(k, "field"), bytes(val, "field")) else {
+                continue;
+            };
+            if k == b"id" {
+                item = std::str::from_utf8(&val)
+                    .ok()
+                    .and_then(|s| s.parse::<u64>().ok());
+            } else if k == b"cancel" && item.is_some_and(|i| ids.contains(&i)) {
+                hit = true;
+            }
+        }
+    }
+    (last, hit)
 }
 
 #[cfg(test)]

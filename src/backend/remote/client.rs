@@ -255,7 +255,7 @@ const NO_WAIT: Duration = Duration::ZERO;
 
 impl WorkQueue for RemoteQueue {
     /// One exchange with the server per operation, but for the long polls
-    /// (`claim`, `wait_outcome`, `wait_chunks`: asked for in pieces so that
+    /// (`claim`, `wait_outcome`, `wait_chunks`, `wait_cancelled`: asked for in pieces so that
     /// no request outlives the server's `max_wait`) and `close` (this
     /// handle only: the served queue stays open for its other clients).
     async fn call(&self, request: Request) -> Result<Reply> {
@@ -265,6 +265,9 @@ impl WorkQueue for RemoteQueue {
             }
             Request::WaitOutcome { id, wait } => {
                 self.wait_outcome(id, wait).await.map(Reply::Outcome)
+            }
+            Request::WaitCancelled { ids, wait } => {
+                self.wait_cancelled(ids, wait).await.map(Reply::Ids)
             }
             Request::WaitChunks {
                 id,
@@ -325,6 +328,21 @@ impl RemoteQueue {
             Ok(r.outcome.map(Into::into))
         })
         .await
+    }
+
+    async fn wait_cancelled(&self, ids: Vec<u64>, wait: Duration) -> Result<Vec<u64>> {
+        let ids = &ids;
+        let got = self
+            .long_poll(wait, |piece| async move {
+                let req = wire::WaitCancelledRequest {
+                    ids: ids.clone(),
+                    wait_ms: wire::duration_ms(piece),
+                };
+                let r: wire::IdList = self.send("wait_cancelled", &req, piece).await?;
+                Ok((!r.ids.is_empty()).then_some(r.ids))
+            })
+            .await?;
+        Ok(got.unwrap_or_default())
     }
 
     async fn wait_chunks(&self, id: u64, after_seq: u64, wait: Duration) -> Result<Vec<Chunk>> {

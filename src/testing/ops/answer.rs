@@ -45,10 +45,10 @@ pub fn answer(model: &mut Model, request: Request, now_ms: u64) -> crate::Result
             Reply::Outcome(m.outcome(id, now))
         }
         Request::SetProgress { receipt, progress } => {
-            m.set_progress(receipt, progress)?;
+            m.set_progress(receipt, progress, now)?;
             Reply::Unit
         }
-        Request::SendChunk { receipt, chunk } => Reply::Seq(m.send_chunk(receipt, chunk)?),
+        Request::SendChunk { receipt, chunk } => Reply::Seq(m.send_chunk(receipt, chunk, now)?),
         Request::Progress { id } => Reply::Progress(m.progress(id, now)),
         Request::WaitChunks { id, after_seq, .. } => {
             Reply::Chunks(m.chunks_after(id, after_seq, now))
@@ -105,6 +105,9 @@ pub fn answer(model: &mut Model, request: Request, now_ms: u64) -> crate::Result
         Request::Redrive { id } => Reply::Bool(m.redrive(id, now)),
         Request::PurgeDeadLetters => Reply::Count(m.purge_dead_letters()),
         Request::Remove { id } => Reply::Bool(m.remove(id, now)?),
+        Request::Cancel { id } => Reply::Cancel(m.cancel(id, now)?),
+        // The reference answers at once: a runner calls it with no wait.
+        Request::WaitCancelled { ids, .. } => Reply::Ids(m.cancelled_among(&ids)),
         Request::Stats => Reply::Stats(m.stats(now)),
         Request::BacklogByFlow { sample } => Reply::BacklogByFlow(m.backlog_by_flow(sample, now)),
         Request::Peek { count } => Reply::Items(m.peek(count, now)),

@@ -40,6 +40,13 @@ pub enum ErrorKind {
         /// The delivery the receipt named.
         delivery: u32,
     },
+    /// `Error::Cancelled` with the receipt it names.
+    Cancelled {
+        /// The item.
+        id: u64,
+        /// The delivery the receipt named.
+        delivery: u32,
+    },
     /// `Error::Locked`.
     Locked,
     /// `Error::Corrupt`.
@@ -63,6 +70,10 @@ impl From<&Error> for ErrorKind {
         match e {
             Error::Full { limit } => ErrorKind::Full { limit: *limit },
             Error::LeaseLost { id, delivery, .. } => ErrorKind::LeaseLost {
+                id: *id,
+                delivery: *delivery,
+            },
+            Error::Cancelled { id, delivery, .. } => ErrorKind::Cancelled {
                 id: *id,
                 delivery: *delivery,
             },

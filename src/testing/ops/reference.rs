@@ -304,6 +304,19 @@ impl Reference {
             Op::Remove(v) => Request::Remove {
                 id: self.id_in(*v, None),
             },
+            Op::Cancel(v) => Request::Cancel {
+                id: self.id_in(*v, None),
+            },
+            Op::WaitCancelled => Request::WaitCancelled {
+                ids: self
+                    .model
+                    .locations()
+                    .into_iter()
+                    .filter(|(_, at)| *at == ItemState::Pending)
+                    .map(|(id, _)| id)
+                    .collect(),
+                wait: Duration::ZERO,
+            },
             Op::BackOffFor(f, d) => Request::BackOff {
                 flow: flow(f),
                 duration: Duration::from_millis(back_off_ms(*d)),

@@ -12,7 +12,8 @@ pub fn op_strategy() -> BoxedStrategy<Op> {
 }
 
 /// As [`op_strategy`], with the item and flow controls ([`Op::Promote`],
-/// [`Op::Remove`], [`Op::BackOffFor`]) if `controls`.
+/// [`Op::Remove`], [`Op::Cancel`], [`Op::WaitCancelled`],
+/// [`Op::BackOffFor`]) if `controls`.
 pub fn op_strategy_with(controls: bool) -> BoxedStrategy<Op> {
     let base = base_strategy();
     if !controls {
@@ -23,6 +24,8 @@ pub fn op_strategy_with(controls: bool) -> BoxedStrategy<Op> {
         90 => base,
         3 => byte().prop_map(Op::Promote),
         3 => byte().prop_map(Op::Remove),
+        3 => byte().prop_map(Op::Cancel),
+        1 => Just(Op::WaitCancelled),
         3 => (byte(), byte()).prop_map(|(f, d)| Op::BackOffFor(f, d)),
         2 => (byte(), byte()).prop_map(|(n, v)| Op::UpsertSchedule(n, v)),
         4 => Just(Op::FireSchedules),

@@ -212,6 +212,16 @@ pub(in crate::backend::embedded) fn encode_op(out: &mut Vec<u8>, op: &Op, now: u
             w.u(25);
             w.u(*id);
         }
+        // Schema 7 (SPEC 3, Cancelling): a schema-6 build refuses a
+        // schema-7 file by its version before it could meet codes 28-29.
+        Op::Cancel(id) => {
+            w.u(28);
+            w.u(*id);
+        }
+        Op::EndCancelled(r) => {
+            w.u(29);
+            w.receipt(r);
+        }
         Op::BackOff(flow, duration_ms) => {
             w.u(26);
             w.b(flow.as_bytes());
@@ -294,6 +304,7 @@ pub(in crate::backend::embedded) fn encode_op(out: &mut Vec<u8>, op: &Op, now: u
         | Op::Peek(_)
         | Op::List(_)
         | Op::Find(_)
+        | Op::Cancelling(_)
         | Op::ScheduleLoad(_) => return false,
         #[cfg(feature = "forward")]
         Op::ForwardRead { .. } | Op::ForwardLag(_) => return false,
@@ -508,6 +519,8 @@ fn decode_op(r: &mut R<'_>) -> Result<Op> {
         18 => Op::PurgeDead,
         24 => Op::PromoteId(r.u()?),
         25 => Op::Remove(r.u()?),
+        28 => Op::Cancel(r.u()?),
+        29 => Op::EndCancelled(r.receipt()?),
         26 => Op::BackOff(r.s()?, r.u()?),
         27 => {
             let name = r.s()?;

@@ -212,6 +212,11 @@ impl Tables<'_> {
             if let Some(lease) = self.lease(r.id)?
                 && lease.lease == r.lease
             {
+                if lease.cancelling {
+                    // SPEC 3, Cancelling: the receipt-by-receipt path ends
+                    // it (nothing is written before this point).
+                    return Ok(None);
+                }
                 acked.push((r.id, lease));
             }
         }

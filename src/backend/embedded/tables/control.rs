@@ -11,8 +11,9 @@
 use redb::ReadableTable;
 
 use super::{Ctx, Tables};
+use crate::backend::embedded::codec;
 use crate::error::{Error, Result};
-use crate::item::Lane;
+use crate::item::{CancelOutcome, Lane};
 use crate::limit::{FlowLimit, FlowState, check_limit};
 
 impl Tables<'_> {
@@ -102,6 +103,82 @@ impl Tables<'_> {
         // `outcomes` or its ack run, as with a purge).
         self.forget_progress(id)?;
         Ok(true)
+    }
+
+    /// SPEC 3, Cancelling: end item `id` as cancelled if it waits (backlog
+    /// or due lane, shared or held, delayed, parked): it leaves its state
+    /// and its record, payload row and dedup key go as in `remove`, and
+    /// its outcome is cancelled (its progress and chunks live as long as
+    /// the outcome). A pending item's lease gets the cancel mark. Nothing
+    /// written for `NotFound` or a mark already there.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for a dead letter (nothing written); `Corrupt` for a
+    /// record no index names; `Decode` for an unreadable record; storage
+    /// failures.
+    pub(in crate::backend::embedded) fn cancel(
+        &mut self,
+        id: u64,
+        now: u64,
+    ) -> Result<CancelOutcome> {
+        if self.items()?.get(id).ctx("read item")?.is_none() || self.is_deferred(id)? {
+            return Ok(CancelOutcome::NotFound);
+        }
+        if let Some(mut lease) = self.lease(id)? {
+            if !lease.cancelling {
+                lease.cancelling = true;
+                // Keeps `pending` consistent: the same lease, marked; the
+                // lease index (keyed by the last touch) is unchanged.
+                self.pending_mut()?
+                    .insert(id, codec::encode_lease(&lease)?.as_slice())
+                    .ctx("write lease")?;
+            }
+            return Ok(CancelOutcome::Marked);
+        }
+        if self
+            .dead_by_id()?
+            .get(id)
+            .ctx("read dead letter index")?
+            .is_some()
+        {
+            return Err(Error::invalid(format!(
+                "item {id} is a dead letter: it has finished, so it cannot be cancelled (remove deletes it, redrive runs it again)"
+            )));
+        }
+        let rec = self.record(id)?;
+        let found = self.take_delayed(id, rec.not_before_ms)?
+            || self.take_held(id, &rec.flow, now)?
+            || self.take_from_lane(Lane::Due, id)?
+            || self.take_from_lane(Lane::Backlog, id)?
+            || self.take_parked(id, &rec.flow)?;
+        if !found {
+            return Err(Error::corrupt(format!("item {id} is in no state")));
+        }
+        // Keeps `items` and `payloads` consistent: no index names the id.
+        self.delete_item(id)?;
+        // Keeps `outcomes` and `outcome_expiry` consistent: the outcome
+        // replaces any earlier one.
+        self.finish(id, codec::OUTCOME_CANCELLED, Vec::new(), "", now)?;
+        Ok(CancelOutcome::Ended)
+    }
+
+    /// SPEC 3, Cancelling: the ids among `ids` that are pending and marked
+    /// cancelled, ascending, each once.
+    ///
+    /// # Errors
+    ///
+    /// `Decode` for an unreadable lease; storage failures.
+    pub(in crate::backend::embedded) fn cancelled_among(&self, ids: &[u64]) -> Result<Vec<u64>> {
+        let mut out = Vec::new();
+        for &id in ids {
+            if self.lease(id)?.is_some_and(|l| l.cancelling) {
+                out.push(id);
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
     }
 
     fn take_dead(&mut self, id: u64) -> Result<bool> {

@@ -10,7 +10,13 @@ use crate::item::{DeadLetter, Lane};
 
 impl Tables<'_> {
     pub(super) fn bury(&mut self, id: u64, reason: &str, now: u64) -> Result<()> {
-        self.finish(id, true, Vec::new(), reason, now)?;
+        self.finish(
+            id,
+            crate::backend::embedded::codec::OUTCOME_DEAD,
+            Vec::new(),
+            reason,
+            now,
+        )?;
         let seq = self.next_seq()?;
         let rec = DeadRecord {
             id,

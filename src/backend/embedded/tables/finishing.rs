@@ -23,7 +23,7 @@ impl Tables<'_> {
         let lease = self.current(r)?;
         self.remove_pending(r.id, &lease, now)?;
         self.delete_item(r.id)?;
-        self.finish(r.id, false, result.to_vec(), "", now)
+        self.finish(r.id, codec::OUTCOME_DONE, result.to_vec(), "", now)
     }
 
     pub(in crate::backend::embedded) fn ack_batch(
@@ -39,6 +39,10 @@ impl Tables<'_> {
             match self.ack(r, &[], now) {
                 Ok(()) => n += 1,
                 Err(Error::LeaseLost { .. }) => {}
+                // SPEC 3, Cancelling: the item ends, and is not counted.
+                Err(Error::Cancelled { .. }) => {
+                    self.end_cancelled(r, now)?;
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -156,6 +160,7 @@ impl Tables<'_> {
         }
         let mut out = Vec::new();
         let mut dead_lettered = Vec::new();
+        let mut cancelled = Vec::new();
         // Claims this call made are re-indexed at (now, id), possibly ahead of
         // the scan: skip them, and resume each scan after the last key seen.
         let mut handed: std::collections::HashSet<u64> = std::collections::HashSet::new();
@@ -208,6 +213,17 @@ impl Tables<'_> {
                     .ctx("delete stray orphan")?;
                 continue;
             };
+            // SPEC 3, Cancelling: a stale claim of a cancelled item ends
+            // it; it never runs again.
+            if lease.cancelling {
+                self.end_marked(id, &lease, now)?;
+                cancelled.push(Receipt {
+                    id,
+                    delivery: lease.deliveries,
+                    lease: lease.lease,
+                });
+                continue;
+            }
             self.remove_pending(id, &lease, now)?;
             let rec = self.keep_deliveries(id, &lease)?;
             if rec.deliveries >= self.limits.max_deliveries {
@@ -232,7 +248,34 @@ impl Tables<'_> {
         Ok(Reclaimed {
             claimed: out,
             dead_lettered,
+            cancelled,
         })
+    }
+
+    /// SPEC 3, Cancelling: end pending item `r.id` as cancelled if `r`
+    /// holds its lease and the item is marked; false, and nothing
+    /// written, otherwise (the holder's call that found the mark is
+    /// followed by this one, from the handle).
+    pub(in crate::backend::embedded) fn end_cancelled(
+        &mut self,
+        r: &Receipt,
+        now: u64,
+    ) -> Result<bool> {
+        match self.lease(r.id)? {
+            Some(l) if l.lease == r.lease && l.cancelling => {
+                self.end_marked(r.id, &l, now)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// End marked pending item `id` (under `lease`): out of pending, its
+    /// record and payload gone, its outcome cancelled.
+    fn end_marked(&mut self, id: u64, lease: &LeaseRecord, now: u64) -> Result<()> {
+        self.remove_pending(id, lease, now)?;
+        self.delete_item(id)?;
+        self.finish(id, codec::OUTCOME_CANCELLED, Vec::new(), "", now)
     }
 
     /// At open: every pending item belongs to a process that is gone.

@@ -454,6 +454,7 @@ impl Tables<'_> {
             lane: codec::lane_to_u8(lane),
             deliveries: rec.deliveries,
             claimed_at_ms: now,
+            cancelling: false,
         };
         let delivery = rec.deliveries;
         let claimed = Claimed {

@@ -18,12 +18,12 @@ impl Tables<'_> {
     pub(super) fn finish(
         &mut self,
         id: u64,
-        dead: bool,
+        kind: u8,
         result: Vec<u8>,
         reason: &str,
         now: u64,
     ) -> Result<()> {
-        if !dead && result.is_empty() {
+        if kind == codec::OUTCOME_DONE && result.is_empty() {
             return self.append_outcomes(&[id], now);
         }
         self.forget_outcome(id)?;
@@ -33,7 +33,7 @@ impl Tables<'_> {
             return self.forget_progress_of(&[id]);
         }
         let rec = OutcomeRecord {
-            dead,
+            kind,
             result,
             reason: reason.to_string(),
             at_ms: now,
@@ -108,10 +108,16 @@ impl Tables<'_> {
         if let Some(r) = self.outcome_record(id)? {
             return Ok((r.expires_at_ms > now).then_some(Outcome {
                 id,
-                kind: if r.dead {
-                    OutcomeKind::DeadLettered { reason: r.reason }
-                } else {
-                    OutcomeKind::Done { result: r.result }
+                kind: match r.kind {
+                    codec::OUTCOME_DONE => OutcomeKind::Done { result: r.result },
+                    codec::OUTCOME_DEAD => OutcomeKind::DeadLettered { reason: r.reason },
+                    codec::OUTCOME_CANCELLED => OutcomeKind::Cancelled,
+                    k => {
+                        return Err(crate::error::Error::Decode {
+                            what: format!("outcomes[{id}]"),
+                            detail: format!("unknown outcome kind {k}"),
+                        });
+                    }
                 },
                 at_ms: r.at_ms,
             }));

@@ -136,8 +136,13 @@ impl Tables<'_> {
         self.to_item(id, rec)
     }
 
+    /// The lease of a receipt that is current (SPEC 3, Finishing): else
+    /// `LeaseLost`, or `Cancelled` when its item is marked cancelled (SPEC
+    /// 3, Cancelling; nothing is written: the caller's handle ends the
+    /// item by [`Tables::end_cancelled`] in an operation of its own).
     pub(super) fn current(&self, r: &Receipt) -> Result<LeaseRecord> {
         match self.lease(r.id)? {
+            Some(l) if l.lease == r.lease && l.cancelling => Err(Error::cancelled(r)),
             Some(l) if l.lease == r.lease => Ok(l),
             _ => Err(Error::lease_lost(r)),
         }

@@ -183,7 +183,7 @@ tables! {
 
 pub(in crate::backend::embedded) const SCHEMA_VERSION_KEY: &str = "schema_version";
 /// The schema this build writes (SPEC section 6).
-pub(in crate::backend::embedded) const SCHEMA_VERSION: u64 = 6;
+pub(in crate::backend::embedded) const SCHEMA_VERSION: u64 = 7;
 /// The tag of the redo log generation the file's records go under: random,
 /// new at every checkpoint (module `redo`, SPEC section 6).
 pub(in crate::backend::embedded) const REDO_LOG_KEY: &str = "redo_log";

@@ -17,7 +17,10 @@ use crate::error::{Error, Result};
 fn changed_nothing(e: &Error) -> bool {
     matches!(
         e,
-        Error::LeaseLost { .. } | Error::InvalidInput(_) | Error::Full { .. }
+        Error::LeaseLost { .. }
+            | Error::Cancelled { .. }
+            | Error::InvalidInput(_)
+            | Error::Full { .. }
     )
 }
 

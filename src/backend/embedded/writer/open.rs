@@ -262,7 +262,7 @@ fn open_and_recover_marked(
             }
             // SPEC 6: an older schema migrates in this very transaction
             // (made durable by the open's checkpoint below).
-            Some(v @ 1..=5) => {
+            Some(v @ 1..=6) => {
                 if v == 1 {
                     migrate::schema1_to_2(&txn, limits.aging_step)?;
                 }
@@ -275,8 +275,11 @@ fn open_and_recover_marked(
                 if v <= 4 {
                     migrate::schema4_to_5(&txn)?;
                 }
-                migrate::schema5_to_6(&txn)?;
-                tracing::info!(path = %path.display(), "migrated the queue file from schema {v} to 6");
+                if v <= 5 {
+                    migrate::schema5_to_6(&txn)?;
+                }
+                migrate::schema6_to_7(&txn)?;
+                tracing::info!(path = %path.display(), "migrated the queue file from schema {v} to 7");
             }
             Some(_) => {}
         }

@@ -556,10 +556,12 @@ local function enqueue(zset, field, id, arrival, now)
   redis.call('ZADD', zset, fmt(arrival - boost), member)
 end
 
--- Whether item `id` is pending under lease `lease`.
+-- Whether item `id` is pending under lease `lease`, and not marked
+-- cancelled (`cx`, SPEC 3, Cancelling: a marked item answers its holder
+-- as lost here; the caller then ends it through `cancelled`).
 local function current(id, lease)
-  local f = redis.call('HMGET', item_key(id), 'st', 'ls')
-  return f[1] == 'pending' and f[2] and tonumber(f[2]) == tonumber(lease)
+  local f = redis.call('HMGET', item_key(id), 'st', 'ls', 'cx')
+  return f[1] == 'pending' and not f[3] and f[2] and tonumber(f[2]) == tonumber(lease)
 end
 
 -- Take a pending item out of pending: drop the lease.
@@ -568,6 +570,13 @@ local function release(id, now)
   redis.call('ZREM', K_PENDING, pad(id))
   redis.call('HDEL', K_LEASES, id)
   redis.call('HDEL', item_key(id), 'ls', 'ca', 'owner')
+end
+
+-- End marked pending item `id` (SPEC 3, Cancelling): out of pending and
+-- gone; the caller keeps its outcome (`finish_all` of kind `cancelled`).
+local function end_cancelled(id, now)
+  release(id, now)
+  redis.call('DEL', item_key(id))
 end
 
 local function park_item(id, flow)

@@ -9,6 +9,14 @@
 --   letters, with its progress and chunks. A dead letter's outcome stays,
 --   as with a purge; a dedup key is left to expire. Returns 1 removed, 0
 --   when no item is `id`, IS_PENDING (nothing changes) for a pending item.
+-- cancel (SPEC 3, Cancelling; ARGV[4] result_ttl): a waiting item leaves
+--   its state as with remove and ends as cancelled (its outcome kept for
+--   result_ttl; its progress and chunks live as long). A pending item gets
+--   the mark `cx`, leaves the leases index (so that an ack reads its hash,
+--   and `current` answers lost) and a signal `id`, `cancel` goes on the
+--   events stream for `wait_cancelled`. Returns ENDED, MARKED (also when
+--   marked already), 0 when no item is `id`, IS_DEAD for a dead letter
+--   (nothing changes).
 local now = clock_now()
 local op, id = ARGV[2], ARGV[3]
 local k = item_key(id)
@@ -25,10 +33,19 @@ if op == 'promote' then
   return 1
 end
 
--- remove
-local f = redis.call('HMGET', k, 'st', 'flow', 'hl')
+-- remove and cancel
+local f = redis.call('HMGET', k, 'st', 'flow', 'hl', 'cx')
 local st, flow, hl = f[1], f[2] or '', f[3] == '1'
-if st == 'pending' or redis.call('ZSCORE', K_PENDING, pad(id)) then return IS_PENDING end
+if st == 'pending' or redis.call('ZSCORE', K_PENDING, pad(id)) then
+  if op ~= 'cancel' then return IS_PENDING end
+  if not f[4] then
+    redis.call('HSET', k, 'cx', '1')
+    redis.call('HDEL', K_LEASES, id)
+    redis.call('XADD', K_EVENTS, 'MAXLEN', EVENTS_KEPT, '*', 'id', id, 'cancel', '1')
+  end
+  return MARKED
+end
+if op == 'cancel' and st == 'dead' then return IS_DEAD end
 
 -- The member `<position>:<id>` of `id` in ranked lane `zset`, or nil: a
 -- ready member holds no time of the item's, so the lane is scanned.
@@ -87,6 +104,11 @@ end
 local function take_dead() return redis.call('LREM', K_DEAD, 0, id) > 0 end
 
 local found
+if op == 'cancel' then
+  -- Not a dead letter: the lookup everywhere below skips the dead letters.
+  st = st or ''
+  if st == 'dead' then st = '' end
+end
 if st == 'backlog' then
   found = take_ready(1)
 elseif st == 'due' then
@@ -101,10 +123,17 @@ end
 if not found then
   -- Its index entry was changed behind the queue's back (SPEC 6, Redis
   -- keys changed by hand): look everywhere, and delete the item anyway.
-  found = take_delayed() or take_dead() or take_parked() or take_ready(1) or take_ready(0)
+  found = take_delayed() or (op ~= 'cancel' and take_dead()) or take_parked()
+    or take_ready(1) or take_ready(0)
   if not found then
-    redis.log(redis.LOG_WARNING, 'workjournal: removed item ' .. id .. ' that no lane of ' .. P .. ' held')
+    redis.log(redis.LOG_WARNING, 'workjournal: ' .. op .. ' of item ' .. id .. ' that no lane of ' .. P .. ' held')
   end
+end
+if op == 'cancel' then
+  redis.call('DEL', k)
+  prune_outcomes(now)
+  finish(id, 'cancelled', '', now, ARGV[4])
+  return ENDED
 end
 redis.call('DEL', k, prog_key(id), chunks_key(id))
 return 1

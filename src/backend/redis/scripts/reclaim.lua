@@ -3,8 +3,10 @@
 -- score is claimed_at and its members are padded ids, so its order is
 -- exactly that, and every stale item is reached however many fresh ones
 -- there are. An item of a paused flow is parked (deliveries unchanged) and
--- not counted. Returns {items, missing, dropped, dead}, where dead lists
--- id, deliveries, lease of each stale claim dead-lettered instead.
+-- not counted. An item marked cancelled (`cx`, SPEC 3, Cancelling) ends
+-- as cancelled, not counted. Returns {items, missing, dropped, dead,
+-- cancelled}, where dead and cancelled list id, deliveries, lease of each
+-- stale claim dead-lettered or ended instead.
 local now = clock_now()
 local consumer = ARGV[2]
 local cutoff = now - tonumber(ARGV[3])
@@ -23,10 +25,12 @@ while taking < count do
   for _, m in ipairs(page) do
     if taking >= count then break end
     local id = unpad(m)
-    local f = redis.call('HMGET', item_key(id), 'dlv', 'flow')
+    local f = redis.call('HMGET', item_key(id), 'dlv', 'flow', 'cx')
     local dlv, flow = f[1], f[2] or ''
     if not dlv then
       plan[#plan + 1] = { id, 'missing', m }
+    elseif f[3] then
+      plan[#plan + 1] = { id, 'cancel' }
     elseif tonumber(dlv) >= max then
       plan[#plan + 1] = { id, 'bury' }
     elseif paused[flow] then
@@ -38,7 +42,7 @@ while taking < count do
   end
 end
 -- Phase 2: apply.
-local out, dropped, dead = {}, 0, {}
+local out, dropped, dead, cancelled, ended = {}, 0, {}, {}, {}
 hand_outs_begin(now, consumer)
 for _, p in ipairs(plan) do
   local id, what = p[1], p[2]
@@ -53,6 +57,13 @@ for _, p in ipairs(plan) do
     dead[#dead + 1] = f[2] or '0'
     release(id, now)
     dropped = dropped + bury(id, MAX_DELIVERIES_REASON, now, cap, ttl)
+  elseif what == 'cancel' then
+    local f = redis.call('HMGET', item_key(id), 'dlv', 'ls')
+    cancelled[#cancelled + 1] = id
+    cancelled[#cancelled + 1] = f[1] or '0'
+    cancelled[#cancelled + 1] = f[2] or '0'
+    end_cancelled(id, now)
+    ended[#ended + 1] = { id, '' }
   elseif what == 'park' then
     release(id, now)
     park_item(id, p[3])
@@ -63,7 +74,11 @@ for _, p in ipairs(plan) do
   end
 end
 hand_outs_end()
+if #ended > 0 then
+  prune_outcomes(now)
+  finish_all(ended, 'cancelled', now, ttl)
+end
 if missing > 0 then
   redis.log(redis.LOG_WARNING, 'workjournal: ' .. missing .. ' pending ids without an item record in ' .. P)
 end
-return { out, missing, dropped, dead }
+return { out, missing, dropped, dead, cancelled }

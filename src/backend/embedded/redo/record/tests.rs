@@ -62,6 +62,8 @@ fn every_op() -> Vec<Op> {
         Op::PurgeDead,
         Op::PromoteId(14),
         Op::Remove(15),
+        Op::Cancel(16),
+        Op::EndCancelled(r(17)),
         Op::BackOff("b".into(), 2_500),
         Op::ScheduleSwap(crate::schedule::fire::ScheduleSwap {
             name: "nightly".into(),
