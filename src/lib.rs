@@ -327,7 +327,7 @@ pub use schedule::{
     MIN_SCHEDULE_EVERY_MS, Overlap, SCHEDULE_SKIP_GRACE_MS, Schedule, ScheduleInfo, ScheduleQueue,
     Spec,
 };
-pub use worker::{HandlerError, RetryPolicy, Worker, idempotent_step};
+pub use worker::{HandlerError, RetryPolicy, Worker, cancel_requested, idempotent_step};
 
 pub use backend::memory::MemoryQueue;
 pub use backend::partitioned::{MAX_PARTITIONS, PartitionedQueue};

@@ -69,6 +69,7 @@ use crate::item::{Claimed, Receipt};
 use crate::queue::WorkQueue;
 
 mod backed_off;
+mod cancel;
 mod events;
 mod finish;
 mod retry;
@@ -77,6 +78,8 @@ mod upkeep;
 
 use backed_off::BackedOff;
 
+pub use cancel::cancel_requested;
+use cancel::watch_cancels;
 pub use events::{Event, Report};
 use finish::give_back_unfinished;
 pub use retry::{HandlerError, RetryPolicy};
@@ -142,6 +145,7 @@ pub struct Worker<Q> {
     lease: Duration,
     retry: RetryPolicy,
     grace: Duration,
+    cancel_grace: Duration,
     claim_wait: Duration,
     until_empty: bool,
     flow: Option<String>,
@@ -156,6 +160,7 @@ impl<Q> fmt::Debug for Worker<Q> {
             .field("lease", &self.lease)
             .field("retry", &self.retry)
             .field("grace", &self.grace)
+            .field("cancel_grace", &self.cancel_grace)
             .field("claim_wait", &self.claim_wait)
             .field("until_empty", &self.until_empty)
             .field("flow", &self.flow)
@@ -184,6 +189,7 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
             lease: DEFAULT_LEASE,
             retry: RetryPolicy::default(),
             grace: DEFAULT_GRACE,
+            cancel_grace: Duration::ZERO,
             claim_wait: DEFAULT_CLAIM_WAIT,
             until_empty: false,
             flow: None,
@@ -244,6 +250,18 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
     /// Default: 10 s.
     pub fn grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
+        self
+    }
+
+    /// How long a handler whose item was cancelled while it ran (SPEC 3,
+    /// Cancelling) may go on after [`cancel_requested`] resolves, to stop
+    /// cleanly, before the worker drops its future. Either way the item
+    /// ends as cancelled ([`Event::Cancelled`], [`Report::cancelled`]):
+    /// the handler's answer is not used. The worker learns of the cancel
+    /// from the queue at once (`wait_cancelled`, from any process), not at
+    /// its next heartbeat. Default: 0 (the future is dropped at once).
+    pub fn cancel_grace(mut self, grace: Duration) -> Self {
+        self.cancel_grace = grace;
         self
     }
 
@@ -363,6 +381,9 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
             on_event: self.on_event,
             handler,
             in_flight: Mutex::new(HashMap::new()),
+            held_changed: tokio::sync::Notify::new(),
+            cancels: Mutex::new(HashMap::new()),
+            cancel_grace: self.cancel_grace,
             report: Mutex::new(Report::default()),
             next_reclaim: Mutex::new(Some(Instant::now())),
             claims_paused_until: Mutex::new(Instant::now()),
@@ -391,6 +412,7 @@ impl<Q: WorkQueue + Clone + 'static> Worker<Q> {
 
         let mut background = JoinSet::new();
         background.spawn(heartbeat(shared.clone()));
+        background.spawn(watch_cancels(shared.clone()));
         if shared.flow.is_none() {
             background.spawn(timers(shared.clone()));
             background.spawn(schedules(shared.clone()));
@@ -537,6 +559,14 @@ struct Shared<Q> {
     /// Receipts of the items being handled, by lease number: what the
     /// heartbeat touches.
     in_flight: Mutex<HashMap<u64, Receipt>>,
+    /// Woken when an item joins the heartbeat set: the cancel watch asks
+    /// the queue about the new set.
+    held_changed: tokio::sync::Notify,
+    /// Each held item's cancel signal, by lease number (SPEC 3,
+    /// Cancelling).
+    cancels: Mutex<HashMap<u64, tokio::sync::watch::Sender<bool>>>,
+    /// [`Worker::cancel_grace`].
+    cancel_grace: Duration,
     report: Mutex<Report>,
     /// When the next reclaim is due; `None`: never (an endless lease).
     next_reclaim: Mutex<Option<Instant>>,
@@ -579,6 +609,14 @@ impl<Q: WorkQueue> Shared<Q> {
 
     fn report(&self) -> MutexGuard<'_, Report> {
         lock(&self.report)
+    }
+
+    /// Tell the handler of the item held under `lease` that it was
+    /// cancelled (SPEC 3, Cancelling).
+    fn cancel_lease(&self, lease: u64) {
+        if let Some(tx) = lock(&self.cancels).get(&lease) {
+            tx.send_replace(true);
+        }
     }
 
     /// Run a queue operation that finishes an item (ack, retry, release,

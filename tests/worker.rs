@@ -88,6 +88,8 @@ cases!(
     prefetched_items_start_in_claim_order,
     a_reclaimed_item_of_a_backed_off_flow_waits_out_the_back_off,
     a_flow_worker_waits_out_its_back_off,
+    a_cancel_stops_a_running_handler_and_ends_the_item,
+    a_handler_that_watches_for_a_cancel_stops_cleanly,
 );
 
 fn fast_retry() -> RetryPolicy {
@@ -1316,4 +1318,109 @@ where
     let (runs, report) = runs_backing_off_once(worker, Duration::from_millis(600)).await;
     assert_eq!(runs.len(), 3, "{runs:?} {report:?}");
     assert_eq!((report.acked, report.released), (2, 1), "{report:?}");
+}
+
+/// SPEC 3, Cancelling; SPEC 9, Worker: a cancel of an item whose handler
+/// runs (here one that never ends on its own, with a lease far longer
+/// than the test, so no heartbeat or reclaim helps) stops the handler and
+/// ends the item as cancelled; the other item runs on and is acked.
+async fn a_cancel_stops_a_running_handler_and_ends_the_item<F, Fut>(make: F)
+where
+    F: Fn(Config) -> Fut,
+    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
+{
+    let (q, _keep) = make(Config::default()).await;
+    let stuck = q.add(NewItem::new(b"stuck".to_vec())).await.unwrap().id;
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let seen = events.clone();
+    let worker = Worker::new(q.clone())
+        .concurrency(2)
+        .lease(Duration::from_secs(600))
+        .until_empty(true)
+        .claim_wait(Duration::from_millis(50))
+        .on_event(move |e| seen.lock().unwrap().push(e.clone()))
+        .run(
+            |claimed| async move {
+                if claimed.item.payload == b"stuck" {
+                    std::future::pending::<()>().await;
+                }
+                Ok::<(), HandlerError>(())
+            },
+            std::future::pending(),
+        );
+    let run = tokio::spawn(worker);
+    for _ in 0..500 {
+        if q.stats().await.unwrap().pending == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    q.add(NewItem::new(b"quick".to_vec())).await.unwrap();
+    assert_eq!(
+        q.cancel(stuck).await.unwrap(),
+        workjournal::CancelOutcome::Marked
+    );
+    let report = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("the worker stops once the cancelled item has ended")
+        .unwrap()
+        .unwrap();
+    assert_eq!((report.cancelled, report.acked), (1, 1), "{report:?}");
+    let o = q.outcome(stuck).await.unwrap().unwrap();
+    assert!(o.is_cancelled(), "{o:?}");
+    assert!(events.lock().unwrap().contains(&Event::Cancelled {
+        id: stuck,
+        delivery: 1
+    }));
+}
+
+/// A handler that awaits `cancel_requested` beside its work stops cleanly
+/// within the worker's cancel grace; its answer is not used: the item
+/// ends as cancelled, not acked.
+async fn a_handler_that_watches_for_a_cancel_stops_cleanly<F, Fut>(make: F)
+where
+    F: Fn(Config) -> Fut,
+    Fut: std::future::Future<Output = (BoxQueue, Kept)>,
+{
+    let (q, _keep) = make(Config::default()).await;
+    let id = q.add(NewItem::new(b"job".to_vec())).await.unwrap().id;
+    let cleaned = Arc::new(AtomicBool::new(false));
+    let flag = cleaned.clone();
+    let worker = Worker::new(q.clone())
+        .lease(Duration::from_secs(600))
+        .cancel_grace(Duration::from_secs(20))
+        .until_empty(true)
+        .claim_wait(Duration::from_millis(50))
+        .run(
+            move |_| {
+                let flag = flag.clone();
+                async move {
+                    tokio::select! {
+                        () = workjournal::cancel_requested() => {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            flag.store(true, Ordering::SeqCst);
+                        }
+                        () = tokio::time::sleep(Duration::from_secs(600)) => {}
+                    }
+                    Ok::<(), HandlerError>(())
+                }
+            },
+            std::future::pending(),
+        );
+    let run = tokio::spawn(worker);
+    for _ in 0..500 {
+        if q.stats().await.unwrap().pending == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    q.cancel(id).await.unwrap();
+    let report = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("the handler stopped well within its cancel grace")
+        .unwrap()
+        .unwrap();
+    assert!(cleaned.load(Ordering::SeqCst));
+    assert_eq!((report.cancelled, report.acked), (1, 0), "{report:?}");
+    assert!(q.outcome(id).await.unwrap().unwrap().is_cancelled());
 }

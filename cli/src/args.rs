@@ -145,6 +145,27 @@ pub(crate) enum Command {
     },
     /// Delete every dead letter.
     PurgeDeadLetters,
+    /// Cancel item ID: one that waits ends at once as cancelled; one that
+    /// runs is marked, and the worker that holds it (in any process) stops
+    /// its command (SIGTERM, then SIGKILL after its --kill-grace) and ends
+    /// it as cancelled. Exit 9 if the queue holds no item ID; a dead
+    /// letter is refused (exit 7).
+    Cancel {
+        /// The item id (as `add` printed it).
+        id: u64,
+    },
+    /// Make delayed item ID due now. Exit 9 if no delayed item is ID.
+    Promote {
+        /// The item id.
+        id: u64,
+    },
+    /// Delete item ID unrun, wherever it waits (a dead letter too). A
+    /// running item is refused (exit 7): cancel it instead. Exit 9 if the
+    /// queue holds no item ID.
+    Remove {
+        /// The item id.
+        id: u64,
+    },
     /// Hold FLOW: workers park its items instead of running them.
     Pause {
         /// The flow.
@@ -319,6 +340,11 @@ pub(crate) struct ExecArgs {
     /// (at most 5m, shortened by up to 20% at random).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "1s")]
     pub(crate) backoff: Duration,
+    /// When an item is cancelled while its command runs (`workjournal
+    /// cancel ID`, from any process): the command's process group gets
+    /// SIGTERM at once, and SIGKILL if it still runs this long after.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
+    pub(crate) kill_grace: Duration,
 }
 
 #[derive(Debug, Args)]

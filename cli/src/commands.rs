@@ -205,6 +205,35 @@ async fn one(queue: &BoxQueue, command: Command) -> CliResult {
             };
             writeln!(out, "redriven {n}").map_err(CliError::output)
         }
+        Command::Cancel { id } => match queue.cancel(id).await? {
+            workjournal::CancelOutcome::Ended => {
+                writeln!(out, "cancelled {id}").map_err(CliError::output)
+            }
+            workjournal::CancelOutcome::Marked => writeln!(
+                out,
+                "cancelling {id}: it runs; its worker stops it and ends it as cancelled"
+            )
+            .map_err(CliError::output),
+            workjournal::CancelOutcome::NotFound => Err(CliError::new(
+                code::NOT_FOUND,
+                format!("no item {id}: never added, finished, or removed"),
+            )),
+        },
+        Command::Promote { id } => {
+            if !queue.promote(id).await? {
+                return Err(CliError::new(
+                    code::NOT_FOUND,
+                    format!("no delayed item {id}"),
+                ));
+            }
+            writeln!(out, "promoted {id}").map_err(CliError::output)
+        }
+        Command::Remove { id } => {
+            if !queue.remove(id).await? {
+                return Err(CliError::new(code::NOT_FOUND, format!("no item {id}")));
+            }
+            writeln!(out, "removed {id}").map_err(CliError::output)
+        }
         Command::PurgeDeadLetters => {
             let n = queue.purge_dead_letters().await?;
             writeln!(out, "purged {n}").map_err(CliError::output)

@@ -15,6 +15,10 @@ use crate::{CliError, CliResult, code, exec};
 /// How often `work` prints a progress line when stderr is not a terminal.
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
+/// How long past `--kill-grace` the worker waits for a cancelled item's
+/// command to be reported stopped before it drops the run.
+const CANCEL_MARGIN: Duration = Duration::from_secs(2);
+
 fn config(exec: &ExecArgs) -> Config {
     Config::default()
         .max_deliveries(
@@ -73,6 +77,7 @@ struct Counters {
     done: AtomicU64,
     failed: AtomicU64,
     dead: AtomicU64,
+    cancelled: AtomicU64,
 }
 
 /// Notifies `first` at the first Ctrl-C, SIGTERM or SIGHUP (a closed ssh
@@ -210,6 +215,15 @@ async fn run_work(
                     "item {id} (delivery {delivery}) was taken over by another worker; its result was dropped"
                 ),
             ),
+            Event::Cancelled { id, delivery } => {
+                counters.cancelled.fetch_add(1, Ordering::Relaxed);
+                log_line(
+                    bar.as_ref(),
+                    &format!(
+                        "item {id} (delivery {delivery}) was cancelled; its command was stopped"
+                    ),
+                )
+            }
             Event::QueueError { op, error } => {
                 log_line(bar.as_ref(), &format!("queue error in {op}: {error}"))
             }
@@ -263,6 +277,9 @@ async fn run_work(
         .prefetch(prefetch)
         .lease(args.exec.lease)
         .grace(args.exec.lease)
+        // Room for the command to stop after SIGTERM (and SIGKILL) before
+        // the worker gives up on its status.
+        .cancel_grace(args.exec.kill_grace.saturating_add(CANCEL_MARGIN))
         .retry_policy(RetryPolicy::default().base(args.exec.backoff))
         .until_empty(args.until_empty)
         .flow(args.flow.clone())
@@ -270,6 +287,7 @@ async fn run_work(
     let closed = stdout_closed.clone();
     let keep_stdout = args.keep_stdout;
     let default_back_off = args.exec.backoff;
+    let kill_grace = args.exec.kill_grace;
     let handler_bar = bar.clone();
     let run = worker.run_with_result(
         move |claimed| {
@@ -277,7 +295,11 @@ async fn run_work(
             let closed = closed.clone();
             let bar = handler_bar.clone();
             async move {
-                match supervisors.run(&claimed, timeout, keep_stdout).await {
+                let stop = workjournal::cancel_requested();
+                match supervisors
+                    .run(&claimed, timeout, keep_stdout, stop, kill_grace)
+                    .await
+                {
                     exec::Outcome::Ok(result) => Ok(result),
                     exec::Outcome::Failed(f) => Err(HandlerError::from(f)),
                     exec::Outcome::NotStarted(f) => Err(HandlerError::not_attempted(f)),
@@ -346,6 +368,9 @@ async fn run_work(
             " ({} of them dropped past the dead-letter cap)",
             report.dead_letters_dropped
         ));
+    }
+    if report.cancelled > 0 {
+        summary.push_str(&format!("; {} cancelled", report.cancelled));
     }
     if report.released > 0 {
         summary.push_str(&format!(
@@ -444,7 +469,16 @@ async fn run_step(queue: &BoxQueue, args: &StepArgs) -> CliResult {
     let receipt = claimed.receipt;
     let run = async {
         let supervisors = exec::Supervisors::new(&args.exec.exec);
-        match supervisors.run(&claimed, args.exec.timeout, false).await {
+        match supervisors
+            .run(
+                &claimed,
+                args.exec.timeout,
+                false,
+                std::future::pending(),
+                args.exec.kill_grace,
+            )
+            .await
+        {
             exec::Outcome::Ok(_) => Ok(()),
             exec::Outcome::Failed(f) => Err((f, true)),
             exec::Outcome::NotStarted(f) => Err((f, false)),

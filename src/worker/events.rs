@@ -72,6 +72,15 @@ pub enum Event {
         /// The delivery the worker held.
         delivery: u32,
     },
+    /// The item was cancelled while the worker held it (SPEC 3,
+    /// Cancelling): its handler was stopped (or had finished), and the item
+    /// ended as cancelled.
+    Cancelled {
+        /// The item's id.
+        id: u64,
+        /// The delivery the worker held.
+        delivery: u32,
+    },
     /// A queue operation failed; the worker goes on (the item, if any, comes
     /// back through `reclaim`).
     QueueError {
@@ -108,6 +117,9 @@ pub struct Report {
     /// Finished after their claim was taken over, or prefetched and found
     /// taken over before they started (not run); nothing changed.
     pub lease_lost: u64,
+    /// Cancelled while held (SPEC 3, Cancelling): the handler was stopped
+    /// (or its answer dropped) and the item ended as cancelled.
+    pub cancelled: u64,
     /// Still running when the grace period ran out: cancelled and given
     /// back with [`WorkQueue::release`](crate::WorkQueue::release) (counted in `released` too), or, if
     /// that failed, left pending for `reclaim`.

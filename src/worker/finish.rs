@@ -272,7 +272,15 @@ pub(super) fn lost_or_error<Q: WorkQueue>(
     op: &'static str,
     e: Error,
 ) {
-    if e.is_lease_lost() {
+    if e.is_cancelled() {
+        // The handler finished, but the item was cancelled meanwhile: this
+        // call ended it (SPEC 3, Cancelling).
+        shared.report().cancelled += 1;
+        shared.emit(Event::Cancelled {
+            id: receipt.id,
+            delivery: receipt.delivery,
+        });
+    } else if e.is_lease_lost() {
         shared.report().lease_lost += 1;
         shared.emit(Event::LeaseLost {
             id: receipt.id,

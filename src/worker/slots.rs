@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::Event;
+use super::cancel::{finish_cancelled, with_signal};
 use super::finish::{
     finish_back_off, finish_err, finish_not_attempted, finish_ok, give_back_unfinished, release_for,
 };
@@ -191,6 +192,7 @@ struct InFlight<'a, Q> {
 impl<Q> Drop for InFlight<'_, Q> {
     fn drop(&mut self) {
         lock(&self.shared.in_flight).remove(&self.lease);
+        lock(&self.shared.cancels).remove(&self.lease);
         if let Some(h) = &self.handler {
             h.abort();
         }
@@ -261,6 +263,9 @@ pub(super) async fn supervise<Q: WorkQueue + 'static>(
     );
     async {
         lock(&shared.in_flight).insert(receipt.lease, receipt);
+        let (cancel_tx, mut cancel_rx) = tokio::sync::watch::channel(false);
+        lock(&shared.cancels).insert(receipt.lease, cancel_tx);
+        shared.held_changed.notify_waiters();
         let mut guard = InFlight {
             shared: &shared,
             lease: receipt.lease,
@@ -323,9 +328,32 @@ pub(super) async fn supervise<Q: WorkQueue + 'static>(
         });
         let started = Instant::now();
         let claimed_flow = claimed.item.flow.clone();
-        let task = tokio::spawn((shared.handler)(claimed).in_current_span());
+        let mut task = tokio::spawn(
+            with_signal(cancel_rx.clone(), (shared.handler)(claimed)).in_current_span(),
+        );
         guard.handler = Some(task.abort_handle());
-        let outcome = match task.await {
+        // SPEC 3, Cancelling: a cancel of the item stops the handler (after
+        // the worker's cancel grace) and ends the run as cancelled.
+        let cancelled = async {
+            if cancel_rx.wait_for(|c| *c).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        let joined = tokio::select! {
+            r = &mut task => Some(r),
+            () = cancelled => None,
+        };
+        let Some(joined) = joined else {
+            if !shared.cancel_grace.is_zero() {
+                let _ = tokio::time::timeout(shared.cancel_grace, &mut task).await;
+            }
+            task.abort();
+            drop(permit);
+            finish_cancelled(&shared, receipt).await;
+            drop(guard);
+            return;
+        };
+        let outcome = match joined {
             Ok(Ok(result)) => Ok(result),
             Ok(Err(e)) if e.back_off.is_some() => {
                 // The slot stays taken until the flow is held, so that this

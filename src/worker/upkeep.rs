@@ -29,6 +29,11 @@ pub(super) async fn heartbeat<Q: WorkQueue>(shared: Arc<Shared<Q>>) {
         while !receipts.is_empty() {
             match shared.queue.touch(receipts.clone()).await {
                 Ok(()) => break,
+                // Cancelled: the touch ended the item; its handler is told.
+                Err(Error::Cancelled { lease, .. }) => {
+                    receipts.retain(|r| r.lease != lease);
+                    shared.cancel_lease(lease);
+                }
                 Err(Error::LeaseLost { lease, .. }) => {
                     // By lease, the one field no two claims share: a redrive
                     // repeats (id, delivery), and this worker may hold both

@@ -12,6 +12,12 @@
 //! the frames arrive (a length is not trusted for an allocation: no frame
 //! it reads is larger than [`REQUEST_FRAME_MAX`]).
 //!
+//! Stop, worker to supervisor, only while a command runs (its item was
+//! cancelled, SPEC 3, Cancelling): one frame of [`STOP_FRAME`] bytes, the
+//! tag `S` then the kill grace in ms (u64); shorter than any request's
+//! head, so never taken for one. The supervisor sends the command's group
+//! SIGTERM, and SIGKILL once the grace has passed.
+//!
 //! Status, supervisor to worker: one frame, little-endian: how `sh` ended
 //! (u8: 0 exited, 1 killed by a signal, 2 not started, 3 timed out and
 //! killed), the exit code or signal number (i32), whether stdout went past
@@ -36,6 +42,10 @@ use super::{CANNOT_START, KEEP_STDOUT_CAP, STDERR_TAIL_BYTES};
 const REQUEST_HEAD: usize = 8 + 4 + 8 + 1 + 8;
 /// The fixed part of a status frame: how, code, over, stderr length.
 const STATUS_HEAD: usize = 1 + 4 + 1 + 4;
+/// The length of a stop frame: the tag and the grace in ms.
+const STOP_FRAME: usize = 1 + 8;
+/// The tag of a stop frame.
+const STOP_TAG: u8 = b'S';
 /// Bit 0 of a request's flags: keep stdout.
 const KEEP_STDOUT_FLAG: u8 = 1;
 /// The most stderr a status record carries: the supervisor keeps at most
@@ -262,6 +272,19 @@ impl WorkerEnd {
         SinkExt::<&[u8]>::flush(&mut self.writer).await
     }
 
+    /// Ask the supervisor to stop the command it runs: SIGTERM to its
+    /// group now, SIGKILL after `grace`.
+    pub(super) async fn send_stop(&mut self, grace: Duration) -> io::Result<()> {
+        let mut frame = Vec::with_capacity(STOP_FRAME);
+        frame.push(STOP_TAG);
+        frame.extend_from_slice(
+            &u64::try_from(grace.as_millis())
+                .unwrap_or(u64::MAX)
+                .to_le_bytes(),
+        );
+        self.writer.send(&frame[..]).await
+    }
+
     /// Read the status record of the request sent last.
     pub(super) async fn read_status(&mut self) -> io::Result<Status> {
         match self.reader.next().await {
@@ -269,6 +292,15 @@ impl WorkerEnd {
             None => Err(io::ErrorKind::UnexpectedEof.into()),
         }
     }
+}
+
+/// What came from the worker while a command ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum WhileRunning {
+    /// Stop the command: SIGTERM now, SIGKILL after the grace.
+    Stop(Duration),
+    /// The lifeline ended.
+    Ended,
 }
 
 /// The supervisor's end of its socket: reads requests, writes status
@@ -336,8 +368,18 @@ impl SupervisorEnd {
     /// command runs but the end of the socket: the worker is gone (or
     /// broke the protocol). Cancel safe (a frame read partly stays
     /// buffered).
-    pub(super) async fn lifeline_ended(&mut self) {
-        let _ = self.reader.next().await;
+    /// What the worker says while a command runs: a stop (with its kill
+    /// grace), or nothing but the end of the socket (the lifeline ended;
+    /// so does a frame that is not a stop, which breaks the protocol).
+    pub(super) async fn while_running(&mut self) -> WhileRunning {
+        match self.reader.next().await {
+            Some(Ok(frame)) if frame.len() == STOP_FRAME && frame.first() == Some(&STOP_TAG) => {
+                let mut ms = [0u8; 8];
+                ms.copy_from_slice(&frame[1..]);
+                WhileRunning::Stop(Duration::from_millis(u64::from_le_bytes(ms)))
+            }
+            _ => WhileRunning::Ended,
+        }
     }
 
     /// Send `status` to the worker.

@@ -14,13 +14,18 @@ use tokio::net::UnixStream;
 use tokio::process::Command;
 
 use super::capture::{Kept, STDERR_DRAIN, StderrTail, drain};
-use super::protocol::{Ended, Request, Status, SupervisorEnd};
+use super::protocol::{Ended, Request, Status, SupervisorEnd, WhileRunning};
 use super::{CANNOT_START, NOT_STARTED};
 
 /// Kill the process group `pgid` with SIGKILL (already gone is fine).
 fn kill_group(pgid: u32) {
+    signal_group(pgid, Signal::KILL);
+}
+
+/// Send `signal` to the process group `pgid` (already gone is fine).
+fn signal_group(pgid: u32, signal: Signal) {
     if let Some(pid) = i32::try_from(pgid).ok().and_then(Pid::from_raw) {
-        let _ = rustix::process::kill_process_group(pid, Signal::KILL);
+        let _ = rustix::process::kill_process_group(pid, signal);
     }
 }
 
@@ -165,6 +170,9 @@ async fn run_request(
     };
     tokio::pin!(deadline);
     let mut timed_out = false;
+    // After a stop (the item was cancelled): when SIGKILL follows SIGTERM.
+    let mut kill_at: Option<tokio::time::Instant> = None;
+    let mut killed = false;
     let status = loop {
         tokio::select! {
             r = async { stderr.as_mut()?.read(&mut buf).await.ok() }, if stderr.is_some() => {
@@ -182,11 +190,30 @@ async fn run_request(
             s = child.wait() => break s,
             // Nothing comes from the worker while a command runs but the
             // end of the socket: the worker is gone (or broke the protocol).
-            () = channel.lifeline_ended() => {
-                // `sh` has not been reaped: its group id is still its own.
+            said = channel.while_running() => match said {
+                WhileRunning::Stop(grace) => {
+                    // The item was cancelled (SPEC 3, Cancelling): ask the
+                    // group to stop, and watch the lifeline on.
+                    if kill_at.is_none() {
+                        signal_group(pgid, Signal::TERM);
+                        kill_at = Some(tokio::time::Instant::now() + grace);
+                    }
+                }
+                WhileRunning::Ended => {
+                    // `sh` has not been reaped: its group id is still its own.
+                    kill_group(pgid);
+                    feeder.abort();
+                    return None;
+                }
+            },
+            () = async {
+                match kill_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            }, if !killed => {
+                killed = true;
                 kill_group(pgid);
-                feeder.abort();
-                return None;
             }
             () = &mut deadline, if !timed_out => {
                 timed_out = true;

@@ -65,11 +65,18 @@ impl Supervisor {
     ///
     /// A small payload goes in the same write as the request's head, so
     /// that the supervisor wakes once per request.
+    ///
+    /// When `stop` resolves while the command runs (its item was
+    /// cancelled), the supervisor is told to stop it: SIGTERM to its group
+    /// at once, SIGKILL after `kill_grace`; the status then comes as for
+    /// any end.
     async fn call(
         &mut self,
         claimed: &Claimed,
         timeout: Option<Duration>,
         keep_stdout: bool,
+        stop: impl std::future::Future<Output = ()>,
+        kill_grace: Duration,
     ) -> Result<Status, bool> {
         let sent = self
             .channel
@@ -78,7 +85,18 @@ impl Supervisor {
         if sent.is_err() {
             return Err(true);
         }
-        self.channel.read_status().await.map_err(|_| false)
+        tokio::pin!(stop);
+        let mut stopped = false;
+        loop {
+            tokio::select! {
+                status = self.channel.read_status() => return status.map_err(|_| false),
+                () = &mut stop, if !stopped => {
+                    stopped = true;
+                    // A supervisor gone meanwhile says so in its status.
+                    let _ = self.channel.send_stop(kill_grace).await;
+                }
+            }
+        }
     }
 
     /// How the supervisor ended, for a failure text (it closed the socket).
@@ -113,7 +131,9 @@ impl Supervisors {
     /// captured (up to [`KEEP_STDOUT_CAP`](super::KEEP_STDOUT_CAP)) as the result; its stderr is
     /// kept (the last 2 KiB) for the failure reason and otherwise
     /// discarded. A command still running after `timeout` is killed with
-    /// its group and fails.
+    /// its group and fails. When `stop` resolves while it runs (its item
+    /// was cancelled), its group gets SIGTERM, and SIGKILL after
+    /// `kill_grace`.
     ///
     /// # Cancel safety
     ///
@@ -125,6 +145,8 @@ impl Supervisors {
         claimed: &Claimed,
         timeout: Option<Duration>,
         keep_stdout: bool,
+        stop: impl std::future::Future<Output = ()>,
+        kill_grace: Duration,
     ) -> Outcome {
         let idle = self.idle.lock().ok().and_then(|mut v| v.pop());
         let mut supervisor = match idle {
@@ -134,7 +156,10 @@ impl Supervisors {
                 Err(e) => return Outcome::NotStarted(Failure(format!("{CANNOT_START}: {e}"))),
             },
         };
-        match supervisor.call(claimed, timeout, keep_stdout).await {
+        match supervisor
+            .call(claimed, timeout, keep_stdout, stop, kill_grace)
+            .await
+        {
             Ok(status) => {
                 if let Ok(mut idle) = self.idle.lock() {
                     idle.push(supervisor);
