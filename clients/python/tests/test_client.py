@@ -15,6 +15,7 @@ import workjournal
 import workjournal.client
 from workjournal import (
     BadRequestError,
+    CancelledError,
     Client,
     DeadLetteredError,
     InvalidInputError,
@@ -168,6 +169,26 @@ class Finishing(ServedTest):
         assert outcome is not None
         self.assertEqual(outcome.kind, "dead_lettered")
         self.assertIn("max deliveries", outcome.reason or "")
+
+    def test_cancel_ends_a_waiting_item_and_marks_a_running_one(self) -> None:
+        waiting = self.q.add(b"waiting")
+        self.assertEqual(self.q.cancel(waiting.id), "ended")
+        with self.assertRaises(CancelledError):
+            self.q.wait_result(waiting.id, timeout=5)
+        self.assertEqual(self.q.cancel(waiting.id), "not_found")
+        running = self.q.add(b"running")
+        [claimed] = self.q.claim(1, wait=5)
+        self.assertEqual(claimed.id, running.id)
+        self.assertEqual(self.q.cancel(running.id), "marked")
+        with self.assertRaises(CancelledError) as e:
+            self.q.ack(claimed)
+        err = e.exception
+        self.assertEqual((err.status, err.kind), (409, "cancelled"))
+        self.assertEqual((err.id, err.delivery, err.lease), (claimed.id, 1, claimed.receipt.lease))
+        outcome = self.q.outcome(running.id)
+        assert outcome is not None
+        self.assertEqual(outcome.kind, "cancelled")
+        self.assertEqual(self.q.stats().pending, 0)
 
     def test_release_does_not_spend_a_delivery(self) -> None:
         self.q.add(b"x")

@@ -26,6 +26,7 @@ import urllib.parse
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 from .errors import (
+    CancelledError,
     DeadLetteredError,
     OutcomeUnknownError,
     UnreachableError,
@@ -402,6 +403,14 @@ class Client:
         reply = self.call("reclaim", {"min_idle_ms": _ms(min_idle), "count": count})
         return Reclaimed.from_wire(reply)
 
+    def cancel(self, item_id: int) -> str:
+        """Cancel item ``item_id`` (route ``cancel``, SPEC 3, Cancelling):
+        ``"ended"`` (it was waiting and ended as cancelled), ``"marked"`` (it
+        runs: its holder's next call ends it, and a worker stops it at once)
+        or ``"not_found"``. A dead letter raises
+        :class:`~workjournal.errors.InvalidInputError`."""
+        return str(self.call("cancel", {"id": item_id})["cancel"])
+
     # -- looking and waiting -------------------------------------------------
 
     def stats(self) -> Stats:
@@ -448,10 +457,13 @@ class Client:
         ``item_id`` to finish and return its result (empty for a plain
         ack). Raises :class:`~workjournal.errors.DeadLetteredError` (with
         the ``reason``) if it was dead-lettered,
+        :class:`~workjournal.errors.CancelledError` if it was cancelled,
         :class:`~workjournal.errors.WaitTimeoutError` if the wait ran out."""
         o = self.wait_outcome(item_id, timeout)
         if o is None:
             raise WaitTimeoutError(f"item {item_id} did not finish within {timeout} s")
+        if o.kind == "cancelled":
+            raise CancelledError(f"item {item_id} was cancelled", fields={"id": item_id})
         if not o.done:
             raise DeadLetteredError(item_id, o.reason or "")
         return o.result or b""

@@ -113,6 +113,31 @@ class LeaseLostError(WorkjournalError):
         return self.fields.get("lease")
 
 
+class CancelledError(WorkjournalError):
+    """409 ``cancelled``: the receipt's item was cancelled while it ran,
+    and this call ended it as cancelled (SPEC 3, Cancelling): stop working
+    on it. Also raised by :meth:`Client.wait_result` for a cancelled item.
+    ``id``, ``delivery`` and ``lease`` name the receipt."""
+
+    kind = "cancelled"
+    status = 409
+
+    @property
+    def id(self) -> Optional[int]:
+        """The item's id."""
+        return self.fields.get("id")
+
+    @property
+    def delivery(self) -> Optional[int]:
+        """The receipt's delivery number."""
+        return self.fields.get("delivery")
+
+    @property
+    def lease(self) -> Optional[int]:
+        """The receipt's lease number."""
+        return self.fields.get("lease")
+
+
 class PayloadTooLargeError(WorkjournalError):
     """413 ``payload_too_large``: the body is over ``max_payload_bytes`` in
     base64 plus 64 KiB; split a batch."""
@@ -201,6 +226,7 @@ ERRORS_BY_KIND: Dict[str, Type[WorkjournalError]] = {
         NotFoundError,
         RequestTimeoutError,
         LeaseLostError,
+        CancelledError,
         PayloadTooLargeError,
         LockedError,
         FullError,

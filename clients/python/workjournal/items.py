@@ -160,8 +160,8 @@ class Added:
 @dataclass(frozen=True)
 class Outcome:
     """How an item finished: ``kind`` ``"done"`` (acked; ``result`` holds
-    what the ack carried, empty for a plain ack) or ``"dead_lettered"``
-    (``reason`` says why); ``at_ms`` when."""
+    what the ack carried, empty for a plain ack), ``"dead_lettered"``
+    (``reason`` says why) or ``"cancelled"``; ``at_ms`` when."""
 
     id: int
     kind: str
@@ -227,10 +227,12 @@ class Stats:
 class Reclaimed:
     """What :meth:`Client.reclaim` took over: the stale claims now this
     caller's (``claimed``), and the receipts of those it dead-lettered
-    instead, past ``max_deliveries`` (``dead_lettered``)."""
+    instead, past ``max_deliveries`` (``dead_lettered``), or ended because
+    they had been cancelled (``cancelled``)."""
 
     claimed: "list[Claimed]"
     dead_lettered: "list[Receipt]"
+    cancelled: "list[Receipt]"
 
     @classmethod
     def from_wire(cls, d: Dict[str, Any]) -> "Reclaimed":
@@ -238,4 +240,5 @@ class Reclaimed:
         return cls(
             claimed=[Claimed.from_wire(c) for c in d.get("claimed", [])],
             dead_lettered=[Receipt.from_wire(r) for r in d.get("dead_lettered", [])],
+            cancelled=[Receipt.from_wire(r) for r in d.get("cancelled", [])],
         )
