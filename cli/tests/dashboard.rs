@@ -441,6 +441,81 @@ async fn the_page_shows_the_queue_and_acts_on_it() {
     assert!(error.contains("control characters"), "{error}");
     assert!(!error.contains('\n'), "{error}");
 
+    // Row actions (SPEC 3: Cancelling, Timers, Removing), each asked for
+    // confirmation where it ends an item: cancel a running item (it is
+    // marked for its holder), promote a delayed one and cancel it in the
+    // due lane (it ends at once), remove a waiting one.
+    let id_of = |state: ItemState, text: &'static str| {
+        let q = q.clone();
+        async move {
+            let page = q
+                .list(workjournal::ListQuery::new(state).limit(100))
+                .await
+                .unwrap();
+            page.items
+                .iter()
+                .find(|l| l.item.payload == text.as_bytes())
+                .map(|l| l.item.id)
+                .unwrap_or_else(|| panic!("no {state:?} item {text:?}"))
+        }
+    };
+    let long = id_of(ItemState::Pending, "long job").await;
+    let reminder = id_of(ItemState::Delayed, "reminder").await;
+    // (The backlog's first items were claimed by the cap's check above.)
+    let report = q.add(NewItem::new(b"remove me".to_vec())).await.unwrap().id;
+    c.find(Locator::Css("#search-text"))
+        .await
+        .unwrap()
+        .clear()
+        .await
+        .unwrap();
+    click(&c, "#tabs button[data-state=pending]").await;
+    click(
+        &c,
+        &format!("#items tr[data-id=\"{long}\"] button[data-action=cancel]"),
+    )
+    .await;
+    c.accept_alert().await.unwrap();
+    until("the cancel mark", || async {
+        q.wait_cancelled(vec![long], Duration::ZERO).await.unwrap() == vec![long]
+    })
+    .await;
+    click(&c, "#tabs button[data-state=delayed]").await;
+    click(
+        &c,
+        &format!("#items tr[data-id=\"{reminder}\"] button[data-action=promote]"),
+    )
+    .await;
+    until("the promote", || async {
+        q.find(reminder).await.unwrap().map(|l| l.state) == Some(ItemState::Due)
+    })
+    .await;
+    click(&c, "#tabs button[data-state=due]").await;
+    click(
+        &c,
+        &format!("#items tr[data-id=\"{reminder}\"] button[data-action=cancel]"),
+    )
+    .await;
+    c.accept_alert().await.unwrap();
+    until("the cancel", || async {
+        q.outcome(reminder)
+            .await
+            .unwrap()
+            .is_some_and(|o| o.is_cancelled())
+    })
+    .await;
+    click(&c, "#tabs button[data-state=backlog]").await;
+    click(
+        &c,
+        &format!("#items tr[data-id=\"{report}\"] button[data-action=remove]"),
+    )
+    .await;
+    c.accept_alert().await.unwrap();
+    until("the remove", || async {
+        q.find(report).await.unwrap().is_none()
+    })
+    .await;
+
     // A phone screen: nothing sticks out sideways.
     c.set_window_size(390, 844).await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -518,6 +593,27 @@ async fn read_only_hides_the_controls_and_refuses_writes() {
     assert_eq!(r.status, 403, "{}", r.body);
     assert!(r.body.contains("read-only"), "{}", r.body);
     assert_eq!(served.stats()["dead_letters"], 1);
+    // A cancel too (the running item stays unmarked).
+    let running = served.stats()["pending"].as_u64().unwrap();
+    let r = tcp(
+        &http,
+        "POST",
+        "/ui/action",
+        &[
+            ("authorization", &bearer),
+            ("content-type", "application/json"),
+        ],
+        "{\"action\":\"cancel\",\"ids\":[1,2,3,4,5,6,7]}",
+    );
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(served.stats()["pending"].as_u64().unwrap(), running);
+    let ids: Vec<u64> = (1..=7).collect();
+    assert!(
+        q.wait_cancelled(ids, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let r = tcp(
         &http,
         "POST",

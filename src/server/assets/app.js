@@ -155,12 +155,22 @@
 
   // ---- items --------------------------------------------------------------
   var columns = {
-    pending: ["id", "flow", "payload", "claimed", "touched", "deliveries", "consumer"],
-    delayed: ["id", "flow", "payload", "due", "deliveries"],
+    pending: ["id", "flow", "payload", "claimed", "touched", "deliveries", "consumer", "actions"],
+    delayed: ["id", "flow", "payload", "due", "deliveries", "actions"],
     dead_letter: ["select", "id", "flow", "payload", "reason", "failed", "deliveries", "actions"],
-    backlog: ["id", "flow", "payload", "added", "deliveries"],
-    due: ["id", "flow", "payload", "due", "deliveries"],
-    parked: ["id", "flow", "payload", "added", "deliveries"]
+    backlog: ["id", "flow", "payload", "added", "deliveries", "actions"],
+    due: ["id", "flow", "payload", "due", "deliveries", "actions"],
+    parked: ["id", "flow", "payload", "added", "deliveries", "actions"]
+  };
+  // Each state's row buttons (SPEC 3: Cancelling, Timers, Removing): a
+  // running item can only be cancelled; a dead letter has finished.
+  var rowActions = {
+    pending: ["cancel"],
+    delayed: ["cancel", "promote", "remove"],
+    dead_letter: ["redrive", "remove"],
+    backlog: ["cancel", "remove"],
+    due: ["cancel", "remove"],
+    parked: ["cancel", "remove"]
   };
   function payloadText(p) {
     var hex = $("#hex").checked || p.text === null;
@@ -192,9 +202,14 @@
       case "actions": {
         var a = el("td");
         if (!readOnly) {
-          var b = el("button", { "data-action": "redrive", "data-id": String(it.id) }, "redrive");
-          b.addEventListener("click", function () { act({ action: "redrive", ids: [it.id] }); });
-          a.appendChild(b);
+          (rowActions[it.state] || []).forEach(function (name) {
+            var b = el("button", { "data-action": name, "data-id": String(it.id) }, name);
+            b.addEventListener("click", function () {
+              if ((name === "cancel" || name === "remove") && !window.confirm(name + " item " + it.id + "?")) { return; }
+              act({ action: name, ids: [it.id] });
+            });
+            a.appendChild(b);
+          });
         }
         return a;
       }

@@ -145,12 +145,15 @@ async fn run_action(q: &BoxQueue, a: Action) -> Result<Done> {
         "ack" => ack(q, a.receipt()?).await,
         "release" => release(q, a.receipt()?).await,
         "redrive" => redrive(q, &a.ids).await,
+        "cancel" => cancel(q, &a.ids).await,
+        "promote" => promote(q, &a.ids).await,
+        "remove" => remove(q, &a.ids).await,
         "redrive_all" => redrive_all(q).await,
         "purge" => purge(q).await,
         "pause_schedule" => pause_schedule(q, a.schedule()?, true).await,
         "resume_schedule" => pause_schedule(q, a.schedule()?, false).await,
         other => Err(Error::invalid(format!(
-            "no action named {:?} (pause, resume, step, back_off, lift, ack, release, redrive, redrive_all, purge, pause_schedule, resume_schedule)",
+            "no action named {:?} (pause, resume, step, back_off, lift, ack, release, redrive, redrive_all, purge, cancel, promote, remove, pause_schedule, resume_schedule)",
             other.chars().take(64).collect::<String>()
         ))),
     }
@@ -255,6 +258,86 @@ async fn redrive(q: &BoxQueue, ids: &[u64]) -> Result<Done> {
         ));
     }
     Ok(done(m))
+}
+
+/// SPEC 3, Cancelling: cancel the items `ids`, saying what became of each.
+async fn cancel(q: &BoxQueue, ids: &[u64]) -> Result<Done> {
+    let ids = needs_ids("cancel", ids)?;
+    let (mut ended, mut marked, mut missing) = (Vec::new(), Vec::new(), Vec::new());
+    for id in ids {
+        match q.cancel(*id).await? {
+            crate::item::CancelOutcome::Ended => ended.push(id.to_string()),
+            crate::item::CancelOutcome::Marked => marked.push(id.to_string()),
+            crate::item::CancelOutcome::NotFound => missing.push(id.to_string()),
+        }
+    }
+    let mut parts = Vec::new();
+    if !ended.is_empty() {
+        parts.push(format!("cancelled {}", ended.join(", ")));
+    }
+    if !marked.is_empty() {
+        parts.push(format!(
+            "cancelling {} (running: its worker stops it)",
+            marked.join(", ")
+        ));
+    }
+    if !missing.is_empty() {
+        parts.push(format!("not in the queue: {}", missing.join(", ")));
+    }
+    Ok(done(parts.join("; ")))
+}
+
+/// SPEC 3, Timers: make the delayed items `ids` due now.
+async fn promote(q: &BoxQueue, ids: &[u64]) -> Result<Done> {
+    let ids = needs_ids("promote", ids)?;
+    let mut moved = Vec::new();
+    let mut missing = Vec::new();
+    for id in ids {
+        if q.promote(*id).await? {
+            moved.push(id.to_string());
+        } else {
+            missing.push(id.to_string());
+        }
+    }
+    let mut m = format!("due now: {}", moved.join(", "));
+    if !missing.is_empty() {
+        m.push_str(&format!("; not delayed (any more): {}", missing.join(", ")));
+    }
+    Ok(done(m))
+}
+
+/// SPEC 3, Removing: delete the items `ids` unrun (a pending one is
+/// refused with `InvalidInput`, before any is removed).
+async fn remove(q: &BoxQueue, ids: &[u64]) -> Result<Done> {
+    let ids = needs_ids("remove", ids)?;
+    let mut gone = Vec::new();
+    let mut missing = Vec::new();
+    for id in ids {
+        if q.remove(*id).await? {
+            gone.push(id.to_string());
+        } else {
+            missing.push(id.to_string());
+        }
+    }
+    let mut m = format!("removed {}", gone.join(", "));
+    if !missing.is_empty() {
+        m.push_str(&format!("; not in the queue: {}", missing.join(", ")));
+    }
+    Ok(done(m))
+}
+
+/// `ids`, refused when empty or longer than a page.
+fn needs_ids<'a>(action: &str, ids: &'a [u64]) -> Result<&'a [u64]> {
+    if ids.is_empty() {
+        return Err(Error::invalid(format!("{action} needs ids")));
+    }
+    if ids.len() > crate::MAX_LIST_LIMIT {
+        return Err(Error::invalid(format!(
+            "{action} takes at most {} ids at once",
+            crate::MAX_LIST_LIMIT
+        )));
+    }
+    Ok(ids)
 }
 
 /// Redrive dead letters a page at a time, up to [`REDRIVE_ALL_MAX`].
