@@ -232,6 +232,10 @@ pub struct ListedItem {
     /// since the limit was set).
     #[serde(default)]
     pub held: bool,
+    /// Pending: the item is marked cancelled (SPEC 3, Cancelling); its
+    /// holder's next call ends it. `false` in every other state.
+    #[serde(default)]
+    pub cancelling: bool,
 }
 
 impl ListedItem {
@@ -246,6 +250,7 @@ impl ListedItem {
             reason: None,
             failed_at_ms: None,
             held: false,
+            cancelling: false,
         }
     }
 
@@ -272,6 +277,13 @@ impl ListedItem {
             consumer,
             ..ListedItem::new(item, ItemState::Pending)
         }
+    }
+
+    /// This pending item, marked cancelled when `marked` (SPEC 3,
+    /// Cancelling).
+    pub(crate) fn cancelling(mut self, marked: bool) -> Self {
+        self.cancelling = marked && self.state == ItemState::Pending;
+        self
     }
 
     /// A dead letter.

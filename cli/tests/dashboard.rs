@@ -480,6 +480,13 @@ async fn the_page_shows_the_queue_and_acts_on_it() {
         q.wait_cancelled(vec![long], Duration::ZERO).await.unwrap() == vec![long]
     })
     .await;
+    // The row shows the mark (SPEC 12.1).
+    click(&c, "#tabs button[data-state=pending]").await;
+    let badge = format!("#items tr[data-id=\"{long}\"] span.badge.cancelling");
+    until("the cancelling tag", || async {
+        c.find(Locator::Css(&badge)).await.is_ok()
+    })
+    .await;
     click(&c, "#tabs button[data-state=delayed]").await;
     click(
         &c,

@@ -70,6 +70,10 @@ pub struct WireListedItem {
     /// SPEC 12.1). Absent reads as `false`.
     #[serde(default)]
     pub held: bool,
+    /// Pending: marked cancelled (SPEC 3, Cancelling); its holder's next
+    /// call ends it. Absent (a server from before) reads as `false`.
+    #[serde(default)]
+    pub cancelling: bool,
 }
 
 impl From<crate::browse::ListedItem> for WireListedItem {
@@ -83,6 +87,7 @@ impl From<crate::browse::ListedItem> for WireListedItem {
             reason: l.reason,
             failed_at_ms: l.failed_at_ms,
             held: l.held,
+            cancelling: l.cancelling,
         }
     }
 }
@@ -98,6 +103,7 @@ impl From<WireListedItem> for crate::browse::ListedItem {
             reason: w.reason,
             failed_at_ms: w.failed_at_ms,
             held: w.held,
+            cancelling: w.cancelling,
         }
     }
 }

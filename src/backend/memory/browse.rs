@@ -67,11 +67,10 @@ impl Model {
                 by_time.sort_unstable();
                 pager.fill(by_time.into_iter().skip(skip).map(
                     |(touched, id, claimed)| -> Result<Option<ListedItem>> {
-                        Ok(self
-                            .items
-                            .get(&id)
-                            .cloned()
-                            .map(|i| ListedItem::pending(i, claimed, touched, None)))
+                        let marked = self.pending.get(&id).is_some_and(|l| l.cancelling);
+                        Ok(self.items.get(&id).cloned().map(|i| {
+                            ListedItem::pending(i, claimed, touched, None).cancelling(marked)
+                        }))
                     },
                 ))
             }
@@ -98,12 +97,10 @@ impl Model {
     pub fn find(&self, id: u64) -> Option<ListedItem> {
         let item = self.items.get(&id)?.clone();
         if let Some(l) = self.pending.get(&id) {
-            return Some(ListedItem::pending(
-                item,
-                l.claimed_at_ms,
-                l.touched_at_ms,
-                None,
-            ));
+            return Some(
+                ListedItem::pending(item, l.claimed_at_ms, l.touched_at_ms, None)
+                    .cancelling(l.cancelling),
+            );
         }
         if let Some((_, reason, at)) = self.dead.iter().find(|(d, _, _)| *d == id) {
             return Some(ListedItem::dead(item, reason.clone(), *at));

@@ -51,12 +51,17 @@ fn listed(v: &Value) -> Result<ListedItem> {
                 Some(v) => opt_uint(v, "last touch")?,
                 None => None,
             };
+            let marked = match a.get(15) {
+                None => false,
+                Some(c) => text(c, "cancelling")? == "1",
+            };
             ListedItem::pending(
                 item,
                 claimed_at,
                 touched.unwrap_or(claimed_at),
                 (!owner.is_empty()).then_some(owner),
             )
+            .cancelling(marked)
         }
         ItemState::DeadLetter => ListedItem::dead(
             item,

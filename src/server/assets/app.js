@@ -187,6 +187,8 @@
         // SPEC 12.1: an item waiting in its flow's held lane (a flow limit).
         var fl = el("td", {}, it.flow);
         if (it.held) { fl.appendChild(document.createTextNode(" ")); fl.appendChild(el("span", { "class": "badge held", title: "held by its flow's limits" }, "held")); }
+        // SPEC 3, Cancelling: a running item its worker is told to stop.
+        if (it.cancelling) { fl.appendChild(document.createTextNode(" ")); fl.appendChild(el("span", { "class": "badge cancelling", title: "cancelled: its worker stops it" }, "cancelling")); }
         return fl;
       }
       case "payload": return el("td", { "class": "payload" }, payloadText(it.payload));

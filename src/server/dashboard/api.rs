@@ -264,6 +264,8 @@ pub(super) struct ShownItem {
     failed_at_ms: Option<u64>,
     /// Waits in its flow's held lane (SPEC 3, Flow limits).
     held: bool,
+    /// Pending and marked cancelled (SPEC 3, Cancelling).
+    cancelling: bool,
     payload: Preview,
 }
 
@@ -284,6 +286,7 @@ impl From<ListedItem> for ShownItem {
             reason: l.reason,
             failed_at_ms: l.failed_at_ms,
             held: l.held,
+            cancelling: l.cancelling,
         }
     }
 }

@@ -101,11 +101,21 @@ pub async fn cancel_marks_a_pending_item_for_its_holder(f: &dyn Factory) {
     for c in &got {
         assert_eq!(e.q.cancel(c.item.id).await.unwrap(), CancelOutcome::Marked);
     }
-    // Again: still marked, nothing changes.
+    // Again: still marked, nothing changes. `find` and `list` show the
+    // mark (SPEC 12.1).
     assert_eq!(
         e.q.cancel(got[0].item.id).await.unwrap(),
         CancelOutcome::Marked
     );
+    let found = e.q.find(got[0].item.id).await.unwrap().unwrap();
+    assert!(found.cancelling, "{found:?}");
+    let listed =
+        e.q.list(crate::browse::ListQuery::new(crate::browse::ItemState::Pending).limit(20))
+            .await
+            .unwrap()
+            .items;
+    assert_eq!(listed.len(), 10);
+    assert!(listed.iter().all(|l| l.cancelling), "{listed:?}");
     let s = e.q.stats().await.unwrap();
     assert_eq!(s.pending, 10);
     invalid(e.q.remove(got[0].item.id).await);
@@ -149,9 +159,10 @@ pub async fn touch_stops_at_the_first_cancelled_receipt(f: &dyn Factory) {
     e.clock.advance(Duration::from_secs(5));
     cancelled(e.q.touch(vec![a, b]).await, b);
     ended_cancelled(&e.q, b.id).await;
-    // `a` was not touched: its last touch is still its claim.
+    // `a` was not touched: its last touch is still its claim; unmarked.
     let found = e.q.find(a.id).await.unwrap().expect("a is pending");
     assert_eq!(found.last_touch_ms, Some(T0));
+    assert!(!found.cancelling);
     e.q.touch(vec![a]).await.unwrap();
     e.q.ack(a).await.unwrap();
     assert!(

@@ -62,11 +62,17 @@ impl Tables<'_> {
                 let rows = self.pending_by_time()?.iter().ctx(what)?.skip(skip);
                 pager.fill(rows.map(|row| -> Result<Option<ListedItem>> {
                     let (at, id) = row.ctx(what)?.0.value();
-                    let (item, claimed_at) = match self.lease(id)? {
-                        Some(lease) => (self.pending_item(id, &lease)?, lease.claimed_at_ms),
-                        None => (self.item(id)?, at),
+                    let (item, claimed_at, marked) = match self.lease(id)? {
+                        Some(lease) => (
+                            self.pending_item(id, &lease)?,
+                            lease.claimed_at_ms,
+                            lease.cancelling,
+                        ),
+                        None => (self.item(id)?, at, false),
                     };
-                    Ok(Some(ListedItem::pending(item, claimed_at, at, None)))
+                    Ok(Some(
+                        ListedItem::pending(item, claimed_at, at, None).cancelling(marked),
+                    ))
                 }))
             }
             ItemState::Parked => {
@@ -105,12 +111,10 @@ impl Tables<'_> {
         }
         if let Some(lease) = self.lease(id)? {
             let item = self.pending_item(id, &lease)?;
-            return Ok(Some(ListedItem::pending(
-                item,
-                lease.claimed_at_ms,
-                lease.touched_at_ms,
-                None,
-            )));
+            return Ok(Some(
+                ListedItem::pending(item, lease.claimed_at_ms, lease.touched_at_ms, None)
+                    .cancelling(lease.cancelling),
+            ));
         }
         let item = self.item(id)?;
         if let Some(seq) = self.dead_by_id()?.get(id).ctx(what)? {

@@ -3,7 +3,8 @@
 --         returns {ended (0/1), looked, {row...}}
 --   find: id; returns {row} or {}
 -- row = {id, flow, payload, enq, nb, dlv, st, ca, owner, reason, failed, pri,
---        cost, held (1/0), last touch ("" unless pending)}.
+--        cost, held (1/0), last touch ("" unless pending), cancelling (1/0:
+--        a pending item marked by `cancel`, SPEC 3, Cancelling)}.
 -- Every state is walked from the offset in its own order: the ready lanes
 -- by rank (claim order), then the held lanes of their lane flow by flow
 -- (sorted names, each by rank; SPEC 3, Flow limits), the sorted sets by
@@ -11,7 +12,7 @@
 -- flow by flow (sorted names).
 local op = ARGV[2]
 local FIELDS = { 'flow', 'payload', 'enq', 'nb', 'dlv', 'st', 'ca', 'owner', 'reason', 'failed', 'pri', 'cost',
-  'hl' }
+  'hl', 'cx' }
 local function fetch(id) return redis.call('HMGET', item_key(id), unpack(FIELDS)) end
 local function row(id, f, held)
   local h = '0'
@@ -19,8 +20,10 @@ local function row(id, f, held)
   -- A pending item's last touch is its score in the pending set.
   local touched = ''
   if f[6] == 'pending' then touched = redis.call('ZSCORE', K_PENDING, pad(id)) or '' end
+  local cx = '0'
+  if f[6] == 'pending' and f[14] then cx = '1' end
   return { id, f[1] or '', f[2], f[3] or '0', f[4] or '', f[5] or '0', f[6] or '',
-    f[7] or '', f[8] or '', f[9] or '', f[10] or '', f[11] or '0', f[12] or '1', h, touched }
+    f[7] or '', f[8] or '', f[9] or '', f[10] or '', f[11] or '0', f[12] or '1', h, touched, cx }
 end
 
 if op == 'find' then
