@@ -294,6 +294,7 @@ fn main() {
     }
     forwarding_rows(&r);
     worker_rows(&r);
+    cancel_rows(&r);
     println!();
     println!("ratio: how many times better workjournal is (its throughput over the other's,");
     println!("or the other's time, size or lateness over its own); above 1 = workjournal ahead.");
@@ -374,6 +375,36 @@ fn worker_rows(r: &Results) {
                     ratio(ours, x)
                 );
             }
+        }
+    }
+}
+
+/// Cancel to SIGTERM (cli/benches/cancel.rs): from `cancel(id)` in
+/// another process to the running command's SIGTERM trap, against a
+/// `kill -TERM` of its group sent straight from the bench (the floor).
+const CANCEL_ROWS: &[(&str, &str)] = &[
+    (
+        "cancel_to_sigterm_file",
+        "cancel to SIGTERM, file (through work's socket)",
+    ),
+    ("cancel_to_sigterm_redis", "cancel to SIGTERM, redis"),
+];
+
+fn cancel_rows(r: &Results) {
+    for (w, label) in CANCEL_ROWS {
+        for q in ["p50", "p99"] {
+            let (Some(ours), Some(floor)) = (
+                get(r, w, &format!("workjournal-{q}")),
+                get(r, w, &format!("kill-term-{q}")),
+            ) else {
+                continue;
+            };
+            println!(
+                "| {label}, {q} | {} | kill -TERM of the group: {} | {:.2}x |",
+                ours.show(),
+                floor.show(),
+                ratio(ours, floor)
+            );
         }
     }
 }
@@ -547,6 +578,15 @@ fn targets(r: &Results) {
             0.8,
             true,
             "x",
+        );
+    }
+    for ((w, _), goal) in CANCEL_ROWS.iter().zip([100.0, 250.0]) {
+        verdict(
+            &format!("{w}, p99, ms"),
+            get(r, w, "workjournal-p99").map(|v| v.v),
+            goal,
+            false,
+            " ms",
         );
     }
     // The embedded backend against its baselines: every single-consumer

@@ -35,7 +35,7 @@ echo "building the benches (root and benches/peers) ..." >&2
 cargo bench --features redis,forward --no-run -q 2>>"$log"
 (cd benches/peers && CARGO_TARGET_DIR="$target/peers" cargo bench --no-run -q 2>>"$log")
 
-for b in add claim_ack priority limits remote latency rpc timers schedules reopen churn forward work; do
+for b in add claim_ack priority limits remote latency rpc timers schedules reopen churn forward work cancel; do
   echo "running $b ..." >&2
   cargo bench -q --features redis,forward --bench "$b" >>"$log" 2>&1
 done
