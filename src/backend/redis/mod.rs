@@ -37,6 +37,7 @@ use crate::queue::WorkQueue;
 
 mod browse;
 mod calls;
+mod cancel;
 mod combine;
 mod connect;
 mod connection;

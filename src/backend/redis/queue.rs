@@ -8,11 +8,10 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::reply::{self, array, at, bytes, claims, int, opt_uint, text, u32_of, uint};
-use super::scripts::{
-    DEAD_LETTERED, DEFAULT_FLOW, DELAYED, ENDED, IS_DEAD, IS_PENDING, LOST, MARKED, PARKED,
-};
-use super::wait::{cancels_in_events, outcome_in_events};
+use super::cancel::receipts_of;
+use super::reply::{self, array, at, bytes, claims, int, opt_uint, text, uint};
+use super::scripts::{DEAD_LETTERED, DEFAULT_FLOW, DELAYED, IS_PENDING, LOST, PARKED};
+use super::wait::outcome_in_events;
 use super::{MAX_LUA_MS, RedisQueue, bounded, n_arg, receipt_args};
 use crate::config::ms;
 use crate::error::{Error, Result};
@@ -569,46 +568,12 @@ impl Backend for RedisQueue {
         }
     }
 
-    /// SPEC 3, Cancelling: `control.lua` ends a waiting item (as `remove`
-    /// takes it out, keeping a `cancelled` outcome) or marks a pending one.
     async fn cancel(&self, id: u64) -> Result<CancelOutcome> {
-        let args = vec![
-            b"cancel".to_vec(),
-            id.to_string().into_bytes(),
-            self.result_ttl_arg(),
-        ];
-        let v = self
-            .run("cancel", &self.inner.scripts.control, args, true)
-            .await?;
-        match int(&v, "cancel")? {
-            ENDED => Ok(CancelOutcome::Ended),
-            MARKED => Ok(CancelOutcome::Marked),
-            0 => Ok(CancelOutcome::NotFound),
-            IS_DEAD => Err(Error::invalid(format!(
-                "item {id} is a dead letter: it has finished, so it cannot be cancelled (remove deletes it, redrive runs it again)"
-            ))),
-            other => Err(Error::backend(format!(
-                "redis cancel script answered {other}"
-            ))),
-        }
+        self.cancel_item(id).await
     }
 
-    /// SPEC 3, Cancelling: look, then wait on the events stream for a cancel
-    /// mark of one of `ids`, looking again only when one comes.
     async fn wait_cancelled(&self, ids: Vec<u64>, wait: Duration) -> Result<Vec<u64>> {
-        let deadline = crate::clock::wait_deadline(wait);
-        let (mut marked, mut tail) = self.cancelled_once(&ids).await?;
-        loop {
-            if !marked.is_empty() || tokio::time::Instant::now() >= deadline {
-                return Ok(marked);
-            }
-            let events = self.wait_for_event(&tail, deadline).await?;
-            match cancels_in_events(&events, &ids) {
-                (Some(last), false) => tail = last,
-                (None, false) => {}
-                (_, true) => (marked, tail) = self.cancelled_once(&ids).await?,
-            }
-        }
+        self.wait_marked(&ids, wait).await
     }
 
     async fn schedule_load(
@@ -728,24 +693,4 @@ impl Backend for RedisQueue {
             .clear();
         Ok(())
     }
-}
-
-/// Receipts from a script's flat list of id, delivery, lease triples.
-fn receipts_of(v: &redis::Value, what: &str) -> Result<Vec<Receipt>> {
-    let flat = array(v, what)?;
-    let mut out = Vec::with_capacity(flat.len() / 3);
-    for d in flat.chunks(3) {
-        let [id, delivery, lease] = d else {
-            return Err(Error::Decode {
-                what: format!("redis reply ({what})"),
-                detail: format!("{} values, not a multiple of 3", flat.len()),
-            });
-        };
-        out.push(Receipt {
-            id: uint(id, what)?,
-            delivery: u32_of(delivery, what)?,
-            lease: uint(lease, what)?,
-        });
-    }
-    Ok(out)
 }
