@@ -12,46 +12,18 @@
 //! direct kills; the p50, p99 and max go to `WJ_BENCH_OUT/extra.tsv` for
 //! `benches/report.rs`, and are printed here with their ratios.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use workjournal::{BoxQueue, Config, NewItem, WorkQueue};
 
+mod common;
+use common::{record, temp_dir};
+
 /// The command: it records its process id (its group's), then waits; on
 /// SIGTERM it records the time (ns since the epoch) and exits 0.
 const CMD: &str = r#"trap 'date +%s%N > "$WJ_D/term.$WORKJOURNAL_ID"; exit 0' TERM; echo $$ > "$WJ_D/pid.$WORKJOURNAL_ID"; while :; do sleep 0.005; done"#;
-
-/// Where the report's rows go: `WJ_BENCH_OUT`, else the workspace's
-/// `target/wj-bench`, as for the root benches.
-fn out_dir() -> PathBuf {
-    std::env::var_os("WJ_BENCH_OUT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/wj-bench"))
-}
-
-/// Append one row to `extra.tsv` (the format of benches/common `record`).
-fn record(workload: &str, subject: &str, ms: f64) {
-    let dir = out_dir();
-    std::fs::create_dir_all(&dir).expect("create bench output dir");
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("extra.tsv"))
-        .expect("open extra.tsv");
-    writeln!(f, "{workload}\t{subject}\t{ms}\tms").expect("write extra.tsv");
-}
-
-fn temp_dir() -> tempfile::TempDir {
-    match std::env::var_os("WJ_BENCH_DIR") {
-        Some(d) => {
-            std::fs::create_dir_all(&d).expect("create WJ_BENCH_DIR");
-            tempfile::tempdir_in(d).expect("temp dir")
-        }
-        None => tempfile::tempdir().expect("temp dir"),
-    }
-}
 
 fn now_ns() -> u128 {
     SystemTime::now()

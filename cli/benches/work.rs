@@ -14,47 +14,20 @@
 //! bench. `benches/run.sh` runs it with the others.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use workjournal::{Config, EmbeddedQueue, NewItem, WorkQueue};
 
-/// Where the report's rows go: `WJ_BENCH_OUT`, else the workspace's
-/// `target/wj-bench`, as for the root benches.
-fn out_dir() -> PathBuf {
-    std::env::var_os("WJ_BENCH_OUT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/wj-bench"))
-}
-
-/// Append one row to `extra.tsv` (the format of benches/common `record`).
-fn record(workload: &str, subject: &str, ms: f64) {
-    let dir = out_dir();
-    std::fs::create_dir_all(&dir).expect("create bench output dir");
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("extra.tsv"))
-        .expect("open extra.tsv");
-    writeln!(f, "{workload}\t{subject}\t{ms}\tms").expect("write extra.tsv");
-}
+mod common;
+use common::{record, temp_dir};
 
 fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(default)
-}
-
-fn temp_dir() -> tempfile::TempDir {
-    match std::env::var_os("WJ_BENCH_DIR") {
-        Some(d) => {
-            std::fs::create_dir_all(&d).expect("create WJ_BENCH_DIR");
-            tempfile::tempdir_in(d).expect("temp dir")
-        }
-        None => tempfile::tempdir().expect("temp dir"),
-    }
 }
 
 /// A queue file at `path` holding `items` items, added in one `add_batch`.
