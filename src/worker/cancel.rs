@@ -23,6 +23,14 @@ tokio::task_local! {
 /// again after it (and at once when it changes).
 const WATCH_ROUND: Duration = Duration::from_secs(10);
 
+/// The least time between two asks of the watch when the held set
+/// changes: a busy worker claims many items a second, and each ask is a
+/// queue call (a Redis script, an embedded writer read), so a change only
+/// ends the wait in progress once this long after it was asked. A cancel
+/// of an item claimed meanwhile is seen at the next ask, at most this
+/// much later.
+const MIN_ASK_GAP: Duration = Duration::from_millis(25);
+
 /// Resolves when the item the current [`Worker`](crate::Worker) handler
 /// runs is cancelled (SPEC 3, Cancelling; SPEC 9, Worker): `cancel` marked
 /// it while it ran, from this process or any other. A handler that awaits
@@ -78,9 +86,13 @@ pub(super) async fn watch_cancels<Q: WorkQueue>(shared: Arc<Shared<Q>>) {
             }
             continue;
         }
+        let asked = tokio::time::Instant::now();
         let marked = tokio::select! {
             r = shared.queue.wait_cancelled(ids, round) => r,
-            () = &mut changed => continue,
+            () = async {
+                (&mut changed).await;
+                tokio::time::sleep_until(asked + MIN_ASK_GAP).await;
+            } => continue,
         };
         match marked {
             Ok(marked) => {
