@@ -1591,7 +1591,7 @@ async fn a_schema_6_fixture_migrates_to_schema_7_and_cancels() {
     )
     .unwrap();
     // A minute after the fixture was made (December 2026).
-    let clock = ManualClock::new(1_796_656_500_000);
+    let clock = ManualClock::new(1_796_668_775_000);
     let q = open(&path, &clock).await;
     let tables = q.dump_tables().await.unwrap();
     assert!(
