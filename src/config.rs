@@ -198,6 +198,14 @@ pub(crate) fn rank(arrival_ms: u64, tier: u8, aging_step: Duration) -> i64 {
     arrival - i64::from(tier) * step
 }
 
+/// SPEC 3, Updating: lane rank `rank` of an item of tier `old` given tier
+/// `new` instead, its arrival unchanged (`rank` is arrival - tier x step).
+pub(crate) fn rerank(rank_now: i64, old: u8, new: u8, aging_step: Duration) -> i64 {
+    rank_now
+        .saturating_sub(rank(0, old, aging_step))
+        .saturating_add(rank(0, new, aging_step))
+}
+
 /// A lane rank moved back by a clock step of `back_ms` (SPEC 3, Clock
 /// steps): the rank `rank` gives an arrival `back_ms` earlier, the tier's
 /// share unchanged.

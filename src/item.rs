@@ -253,6 +253,126 @@ pub enum CancelOutcome {
     NotFound,
 }
 
+/// What [`WorkQueue::update`](crate::WorkQueue::update) changes in a
+/// waiting item (SPEC 3, Updating): each part left unset stays as it is.
+///
+/// ```
+/// use workjournal::ItemUpdate;
+/// let u = ItemUpdate::new().priority(7).payload(b"resize photo 7 at 2x".to_vec());
+/// assert_eq!(u.get_priority(), Some(7));
+/// assert!(u.get_not_before_ms().is_none());
+/// assert!(!u.is_empty());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ItemUpdate {
+    pub(crate) priority: Option<u8>,
+    pub(crate) not_before_ms: Option<u64>,
+    pub(crate) payload: Option<Vec<u8>>,
+}
+
+impl ItemUpdate {
+    /// An update that changes nothing yet (the queue refuses it as it is).
+    pub fn new() -> Self {
+        ItemUpdate::default()
+    }
+
+    /// Set the priority tier, 0 to 255 (SPEC 3, Priority). A waiting item
+    /// keeps its arrival and its position in its lane and is ranked again
+    /// with the new tier.
+    pub fn priority(mut self, tier: u8) -> Self {
+        self.priority = Some(tier);
+        self
+    }
+
+    /// Set the not-before time, in ms since the Unix epoch by the queue's
+    /// clock (SPEC 3, Timers): a time after now makes the item delayed
+    /// until then; now or earlier makes it due, entering the due lane's
+    /// tail with that time as its arrival, as a promotion would. Not for a
+    /// parked item (`InvalidInput`).
+    pub fn not_before_ms(mut self, not_before_ms: u64) -> Self {
+        self.not_before_ms = Some(not_before_ms);
+        self
+    }
+
+    /// Replace the payload (at most `max_payload_bytes`, SPEC 5).
+    pub fn payload(mut self, payload: impl Into<Vec<u8>>) -> Self {
+        self.payload = Some(payload.into());
+        self
+    }
+
+    /// The new priority tier, if set.
+    pub fn get_priority(&self) -> Option<u8> {
+        self.priority
+    }
+
+    /// The new not-before time (ms since the Unix epoch), if set.
+    pub fn get_not_before_ms(&self) -> Option<u64> {
+        self.not_before_ms
+    }
+
+    /// The new payload, if set.
+    pub fn get_payload(&self) -> Option<&[u8]> {
+        self.payload.as_deref()
+    }
+
+    /// True when nothing is set.
+    pub fn is_empty(&self) -> bool {
+        self.priority.is_none() && self.not_before_ms.is_none() && self.payload.is_none()
+    }
+}
+
+/// SPEC 3, Updating: an update must change something, and a new payload
+/// is held to `max_payload_bytes` as an add's is.
+///
+/// # Errors
+///
+/// `InvalidInput` for an empty update or a payload over the limit (both
+/// sizes in bytes).
+pub(crate) fn check_update(update: &ItemUpdate, max_payload_bytes: usize) -> Result<()> {
+    if update.is_empty() {
+        return Err(Error::invalid(
+            "an update must set at least one of priority, not_before and payload",
+        ));
+    }
+    if let Some(p) = &update.payload
+        && p.len() > max_payload_bytes
+    {
+        return Err(Error::invalid(format!(
+            "payload of {} bytes is over max_payload_bytes ({} bytes)",
+            p.len(),
+            max_payload_bytes
+        )));
+    }
+    Ok(())
+}
+
+/// SPEC 3, Updating: the error for a finished item whose outcome of
+/// `kind` is kept.
+pub(crate) fn finished_not_updatable(id: u64, kind: &crate::outcome::OutcomeKind) -> Error {
+    use crate::outcome::OutcomeKind;
+    let how = match kind {
+        OutcomeKind::Done { .. } => "finished (acked)",
+        OutcomeKind::DeadLettered { .. } => "finished (dead-lettered)",
+        OutcomeKind::Cancelled => "finished (cancelled)",
+    };
+    not_updatable(id, how)
+}
+
+/// SPEC 3, Updating: the error for a parked item given a not-before time.
+pub(crate) fn parked_takes_no_timer(id: u64) -> Error {
+    Error::invalid(format!(
+        "item {id} is parked: it waits for step or resume, not for a time, so an update of it takes no not_before (priority and payload can change)"
+    ))
+}
+
+/// SPEC 3, Updating: the error for an item that is not waiting: `what`
+/// says what it is ("pending: a consumer holds it", "a dead letter", ...).
+pub(crate) fn not_updatable(id: u64, what: &str) -> Error {
+    Error::invalid(format!(
+        "item {id} is {what}, so it cannot be updated: only a waiting item (backlog, due, held, delayed or parked) can"
+    ))
+}
+
 /// What `retry` did with the item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RetryOutcome {

@@ -315,8 +315,8 @@ pub use config::{
 };
 pub use error::{Error, Result};
 pub use item::{
-    Added, CancelOutcome, ClaimFrom, Claimed, DeadLetter, Item, Lane, MAX_DELIVERIES_REASON,
-    MAX_FLOW_NAME_BYTES, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
+    Added, CancelOutcome, ClaimFrom, Claimed, DeadLetter, Item, ItemUpdate, Lane,
+    MAX_DELIVERIES_REASON, MAX_FLOW_NAME_BYTES, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
 };
 pub use limit::{FlowLimit, FlowLimits, RateLimit};
 pub use outcome::{Chunk, Outcome, OutcomeKind, encode_result};

@@ -8,8 +8,8 @@ use std::time::Duration;
 use crate::browse::{ItemPage, ListQuery, ListedItem};
 use crate::error::Result;
 use crate::item::{
-    Added, CancelOutcome, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed,
-    RetryOutcome, Stats,
+    Added, CancelOutcome, ClaimFrom, Claimed, DeadLetter, Item, ItemUpdate, NewItem, Receipt,
+    Reclaimed, RetryOutcome, Stats,
 };
 use crate::limit::{FlowLimit, FlowLimits};
 use crate::outcome::{Chunk, Outcome};
@@ -627,6 +627,29 @@ pub trait WorkQueue: Send + Sync {
         wait: Duration,
     ) -> impl Future<Output = Result<Vec<u64>>> + Send {
         ask!(self, Request::WaitCancelled { ids, wait }, Ids)
+    }
+
+    /// Change a waiting item's priority tier, not-before time or payload,
+    /// atomically (SPEC 3, Updating). The item keeps its id, flow, cost,
+    /// dedup key and deliveries. A new tier re-ranks it where it waits,
+    /// keeping its arrival and its position in the lane; a new not-before
+    /// time after now makes it delayed until then, and one at or before
+    /// now makes it due, entering the due lane's tail as a promotion
+    /// would. Returns false, and changes nothing, when the queue holds no
+    /// item `id` and keeps no outcome of it (never added, removed, or its
+    /// outcome expired). BullMQ's `changeDelay`, `changePriority` and
+    /// `updateData` in one call.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput`, and nothing changes: an empty update; a payload over
+    /// `max_payload_bytes`; a pending item (its holder finishes it through
+    /// its receipt); a dead letter or a finished item (acked or cancelled,
+    /// while its outcome is kept); a not-before time for a parked item
+    /// (it waits for `step` or `resume`, not a timer). `Decode` for an
+    /// unreadable record.
+    fn update(&self, id: u64, update: ItemUpdate) -> impl Future<Output = Result<bool>> + Send {
+        ask!(self, Request::Update { id, update }, Bool)
     }
 
     /// Exact counts of every state.

@@ -12,8 +12,8 @@ use std::time::Duration;
 use crate::browse::{ItemPage, ListQuery, ListedItem};
 use crate::error::Error;
 use crate::item::{
-    Added, CancelOutcome, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed,
-    RetryOutcome, Stats,
+    Added, CancelOutcome, ClaimFrom, Claimed, DeadLetter, Item, ItemUpdate, NewItem, Receipt,
+    Reclaimed, RetryOutcome, Stats,
 };
 use crate::limit::{FlowLimit, FlowLimits};
 use crate::outcome::{Chunk, Outcome};
@@ -124,6 +124,8 @@ pub enum Request {
     Cancel { id: u64 },
     /// [`WorkQueue::wait_cancelled`](crate::WorkQueue::wait_cancelled) → [`Reply::Ids`].
     WaitCancelled { ids: Vec<u64>, wait: Duration },
+    /// [`WorkQueue::update`](crate::WorkQueue::update) → [`Reply::Bool`].
+    Update { id: u64, update: ItemUpdate },
     /// [`WorkQueue::stats`](crate::WorkQueue::stats) → [`Reply::Stats`].
     Stats,
     /// [`WorkQueue::backlog_by_flow`](crate::WorkQueue::backlog_by_flow) → [`Reply::BacklogByFlow`].
@@ -201,6 +203,7 @@ impl Request {
             Request::Remove { .. } => "remove",
             Request::Cancel { .. } => "cancel",
             Request::WaitCancelled { .. } => "wait_cancelled",
+            Request::Update { .. } => "update",
             Request::Stats => "stats",
             Request::BacklogByFlow { .. } => "backlog_by_flow",
             Request::Peek { .. } => "peek",

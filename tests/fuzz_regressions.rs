@@ -52,6 +52,13 @@ fn ops_vs_model_inputs_replay_cleanly_as_first_decoded() {
     replay("ops_vs_model", fuzz::ops_vs_model_legacy);
 }
 
+/// Inputs committed after the item and flow controls and before
+/// cancelling, updating and the schedules were drawn, as they were found.
+#[test]
+fn ops_vs_model_inputs_replay_cleanly_as_decoded_with_the_controls() {
+    replay("ops_vs_model", fuzz::ops_vs_model_controls);
+}
+
 #[test]
 fn open_damaged_file_inputs_replay_cleanly() {
     replay("open_damaged_file", fuzz::open_damaged_file);
@@ -67,6 +74,13 @@ fn crash_recovery_inputs_replay_cleanly() {
 #[test]
 fn crash_recovery_inputs_replay_cleanly_as_first_decoded() {
     replay("crash_recovery", fuzz::crash_recovery_legacy);
+}
+
+/// As [`ops_vs_model_inputs_replay_cleanly_as_decoded_with_the_controls`],
+/// for `crash_recovery`.
+#[test]
+fn crash_recovery_inputs_replay_cleanly_as_decoded_with_the_controls() {
+    replay("crash_recovery", fuzz::crash_recovery_controls);
 }
 
 #[cfg(feature = "redis")]

@@ -15,8 +15,8 @@ use std::time::Duration;
 use crate::browse::{ItemPage, ListQuery, ListedItem};
 use crate::error::Result;
 use crate::item::{
-    Added, CancelOutcome, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed,
-    RetryOutcome, Stats,
+    Added, CancelOutcome, ClaimFrom, Claimed, DeadLetter, Item, ItemUpdate, NewItem, Receipt,
+    Reclaimed, RetryOutcome, Stats,
 };
 use crate::limit::{FlowLimit, FlowLimits};
 use crate::outcome::{Chunk, Outcome};
@@ -122,15 +122,9 @@ pub(crate) trait Backend: Send + Sync {
     fn dead_letters(&self, count: usize) -> impl Future<Output = Result<Vec<DeadLetter>>> + Send;
     fn redrive(&self, id: u64) -> impl Future<Output = Result<bool>> + Send;
     fn purge_dead_letters(&self) -> impl Future<Output = Result<u64>> + Send;
-    fn remove(&self, id: u64) -> impl Future<Output = Result<bool>> + Send {
-        async move {
-            let _ = id;
-            Err(crate::error::Error::invalid(
-                "remove is not supported by this backend yet",
-            ))
-        }
-    }
+    fn remove(&self, id: u64) -> impl Future<Output = Result<bool>> + Send;
     fn cancel(&self, id: u64) -> impl Future<Output = Result<CancelOutcome>> + Send;
+    fn update(&self, id: u64, update: ItemUpdate) -> impl Future<Output = Result<bool>> + Send;
     fn wait_cancelled(
         &self,
         ids: Vec<u64>,
@@ -332,6 +326,7 @@ pub(crate) async fn dispatch<B: Backend>(backend: &B, request: Request) -> Resul
         Request::Remove { id } => Reply::Bool(b.remove(id).await?),
         Request::Cancel { id } => Reply::Cancel(b.cancel(id).await?),
         Request::WaitCancelled { ids, wait } => Reply::Ids(b.wait_cancelled(ids, wait).await?),
+        Request::Update { id, update } => Reply::Bool(b.update(id, update).await?),
         Request::Stats => Reply::Stats(b.stats().await?),
         Request::BacklogByFlow { sample } => Reply::BacklogByFlow(b.backlog_by_flow(sample).await?),
         Request::Peek { count } => Reply::Items(b.peek(count).await?),

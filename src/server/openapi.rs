@@ -294,6 +294,7 @@ fn request_schema(op: &str, g: &mut SchemaGenerator) -> Option<Schema> {
         "ack_with_result" => g.subschema_for::<AckWithResultRequest>(),
         "wait_outcome" => g.subschema_for::<WaitOutcomeRequest>(),
         "wait_cancelled" => g.subschema_for::<WaitCancelledRequest>(),
+        "update" => g.subschema_for::<UpdateRequest>(),
         "set_progress" => g.subschema_for::<SetProgressRequest>(),
         "send_chunk" => g.subschema_for::<SendChunkRequest>(),
         "wait_chunks" => g.subschema_for::<WaitChunksRequest>(),
@@ -325,7 +326,9 @@ fn reply_schema(op: &str, g: &mut SchemaGenerator) -> Option<Schema> {
         "next_due" => g.subschema_for::<NextDue>(),
         "promote_due" | "ack_batch" | "resume" | "clear_flow" | "parked" | "purge_dead_letters"
         | "max_deliveries" => g.subschema_for::<Count>(),
-        "promote" | "was_done" | "redrive" | "remove" | "compact" => g.subschema_for::<Flag>(),
+        "promote" | "was_done" | "redrive" | "remove" | "update" | "compact" => {
+            g.subschema_for::<Flag>()
+        }
         "claim" | "reclaim_stale" => g.subschema_for::<ClaimedList>(),
         "step" => g.subschema_for::<Stepped>(),
         "retry" => g.subschema_for::<Retried>(),
@@ -458,6 +461,9 @@ fn summary(op: &str) -> &'static str {
         }
         "cancel" => {
             "Cancel item id (SPEC 3, Cancelling): a waiting item ends as cancelled (ended), a pending one is marked for its holder (marked); not_found when the queue holds no such item; invalid_input for a dead letter."
+        }
+        "update" => {
+            "Change waiting item id's priority, not_before_ms or payload (SPEC 3, Updating): a new tier re-ranks it in place, a new time makes it delayed or due. false when the queue holds no such item; invalid_input for a pending, dead-lettered or finished item, a time for a parked one, or an empty update."
         }
         "wait_cancelled" => {
             "The ids among ids that are pending and marked cancelled, long-polling up to wait_ms (at most the server's max_wait per request) while none is."

@@ -41,6 +41,7 @@ mod priority;
 mod recovery;
 mod schedules;
 mod timers;
+mod update;
 
 pub use adding::*;
 pub use browse::*;
@@ -59,6 +60,7 @@ pub use priority::*;
 pub use recovery::*;
 pub use schedules::*;
 pub use timers::*;
+pub use update::*;
 
 struct Env {
     q: BoxQueue,
@@ -295,6 +297,9 @@ macro_rules! conformance_case_list {
             touch_stops_at_the_first_cancelled_receipt,
             a_stale_cancelled_claim_ends_at_reclaim,
             wait_cancelled_wakes_on_a_mark,
+            update_reranks_a_waiting_item_in_place,
+            update_moves_an_item_by_its_not_before,
+            update_refuses_an_item_that_does_not_wait,
             back_off_keeps_the_longer_hold,
             schedule_fires_each_slot_exactly_once,
             concurrent_firers_make_one_item_per_slot,

@@ -29,11 +29,13 @@ mod records;
 #[cfg(feature = "redis")]
 mod redis_reply;
 
-pub use crash::{CrashInput, crash_recovery, crash_recovery_legacy, crash_recovery_with};
+pub use crash::{
+    CrashInput, crash_recovery, crash_recovery_controls, crash_recovery_legacy, crash_recovery_with,
+};
 pub use damaged::{Damage, let_redb_panics_be_caught, open_damaged_file};
 #[cfg(any(feature = "server", feature = "remote"))]
 pub use decode_request::decode_request;
-pub use ops_vs_model::{OpsInput, ops_vs_model, ops_vs_model_legacy};
+pub use ops_vs_model::{OpsInput, ops_vs_model, ops_vs_model_controls, ops_vs_model_legacy};
 pub use records::decode_record;
 #[cfg(feature = "redis")]
 pub use redis_reply::redis_reply;

@@ -41,7 +41,7 @@ mod tests;
 
 pub use answer::answer;
 pub use call::{Call, ErrorKind, Outcome, map_receipts};
-pub use decode::{LegacyOp, arbitrary_op};
+pub use decode::{ControlsOp, Draw, LegacyOp, arbitrary_op};
 pub use reference::Reference;
 pub use run::{CHECK_EVERY, Compare, run_ops};
 #[cfg(feature = "embedded")]
@@ -161,9 +161,9 @@ impl ItemSpec {
 /// 224, an id handed out so far; above, an id never handed out.
 ///
 /// `Arbitrary` is written by hand ([`arbitrary_op`]) and draws every
-/// variant; [`LegacyOp`] decodes bytes as the derive did before the last
-/// three were added, so that fuzz inputs committed before them keep their
-/// meaning.
+/// variant; [`LegacyOp`] and [`ControlsOp`] decode bytes as `Op` was
+/// decoded before later variants were added, so that fuzz inputs
+/// committed before them keep their meaning.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
     /// `add`.
@@ -282,6 +282,13 @@ pub enum Op {
     /// `wait_cancelled` with no wait, of every pending item's id (the
     /// marked ones answer).
     WaitCancelled,
+    /// `update` (SPEC 3, Updating) of an id picked as for [`Op::Cancel`]:
+    /// the second byte's bit 0 sets the tier to (byte >> 3) % 3, bit 1
+    /// the not-before time to now + (third byte - 32) x 100 ms (may be in
+    /// the past), bit 2 the payload to (byte >> 3) % 20 bytes of the third
+    /// byte (may be over `max_payload_bytes`); none of them is an empty
+    /// update, which is refused.
+    Update(u8, u8, u8),
     /// SPEC 13: `upsert_schedule` of one of three names, its interval,
     /// catch-up, overlap and flow drawn from the second byte
     /// ([`schedule_of`]).

@@ -15,8 +15,8 @@ use super::{
     OutcomeReply, PreviewScheduleRequest, ProgressReply, ReceiptRequest, ReceiptsRequest,
     ReclaimRequest, ReclaimedList, Request, Retried, RetryRequest, SampleRequest, ScheduleList,
     ScheduleNameRequest, SendChunkRequest, Seq, SetFlowLimitRequest, SetProgressRequest, Stepped,
-    Times, UpsertScheduleRequest, WaitCancelledRequest, WaitChunksRequest, WaitOutcomeRequest,
-    WireAdded, WireNewItem, WireScheduleInfo, duration_ms,
+    Times, UpdateRequest, UpsertScheduleRequest, WaitCancelledRequest, WaitChunksRequest,
+    WaitOutcomeRequest, WireAdded, WireNewItem, WireScheduleInfo, duration_ms,
 };
 use crate::request::{Reply as Q, Request as R};
 
@@ -134,6 +134,12 @@ impl Request {
             R::PurgeDeadLetters => Request::PurgeDeadLetters,
             R::Remove { id } => Request::Remove(IdRequest { id }),
             R::Cancel { id } => Request::Cancel(IdRequest { id }),
+            R::Update { id, update } => Request::Update(UpdateRequest {
+                id,
+                priority: update.priority,
+                not_before_ms: update.not_before_ms,
+                payload: update.payload.map(super::Base64),
+            }),
             R::WaitCancelled { ids, wait } => Request::WaitCancelled(WaitCancelledRequest {
                 ids,
                 wait_ms: duration_ms(wait),
@@ -240,6 +246,14 @@ impl Request {
             Request::PurgeDeadLetters => R::PurgeDeadLetters,
             Request::Remove(i) => R::Remove { id: i.id },
             Request::Cancel(i) => R::Cancel { id: i.id },
+            Request::Update(u) => R::Update {
+                id: u.id,
+                update: crate::item::ItemUpdate {
+                    priority: u.priority,
+                    not_before_ms: u.not_before_ms,
+                    payload: u.payload.map(|p| p.0),
+                },
+            },
             Request::WaitCancelled(w) => R::WaitCancelled {
                 ids: w.ids,
                 wait: wait(w.wait_ms),
@@ -429,8 +443,8 @@ pub fn decode_reply(op: &str, bytes: &[u8]) -> Result<Q, String> {
         "promote_due" | "ack_batch" | "resume" | "clear_flow" | "parked" | "purge_dead_letters" => {
             Q::Count(json::<Count>(bytes)?.count)
         }
-        "promote" | "was_done" | "redrive" | "remove" | "compact" | "upsert_schedule"
-        | "remove_schedule" | "pause_schedule" | "resume_schedule" => {
+        "promote" | "was_done" | "redrive" | "remove" | "update" | "compact"
+        | "upsert_schedule" | "remove_schedule" | "pause_schedule" | "resume_schedule" => {
             Q::Bool(json::<Flag>(bytes)?.value)
         }
         "schedules" => Q::Schedules(
@@ -527,6 +541,7 @@ mod tests {
             ("promote_due", Q::Count(3)),
             ("promote", Q::Bool(true)),
             ("remove", Q::Bool(false)),
+            ("update", Q::Bool(true)),
             ("cancel", Q::Cancel(crate::item::CancelOutcome::Marked)),
             ("wait_cancelled", Q::Ids(vec![3, 4])),
             ("back_off", Q::Unit),

@@ -257,6 +257,27 @@ pub struct WaitCancelledRequest {
     pub wait_ms: u64,
 }
 
+/// `update` (SPEC 3, Updating): change a waiting item's tier, not-before
+/// time or payload; at least one is given, e.g.
+/// `{"id":7,"priority":5,"not_before_ms":1796668800000}`. Answered by a
+/// [`Flag`](crate::wire::Flag): false when no item `id` is held.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct UpdateRequest {
+    /// The item's id.
+    pub id: u64,
+    /// The new priority tier, 0 to 255.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u8>,
+    /// The new not-before time, ms since the Unix epoch (queue clock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before_ms: Option<u64>,
+    /// The new payload bytes, base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<Base64>,
+}
+
 /// What `cancel` did (SPEC 3, Cancelling).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "server", derive(schemars::JsonSchema))]

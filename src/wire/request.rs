@@ -8,8 +8,8 @@ use super::{
     CountRequest, DeadLetterRequest, DoneRequest, FlowRequest, ForwardLagRequest, IdRequest,
     ListRequest, PreviewScheduleRequest, ReceiptRequest, ReceiptsRequest, ReclaimRequest,
     RetryRequest, SampleRequest, ScheduleNameRequest, SendChunkRequest, SetFlowLimitRequest,
-    SetProgressRequest, UpsertScheduleRequest, WaitCancelledRequest, WaitChunksRequest,
-    WaitOutcomeRequest, WireNewItem,
+    SetProgressRequest, UpdateRequest, UpsertScheduleRequest, WaitCancelledRequest,
+    WaitChunksRequest, WaitOutcomeRequest, WireNewItem,
 };
 
 /// Operations without arguments: `{}`.
@@ -71,6 +71,7 @@ pub enum Request {
     BackOff(BackOffRequest),
     Cancel(IdRequest),
     WaitCancelled(WaitCancelledRequest),
+    Update(UpdateRequest),
     UpsertSchedule(Box<UpsertScheduleRequest>),
     RemoveSchedule(ScheduleNameRequest),
     PauseSchedule(ScheduleNameRequest),
@@ -148,6 +149,8 @@ pub const OPS: &[&str] = &[
     // Cancelling (SPEC 3).
     "cancel",
     "wait_cancelled",
+    // Updating (SPEC 3).
+    "update",
 ];
 
 /// Why a request could not be decoded: always a 400 (or 404 for an
@@ -241,6 +244,7 @@ impl Request {
             "remove" => Request::Remove(body(op, bytes)?),
             "cancel" => Request::Cancel(body(op, bytes)?),
             "wait_cancelled" => Request::WaitCancelled(body(op, bytes)?),
+            "update" => Request::Update(body(op, bytes)?),
             "back_off" => Request::BackOff(body(op, bytes)?),
             "upsert_schedule" => Request::UpsertSchedule(body(op, bytes)?),
             "remove_schedule" => Request::RemoveSchedule(body(op, bytes)?),
@@ -309,6 +313,7 @@ impl Request {
             Request::Remove(r) => json("remove", r),
             Request::Cancel(r) => json("cancel", r),
             Request::WaitCancelled(r) => json("wait_cancelled", r),
+            Request::Update(r) => json("update", r),
             Request::BackOff(r) => json("back_off", r),
             Request::UpsertSchedule(r) => json("upsert_schedule", r),
             Request::RemoveSchedule(r) => json("remove_schedule", r),

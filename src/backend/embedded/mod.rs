@@ -45,8 +45,8 @@ use crate::clock::SharedClock;
 use crate::config::ms;
 use crate::error::{Error, Result};
 use crate::item::{
-    Added, CancelOutcome, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed,
-    RetryOutcome, Stats,
+    Added, CancelOutcome, ClaimFrom, Claimed, DeadLetter, Item, ItemUpdate, NewItem, Receipt,
+    Reclaimed, RetryOutcome, Stats,
 };
 use crate::limit::{FlowLimit, FlowLimits};
 use crate::outcome::{Chunk, Outcome};
@@ -399,6 +399,10 @@ impl Backend for EmbeddedQueue {
 
     async fn cancel(&self, id: u64) -> Result<CancelOutcome> {
         expect_reply!(self, Op::Cancel(id), Reply::Cancel(c) => c)
+    }
+
+    async fn update(&self, id: u64, update: ItemUpdate) -> Result<bool> {
+        expect_reply!(self, Op::Update(id, update), Reply::Bool(b) => b)
     }
 
     async fn wait_cancelled(&self, ids: Vec<u64>, wait: Duration) -> Result<Vec<u64>> {

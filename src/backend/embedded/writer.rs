@@ -26,7 +26,8 @@ use tokio::sync::oneshot;
 use super::tables;
 use crate::error::Result;
 use crate::item::{
-    Added, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed, RetryOutcome, Stats,
+    Added, ClaimFrom, Claimed, DeadLetter, Item, ItemUpdate, NewItem, Receipt, Reclaimed,
+    RetryOutcome, Stats,
 };
 use crate::outcome::{Chunk, Outcome};
 
@@ -50,6 +51,9 @@ pub(super) enum Op {
     EndCancelled(Receipt),
     /// SPEC 3, Cancelling: which of these ids are marked (a read).
     Cancelling(Vec<u64>),
+    /// SPEC 3, Updating: `update(id, update)`, a waiting item's tier,
+    /// not-before time or payload changed.
+    Update(u64, ItemUpdate),
     /// SPEC 3, Flow limits: `back_off(flow, duration)`, the duration in
     /// ms; the hold's end is read from the writer's clock inside the op.
     BackOff(String, u64),
@@ -182,6 +186,7 @@ impl Op {
             Op::PromoteId(_) => "promote",
             Op::Remove(_) => "remove",
             Op::Cancel(_) | Op::EndCancelled(_) => "cancel",
+            Op::Update(..) => "update",
             Op::BackOff(..) => "back_off",
             Op::ScheduleSwap(_) => "schedule",
             Op::Claim { .. } => "claim",

@@ -1,10 +1,15 @@
 //! SPEC 3, Controlling one item on the reference model: `promote` (a
 //! delayed item becomes due now), `remove` (an item is deleted unrun) and
-//! `cancel` (an item ends as cancelled, or is marked for its holder).
+//! `cancel` (an item ends as cancelled, or is marked for its holder) and
+//! `update` (a waiting item's tier, not-before time or payload changes).
 
 use super::Model;
+use crate::config::rerank;
 use crate::error::{Error, Result};
-use crate::item::{CancelOutcome, Lane};
+use crate::item::{
+    CancelOutcome, ItemUpdate, Lane, check_update, finished_not_updatable, not_updatable,
+    parked_takes_no_timer,
+};
 use crate::outcome::OutcomeKind;
 
 impl Model {
@@ -97,6 +102,84 @@ impl Model {
         out.sort_unstable();
         out.dedup();
         out
+    }
+
+    /// SPEC 3, Updating: change waiting item `id`'s tier, not-before time
+    /// or payload. A new not-before time takes the item out of its lane
+    /// (or delayed) and puts it in delayed (after `now_ms`) or at the due
+    /// lane's tail (at or before); a new tier alone re-ranks it in place,
+    /// its arrival and position kept. False when the queue holds no item
+    /// `id` and keeps no outcome of it.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput`, nothing changed: an empty update, a payload over
+    /// `max_payload_bytes`, a pending item, a dead letter, a finished item
+    /// whose outcome is kept, a not-before time for a parked item.
+    pub fn update(&mut self, id: u64, update: &ItemUpdate, now_ms: u64) -> Result<bool> {
+        check_update(update, self.config.max_payload_bytes)?;
+        self.expire(now_ms);
+        let Some(old_tier) = self.items.get(&id).map(|i| i.priority) else {
+            return match self.outcomes.get(&id) {
+                Some((o, _)) => Err(finished_not_updatable(id, &o.kind)),
+                None => Ok(false),
+            };
+        };
+        if self.pending.contains_key(&id) {
+            return Err(not_updatable(id, "pending: a consumer holds it"));
+        }
+        if self.dead.iter().any(|(d, _, _)| *d == id) {
+            return Err(not_updatable(id, "a dead letter"));
+        }
+        let parked = self.parked.values().any(|l| l.contains(&id));
+        if parked && update.not_before_ms.is_some() {
+            return Err(parked_takes_no_timer(id));
+        }
+        let new_tier = update.priority.unwrap_or(old_tier);
+        if let Some(item) = self.items.get_mut(&id) {
+            if let Some(p) = &update.payload {
+                item.payload.clone_from(p);
+            }
+            item.priority = new_tier;
+        }
+        if let Some(nb) = update.not_before_ms {
+            if !(self.take_from_lanes(id, now_ms) || self.take_delayed(id)) {
+                return Err(Error::corrupt(format!("item {id} is in no state")));
+            }
+            if let Some(item) = self.items.get_mut(&id) {
+                item.not_before_ms = Some(nb);
+            }
+            if nb > now_ms {
+                self.delayed.insert((nb, id));
+            } else {
+                // The due lane's arrival is the item's not_before, as a
+                // promotion gives it (SPEC 3, Priority).
+                self.enter(Lane::Due, id, nb);
+            }
+        } else if new_tier != old_tier {
+            self.rerank(id, old_tier, new_tier);
+        }
+        Ok(true)
+    }
+
+    /// Re-rank `id` where it waits in a ready lane (shared or held) for
+    /// tier `new` instead of `old`: same arrival, same position.
+    fn rerank(&mut self, id: u64, old: u8, new: u8) {
+        let step = self.config.aging_step;
+        for lane in [&mut self.backlog, &mut self.due] {
+            if let Some(key) = lane.iter().find(|(_, v)| **v == id).map(|(k, _)| *k) {
+                lane.remove(&key);
+                lane.insert((rerank(key.0, old, new, step), key.1), id);
+                return;
+            }
+        }
+        for lane in self.held.values_mut() {
+            if let Some(key) = lane.iter().find(|(_, v)| **v == id).map(|(k, _)| *k) {
+                lane.remove(&key);
+                lane.insert((key.0, rerank(key.1, old, new, step), key.2), id);
+                return;
+            }
+        }
     }
 
     fn take_from_lanes(&mut self, id: u64, now_ms: u64) -> bool {

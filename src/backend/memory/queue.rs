@@ -14,8 +14,8 @@ use crate::clock::{SharedClock, SystemClock};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::item::{
-    Added, CancelOutcome, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed,
-    RetryOutcome, Stats,
+    Added, CancelOutcome, ClaimFrom, Claimed, DeadLetter, Item, ItemUpdate, NewItem, Receipt,
+    Reclaimed, RetryOutcome, Stats,
 };
 use crate::limit::{FlowLimit, FlowLimits};
 use crate::outcome::{Chunk, Outcome};
@@ -416,6 +416,16 @@ impl Backend for MemoryQueue {
     async fn remove(&self, id: u64) -> Result<bool> {
         self.live()?;
         self.with(|m, now| m.remove(id, now))
+    }
+
+    async fn update(&self, id: u64, update: ItemUpdate) -> Result<bool> {
+        self.live()?;
+        let ok = self.with(|m, now| m.update(id, &update, now))?;
+        if ok {
+            // It may have become due, or its timer moved.
+            self.changed();
+        }
+        Ok(ok)
     }
 
     async fn cancel(&self, id: u64) -> Result<CancelOutcome> {

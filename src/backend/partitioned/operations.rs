@@ -9,8 +9,8 @@ use std::time::Duration;
 use super::{PartitionedQueue, first};
 use crate::error::{Error, Result};
 use crate::item::{
-    Added, CancelOutcome, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed,
-    RetryOutcome, Stats,
+    Added, CancelOutcome, ClaimFrom, Claimed, DeadLetter, Item, ItemUpdate, NewItem, Receipt,
+    Reclaimed, RetryOutcome, Stats,
 };
 use crate::limit::{FlowLimit, FlowLimits};
 use crate::outcome::{Chunk, Outcome};
@@ -360,6 +360,11 @@ impl<Q: WorkQueue> Backend for PartitionedQueue<Q> {
     async fn cancel(&self, id: u64) -> Result<CancelOutcome> {
         let (_, q) = self.part(id);
         q.cancel(self.local(id)).await
+    }
+
+    async fn update(&self, id: u64, update: ItemUpdate) -> Result<bool> {
+        let (_, q) = self.part(id);
+        q.update(self.local(id), update).await
     }
 
     async fn wait_cancelled(&self, ids: Vec<u64>, wait: Duration) -> Result<Vec<u64>> {

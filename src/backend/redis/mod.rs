@@ -48,6 +48,7 @@ mod queue;
 pub(crate) mod reply;
 mod scripts;
 mod tls;
+mod update;
 mod wait;
 
 use connection::{Conn, Source};

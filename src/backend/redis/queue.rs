@@ -16,8 +16,8 @@ use super::{MAX_LUA_MS, RedisQueue, bounded, n_arg, receipt_args};
 use crate::config::ms;
 use crate::error::{Error, Result};
 use crate::item::{
-    Added, CancelOutcome, ClaimFrom, Claimed, DeadLetter, Item, NewItem, Receipt, Reclaimed,
-    RetryOutcome, Stats, require_flow,
+    Added, CancelOutcome, ClaimFrom, Claimed, DeadLetter, Item, ItemUpdate, NewItem, Receipt,
+    Reclaimed, RetryOutcome, Stats, require_flow,
 };
 use crate::limit::{FlowLimit, FlowLimits, FlowState, RateLimit, check_limit};
 use crate::outcome::{Chunk, Outcome, check_size};
@@ -574,6 +574,10 @@ impl Backend for RedisQueue {
 
     async fn wait_cancelled(&self, ids: Vec<u64>, wait: Duration) -> Result<Vec<u64>> {
         self.wait_marked(&ids, wait).await
+    }
+
+    async fn update(&self, id: u64, update: ItemUpdate) -> Result<bool> {
+        self.update_item(id, update).await
     }
 
     async fn schedule_load(

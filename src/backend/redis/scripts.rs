@@ -27,6 +27,12 @@ pub(super) const IS_PENDING: i64 = -3;
 /// Reply code of `cancel` (SPEC 3, Cancelling): the item is a dead letter;
 /// nothing changed.
 pub(super) const IS_DEAD: i64 = -4;
+/// Reply code of `update` (SPEC 3, Updating): the item has finished and
+/// its outcome is kept; the outcome's kind comes with it. Nothing changed.
+pub(super) const IS_FINISHED: i64 = -5;
+/// Reply code of `update`: a parked item was given a not-before time.
+/// Nothing changed.
+pub(super) const IS_PARKED: i64 = -6;
 /// Reply code of `cancel`: the waiting item ended as cancelled.
 pub(super) const ENDED: i64 = 1;
 /// Reply code of `cancel`: the pending item is marked.
@@ -54,6 +60,7 @@ fn lua_constants() -> String {
          local DELAYED, DEAD_LETTERED = {DELAYED}, {DEAD_LETTERED}\n\
          local IS_PENDING = {IS_PENDING}\n\
          local IS_DEAD, ENDED, MARKED = {IS_DEAD}, {ENDED}, {MARKED}\n\
+         local IS_FINISHED, IS_PARKED = {IS_FINISHED}, {IS_PARKED}\n\
          local CLOCK_TOLERANCE = {CLOCK_STEP_TOLERANCE_MS}\n\
          local EVENTS_KEPT = {EVENTS_PER_READ}\n\
          local LAYOUT = {LAYOUT}\n"
@@ -318,6 +325,8 @@ mod constant_tests {
                 "return -1",
                 "return -3",
                 "return -4",
+                "{ -5,",
+                "{ -6,",
                 "return { -1 }",
                 "'MAXLEN', '64'",
             ] {
@@ -335,6 +344,11 @@ mod constant_tests {
             super::IS_DEAD,
             super::ENDED,
             super::MARKED
+        )));
+        assert!(prelude.contains(&format!(
+            "local IS_FINISHED, IS_PARKED = {}, {}",
+            super::IS_FINISHED,
+            super::IS_PARKED
         )));
     }
 

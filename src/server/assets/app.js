@@ -162,15 +162,16 @@
     due: ["id", "flow", "payload", "due", "deliveries", "actions"],
     parked: ["id", "flow", "payload", "added", "deliveries", "actions"]
   };
-  // Each state's row buttons (SPEC 3: Cancelling, Timers, Removing): a
-  // running item can only be cancelled; a dead letter has finished.
+  // Each state's row buttons (SPEC 3: Cancelling, Updating, Timers,
+  // Removing): a running item can only be cancelled; a dead letter has
+  // finished.
   var rowActions = {
     pending: ["cancel"],
-    delayed: ["cancel", "promote", "remove"],
+    delayed: ["cancel", "priority", "promote", "remove"],
     dead_letter: ["redrive", "remove"],
-    backlog: ["cancel", "remove"],
-    due: ["cancel", "remove"],
-    parked: ["cancel", "remove"]
+    backlog: ["cancel", "priority", "remove"],
+    due: ["cancel", "priority", "remove"],
+    parked: ["cancel", "priority", "remove"]
   };
   function payloadText(p) {
     var hex = $("#hex").checked || p.text === null;
@@ -208,6 +209,13 @@
             var b = el("button", { "data-action": name, "data-id": String(it.id) }, name);
             b.addEventListener("click", function () {
               if ((name === "cancel" || name === "remove") && !window.confirm(name + " item " + it.id + "?")) { return; }
+              if (name === "priority") {
+                // SPEC 3, Updating: a new tier, re-ranked where it waits.
+                var tier = window.prompt("priority tier of item " + it.id + " (0-255, higher runs earlier)", String(it.priority || 0));
+                if (tier === null) { return; }
+                act({ action: name, ids: [it.id], priority: Number(tier) });
+                return;
+              }
               act({ action: name, ids: [it.id] });
             });
             a.appendChild(b);

@@ -18,7 +18,7 @@ use super::{
 };
 use crate::browse::{ItemState, ListQuery, ListedItem};
 use crate::error::{Error, Result};
-use crate::item::Receipt;
+use crate::item::{ItemUpdate, Receipt};
 use crate::limit::FlowLimit;
 use crate::queue::{BoxQueue, WorkQueue};
 use crate::schedule::ScheduleQueue;
@@ -46,6 +46,9 @@ struct Action {
     /// For `pause_schedule` and `resume_schedule`: the schedule's name.
     #[serde(default)]
     schedule: Option<String>,
+    /// For `priority`: the new tier, 0 to 255.
+    #[serde(default)]
+    priority: Option<u8>,
 }
 
 impl Action {
@@ -147,13 +150,14 @@ async fn run_action(q: &BoxQueue, a: Action) -> Result<Done> {
         "redrive" => redrive(q, &a.ids).await,
         "cancel" => cancel(q, &a.ids).await,
         "promote" => promote(q, &a.ids).await,
+        "priority" => priority(q, &a.ids, a.priority).await,
         "remove" => remove(q, &a.ids).await,
         "redrive_all" => redrive_all(q).await,
         "purge" => purge(q).await,
         "pause_schedule" => pause_schedule(q, a.schedule()?, true).await,
         "resume_schedule" => pause_schedule(q, a.schedule()?, false).await,
         other => Err(Error::invalid(format!(
-            "no action named {:?} (pause, resume, step, back_off, lift, ack, release, redrive, redrive_all, purge, cancel, promote, remove, pause_schedule, resume_schedule)",
+            "no action named {:?} (pause, resume, step, back_off, lift, ack, release, redrive, redrive_all, purge, cancel, priority, promote, remove, pause_schedule, resume_schedule)",
             other.chars().take(64).collect::<String>()
         ))),
     }
@@ -285,6 +289,27 @@ async fn cancel(q: &BoxQueue, ids: &[u64]) -> Result<Done> {
         parts.push(format!("not in the queue: {}", missing.join(", ")));
     }
     Ok(done(parts.join("; ")))
+}
+
+/// SPEC 3, Updating: give the waiting items `ids` the priority tier
+/// `tier`, each re-ranked where it waits.
+async fn priority(q: &BoxQueue, ids: &[u64], tier: Option<u8>) -> Result<Done> {
+    let ids = needs_ids("priority", ids)?;
+    let tier = tier.ok_or_else(|| Error::invalid("priority needs a priority (0 to 255)"))?;
+    let mut changed = Vec::new();
+    let mut missing = Vec::new();
+    for id in ids {
+        if q.update(*id, ItemUpdate::new().priority(tier)).await? {
+            changed.push(id.to_string());
+        } else {
+            missing.push(id.to_string());
+        }
+    }
+    let mut m = format!("priority {tier}: {}", changed.join(", "));
+    if !missing.is_empty() {
+        m.push_str(&format!("; not in the queue: {}", missing.join(", ")));
+    }
+    Ok(done(m))
 }
 
 /// SPEC 3, Timers: make the delayed items `ids` due now.

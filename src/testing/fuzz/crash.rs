@@ -15,7 +15,7 @@ use crate::clock::ManualClock;
 use crate::item::Stats;
 use crate::queue::{BoxFuture, BoxQueue, WorkQueue};
 use crate::testing::faults::{DiskImage, SimDisk};
-use crate::testing::ops::{LegacyOp, Op, Reference, START_MS, Setup, System, Target};
+use crate::testing::ops::{ControlsOp, LegacyOp, Op, Reference, START_MS, Setup, System, Target};
 
 /// A crash run: the limits, the sequence, when the process dies (after how
 /// many mutating disk calls), and which unsynced writes survive the cut.
@@ -39,6 +39,17 @@ pub struct CrashInput {
 struct LegacyCrashInput {
     setup: Setup,
     ops: Vec<LegacyOp>,
+    fail_after: Option<u16>,
+    keep_seed: u64,
+}
+
+/// [`CrashInput`] as the inputs committed after the item and flow controls
+/// and before cancelling, updating and the schedules decode
+/// ([`ControlsOp`]).
+#[derive(Arbitrary)]
+struct ControlsCrashInput {
+    setup: Setup,
+    ops: Vec<ControlsOp>,
     fail_after: Option<u16>,
     keep_seed: u64,
 }
@@ -84,6 +95,24 @@ pub fn crash_recovery(data: &[u8]) {
 /// As [`crash_recovery`].
 pub fn crash_recovery_legacy(data: &[u8]) {
     let Ok(input) = LegacyCrashInput::arbitrary_take_rest(Unstructured::new(data)) else {
+        return;
+    };
+    crash_recovery_with(&CrashInput {
+        setup: input.setup,
+        ops: input.ops.into_iter().map(|op| op.0).collect(),
+        fail_after: input.fail_after,
+        keep_seed: input.keep_seed,
+    });
+}
+
+/// [`crash_recovery`] with `data` decoded as before cancelling, updating
+/// and the schedules were drawn ([`ControlsOp`]).
+///
+/// # Panics
+///
+/// As [`crash_recovery`].
+pub fn crash_recovery_controls(data: &[u8]) {
+    let Ok(input) = ControlsCrashInput::arbitrary_take_rest(Unstructured::new(data)) else {
         return;
     };
     crash_recovery_with(&CrashInput {

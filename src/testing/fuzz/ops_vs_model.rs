@@ -7,7 +7,7 @@ use arbitrary::{Arbitrary, Unstructured};
 
 use super::{MAX_OPS, disk_name, fresh_image, runtime};
 use crate::testing::faults::SimDisk;
-use crate::testing::ops::{self, LegacyOp, Op, Setup};
+use crate::testing::ops::{self, ControlsOp, LegacyOp, Op, Setup};
 
 /// A run of ops: the limits and the sequence.
 #[derive(Debug, Clone, PartialEq, Eq, Arbitrary)]
@@ -51,6 +51,32 @@ pub fn ops_vs_model(data: &[u8]) {
 /// As [`ops_vs_model`].
 pub fn ops_vs_model_legacy(data: &[u8]) {
     let Ok(input) = LegacyOpsInput::arbitrary_take_rest(Unstructured::new(data)) else {
+        return;
+    };
+    run(&OpsInput {
+        setup: input.setup,
+        ops: input.ops.into_iter().map(|op| op.0).collect(),
+    });
+}
+
+/// [`OpsInput`] as the inputs committed after the item and flow controls
+/// and before cancelling, updating and the schedules decode
+/// ([`ControlsOp`]).
+#[derive(Arbitrary)]
+struct ControlsOpsInput {
+    setup: Setup,
+    ops: Vec<ControlsOp>,
+}
+
+/// [`ops_vs_model`] with `data` decoded as before cancelling, updating and
+/// the schedules were drawn ([`ControlsOp`]), so that an input committed
+/// then replays as the sequence it was found with.
+///
+/// # Panics
+///
+/// As [`ops_vs_model`].
+pub fn ops_vs_model_controls(data: &[u8]) {
+    let Ok(input) = ControlsOpsInput::arbitrary_take_rest(Unstructured::new(data)) else {
         return;
     };
     run(&OpsInput {

@@ -106,6 +106,7 @@ pub fn answer(model: &mut Model, request: Request, now_ms: u64) -> crate::Result
         Request::PurgeDeadLetters => Reply::Count(m.purge_dead_letters()),
         Request::Remove { id } => Reply::Bool(m.remove(id, now)?),
         Request::Cancel { id } => Reply::Cancel(m.cancel(id, now)?),
+        Request::Update { id, update } => Reply::Bool(m.update(id, &update, now)?),
         // The reference answers at once: a runner calls it with no wait.
         Request::WaitCancelled { ids, .. } => Reply::Ids(m.cancelled_among(&ids)),
         Request::Stats => Reply::Stats(m.stats(now)),

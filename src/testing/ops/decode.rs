@@ -9,22 +9,41 @@ use super::Op;
 const BASE_VARIANTS: u64 = 41;
 
 /// With the controls ([`Op::Promote`], [`Op::Remove`], [`Op::BackOffFor`]).
-const ALL_VARIANTS: u64 = BASE_VARIANTS + 3;
+const CONTROL_VARIANTS: u64 = BASE_VARIANTS + 3;
+
+/// With cancelling, updating and the schedules: every variant.
+const ALL_VARIANTS: u64 = CONTROL_VARIANTS + 10;
+
+/// Which of [`Op`]'s variants a decode draws from: each is a decode that
+/// committed fuzz inputs were made with, kept so that they replay as the
+/// sequences they were found as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Draw {
+    /// The first 41 variants, as `#[derive(Arbitrary)]` decoded `Op`
+    /// before the item and flow controls ([`LegacyOp`]).
+    Base,
+    /// The first 44: with [`Op::Promote`], [`Op::Remove`] and
+    /// [`Op::BackOffFor`], before cancelling, updating and the schedules
+    /// ([`ControlsOp`]).
+    Controls,
+    /// Every variant (`Op`'s own `Arbitrary`).
+    All,
+}
 
 /// One [`Op`] from `u`, the variant drawn as `#[derive(Arbitrary)]` draws
-/// it (a `u32` scaled to the number of variants) and its fields in order.
-/// Without `controls` the draw is over the first 41 variants, exactly as
-/// the derive decoded `Op` before the three controls were added, so that
-/// committed inputs keep their meaning; with it, over all 44.
+/// it (a `u32` scaled to the number of variants `draw` allows) and its
+/// fields in order. [`Draw::Base`] and [`Draw::Controls`] decode exactly
+/// as `Op` was decoded when they were all there was, so that committed
+/// inputs keep their meaning.
 ///
 /// # Errors
 ///
 /// As `Arbitrary`: only when `u` runs out in a way the types refuse.
-pub fn arbitrary_op(u: &mut Unstructured<'_>, controls: bool) -> Result<Op> {
-    let n = if controls {
-        ALL_VARIANTS
-    } else {
-        BASE_VARIANTS
+pub fn arbitrary_op(u: &mut Unstructured<'_>, draw: Draw) -> Result<Op> {
+    let n = match draw {
+        Draw::Base => BASE_VARIANTS,
+        Draw::Controls => CONTROL_VARIANTS,
+        Draw::All => ALL_VARIANTS,
     };
     let tag = (u64::from(u32::arbitrary(u)?) * n) >> 32;
     Ok(match tag {
@@ -77,14 +96,24 @@ pub fn arbitrary_op(u: &mut Unstructured<'_>, controls: bool) -> Result<Op> {
         40 => Op::Reopen,
         41 => Op::Promote(u.arbitrary()?),
         42 => Op::Remove(u.arbitrary()?),
-        _ => Op::BackOffFor(u.arbitrary()?, u.arbitrary()?),
+        43 => Op::BackOffFor(u.arbitrary()?, u.arbitrary()?),
+        44 => Op::Cancel(u.arbitrary()?),
+        45 => Op::WaitCancelled,
+        46 => Op::Update(u.arbitrary()?, u.arbitrary()?, u.arbitrary()?),
+        47 => Op::UpsertSchedule(u.arbitrary()?, u.arbitrary()?),
+        48 => Op::FireSchedules,
+        49 => Op::PauseSchedule(u.arbitrary()?),
+        50 => Op::ResumeSchedule(u.arbitrary()?),
+        51 => Op::RemoveSchedule(u.arbitrary()?),
+        52 => Op::Schedules,
+        _ => Op::PreviewSchedule(u.arbitrary()?, u.arbitrary()?),
     })
 }
 
 impl<'a> Arbitrary<'a> for Op {
     /// [`arbitrary_op`] over every variant.
     fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
-        arbitrary_op(u, true)
+        arbitrary_op(u, Draw::All)
     }
 }
 
@@ -98,6 +127,19 @@ pub struct LegacyOp(pub Op);
 impl<'a> Arbitrary<'a> for LegacyOp {
     /// [`arbitrary_op`] over the first 41 variants.
     fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
-        arbitrary_op(u, false).map(LegacyOp)
+        arbitrary_op(u, Draw::Base).map(LegacyOp)
+    }
+}
+
+/// An [`Op`] decoded as the fuzz inputs committed after the item and flow
+/// controls and before cancelling, updating and the schedules were drawn
+/// ([`arbitrary_op`] with [`Draw::Controls`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlsOp(pub Op);
+
+impl<'a> Arbitrary<'a> for ControlsOp {
+    /// [`arbitrary_op`] over the first 44 variants.
+    fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
+        arbitrary_op(u, Draw::Controls).map(ControlsOp)
     }
 }

@@ -307,6 +307,22 @@ impl Reference {
             Op::Cancel(v) => Request::Cancel {
                 id: self.id_in(*v, None),
             },
+            Op::Update(v, what, d) => {
+                let mut update = crate::item::ItemUpdate::new();
+                if what & 1 != 0 {
+                    update = update.priority((what >> 3) % 3);
+                }
+                if what & 2 != 0 {
+                    update = update.not_before_ms(offset_ms(now, *d));
+                }
+                if what & 4 != 0 {
+                    update = update.payload(vec![*d; usize::from((what >> 3) % 20)]);
+                }
+                Request::Update {
+                    id: self.id_in(*v, None),
+                    update,
+                }
+            }
             Op::WaitCancelled => Request::WaitCancelled {
                 ids: self
                     .model

@@ -12,7 +12,7 @@ pub fn op_strategy() -> BoxedStrategy<Op> {
 }
 
 /// As [`op_strategy`], with the item and flow controls ([`Op::Promote`],
-/// [`Op::Remove`], [`Op::Cancel`], [`Op::WaitCancelled`],
+/// [`Op::Remove`], [`Op::Cancel`], [`Op::WaitCancelled`], [`Op::Update`],
 /// [`Op::BackOffFor`]) if `controls`.
 pub fn op_strategy_with(controls: bool) -> BoxedStrategy<Op> {
     let base = base_strategy();
@@ -26,6 +26,7 @@ pub fn op_strategy_with(controls: bool) -> BoxedStrategy<Op> {
         3 => byte().prop_map(Op::Remove),
         3 => byte().prop_map(Op::Cancel),
         1 => Just(Op::WaitCancelled),
+        3 => (byte(), byte(), byte()).prop_map(|(i, w, d)| Op::Update(i, w, d)),
         3 => (byte(), byte()).prop_map(|(f, d)| Op::BackOffFor(f, d)),
         2 => (byte(), byte()).prop_map(|(n, v)| Op::UpsertSchedule(n, v)),
         4 => Just(Op::FireSchedules),

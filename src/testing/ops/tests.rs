@@ -119,39 +119,64 @@ fn random_runs_with_controls_agree_on_the_memory_backend() {
 }
 
 #[test]
-fn fuzz_bytes_decode_to_controls_only_when_asked() {
+fn fuzz_bytes_decode_each_draw_over_its_own_variants() {
     use arbitrary::Unstructured;
-    let mut seen = [false; 2];
-    for seed in 0..2_000u32 {
+    let control = |op: &Op| matches!(op, Op::Promote(_) | Op::Remove(_) | Op::BackOffFor(..));
+    let later = |op: &Op| {
+        matches!(
+            op,
+            Op::Cancel(_)
+                | Op::WaitCancelled
+                | Op::Update(..)
+                | Op::UpsertSchedule(..)
+                | Op::FireSchedules
+                | Op::PauseSchedule(_)
+                | Op::ResumeSchedule(_)
+                | Op::RemoveSchedule(_)
+                | Op::Schedules
+                | Op::PreviewSchedule(..)
+        )
+    };
+    let mut seen = [false; 3];
+    for seed in 0..4_000u32 {
         // Tags spread over the whole u32 range.
         let tag = seed.wrapping_mul(2_654_435_761);
         let bytes: Vec<u8> = tag.to_le_bytes().iter().copied().cycle().take(8).collect();
-        let control = |op: &Op| matches!(op, Op::Promote(_) | Op::Remove(_) | Op::BackOffFor(..));
-        let off = arbitrary_op(&mut Unstructured::new(&bytes), false);
-        assert!(!off.as_ref().is_ok_and(control), "{off:?}");
-        let on = arbitrary_op(&mut Unstructured::new(&bytes), true);
-        seen[0] |= on.as_ref().is_ok_and(control);
-        seen[1] |= on.as_ref().is_ok_and(|op| !control(op));
+        let base = arbitrary_op(&mut Unstructured::new(&bytes), Draw::Base);
+        assert!(
+            !base.as_ref().is_ok_and(|op| control(op) || later(op)),
+            "{base:?}"
+        );
+        let controls = arbitrary_op(&mut Unstructured::new(&bytes), Draw::Controls);
+        assert!(!controls.as_ref().is_ok_and(later), "{controls:?}");
+        seen[0] |= controls.as_ref().is_ok_and(control);
+        let all = arbitrary_op(&mut Unstructured::new(&bytes), Draw::All);
+        seen[1] |= all.as_ref().is_ok_and(later);
+        seen[2] |= all.as_ref().is_ok_and(|op| !control(op) && !later(op));
     }
-    assert_eq!(seen, [true, true]);
-    // Off (as on main), the hand-written decoding is the derive's: the
-    // first variant for a zero tag, the last of the 41 for the top one.
+    assert_eq!(seen, [true, true, true]);
+    // The base draw is the derive's: the first variant for a zero tag, the
+    // last of the 41 for the top one; the top tag of the controls' draw is
+    // the last control, and of the whole draw the last schedule op.
     let top = [0xff, 0xff, 0xff, 0xff];
     assert_eq!(
-        arbitrary_op(&mut Unstructured::new(&top), false).ok(),
+        arbitrary_op(&mut Unstructured::new(&top), Draw::Base).ok(),
         Some(Op::Reopen)
     );
     let zero = [0, 0, 0, 0, 1, 2, 3, 4, 0, 0];
     assert!(matches!(
-        arbitrary_op(&mut Unstructured::new(&zero), false),
+        arbitrary_op(&mut Unstructured::new(&zero), Draw::Base),
         Ok(Op::Add(_))
     ));
-    // `Op` draws every variant (the top tag is the last control), and
-    // `LegacyOp` decodes as the inputs committed before the controls.
     use arbitrary::Arbitrary;
+    let top_then = [0xff, 0xff, 0xff, 0xff, 1, 2, 3];
     assert!(matches!(
-        Op::arbitrary(&mut Unstructured::new(&[0xff, 0xff, 0xff, 0xff, 1, 2, 3])),
-        Ok(Op::BackOffFor(..))
+        ControlsOp::arbitrary(&mut Unstructured::new(&top_then)),
+        Ok(ControlsOp(Op::BackOffFor(..)))
+    ));
+    assert!(matches!(
+        Op::arbitrary(&mut Unstructured::new(&top_then)),
+        Ok(Op::PreviewSchedule(..))
     ));
     assert_eq!(
         LegacyOp::arbitrary(&mut Unstructured::new(&top)).ok(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::backend::embedded::tables::Limits;
 use crate::backend::embedded::writer::Op;
 use crate::error::{Error, Result};
-use crate::item::{ClaimFrom, NewItem, Receipt};
+use crate::item::{ClaimFrom, ItemUpdate, NewItem, Receipt};
 use crate::limit::{FlowLimit, RateLimit};
 
 /// The body's format version.
@@ -221,6 +221,20 @@ pub(in crate::backend::embedded) fn encode_op(out: &mut Vec<u8>, op: &Op, now: u
         Op::EndCancelled(r) => {
             w.u(29);
             w.receipt(r);
+        }
+        // Schema 7 (SPEC 3, Updating): code 30 is new with schema 7 too.
+        Op::Update(id, update) => {
+            w.u(30);
+            w.u(*id);
+            w.opt(update.priority.map(u64::from));
+            w.opt(update.not_before_ms);
+            match &update.payload {
+                None => w.u(0),
+                Some(p) => {
+                    w.u(1);
+                    w.b(p);
+                }
+            }
         }
         Op::BackOff(flow, duration_ms) => {
             w.u(26);
@@ -521,6 +535,27 @@ fn decode_op(r: &mut R<'_>) -> Result<Op> {
         25 => Op::Remove(r.u()?),
         28 => Op::Cancel(r.u()?),
         29 => Op::EndCancelled(r.receipt()?),
+        30 => {
+            let id = r.u()?;
+            let priority = match r.opt()? {
+                None => None,
+                Some(t) => Some(u8::try_from(t).map_err(|_| bad(format!("update priority {t}")))?),
+            };
+            let not_before_ms = r.opt()?;
+            let payload = match r.u()? {
+                0 => None,
+                1 => Some(r.b()?.to_vec()),
+                f => return Err(bad(format!("update payload flag {f}"))),
+            };
+            Op::Update(
+                id,
+                ItemUpdate {
+                    priority,
+                    not_before_ms,
+                    payload,
+                },
+            )
+        }
         26 => Op::BackOff(r.s()?, r.u()?),
         27 => {
             let name = r.s()?;

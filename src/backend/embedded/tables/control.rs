@@ -1,7 +1,8 @@
-//! Controlling one item, and the atomic back-off (SPEC 3, Timers, Removing
-//! and Flow limits): `promote` (a delayed item becomes due now), `remove`
-//! (an item is deleted unrun) and `back_off` (the clock read and the hold
-//! set in one operation). Each is one writer operation, so one redo record
+//! Controlling one item, and the atomic back-off (SPEC 3, Timers, Removing,
+//! Cancelling, Updating and Flow limits): `promote` (a delayed item becomes
+//! due now), `remove` (an item is deleted unrun), `cancel`, `update` (a
+//! waiting item's tier, not-before time or payload) and `back_off` (the
+//! clock read and the hold set in one operation). Each is one writer operation, so one redo record
 //! and one transaction: a crash leaves it whole or not at all.
 //!
 //! None of them writes anything before it knows it will change something:
@@ -11,9 +12,13 @@
 use redb::ReadableTable;
 
 use super::{Ctx, Tables};
-use crate::backend::embedded::codec;
+use crate::backend::embedded::codec::{self, INLINE_PAYLOAD_BYTES};
+use crate::config::rerank;
 use crate::error::{Error, Result};
-use crate::item::{CancelOutcome, Lane};
+use crate::item::{
+    CancelOutcome, ItemUpdate, Lane, check_update, finished_not_updatable, not_updatable,
+    parked_takes_no_timer,
+};
 use crate::limit::{FlowLimit, FlowState, check_limit};
 
 impl Tables<'_> {
@@ -163,6 +168,136 @@ impl Tables<'_> {
         Ok(CancelOutcome::Ended)
     }
 
+    /// SPEC 3, Updating: change waiting item `id`'s tier, not-before time
+    /// or payload. A new not-before time takes the item out of its lane
+    /// (shared or held) or delayed, and puts it in delayed (after `now`)
+    /// or at the due lane's tail with that arrival (at or before `now`); a
+    /// new tier alone rewrites its lane key in place, arrival and position
+    /// kept. False, and nothing written, when the queue holds no item `id`
+    /// and keeps no outcome of it.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` (nothing written): an empty update, a payload over
+    /// `max_payload_bytes`, a pending item, a dead letter, a finished item
+    /// whose outcome is kept, a not-before time for a parked item.
+    /// `Corrupt` for a record no index names; `Decode` for an unreadable
+    /// record; storage failures.
+    pub(in crate::backend::embedded) fn update(
+        &mut self,
+        id: u64,
+        update: &ItemUpdate,
+        now: u64,
+    ) -> Result<bool> {
+        check_update(update, self.limits.max_payload_bytes)?;
+        if self.items()?.get(id).ctx("read item")?.is_none() || self.is_deferred(id)? {
+            return match self.outcome(id, now)? {
+                Some(o) => Err(finished_not_updatable(id, &o.kind)),
+                None => Ok(false),
+            };
+        }
+        if self.lease(id)?.is_some() {
+            return Err(not_updatable(id, "pending: a consumer holds it"));
+        }
+        if self
+            .dead_by_id()?
+            .get(id)
+            .ctx("read dead letter index")?
+            .is_some()
+        {
+            return Err(not_updatable(id, "a dead letter"));
+        }
+        let mut rec = self.record(id)?;
+        if update.not_before_ms.is_some() && self.parked_seq(id, &rec.flow)?.is_some() {
+            return Err(parked_takes_no_timer(id));
+        }
+        let old_tier = rec.priority;
+        let new_tier = update.priority.unwrap_or(old_tier);
+        rec.priority = new_tier;
+        if let Some(p) = &update.payload {
+            // Keeps `payloads` consistent with the record: a payload lives
+            // in one of the two, by its size, as an add puts it.
+            self.remove_payloads([id])?;
+            if p.len() <= INLINE_PAYLOAD_BYTES {
+                rec.payload = Some(p.clone());
+            } else {
+                rec.payload = None;
+                self.payloads_mut()?
+                    .insert(id, p.as_slice())
+                    .ctx("write payload")?;
+            }
+        }
+        if let Some(nb) = update.not_before_ms {
+            let found = self.take_delayed(id, rec.not_before_ms)?
+                || self.take_held(id, &rec.flow, now)?
+                || self.take_from_lane(Lane::Due, id)?
+                || self.take_from_lane(Lane::Backlog, id)?;
+            if !found {
+                return Err(Error::corrupt(format!("item {id} is in no state")));
+            }
+            rec.not_before_ms = Some(nb);
+            // Keeps the record consistent with its new timer (`find` and
+            // the delayed lookup read it) before `enter` reads its flow.
+            self.put_record(id, &rec)?;
+            if nb > now {
+                // Keeps `delayed` consistent: the timer fires at `nb`.
+                self.delayed_mut()?
+                    .insert((nb, id), ())
+                    .ctx("write delayed")?;
+            } else {
+                // The due lane's arrival is the item's not_before, as a
+                // promotion gives it (SPEC 3, Priority).
+                self.enter(Lane::Due, id, new_tier, &rec.flow, nb, now)?;
+            }
+            return Ok(true);
+        }
+        self.put_record(id, &rec)?;
+        if new_tier != old_tier {
+            self.rerank(id, &rec.flow, old_tier, new_tier, now)?;
+        }
+        Ok(true)
+    }
+
+    /// Re-rank `id` where it waits in a ready lane (shared or its flow's
+    /// held lane) for tier `new` instead of `old`: its key's rank moves by
+    /// the tiers' difference, its arrival and position kept. Nothing for
+    /// an item that is delayed or parked (its tier is in its record).
+    fn rerank(&mut self, id: u64, flow: &str, old: u8, new: u8, now: u64) -> Result<()> {
+        let step = self.limits.aging_step;
+        if let Some((li, r, p)) = self.held_key_of(flow, id)? {
+            let Some(rec) = self.limit_rec(flow)? else {
+                return Ok(());
+            };
+            // Keeps `held` consistent: the same lane and position, the new
+            // rank; `settle` puts the flow's head right (it may be this
+            // item now, or no longer).
+            self.held_mut()?
+                .remove((flow, li, r, p))
+                .ctx("delete held")?;
+            self.held_mut()?
+                .insert((flow, li, rerank(r, old, new, step), p), id)
+                .ctx("write held")?;
+            return self.settle(flow, rec, now);
+        }
+        for lane in [Lane::Due, Lane::Backlog] {
+            if let Some(key) = self.lane_key_of(lane, id)? {
+                // Keeps the ready lane consistent: one entry per item, at
+                // its rank for its tier.
+                let table = if lane == Lane::Due {
+                    self.due_mut()?
+                } else {
+                    self.backlog_mut()?
+                };
+                table.remove(key).ctx("delete from lane")?;
+                table
+                    .insert((rerank(key.0, old, new, step), key.1), id)
+                    .ctx("write ready lane")?;
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
     /// SPEC 3, Cancelling: the ids among `ids` that are pending and marked
     /// cancelled, ascending, each once.
     ///
@@ -237,23 +372,9 @@ impl Tables<'_> {
     }
 
     /// Take `id` out of the shared `lane` (the backlog or the due lane),
-    /// if it is there. The lanes are keyed by rank, so this walks the lane
-    /// up to the item (an operator's call, as `find` is).
+    /// if it is there.
     fn take_from_lane(&mut self, lane: Lane, id: u64) -> Result<bool> {
-        let table = if lane == Lane::Due {
-            self.due()?
-        } else {
-            self.backlog()?
-        };
-        let mut key = None;
-        for entry in table.iter().ctx("scan lane")? {
-            let (k, v) = entry.ctx("scan lane")?;
-            if v.value() == id {
-                key = Some(k.value());
-                break;
-            }
-        }
-        let Some(key) = key else {
+        let Some(key) = self.lane_key_of(lane, id)? else {
             return Ok(false);
         };
         // Keeps the ready lanes (`due_ranked`, `backlog_ranked`)
@@ -268,8 +389,26 @@ impl Tables<'_> {
         Ok(true)
     }
 
-    fn take_parked(&mut self, id: u64, flow: &str) -> Result<bool> {
-        let mut seq = None;
+    /// The key of `id` in the shared `lane` (the backlog or the due lane),
+    /// if it is there. The lanes are keyed by rank, so this walks the lane
+    /// up to the item (an operator's call, as `find` is).
+    fn lane_key_of(&self, lane: Lane, id: u64) -> Result<Option<(i64, u64)>> {
+        let table = if lane == Lane::Due {
+            self.due()?
+        } else {
+            self.backlog()?
+        };
+        for entry in table.iter().ctx("scan lane")? {
+            let (k, v) = entry.ctx("scan lane")?;
+            if v.value() == id {
+                return Ok(Some(k.value()));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The position of `id` in `flow`'s parked list, if it is parked.
+    fn parked_seq(&self, id: u64, flow: &str) -> Result<Option<u64>> {
         for row in self
             .parked()?
             .range((flow, 0u64)..=(flow, u64::MAX))
@@ -277,11 +416,14 @@ impl Tables<'_> {
         {
             let (k, v) = row.ctx("scan parked")?;
             if v.value() == id {
-                seq = Some(k.value().1);
-                break;
+                return Ok(Some(k.value().1));
             }
         }
-        let Some(seq) = seq else {
+        Ok(None)
+    }
+
+    fn take_parked(&mut self, id: u64, flow: &str) -> Result<bool> {
+        let Some(seq) = self.parked_seq(id, flow)? else {
             return Ok(false);
         };
         // Keeps `parked` consistent: the flow's parked list (what `step`,

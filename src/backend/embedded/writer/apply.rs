@@ -17,6 +17,7 @@ pub(super) fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
         Op::PromoteId(id) => Reply::Bool(t.promote_id(*id, now)?),
         Op::Remove(id) => Reply::Bool(t.remove_id(*id, now)?),
         Op::Cancel(id) => Reply::Cancel(t.cancel(*id, now)?),
+        Op::Update(id, update) => Reply::Bool(t.update(*id, update, now)?),
         Op::EndCancelled(r) => Reply::Bool(t.end_cancelled(r, now)?),
         Op::Cancelling(ids) => Reply::Ids(t.cancelled_among(ids)?),
         Op::BackOff(f, d) => {

@@ -1,4 +1,5 @@
--- SPEC 3, Controlling one item: promote and remove. ARGV: now, op, id.
+-- SPEC 3, Controlling one item: promote, remove, cancel and update. ARGV:
+-- now, op, id, ...
 -- promote: delayed item `id` becomes due now, at the due lane's tail as a
 --   promotion at now would put it (`promote` in common.lua): its
 --   not_before lowered to now, the arrival its not_before, its flow's held
@@ -17,10 +18,30 @@
 --   events stream for `wait_cancelled`. Returns ENDED, MARKED (also when
 --   marked already), 0 when no item is `id`, IS_DEAD for a dead letter
 --   (nothing changes).
+-- update (SPEC 3, Updating; ARGV[4] the new tier or '', ARGV[5] its boost
+--   (tier x aging_step), ARGV[6] the new not_before or '', ARGV[7] '1' with
+--   the new payload in ARGV[8]): a waiting item's fields change; a new
+--   not_before takes it out of its lane or delayed into delayed (after
+--   now) or the due lane's tail (at or before, as `promote` enters it); a
+--   new boost alone moves its rank in place (same member, so the same
+--   position). Returns {1, ''} updated, {0, ''} when no item is `id` and no
+--   outcome of it is kept, {IS_FINISHED, kind} for a kept outcome,
+--   {IS_PENDING | IS_DEAD | IS_PARKED, ''} (IS_PARKED: a parked item given
+--   a not_before); nothing changes for those.
 local now = clock_now()
 local op, id = ARGV[2], ARGV[3]
 local k = item_key(id)
-if redis.call('EXISTS', k) == 0 then return 0 end
+if redis.call('EXISTS', k) == 0 then
+  if op == 'update' then
+    -- A finished item whose outcome is kept answers what it was.
+    local exp = redis.call('ZSCORE', K_OUT_EXP, pad(id))
+    local o = nil
+    if exp and tonumber(exp) > now then o = outcome_of(id) end
+    if o then return { IS_FINISHED, o[1] } end
+    return { 0, '' }
+  end
+  return 0
+end
 
 if op == 'promote' then
   local nb = redis.call('ZSCORE', K_DELAYED, pad(id))
@@ -33,19 +54,9 @@ if op == 'promote' then
   return 1
 end
 
--- remove and cancel
-local f = redis.call('HMGET', k, 'st', 'flow', 'hl', 'cx')
+-- update, remove and cancel
+local f = redis.call('HMGET', k, 'st', 'flow', 'hl', 'cx', 'boost')
 local st, flow, hl = f[1], f[2] or '', f[3] == '1'
-if st == 'pending' or redis.call('ZSCORE', K_PENDING, pad(id)) then
-  if op ~= 'cancel' then return IS_PENDING end
-  if not f[4] then
-    redis.call('HSET', k, 'cx', '1')
-    redis.call('HDEL', K_LEASES, id)
-    redis.call('XADD', K_EVENTS, 'MAXLEN', EVENTS_KEPT, '*', 'id', id, 'cancel', '1')
-  end
-  return MARKED
-end
-if op == 'cancel' and st == 'dead' then return IS_DEAD end
 
 -- The member `<position>:<id>` of `id` in ranked lane `zset`, or nil: a
 -- ready member holds no time of the item's, so the lane is scanned.
@@ -102,6 +113,94 @@ local function take_parked()
   return n > 0
 end
 local function take_dead() return redis.call('LREM', K_DEAD, 0, id) > 0 end
+
+if op == 'update' then
+  local pri, boost, nb, has_payload = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+  if st == 'pending' or redis.call('ZSCORE', K_PENDING, pad(id)) then return { IS_PENDING, '' } end
+  if st == 'dead' then return { IS_DEAD, '' } end
+  if st == 'parked' and nb ~= '' then return { IS_PARKED, '' } end
+  local old_boost = tonumber(f[5] or '0')
+  local new_boost = old_boost
+  if has_payload == '1' then redis.call('HSET', k, 'payload', ARGV[8]) end
+  if pri ~= '' then
+    if pri == '0' then
+      redis.call('HDEL', k, 'pri', 'boost')
+      new_boost = 0
+    else
+      redis.call('HSET', k, 'pri', pri, 'boost', boost)
+      new_boost = tonumber(boost)
+    end
+  end
+  if nb ~= '' then
+    local found
+    if st == 'delayed' then
+      found = take_delayed()
+    elseif st == 'due' then
+      found = take_ready(0)
+    elseif st == 'backlog' then
+      found = take_ready(1)
+    end
+    if not found then
+      found = take_delayed() or take_ready(1) or take_ready(0)
+      if not found then
+        redis.log(redis.LOG_WARNING, 'workjournal: update of item ' .. id .. ' that no lane of ' .. P .. ' held')
+      end
+    end
+    local t = tonumber(nb)
+    if t > now then
+      redis.call('HSET', k, 'nb', nb, 'st', 'delayed')
+      redis.call('ZADD', K_DELAYED, nb, pad(id))
+    else
+      redis.call('HSET', k, 'nb', nb, 'st', 'due')
+      enqueue(K_READY_DUE, 'due', id, t, now)
+    end
+    wake()
+    return { 1, '' }
+  end
+  if new_boost ~= old_boost and (st == 'backlog' or st == 'due') then
+    -- Re-rank in place: the same member (position), the rank moved by
+    -- the boosts' difference, so the arrival is kept.
+    local li = 1
+    if st == 'due' then li = 0 end
+    local shared = K_READY
+    if li == 0 then shared = K_READY_DUE end
+    local zsets = { shared }
+    if flow ~= '' then zsets[2] = held_key(flow, li) end
+    for _, zset in ipairs(zsets) do
+      local m = member_of(zset)
+      if m then
+        local score = tonumber(redis.call('ZSCORE', zset, m)) + old_boost - new_boost
+        redis.call('ZADD', zset, fmt(score), m)
+        if zset ~= shared then
+          local lim = lim_get(flow)
+          if lim then
+            -- The head's entry carries its rank: drop it, so that the
+            -- settle writes the lane's head again at its new rank.
+            local field, heads = 'hb', K_HEADS
+            if li == 0 then field, heads = 'hd', K_HEADS_DUE end
+            if lim[field] ~= '' then redis.call('ZREM', heads, lim[field]) end
+            lim[field] = ''
+            lim_settle(flow, lim, now)
+          end
+        end
+        break
+      end
+    end
+    wake()
+  end
+  return { 1, '' }
+end
+
+if st == 'pending' or redis.call('ZSCORE', K_PENDING, pad(id)) then
+  if op ~= 'cancel' then return IS_PENDING end
+  if not f[4] then
+    redis.call('HSET', k, 'cx', '1')
+    redis.call('HDEL', K_LEASES, id)
+    redis.call('XADD', K_EVENTS, 'MAXLEN', EVENTS_KEPT, '*', 'id', id, 'cancel', '1')
+  end
+  return MARKED
+end
+if op == 'cancel' and st == 'dead' then return IS_DEAD end
 
 local found
 if op == 'cancel' then

@@ -64,6 +64,13 @@ fn every_op() -> Vec<Op> {
         Op::Remove(15),
         Op::Cancel(16),
         Op::EndCancelled(r(17)),
+        Op::Update(18, crate::item::ItemUpdate::new().priority(9)),
+        Op::Update(
+            19,
+            crate::item::ItemUpdate::new()
+                .not_before_ms(5_000)
+                .payload(b"p2".to_vec()),
+        ),
         Op::BackOff("b".into(), 2_500),
         Op::ScheduleSwap(crate::schedule::fire::ScheduleSwap {
             name: "nightly".into(),
