@@ -2,6 +2,7 @@
 
 use std::io::{BufRead, IsTerminal, Read, Write};
 use std::path::Path;
+use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::task::JoinSet;
@@ -18,7 +19,7 @@ const BATCH_BYTES: usize = 8 * 1024 * 1024;
 /// embedded backend group-commits concurrent adds).
 const DELAYED_IN_FLIGHT: usize = 256;
 
-fn input_error(path: &Path, e: std::io::Error) -> CliError {
+pub(crate) fn input_error(path: &Path, e: std::io::Error) -> CliError {
     CliError::new(
         code::INPUT,
         format!("cannot read input file {}: {e}", path.display()),
@@ -89,30 +90,36 @@ pub(crate) fn refuse_before_creating(global: &crate::args::Global, input: &Input
     Ok(())
 }
 
+/// The not-before time `--delay D` (from the queue's now) or `--at TIME`
+/// give, in ms since the Unix epoch; `None` without either.
+pub(crate) async fn not_before(
+    queue: &BoxQueue,
+    delay: Option<Duration>,
+    at: Option<u64>,
+) -> CliResult<Option<u64>> {
+    let Some(d) = delay else {
+        return Ok(at);
+    };
+    let now = queue.now_ms().await?;
+    let at = u64::try_from(d.as_millis())
+        .ok()
+        .and_then(|d| now.checked_add(d));
+    match at {
+        Some(at) => Ok(Some(at)),
+        None => Err(CliError::new(
+            code::INVALID,
+            format!(
+                "--delay {}: the time overflows (past the year 584 million)",
+                humantime::format_duration(d)
+            ),
+        )),
+    }
+}
+
 /// Add what `args` and `input` say and print the id; with `--wait`, print
 /// nothing and return the id to wait for.
 pub(crate) async fn add(queue: &BoxQueue, args: &AddArgs, input: Input) -> CliResult<Option<u64>> {
-    let not_before_ms = match (args.delay, args.at) {
-        (Some(d), _) => {
-            let now = queue.now_ms().await?;
-            let at = u64::try_from(d.as_millis())
-                .ok()
-                .and_then(|d| now.checked_add(d));
-            match at {
-                Some(at) => Some(at),
-                None => {
-                    return Err(CliError::new(
-                        code::INVALID,
-                        format!(
-                            "--delay {}: the time overflows (past the year 584 million)",
-                            humantime::format_duration(d)
-                        ),
-                    ));
-                }
-            }
-        }
-        (None, at) => at,
-    };
+    let not_before_ms = not_before(queue, args.delay, args.at).await?;
     let payload = match input {
         Input::Lines(reader, total_bytes) => {
             return add_lines(queue, args, not_before_ms, reader, total_bytes)

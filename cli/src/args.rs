@@ -154,6 +154,33 @@ pub(crate) enum Command {
         /// The item id (as `add` printed it).
         id: u64,
     },
+    /// Change waiting item ID: its priority tier, when it may run, its
+    /// payload (at least one). A new priority re-ranks it where it waits;
+    /// --delay or --at makes it delayed until then (or due now, if the
+    /// time has passed). Exit 9 if the queue holds no item ID; a running,
+    /// dead-lettered or finished item is refused (exit 7), and so is a
+    /// time for a parked one.
+    #[command(group(clap::ArgGroup::new("change").required(true).multiple(true)
+        .args(["priority", "delay", "at", "payload", "file"])))]
+    Update {
+        /// The item id.
+        id: u64,
+        /// The new priority tier, 0-255.
+        #[arg(long, value_name = "N")]
+        priority: Option<u8>,
+        /// Run no earlier than this from now (30s, 5m, 1h; 0s: due now).
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "at")]
+        delay: Option<Duration>,
+        /// Run no earlier than this time (RFC 3339, e.g. 2030-01-02T03:04:05Z).
+        #[arg(long, value_name = "TIME", value_parser = parse_time)]
+        at: Option<u64>,
+        /// The new payload.
+        #[arg(long, value_name = "P", conflicts_with = "file")]
+        payload: Option<String>,
+        /// Read the new payload from file F.
+        #[arg(long, value_name = "F")]
+        file: Option<PathBuf>,
+    },
     /// Make delayed item ID due now. Exit 9 if no delayed item is ID.
     Promote {
         /// The item id.

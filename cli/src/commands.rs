@@ -219,6 +219,37 @@ async fn one(queue: &BoxQueue, command: Command) -> CliResult {
                 format!("no item {id}: never added, finished, or removed"),
             )),
         },
+        Command::Update {
+            id,
+            priority,
+            delay,
+            at,
+            payload,
+            file,
+        } => {
+            let mut update = workjournal::ItemUpdate::new();
+            if let Some(t) = priority {
+                update = update.priority(t);
+            }
+            if let Some(t) = crate::add::not_before(queue, delay, at).await? {
+                update = update.not_before_ms(t);
+            }
+            match (payload, file) {
+                (Some(p), _) => update = update.payload(p.into_bytes()),
+                (None, Some(f)) => {
+                    let bytes = std::fs::read(&f).map_err(|e| crate::add::input_error(&f, e))?;
+                    update = update.payload(bytes);
+                }
+                (None, None) => {}
+            }
+            if !queue.update(id, update).await? {
+                return Err(CliError::new(
+                    code::NOT_FOUND,
+                    format!("no item {id}: never added, removed, or finished long ago"),
+                ));
+            }
+            writeln!(out, "updated {id}").map_err(CliError::output)
+        }
         Command::Promote { id } => {
             if !queue.promote(id).await? {
                 return Err(CliError::new(

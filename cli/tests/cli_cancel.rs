@@ -228,3 +228,68 @@ fn promote_and_remove_one_item() {
     let out = q.ok(&["peek"]);
     assert!(out.contains('a') && !out.contains('b'), "{out}");
 }
+
+/// The ids `peek` lists, in claim order.
+fn peek_ids(q: &Queue) -> Vec<String> {
+    q.ok(&["peek"])
+        .lines()
+        .filter_map(|l| l.split('\t').next().map(str::to_string))
+        .collect()
+}
+
+/// `update` of one item from the command line (SPEC 3, Updating): a new
+/// priority re-ranks it, `--delay 0s` makes a delayed item due, a new
+/// payload is what runs; no change is a usage error, an unknown id exit
+/// 9, a dead letter exit 7.
+#[test]
+fn update_one_item() {
+    let q = Queue::file();
+    assert_eq!(q.ok(&["add", "a"]).trim(), "1");
+    assert_eq!(q.ok(&["add", "b"]).trim(), "2");
+    assert_eq!(q.ok(&["add", "c", "--delay", "1h"]).trim(), "3");
+    assert_eq!(peek_ids(&q), ["1", "2"]);
+    assert_eq!(
+        q.ok(&["update", "2", "--priority", "3"]).trim(),
+        "updated 2"
+    );
+    assert_eq!(peek_ids(&q), ["2", "1"]);
+    assert_eq!(q.ok(&["update", "3", "--delay", "0s"]).trim(), "updated 3");
+    assert_eq!(peek_ids(&q), ["3", "2", "1"]);
+    assert_eq!(
+        q.ok(&["update", "1", "--payload", "a2"]).trim(),
+        "updated 1"
+    );
+    let peeked = q.ok(&["peek"]);
+    assert!(peeked.contains("a2"), "{peeked}");
+    assert_eq!(q.run(&["update", "1"]).status.code(), Some(2));
+    assert_eq!(
+        q.run(&[
+            "update",
+            "1",
+            "--delay",
+            "1s",
+            "--at",
+            "2030-01-02T03:04:05Z"
+        ])
+        .status
+        .code(),
+        Some(2)
+    );
+    assert_eq!(
+        q.run(&["update", "99", "--priority", "1"]).status.code(),
+        Some(9)
+    );
+    let out = q.run(&[
+        "work",
+        "--exec",
+        "exit 3",
+        "--max-deliveries",
+        "1",
+        "--until-empty",
+    ]);
+    assert_eq!(out.status.code(), Some(10), "{out:?}");
+    let refused = q.run(&["update", "1", "--priority", "1"]);
+    assert_eq!(refused.status.code(), Some(7), "{refused:?}");
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("dead letter"), "{err}");
+}

@@ -441,10 +441,11 @@ async fn the_page_shows_the_queue_and_acts_on_it() {
     assert!(error.contains("control characters"), "{error}");
     assert!(!error.contains('\n'), "{error}");
 
-    // Row actions (SPEC 3: Cancelling, Timers, Removing), each asked for
-    // confirmation where it ends an item: cancel a running item (it is
-    // marked for its holder), promote a delayed one and cancel it in the
-    // due lane (it ends at once), remove a waiting one.
+    // Row actions (SPEC 3: Cancelling, Updating, Timers, Removing), each
+    // asked for confirmation where it ends an item: cancel a running item
+    // (it is marked for its holder), promote a delayed one and cancel it
+    // in the due lane (it ends at once), give a waiting one a new priority
+    // and remove it.
     let id_of = |state: ItemState, text: &'static str| {
         let q = q.clone();
         async move {
@@ -509,6 +510,23 @@ async fn the_page_shows_the_queue_and_acts_on_it() {
             .await
             .unwrap()
             .is_some_and(|o| o.is_cancelled())
+    })
+    .await;
+    // A new priority tier from the row (SPEC 3, Updating), asked for in a
+    // prompt.
+    click(&c, "#tabs button[data-state=backlog]").await;
+    click(
+        &c,
+        &format!("#items tr[data-id=\"{report}\"] button[data-action=priority]"),
+    )
+    .await;
+    c.send_alert_text("7").await.unwrap();
+    c.accept_alert().await.unwrap();
+    until("the new priority", || async {
+        q.find(report)
+            .await
+            .unwrap()
+            .is_some_and(|l| l.item.priority == 7)
     })
     .await;
     click(&c, "#tabs button[data-state=backlog]").await;

@@ -190,6 +190,25 @@ class Finishing(ServedTest):
         self.assertEqual(outcome.kind, "cancelled")
         self.assertEqual(self.q.stats().pending, 0)
 
+    def test_update_reranks_delays_and_changes_the_payload(self) -> None:
+        first = self.q.add(b"first")
+        second = self.q.add(b"second")
+        self.assertTrue(self.q.update(second.id, priority=2, payload=b"second, changed"))
+        later = self.q.add(b"later")
+        self.assertTrue(self.q.update(later.id, delay=3600))
+        self.assertEqual(self.q.stats().delayed, 1)
+        got = self.q.claim(3, wait=1)
+        self.assertEqual([c.id for c in got], [second.id, first.id])
+        self.assertEqual(got[0].payload, b"second, changed")
+        with self.assertRaises(InvalidInputError):
+            self.q.update(first.id, priority=1)
+        with self.assertRaises(InvalidInputError):
+            self.q.update(later.id)
+        self.assertFalse(self.q.update(999999, priority=1))
+        self.assertTrue(self.q.update(later.id, delay=0))
+        [due] = self.q.claim(1, wait=5)
+        self.assertEqual(due.id, later.id)
+
     def test_release_does_not_spend_a_delivery(self) -> None:
         self.q.add(b"x")
         [claimed] = self.q.claim(1, wait=5)

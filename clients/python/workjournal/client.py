@@ -411,6 +411,34 @@ class Client:
         :class:`~workjournal.errors.InvalidInputError`."""
         return str(self.call("cancel", {"id": item_id})["cancel"])
 
+    def update(
+        self,
+        item_id: int,
+        *,
+        priority: Optional[int] = None,
+        delay: Optional[float] = None,
+        not_before_ms: Optional[int] = None,
+        payload: Optional[Bytes] = None,
+    ) -> bool:
+        """Change waiting item ``item_id`` (route ``update``, SPEC 3,
+        Updating): its ``priority`` tier (re-ranked where it waits, keeping
+        its place among equals), when it may run (``delay`` seconds from
+        the queue's now, or ``not_before_ms``; a time that has passed makes
+        it due now) and its ``payload``; at least one. ``False`` when the
+        queue holds no item ``item_id``. A running, dead-lettered or
+        finished item, a time for a parked one and an empty update raise
+        :class:`~workjournal.errors.InvalidInputError`."""
+        body: Dict[str, Any] = {"id": item_id}
+        if priority is not None:
+            body["priority"] = priority
+        if delay is not None and not_before_ms is None:
+            not_before_ms = self.now_ms() + _ms(delay)
+        if not_before_ms is not None:
+            body["not_before_ms"] = not_before_ms
+        if payload is not None:
+            body["payload"] = b64(payload)
+        return bool(self.call("update", body)["value"])
+
     # -- looking and waiting -------------------------------------------------
 
     def stats(self) -> Stats:
