@@ -2,8 +2,9 @@
 //! Cancelling, Updating and Flow limits): `promote` (a delayed item becomes
 //! due now), `remove` (an item is deleted unrun), `cancel`, `update` (a
 //! waiting item's tier, not-before time or payload) and `back_off` (the
-//! clock read and the hold set in one operation). Each is one writer operation, so one redo record
-//! and one transaction: a crash leaves it whole or not at all.
+//! clock read and the hold set in one operation). Each is one writer
+//! operation, so one redo record and one transaction: a crash leaves it
+//! whole or not at all.
 //!
 //! None of them writes anything before it knows it will change something:
 //! a `false` answer, or the `InvalidInput` of a pending item, leaves the
@@ -214,6 +215,17 @@ impl Tables<'_> {
         let old_tier = rec.priority;
         let new_tier = update.priority.unwrap_or(old_tier);
         rec.priority = new_tier;
+        // With a new time the item leaves where it waits first: an item
+        // in no state is refused before anything is written.
+        if update.not_before_ms.is_some() {
+            let found = self.take_delayed(id, rec.not_before_ms)?
+                || self.take_held(id, &rec.flow, now)?
+                || self.take_from_lane(Lane::Due, id)?
+                || self.take_from_lane(Lane::Backlog, id)?;
+            if !found {
+                return Err(Error::corrupt(format!("item {id} is in no state")));
+            }
+        }
         if let Some(p) = &update.payload {
             // Keeps `payloads` consistent with the record: a payload lives
             // in one of the two, by its size, as an add puts it.
@@ -228,13 +240,6 @@ impl Tables<'_> {
             }
         }
         if let Some(nb) = update.not_before_ms {
-            let found = self.take_delayed(id, rec.not_before_ms)?
-                || self.take_held(id, &rec.flow, now)?
-                || self.take_from_lane(Lane::Due, id)?
-                || self.take_from_lane(Lane::Backlog, id)?;
-            if !found {
-                return Err(Error::corrupt(format!("item {id} is in no state")));
-            }
             rec.not_before_ms = Some(nb);
             // Keeps the record consistent with its new timer (`find` and
             // the delayed lookup read it) before `enter` reads its flow.
