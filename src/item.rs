@@ -334,16 +334,10 @@ pub(crate) fn check_update(update: &ItemUpdate, max_payload_bytes: usize) -> Res
             "an update must set at least one of priority, not_before and payload",
         ));
     }
-    if let Some(p) = &update.payload
-        && p.len() > max_payload_bytes
-    {
-        return Err(Error::invalid(format!(
-            "payload of {} bytes is over max_payload_bytes ({} bytes)",
-            p.len(),
-            max_payload_bytes
-        )));
+    match &update.payload {
+        Some(p) => crate::outcome::check_size("payload", p.len(), max_payload_bytes),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// SPEC 3, Updating: the error for a finished item whose outcome of

@@ -102,9 +102,10 @@ pub async fn update_moves_an_item_by_its_not_before(f: &dyn Factory) {
 
 /// An item that does not wait is refused with InvalidInput and keeps
 /// everything: a pending one (its lease still acks), a dead letter, a
-/// finished one whose outcome is kept. A parked item takes a tier and a
-/// payload but no not-before time. An item a flow limit holds is
-/// re-ranked among its flow's held items.
+/// finished one whose outcome is kept (acked, dead-lettered and purged,
+/// cancelled). A parked item takes a tier and a payload but no
+/// not-before time. An item a flow limit holds is re-ranked among its
+/// flow's held items.
 pub async fn update_refuses_an_item_that_does_not_wait(f: &dyn Factory) {
     let e = env(f).await;
     let p = e.q.add(in_flow("p", "u")).await.unwrap().id;
@@ -123,6 +124,22 @@ pub async fn update_refuses_an_item_that_does_not_wait(f: &dyn Factory) {
             .await,
     );
     assert_eq!(e.q.dead_letters(5).await.unwrap()[0].item.payload, b"d");
+    // Purged, its dead-lettered outcome kept: finished too.
+    assert_eq!(e.q.purge_dead_letters().await.unwrap(), 1);
+    invalid(e.q.update(d, ItemUpdate::new().priority(1)).await);
+    // Cancelled while it waited: finished, and it stays so.
+    let x = e.q.add(in_flow("x", "u")).await.unwrap().id;
+    assert_eq!(
+        e.q.cancel(x).await.unwrap(),
+        crate::item::CancelOutcome::Ended
+    );
+    invalid(e.q.update(x, ItemUpdate::new().priority(1)).await);
+    assert!(
+        e.q.outcome(x)
+            .await
+            .unwrap()
+            .is_some_and(|o| o.is_cancelled())
+    );
 
     // Parked: a tier and a payload, no timer.
     e.q.pause("p").await.unwrap();
