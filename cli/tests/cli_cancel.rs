@@ -68,6 +68,20 @@ impl Queue {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// Run every waiting item once with a failing command and one
+    /// delivery: each ends as a dead letter (`work` exits 10).
+    fn dead_letter_all(&self) {
+        let out = self.run(&[
+            "work",
+            "--exec",
+            "exit 3",
+            "--max-deliveries",
+            "1",
+            "--until-empty",
+        ]);
+        assert_eq!(out.status.code(), Some(10), "{out:?}");
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
@@ -171,15 +185,7 @@ fn a_waiting_item_is_cancelled_and_a_dead_letter_refused(q: &Queue) {
     assert_eq!(q.ok(&["cancel", "1"]).trim(), "cancelled 1");
     assert_eq!(q.run(&["result", "1"]).status.code(), Some(12));
     assert_eq!(q.ok(&["add", "bad"]).trim(), "2");
-    let out = q.run(&[
-        "work",
-        "--exec",
-        "exit 3",
-        "--max-deliveries",
-        "1",
-        "--until-empty",
-    ]);
-    assert_eq!(out.status.code(), Some(10), "{out:?}");
+    q.dead_letter_all();
     let out = q.run(&["cancel", "2"]);
     assert_eq!(out.status.code(), Some(7), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("dead letter"));
@@ -279,15 +285,7 @@ fn update_one_item() {
         q.run(&["update", "99", "--priority", "1"]).status.code(),
         Some(9)
     );
-    let out = q.run(&[
-        "work",
-        "--exec",
-        "exit 3",
-        "--max-deliveries",
-        "1",
-        "--until-empty",
-    ]);
-    assert_eq!(out.status.code(), Some(10), "{out:?}");
+    q.dead_letter_all();
     let refused = q.run(&["update", "1", "--priority", "1"]);
     assert_eq!(refused.status.code(), Some(7), "{refused:?}");
     let err = String::from_utf8_lossy(&refused.stderr);

@@ -296,57 +296,50 @@ async fn cancel(q: &BoxQueue, ids: &[u64]) -> Result<Done> {
 async fn priority(q: &BoxQueue, ids: &[u64], tier: Option<u8>) -> Result<Done> {
     let ids = needs_ids("priority", ids)?;
     let tier = tier.ok_or_else(|| Error::invalid("priority needs a priority (0 to 255)"))?;
-    let mut changed = Vec::new();
-    let mut missing = Vec::new();
-    for id in ids {
-        if q.update(*id, ItemUpdate::new().priority(tier)).await? {
-            changed.push(id.to_string());
-        } else {
-            missing.push(id.to_string());
-        }
-    }
-    let mut m = format!("priority {tier}: {}", changed.join(", "));
-    if !missing.is_empty() {
-        m.push_str(&format!("; not in the queue: {}", missing.join(", ")));
-    }
-    Ok(done(m))
+    each_id(
+        ids,
+        &format!("priority {tier}: "),
+        "not in the queue",
+        |id| q.update(id, ItemUpdate::new().priority(tier)),
+    )
+    .await
 }
 
 /// SPEC 3, Timers: make the delayed items `ids` due now.
 async fn promote(q: &BoxQueue, ids: &[u64]) -> Result<Done> {
     let ids = needs_ids("promote", ids)?;
-    let mut moved = Vec::new();
-    let mut missing = Vec::new();
-    for id in ids {
-        if q.promote(*id).await? {
-            moved.push(id.to_string());
-        } else {
-            missing.push(id.to_string());
-        }
-    }
-    let mut m = format!("due now: {}", moved.join(", "));
-    if !missing.is_empty() {
-        m.push_str(&format!("; not delayed (any more): {}", missing.join(", ")));
-    }
-    Ok(done(m))
+    each_id(ids, "due now: ", "not delayed (any more)", |id| {
+        q.promote(id)
+    })
+    .await
 }
 
 /// SPEC 3, Removing: delete the items `ids` unrun (a pending one is
 /// refused with `InvalidInput`, before any is removed).
 async fn remove(q: &BoxQueue, ids: &[u64]) -> Result<Done> {
     let ids = needs_ids("remove", ids)?;
-    let mut gone = Vec::new();
-    let mut missing = Vec::new();
-    for id in ids {
-        if q.remove(*id).await? {
-            gone.push(id.to_string());
+    each_id(ids, "removed ", "not in the queue", |id| q.remove(id)).await
+}
+
+/// Call `call` for each of `ids` in turn, stopping at the first error;
+/// the message lists the ids it answered true for after `did`, and the
+/// others after `; {not}: `.
+async fn each_id<F, Fut>(ids: &[u64], did: &str, not: &str, mut call: F) -> Result<Done>
+where
+    F: FnMut(u64) -> Fut,
+    Fut: std::future::Future<Output = Result<bool>>,
+{
+    let (mut yes, mut no) = (Vec::new(), Vec::new());
+    for &id in ids {
+        if call(id).await? {
+            yes.push(id.to_string());
         } else {
-            missing.push(id.to_string());
+            no.push(id.to_string());
         }
     }
-    let mut m = format!("removed {}", gone.join(", "));
-    if !missing.is_empty() {
-        m.push_str(&format!("; not in the queue: {}", missing.join(", ")));
+    let mut m = format!("{did}{}", yes.join(", "));
+    if !no.is_empty() {
+        m.push_str(&format!("; {not}: {}", no.join(", ")));
     }
     Ok(done(m))
 }

@@ -33,23 +33,13 @@ pub struct CrashInput {
     pub keep_seed: u64,
 }
 
-/// [`CrashInput`] as the inputs committed before the item and flow
-/// controls decode ([`LegacyOp`]): same fields, same order.
+/// [`CrashInput`] with its ops decoded by an earlier draw, as inputs
+/// committed then were made: `T` is [`LegacyOp`] or [`ControlsOp`]. Same
+/// fields, same order.
 #[derive(Arbitrary)]
-struct LegacyCrashInput {
+struct CrashInputAs<T> {
     setup: Setup,
-    ops: Vec<LegacyOp>,
-    fail_after: Option<u16>,
-    keep_seed: u64,
-}
-
-/// [`CrashInput`] as the inputs committed after the item and flow controls
-/// and before cancelling, updating and the schedules decode
-/// ([`ControlsOp`]).
-#[derive(Arbitrary)]
-struct ControlsCrashInput {
-    setup: Setup,
-    ops: Vec<ControlsOp>,
+    ops: Vec<T>,
     fail_after: Option<u16>,
     keep_seed: u64,
 }
@@ -94,15 +84,7 @@ pub fn crash_recovery(data: &[u8]) {
 ///
 /// As [`crash_recovery`].
 pub fn crash_recovery_legacy(data: &[u8]) {
-    let Ok(input) = LegacyCrashInput::arbitrary_take_rest(Unstructured::new(data)) else {
-        return;
-    };
-    crash_recovery_with(&CrashInput {
-        setup: input.setup,
-        ops: input.ops.into_iter().map(|op| op.0).collect(),
-        fail_after: input.fail_after,
-        keep_seed: input.keep_seed,
-    });
+    crash_recovery_as(data, |op: LegacyOp| op.0);
 }
 
 /// [`crash_recovery`] with `data` decoded as before cancelling, updating
@@ -112,12 +94,17 @@ pub fn crash_recovery_legacy(data: &[u8]) {
 ///
 /// As [`crash_recovery`].
 pub fn crash_recovery_controls(data: &[u8]) {
-    let Ok(input) = ControlsCrashInput::arbitrary_take_rest(Unstructured::new(data)) else {
+    crash_recovery_as(data, |op: ControlsOp| op.0);
+}
+
+/// `data` decoded as a [`CrashInputAs`], its ops mapped to [`Op`], run.
+fn crash_recovery_as<T: for<'a> Arbitrary<'a>>(data: &[u8], op: fn(T) -> Op) {
+    let Ok(input) = CrashInputAs::<T>::arbitrary_take_rest(Unstructured::new(data)) else {
         return;
     };
     crash_recovery_with(&CrashInput {
         setup: input.setup,
-        ops: input.ops.into_iter().map(|op| op.0).collect(),
+        ops: input.ops.into_iter().map(op).collect(),
         fail_after: input.fail_after,
         keep_seed: input.keep_seed,
     });

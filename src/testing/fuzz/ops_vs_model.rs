@@ -18,12 +18,13 @@ pub struct OpsInput {
     pub ops: Vec<Op>,
 }
 
-/// [`OpsInput`] as the inputs committed before the item and flow controls
-/// decode ([`LegacyOp`]): same fields, same order.
+/// [`OpsInput`] with its ops decoded by an earlier draw, as inputs
+/// committed then were made: `T` is [`LegacyOp`] or [`ControlsOp`]. Same
+/// fields, same order.
 #[derive(Arbitrary)]
-struct LegacyOpsInput {
+struct OpsInputAs<T> {
     setup: Setup,
-    ops: Vec<LegacyOp>,
+    ops: Vec<T>,
 }
 
 /// Target `ops_vs_model`: a sequence of ops on the embedded backend (a file
@@ -50,22 +51,7 @@ pub fn ops_vs_model(data: &[u8]) {
 ///
 /// As [`ops_vs_model`].
 pub fn ops_vs_model_legacy(data: &[u8]) {
-    let Ok(input) = LegacyOpsInput::arbitrary_take_rest(Unstructured::new(data)) else {
-        return;
-    };
-    run(&OpsInput {
-        setup: input.setup,
-        ops: input.ops.into_iter().map(|op| op.0).collect(),
-    });
-}
-
-/// [`OpsInput`] as the inputs committed after the item and flow controls
-/// and before cancelling, updating and the schedules decode
-/// ([`ControlsOp`]).
-#[derive(Arbitrary)]
-struct ControlsOpsInput {
-    setup: Setup,
-    ops: Vec<ControlsOp>,
+    run_as(data, |op: LegacyOp| op.0);
 }
 
 /// [`ops_vs_model`] with `data` decoded as before cancelling, updating and
@@ -76,12 +62,17 @@ struct ControlsOpsInput {
 ///
 /// As [`ops_vs_model`].
 pub fn ops_vs_model_controls(data: &[u8]) {
-    let Ok(input) = ControlsOpsInput::arbitrary_take_rest(Unstructured::new(data)) else {
+    run_as(data, |op: ControlsOp| op.0);
+}
+
+/// `data` decoded as an [`OpsInputAs`], its ops mapped to [`Op`], run.
+fn run_as<T: for<'a> Arbitrary<'a>>(data: &[u8], op: fn(T) -> Op) {
+    let Ok(input) = OpsInputAs::<T>::arbitrary_take_rest(Unstructured::new(data)) else {
         return;
     };
     run(&OpsInput {
         setup: input.setup,
-        ops: input.ops.into_iter().map(|op| op.0).collect(),
+        ops: input.ops.into_iter().map(op).collect(),
     });
 }
 
