@@ -1293,13 +1293,18 @@ mod redis_faults {
     /// `connection_cut_pinned_seeds_apply_the_change_whole_or_not_at_all`.
     /// The cut points follow from the seed alone (byte counts of requests
     /// and replies), so a seed replays the same cuts.
-    const PINNED_CUT_SEEDS: [u64; 2] = [
+    const PINNED_CUT_SEEDS: [u64; 3] = [
         // The first call (an add, then an add_delayed) was cut before its
         // script ran; the recovery probe (stats, a script) then wrote
         // `{cut}:clock` while the twin, which never got the probe, had no
         // clock yet.
         1796127637973099684,
         1796128601790296660,
+        // A retry (and a park) of a lost receipt: its script answered lost,
+        // and the cut fell in the second call, the look for a cancel mark;
+        // the failed look was taken for LeaseLost instead of the backend
+        // error a cut call answers.
+        1796677093726688744,
     ];
 
     // A queue talks to Redis through a proxy that cuts its connection after

@@ -192,17 +192,18 @@ impl RedisQueue {
 
     /// The error for a holder's call that found `receipt` not current
     /// (SPEC 3, Cancelling): when its item is marked cancelled, end it
-    /// (`cancelled.lua`) and answer `Cancelled`; else `LeaseLost`. A
-    /// failure to end it is logged, and the mark stays for the next call
-    /// or a reclaim.
+    /// (`cancelled.lua`) and answer `Cancelled`; else `LeaseLost`. When
+    /// that second call fails (the connection was cut), it is not known
+    /// which of the two is true: the call's own error is the answer, and
+    /// a mark stays for the holder's next call or a reclaim. Answering
+    /// `LeaseLost` then would tell a holder its item was lost when it may
+    /// have been cancelled, and a fenced call cut mid-way must answer a
+    /// backend error (tests/crash.rs, connection cuts).
     pub(super) async fn lost_or_cancelled(&self, receipt: &Receipt) -> Error {
         match self.end_cancelled(std::slice::from_ref(receipt)).await {
             Ok(ended) if ended.contains(&receipt.id) => Error::cancelled(receipt),
             Ok(_) => Error::lease_lost(receipt),
-            Err(e) => {
-                tracing::warn!(id = receipt.id, error = %e, "a cancelled item could not be ended yet");
-                Error::lease_lost(receipt)
-            }
+            Err(e) => e,
         }
     }
 
