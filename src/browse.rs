@@ -42,6 +42,12 @@ pub enum ItemState {
     Parked,
     /// Given up on: newest first, as `dead_letters`.
     DeadLetter,
+    /// Finished by an ack, kept by `completed_retention` (SPEC 3,
+    /// History): latest finished first, then by id, highest first.
+    Completed,
+    /// Finished by `cancel`, kept by `cancelled_retention` (SPEC 3,
+    /// History): latest finished first, then by id, highest first.
+    Cancelled,
 }
 
 impl ItemState {
@@ -56,17 +62,26 @@ impl ItemState {
     }
 
     /// Every state, in the order above.
-    pub const ALL: [ItemState; 6] = [
+    pub const ALL: [ItemState; 8] = [
         ItemState::Backlog,
         ItemState::Due,
         ItemState::Delayed,
         ItemState::Pending,
         ItemState::Parked,
         ItemState::DeadLetter,
+        ItemState::Completed,
+        ItemState::Cancelled,
     ];
 
+    /// Whether the state holds finished items, kept for a while (SPEC 3,
+    /// History): `completed` and `cancelled`.
+    pub fn is_finished(self) -> bool {
+        matches!(self, ItemState::Completed | ItemState::Cancelled)
+    }
+
     /// The state's name on the wire and in URLs (`backlog`, `due`,
-    /// `delayed`, `pending`, `parked`, `dead_letter`).
+    /// `delayed`, `pending`, `parked`, `dead_letter`, `completed`,
+    /// `cancelled`).
     pub fn name(self) -> &'static str {
         match self {
             ItemState::Backlog => "backlog",
@@ -75,6 +90,8 @@ impl ItemState {
             ItemState::Pending => "pending",
             ItemState::Parked => "parked",
             ItemState::DeadLetter => "dead_letter",
+            ItemState::Completed => "completed",
+            ItemState::Cancelled => "cancelled",
         }
     }
 
@@ -89,7 +106,7 @@ impl ItemState {
             .find(|s| s.name() == name)
             .ok_or_else(|| {
                 Error::invalid(format!(
-                    "no state named {:?} (backlog, due, delayed, pending, parked, dead_letter)",
+                    "no state named {:?} (backlog, due, delayed, pending, parked, dead_letter, completed, cancelled)",
                     name.chars().take(64).collect::<String>()
                 ))
             })
@@ -236,6 +253,17 @@ pub struct ListedItem {
     /// holder's next call ends it. `false` in every other state.
     #[serde(default)]
     pub cancelling: bool,
+    /// Completed or cancelled: when it finished, ms since the Unix epoch
+    /// (queue clock). With [`ListedItem::claimed_at_ms`] (the claim of the
+    /// delivery that finished it, `None` for an item cancelled before it
+    /// ran) and the item's `enqueued_at_ms`, the times of its life (SPEC
+    /// 3, History).
+    #[serde(default)]
+    pub finished_at_ms: Option<u64>,
+    /// Completed: the result its ack carried (empty for a plain `ack`).
+    /// `None` in every other state.
+    #[serde(default)]
+    pub result: Option<Vec<u8>>,
 }
 
 impl ListedItem {
@@ -251,6 +279,8 @@ impl ListedItem {
             failed_at_ms: None,
             held: false,
             cancelling: false,
+            finished_at_ms: None,
+            result: None,
         }
     }
 
@@ -292,6 +322,28 @@ impl ListedItem {
             reason: Some(reason),
             failed_at_ms: Some(failed_at_ms),
             ..ListedItem::new(item, ItemState::DeadLetter)
+        }
+    }
+
+    /// A finished item kept by its state's retention (SPEC 3, History):
+    /// `completed` with the ack's `result`, or `cancelled` (`result`
+    /// `None`). `claimed_at_ms` is the claim of its last delivery.
+    pub(crate) fn finished(
+        item: Item,
+        result: Option<Vec<u8>>,
+        claimed_at_ms: Option<u64>,
+        finished_at_ms: u64,
+    ) -> Self {
+        let state = if result.is_some() {
+            ItemState::Completed
+        } else {
+            ItemState::Cancelled
+        };
+        ListedItem {
+            claimed_at_ms,
+            finished_at_ms: Some(finished_at_ms),
+            result,
+            ..ListedItem::new(item, state)
         }
     }
 }

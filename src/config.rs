@@ -26,6 +26,8 @@ pub struct Config {
     pub(crate) max_backlog: Option<u64>,
     pub(crate) max_payload_bytes: usize,
     pub(crate) aging_step: Duration,
+    pub(crate) completed_retention: Retention,
+    pub(crate) cancelled_retention: Retention,
     pub(crate) clock: Option<SharedClock>,
 }
 
@@ -46,6 +48,83 @@ pub const DEFAULT_AGING_STEP: Duration = Duration::from_secs(60);
 /// Largest [`Config::aging_step`] honoured, about 12 days: tier x step then
 /// stays exact in every backend (Redis scores are doubles).
 pub const MAX_AGING_STEP: Duration = Duration::from_millis(1 << 30);
+/// Default of [`Config::completed_retention`] and
+/// [`Config::cancelled_retention`]: the latest 1 000 finished items of
+/// each state, for at most 24 hours (SPEC 3, History).
+pub const DEFAULT_RETENTION: Retention = Retention::new(1_000, Duration::from_secs(24 * 3600));
+/// The most finished items of one state a [`Retention`] keeps: a larger
+/// count is lowered to it (SPEC 3, History).
+pub const MAX_RETENTION_COUNT: u64 = 1_000_000;
+
+/// How many finished items of one state a queue keeps, and for how long
+/// (SPEC 3, History): the latest `count` that finished at most `age` ago,
+/// by the queue's clock. Either of them zero keeps none.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use workjournal::{Config, Retention};
+/// let config = Config::default()
+///     .completed_retention(Retention::new(100, Duration::from_secs(600)))
+///     .cancelled_retention(Retention::none());
+/// assert_eq!(config.get_completed_retention().count(), 100);
+/// assert!(!config.get_cancelled_retention().keeps());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Retention {
+    count: u64,
+    age: Duration,
+}
+
+impl Retention {
+    /// Keep the latest `count` finished items (at most
+    /// [`MAX_RETENTION_COUNT`]; a larger count is lowered to it) for `age`
+    /// after each finished (whole milliseconds).
+    pub const fn new(count: u64, age: Duration) -> Self {
+        Retention {
+            count: if count > MAX_RETENTION_COUNT {
+                MAX_RETENTION_COUNT
+            } else {
+                count
+            },
+            age,
+        }
+    }
+
+    /// Keep no finished item of the state.
+    pub const fn none() -> Self {
+        Retention::new(0, Duration::ZERO)
+    }
+
+    /// How many finished items are kept at most.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// How long each is kept after it finished.
+    pub fn age(&self) -> Duration {
+        self.age
+    }
+
+    /// Whether any finished item is kept (a count and an age of at least
+    /// 1 ms).
+    pub fn keeps(&self) -> bool {
+        self.count > 0 && self.age_ms() > 0
+    }
+
+    /// The age in ms, saturating.
+    pub(crate) fn age_ms(&self) -> u64 {
+        ms(self.age)
+    }
+
+    /// Whether an item that finished at `finished_ms` is still kept at
+    /// `now_ms`.
+    pub(crate) fn alive(&self, finished_ms: u64, now_ms: u64) -> bool {
+        finished_ms.saturating_add(self.age_ms()) > now_ms
+    }
+}
+
 /// How many done markers the memory backend keeps at most (oldest dropped
 /// first).
 pub const MEMORY_DONE_MARKER_CAP: usize = 10_000;
@@ -61,6 +140,8 @@ impl Default for Config {
             max_backlog: None,
             max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
             aging_step: DEFAULT_AGING_STEP,
+            completed_retention: DEFAULT_RETENTION,
+            cancelled_retention: DEFAULT_RETENTION,
             clock: None,
         }
     }
@@ -128,6 +209,32 @@ impl Config {
     pub fn aging_step(mut self, step: Duration) -> Self {
         self.aging_step = step.min(MAX_AGING_STEP);
         self
+    }
+
+    /// How many acked items the queue keeps, and how long, for `list` and
+    /// `find` (state `completed`, SPEC 3, History). Default:
+    /// [`DEFAULT_RETENTION`].
+    pub fn completed_retention(mut self, retention: Retention) -> Self {
+        self.completed_retention = retention;
+        self
+    }
+
+    /// How many cancelled items the queue keeps, and how long, for `list`
+    /// and `find` (state `cancelled`, SPEC 3, History). Default:
+    /// [`DEFAULT_RETENTION`].
+    pub fn cancelled_retention(mut self, retention: Retention) -> Self {
+        self.cancelled_retention = retention;
+        self
+    }
+
+    /// The configured `completed_retention`.
+    pub fn get_completed_retention(&self) -> Retention {
+        self.completed_retention
+    }
+
+    /// The configured `cancelled_retention`.
+    pub fn get_cancelled_retention(&self) -> Retention {
+        self.cancelled_retention
     }
 
     /// The configured `aging_step`.

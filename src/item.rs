@@ -418,6 +418,14 @@ pub struct Stats {
     /// rate limit used up, concurrency cap reached, or backed off.
     #[serde(default)]
     pub limited: u64,
+    /// Acked items kept by `completed_retention` and not past its age
+    /// (SPEC 3, History): what `list` shows in state `completed`.
+    #[serde(default)]
+    pub completed: u64,
+    /// Cancelled items kept by `cancelled_retention` and not past its age
+    /// (SPEC 3, History): what `list` shows in state `cancelled`.
+    #[serde(default)]
+    pub cancelled: u64,
 }
 
 /// An item given up on (SPEC section 3, Dead letters). Made by the queue

@@ -866,7 +866,11 @@ async fn acks_of_spread_ids_defer_their_records_and_sweep_them_in_groups() {
     assert_eq!(deferred_ids(&tables), first);
     assert_eq!(tables["items"].len(), 576, "deferred records are left out");
     assert_eq!(q.audit().await.unwrap().len(), 576);
-    assert!(q.find(first[3]).await.unwrap().is_none());
+    // Acked: found only as a finished item (SPEC 3, History).
+    assert_eq!(
+        q.find(first[3]).await.unwrap().map(|l| l.state),
+        Some(workjournal::ItemState::Completed)
+    );
     assert_eq!(q.stats().await.unwrap().backlog, 576);
     let got = q.outcome(first[3]).await.unwrap().unwrap();
     assert_eq!(got.result(), Some(&b""[..]));
@@ -875,7 +879,8 @@ async fn acks_of_spread_ids_defer_their_records_and_sweep_them_in_groups() {
 
     let q = open(&path, &clock).await;
     assert_eq!(deferred_ids(&q.dump_tables().await.unwrap()), first);
-    assert!(q.find(first[0]).await.unwrap().is_none());
+    let completed = Some(workjournal::ItemState::Completed);
+    assert_eq!(q.find(first[0]).await.unwrap().map(|l| l.state), completed);
     assert!(q.find(first[0] + 1).await.unwrap().is_some());
     // Seven more tiers: a bucket holds 48 to 52 of them, under 56.
     let more = drain_in_batches(&q, 64, 7 * 64).await;
@@ -884,7 +889,11 @@ async fn acks_of_spread_ids_defer_their_records_and_sweep_them_in_groups() {
     assert_eq!(peeked.len(), 128);
     for id in first.iter().chain(&more) {
         assert!(!peeked.contains(id));
-        assert!(q.find(*id).await.unwrap().is_none(), "item {id}");
+        assert_eq!(
+            q.find(*id).await.unwrap().map(|l| l.state),
+            completed,
+            "item {id}"
+        );
     }
     // The last two tiers fill every bucket: each is swept, and only acks
     // after a bucket's sweep (and id 640, alone in its bucket) are left.
@@ -979,7 +988,7 @@ async fn a_schema_3_file_migrates_by_its_version() {
     let q = open(&path, &clock).await;
     let tables = q.dump_tables().await.unwrap();
     assert!(
-        tables["meta"].iter().any(|r| r == "\"schema_version\" = 7"),
+        tables["meta"].iter().any(|r| r == "\"schema_version\" = 8"),
         "{:?}",
         tables["meta"]
     );
@@ -1013,7 +1022,7 @@ async fn a_schema_4_file_migrates_by_its_version() {
     let q = open(&path, &clock).await;
     let tables = q.dump_tables().await.unwrap();
     assert!(
-        tables["meta"].iter().any(|r| r == "\"schema_version\" = 7"),
+        tables["meta"].iter().any(|r| r == "\"schema_version\" = 8"),
         "{:?}",
         tables["meta"]
     );
@@ -1035,12 +1044,12 @@ async fn a_schema_4_file_migrates_by_its_version() {
     q.close().await.unwrap();
 }
 
-/// SPEC 6: a file of a newer schema than this build's (here 8, one past
-/// schema 7) is refused with `Decode` at open and its contents left as
+/// SPEC 6: a file of a newer schema than this build's (here 9, one past
+/// schema 8) is refused with `Decode` at open and its contents left as
 /// they were (the version is not lowered, no item is touched), so that
 /// the build that wrote it still opens it.
 #[tokio::test]
-async fn a_schema_8_file_is_refused_and_left_unchanged() {
+async fn a_schema_9_file_is_refused_and_left_unchanged() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("q.redb");
     let clock = ManualClock::new(T0);
@@ -1048,18 +1057,18 @@ async fn a_schema_8_file_is_refused_and_left_unchanged() {
     q.add(NewItem::new(b"kept".to_vec())).await.unwrap();
     q.close().await.unwrap();
     drop(q);
-    set_meta(&path, "schema_version", 8);
+    set_meta(&path, "schema_version", 9);
     match EmbeddedQueue::open(&path, config(&clock)).await {
         Err(Error::Decode { detail, .. }) => {
-            assert!(detail.contains("schema version 8"), "{detail}");
-            assert!(detail.contains("up to version 7"), "{detail}");
+            assert!(detail.contains("schema version 9"), "{detail}");
+            assert!(detail.contains("up to version 8"), "{detail}");
         }
         other => panic!("expected Decode, got {other:?}"),
     }
     // redb rewrites its own header and allocator pages at any open; what
     // the file holds is as it was: the version, and the item under it.
-    assert_eq!(meta(&path, "schema_version"), Some(8));
-    set_meta(&path, "schema_version", 7);
+    assert_eq!(meta(&path, "schema_version"), Some(9));
+    set_meta(&path, "schema_version", 8);
     let q = open(&path, &clock).await;
     let got = q.claim(5, Duration::ZERO, ClaimFrom::All).await.unwrap();
     assert_eq!(got.len(), 1);
@@ -1527,7 +1536,7 @@ async fn a_schema_4_fixture_with_a_pending_claim_migrates_to_the_current_schema(
     let q = open(&path, &clock).await;
     let tables = q.dump_tables().await.unwrap();
     assert!(
-        tables["meta"].iter().any(|r| r == "\"schema_version\" = 7"),
+        tables["meta"].iter().any(|r| r == "\"schema_version\" = 8"),
         "{:?}",
         tables["meta"]
     );
@@ -1595,7 +1604,7 @@ async fn a_schema_6_fixture_migrates_to_schema_7_and_cancels() {
     let q = open(&path, &clock).await;
     let tables = q.dump_tables().await.unwrap();
     assert!(
-        tables["meta"].iter().any(|r| r == "\"schema_version\" = 7"),
+        tables["meta"].iter().any(|r| r == "\"schema_version\" = 8"),
         "{:?}",
         tables["meta"]
     );
@@ -1654,5 +1663,96 @@ async fn a_schema_6_fixture_migrates_to_schema_7_and_cancels() {
         (s.backlog, s.delayed, s.pending, s.dead_letters),
         (0, 0, 0, 1)
     );
+    q.close().await.unwrap();
+}
+
+/// SPEC 6, schema 8: `tests/fixtures/schema7.redb`, made by a schema-7
+/// build of the command (the steps of the schema-6 fixture, then `add
+/// cancel-me` and `cancel 6`), opens as schema 8 with every item and
+/// outcome where it was and an empty history (the build kept none). The
+/// history then fills: an ack and a cancel after the migration are listed
+/// and found, and stay across a reopen.
+#[tokio::test]
+async fn a_schema_7_fixture_migrates_to_schema_8_and_keeps_history() {
+    use workjournal::{ItemState, ListQuery, OutcomeKind};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.redb");
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/schema7.redb"),
+        &path,
+    )
+    .unwrap();
+    // A minute after the fixture was made (December 2026).
+    let clock = ManualClock::new(1_796_682_021_000);
+    let q = open(&path, &clock).await;
+    let tables = q.dump_tables().await.unwrap();
+    assert!(
+        tables["meta"].iter().any(|r| r == "\"schema_version\" = 8"),
+        "{:?}",
+        tables["meta"]
+    );
+    let s = q.stats().await.unwrap();
+    assert_eq!(
+        (s.backlog, s.delayed, s.pending, s.dead_letters),
+        (1, 1, 1, 1)
+    );
+    assert_eq!((s.completed, s.cancelled), (0, 0));
+    assert_eq!(
+        q.outcome(6).await.unwrap().map(|o| o.kind),
+        Some(OutcomeKind::Cancelled)
+    );
+    assert_eq!(q.find(6).await.unwrap(), None);
+
+    let got = q
+        .claim(1, Duration::ZERO, workjournal::ClaimFrom::All)
+        .await
+        .unwrap();
+    assert_eq!(got[0].item.id, 4);
+    clock.advance(Duration::from_millis(5));
+    q.ack_with_result(got[0].receipt, b"ok".to_vec())
+        .await
+        .unwrap();
+    assert_eq!(
+        q.cancel(5).await.unwrap(),
+        workjournal::CancelOutcome::Ended
+    );
+    q.close().await.unwrap();
+    drop(q);
+
+    let q = open(&path, &clock).await;
+    let done = q
+        .list(ListQuery::new(ItemState::Completed))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(done.len(), 1);
+    assert_eq!(
+        (
+            done[0].item.id,
+            &done[0].item.payload[..],
+            done[0].result.as_deref()
+        ),
+        (4, &b"wait-me"[..], Some(&b"ok"[..]))
+    );
+    assert_eq!(done[0].claimed_at_ms, Some(1_796_682_021_000));
+    assert_eq!(done[0].finished_at_ms, Some(1_796_682_021_005));
+    assert_eq!(done[0].item.deliveries, 1);
+    let cancelled = q
+        .list(ListQuery::new(ItemState::Cancelled))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(cancelled.len(), 1);
+    assert_eq!(
+        (cancelled[0].item.id, &cancelled[0].item.payload[..]),
+        (5, &b"later-me"[..])
+    );
+    assert_eq!(cancelled[0].claimed_at_ms, None);
+    assert_eq!(
+        q.find(4).await.unwrap().map(|l| l.state),
+        Some(ItemState::Completed)
+    );
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.completed, s.cancelled), (1, 1));
     q.close().await.unwrap();
 }

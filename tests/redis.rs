@@ -1264,7 +1264,7 @@ async fn a_namespace_of_a_newer_layout_is_refused_untouched(kind: RedisKind) {
     q.add(NewItem::new(b"kept".to_vec())).await.unwrap();
     q.close().await.unwrap();
     let mut conn = raw(&url).await;
-    assert_eq!(layout_of(&mut conn, &ns).await, "2");
+    assert_eq!(layout_of(&mut conn, &ns).await, "3");
     // Tried: a higher layout (a newer build wrote the namespace) and one
     // that is not a number (something else wrote the key): both refused,
     // neither overwritten.
@@ -1285,10 +1285,10 @@ async fn a_namespace_of_a_newer_layout_is_refused_untouched(kind: RedisKind) {
         );
     }
     // A layout-1 namespace (the layout before cancelling) reads as it is
-    // and is recorded as layout 2.
+    // and is recorded as layout 3.
     set_layout(&mut conn, &ns, "1").await;
     let q = connect(&url, &ns, Config::default()).await;
-    assert_eq!(layout_of(&mut conn, &ns).await, "2");
+    assert_eq!(layout_of(&mut conn, &ns).await, "3");
     let got = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
     assert_eq!(got[0].item.payload, b"kept");
     q.close().await.unwrap();
@@ -1745,12 +1745,12 @@ async fn stats_say_durable_only_when_redis_persists() {
     assert!(q.stats().await.unwrap().durable);
 }
 
-/// SPEC 6, layout 2: `tests/fixtures/redis_layout1.rdb` is a Redis 7.0
+/// SPEC 6, layout 2 (and 3): `tests/fixtures/redis_layout1.rdb` is a Redis 7.0
 /// snapshot of namespace `fx` written by a layout-1 build of the command
 /// (`add done-me`, run with `cat --keep-stdout`; `add dead-me`, run with
 /// `exit 3` and one delivery; `add hold-me`, its `work` killed while it
 /// ran; `add wait-me`; `add --at 2030-01-02T03:04:05Z later-me`). It
-/// opens at layout 2 with every item where it was, and cancelling works
+/// opens at layout 3 with every item where it was, and cancelling works
 /// on its items: the pending one is marked and ends at the reclaim of its
 /// stale claim, the waiting ones end at once, the dead letter is refused.
 #[tokio::test]
@@ -1773,7 +1773,7 @@ async fn a_layout_1_snapshot_migrates_to_layout_2_and_cancels() {
     // A minute after the snapshot was made (December 2026).
     let clock = ManualClock::new(1_796_656_600_000);
     let q = connect(&url, "fx", Config::default().clock(clock.clone())).await;
-    assert_eq!(layout_of(&mut conn, "fx").await, "2");
+    assert_eq!(layout_of(&mut conn, "fx").await, "3");
     let done = q.outcome(1).await.unwrap().expect("item 1's outcome");
     assert_eq!(done.result(), Some(b"done-me".as_slice()));
     let dead = q.dead_letters(5).await.unwrap();
@@ -1812,5 +1812,88 @@ async fn a_layout_1_snapshot_migrates_to_layout_2_and_cancels() {
         (s.backlog, s.delayed, s.pending, s.dead_letters),
         (0, 0, 0, 1)
     );
+    q.close().await.unwrap();
+}
+
+/// SPEC 6, layout 3: `tests/fixtures/redis_layout2.rdb` is a Redis 7.0
+/// snapshot of namespace `fx` written by a layout-2 build of the command
+/// (the steps of the layout-1 snapshot, then `add cancel-me` and `cancel
+/// 6`). It opens at layout 3 with every item where it was and an empty
+/// history (the build kept none); an ack and a cancel after the move are
+/// then listed and found as finished items (SPEC 3, History).
+#[tokio::test]
+async fn a_layout_2_snapshot_migrates_to_layout_3_and_keeps_history() {
+    use workjournal::{CancelOutcome, ItemState, ListQuery};
+    let mut server = RedisServer::start().unwrap();
+    server.kill();
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/redis_layout2.rdb"
+        ),
+        server.dir().join("dump.rdb"),
+    )
+    .unwrap();
+    server.restart().unwrap();
+    let url = server.url();
+    let mut conn = raw(&url).await;
+    assert_eq!(layout_of(&mut conn, "fx").await, "2");
+    // A minute after the snapshot was made (December 2026).
+    let clock = ManualClock::new(1_796_682_030_000);
+    let q = connect(&url, "fx", Config::default().clock(clock.clone())).await;
+    assert_eq!(layout_of(&mut conn, "fx").await, "3");
+    let s = q.stats().await.unwrap();
+    assert_eq!(
+        (s.backlog, s.delayed, s.pending, s.dead_letters),
+        (1, 1, 1, 1)
+    );
+    assert_eq!((s.completed, s.cancelled), (0, 0));
+    assert_eq!(
+        q.outcome(6).await.unwrap().map(|o| o.kind),
+        Some(OutcomeKind::Cancelled)
+    );
+    assert_eq!(q.find(6).await.unwrap(), None);
+
+    let got = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    assert_eq!(got[0].item.id, 4);
+    clock.advance(Duration::from_millis(5));
+    q.ack_with_result(got[0].receipt, b"ok".to_vec())
+        .await
+        .unwrap();
+    assert_eq!(q.cancel(5).await.unwrap(), CancelOutcome::Ended);
+    let done = q
+        .list(ListQuery::new(ItemState::Completed))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(done.len(), 1);
+    assert_eq!(
+        (
+            done[0].item.id,
+            &done[0].item.payload[..],
+            done[0].result.as_deref()
+        ),
+        (4, &b"wait-me"[..], Some(&b"ok"[..]))
+    );
+    assert_eq!(done[0].claimed_at_ms, Some(1_796_682_030_000));
+    assert_eq!(done[0].finished_at_ms, Some(1_796_682_030_005));
+    assert_eq!(done[0].item.deliveries, 1);
+    let cancelled = q
+        .list(ListQuery::new(ItemState::Cancelled))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(cancelled.len(), 1);
+    assert_eq!(
+        (cancelled[0].item.id, &cancelled[0].item.payload[..]),
+        (5, &b"later-me"[..])
+    );
+    assert_eq!(cancelled[0].claimed_at_ms, None);
+    assert_eq!(
+        q.find(4).await.unwrap().map(|l| l.state),
+        Some(ItemState::Completed)
+    );
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.completed, s.cancelled), (1, 1));
     q.close().await.unwrap();
 }

@@ -55,7 +55,7 @@ async fn a_schema_5_fixture_migrates_and_takes_schedules() {
     assert_eq!(q.fire_schedules().await.unwrap().items, 1);
     q.close().await.unwrap();
     drop(q);
-    assert_eq!(meta(&path, "schema_version"), Some(7));
+    assert_eq!(meta(&path, "schema_version"), Some(8));
 
     let q = EmbeddedQueue::open(&path, config(&clock)).await.unwrap();
     let listed = q.schedules().await.unwrap();

@@ -25,6 +25,7 @@ mod control;
 mod dead_letters;
 mod finishing;
 mod flows;
+mod history;
 mod outcomes;
 mod queue;
 mod reads;
@@ -94,6 +95,12 @@ pub struct Model {
     held: BTreeMap<String, BTreeMap<(u8, i64, u64), u64>>,
     /// SPEC 13: name -> (generation, due-index time, last item, record).
     schedules: BTreeMap<String, StoredRow>,
+    /// SPEC 3, History: the finished items kept, by id.
+    history: BTreeMap<u64, history::Finished>,
+    /// (finished_at_ms, id) of the completed and of the cancelled items
+    /// in `history`.
+    completed: BTreeSet<(u64, u64)>,
+    cancelled: BTreeSet<(u64, u64)>,
     /// The schedule generation counter: every write takes the next one.
     schedule_generation: u64,
 }
@@ -138,6 +145,9 @@ impl Model {
             held: BTreeMap::new(),
             schedules: BTreeMap::new(),
             schedule_generation: 0,
+            history: BTreeMap::new(),
+            completed: BTreeSet::new(),
+            cancelled: BTreeSet::new(),
         }
     }
 

@@ -444,13 +444,14 @@ fn count_slots(slots: &super::Slots, next: u64, latest: u64, firing: &[u64]) -> 
 }
 
 /// Whether item `id` is still in the queue and not finished (SPEC 13,
-/// Overlap): anything but a dead letter or gone.
+/// Overlap): anything but a dead letter, a kept finished item (SPEC 3,
+/// History) or gone.
 async fn open<B: Store>(b: &B, id: Option<u64>) -> Result<bool> {
     let Some(id) = id else {
         return Ok(false);
     };
     Ok(match b.find_item(id).await? {
-        Some(l) => l.state != ItemState::DeadLetter,
+        Some(l) => l.state != ItemState::DeadLetter && !l.state.is_finished(),
         None => false,
     })
 }

@@ -34,6 +34,7 @@ mod dead_letters;
 mod delivery;
 mod finishing;
 mod flows;
+mod history;
 mod limits;
 mod looking;
 mod outcomes;
@@ -53,6 +54,7 @@ pub use dead_letters::*;
 pub use delivery::*;
 pub use finishing::*;
 pub use flows::*;
+pub use history::*;
 pub use limits::*;
 pub use looking::*;
 pub use outcomes::*;
@@ -300,6 +302,10 @@ macro_rules! conformance_case_list {
             update_reranks_a_waiting_item_in_place,
             update_moves_an_item_by_its_not_before,
             update_refuses_an_item_that_does_not_wait,
+            acked_items_are_kept_with_their_result_and_times,
+            cancelled_items_are_kept_waiting_or_running,
+            history_keeps_the_newest_count_within_the_age,
+            no_retention_keeps_no_finished_item,
             back_off_keeps_the_longer_hold,
             schedule_fires_each_slot_exactly_once,
             concurrent_firers_make_one_item_per_slot,

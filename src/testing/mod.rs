@@ -326,6 +326,9 @@ impl StateCounts {
                 ItemState::Delayed => c.delayed += 1,
                 ItemState::Parked => c.parked += 1,
                 ItemState::DeadLetter => c.dead_letters += 1,
+                // Finished items kept for a while (SPEC 3, History) are
+                // not in the queue any more.
+                ItemState::Completed | ItemState::Cancelled => {}
             }
         }
         c

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use arbitrary::Arbitrary;
 
-use crate::config::Config;
+use crate::config::{Config, Retention};
 use crate::item::NewItem;
 
 mod answer;
@@ -75,17 +75,22 @@ pub const MAX_BATCH: usize = 4;
 pub struct Setup {
     /// `max_backlog`: none, or 1 to 10 items.
     pub max_backlog: Option<u8>,
-    /// `dead_letter_cap`: 1 to 4 dead letters.
+    /// `dead_letter_cap`: 1 to 4 dead letters. Also the counts of the
+    /// history's retentions (SPEC 3, History): 2 to 5 completed items, 1
+    /// to 4 cancelled ones (drawn from fields that exist, so that the
+    /// fuzzers' saved inputs keep their meaning).
     pub dead_letter_cap: u8,
     /// `max_deliveries`: 1 to 3.
     pub max_deliveries: u8,
     /// `dedup_window`: 0 to 6.3 s in 100 ms steps.
     pub dedup_window: u8,
-    /// `done_ttl`: 0 to 6.3 s in 100 ms steps.
+    /// `done_ttl`: 0 to 6.3 s in 100 ms steps; also the age of
+    /// `cancelled_retention` (0 keeps none).
     pub done_ttl: u8,
     /// `max_payload_bytes`: 8 to 23 bytes (payloads are 0 to 19 bytes).
     pub max_payload_bytes: u8,
-    /// `result_ttl`: 0 to 6.3 s in 100 ms steps.
+    /// `result_ttl`: 0 to 6.3 s in 100 ms steps; also the age of
+    /// `completed_retention` (0 keeps none).
     pub result_ttl: u8,
     /// `aging_step`: 0 to 3.1 s in 100 ms steps (SPEC section 3, Priority).
     pub aging_step: u8,
@@ -109,16 +114,21 @@ impl Default for Setup {
 impl Setup {
     /// The queue configuration these limits stand for (without a clock).
     pub fn config(&self) -> Config {
+        let cap = u64::from(self.dead_letter_cap % 4) + 1;
+        let done_ttl = Duration::from_millis(u64::from(self.done_ttl % 64) * 100);
+        let result_ttl = Duration::from_millis(u64::from(self.result_ttl % 64) * 100);
         Config::default()
             .max_backlog(self.max_backlog.map(|b| u64::from(b % 10) + 1))
-            .dead_letter_cap(u64::from(self.dead_letter_cap % 4) + 1)
+            .dead_letter_cap(cap)
+            .completed_retention(Retention::new(cap + 1, result_ttl))
+            .cancelled_retention(Retention::new(cap, done_ttl))
             .max_deliveries(u32::from(self.max_deliveries % 3) + 1)
             .dedup_window(Duration::from_millis(
                 u64::from(self.dedup_window % 64) * 100,
             ))
-            .done_ttl(Duration::from_millis(u64::from(self.done_ttl % 64) * 100))
+            .done_ttl(done_ttl)
             .max_payload_bytes(usize::from(self.max_payload_bytes % 16) + 8)
-            .result_ttl(Duration::from_millis(u64::from(self.result_ttl % 64) * 100))
+            .result_ttl(result_ttl)
             .aging_step(Duration::from_millis(u64::from(self.aging_step % 32) * 100))
     }
 }

@@ -74,6 +74,14 @@ pub struct WireListedItem {
     /// call ends it. Absent (a server from before) reads as `false`.
     #[serde(default)]
     pub cancelling: bool,
+    /// Completed or cancelled: when it finished, ms since the Unix epoch
+    /// (SPEC 3, History). Absent in every other state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at_ms: Option<u64>,
+    /// Completed: the result its ack carried, base64. Absent in every
+    /// other state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Base64>,
 }
 
 impl From<crate::browse::ListedItem> for WireListedItem {
@@ -88,6 +96,8 @@ impl From<crate::browse::ListedItem> for WireListedItem {
             failed_at_ms: l.failed_at_ms,
             held: l.held,
             cancelling: l.cancelling,
+            finished_at_ms: l.finished_at_ms,
+            result: l.result.map(Base64),
         }
     }
 }
@@ -104,6 +114,8 @@ impl From<WireListedItem> for crate::browse::ListedItem {
             failed_at_ms: w.failed_at_ms,
             held: w.held,
             cancelling: w.cancelling,
+            finished_at_ms: w.finished_at_ms,
+            result: w.result.map(|r| r.0),
         }
     }
 }

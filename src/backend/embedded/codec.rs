@@ -228,6 +228,25 @@ pub(crate) struct OutcomeRecord {
     pub(crate) expires_at_ms: u64,
 }
 
+/// A finished item kept by its state's retention (SPEC 3, History;
+/// schema 8, record version 1): the item as it finished (its delivery
+/// count the last lease's), the ack's result (`Some`) for a completed item
+/// or `None` for a cancelled one, the claim of its last delivery and when
+/// it finished.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub(crate) struct HistoryRecord {
+    pub(crate) flow: String,
+    pub(crate) enqueued_at_ms: u64,
+    pub(crate) not_before_ms: Option<u64>,
+    pub(crate) deliveries: u32,
+    pub(crate) priority: u8,
+    pub(crate) cost: u32,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) result: Option<Vec<u8>>,
+    pub(crate) claimed_at_ms: Option<u64>,
+    pub(crate) finished_at_ms: u64,
+}
+
 pub(crate) fn lane_to_u8(lane: Lane) -> u8 {
     match lane {
         Lane::Backlog => 0,

@@ -47,6 +47,13 @@
 //! lease and would refuse operation 28 in the middle of a replay, so the
 //! version moves and such a build refuses the file at open.
 //!
+//! Schema 7 to 8: the version only. Schema 8 adds the history (SPEC 3,
+//! History: tables `history`, `completed` and `cancelled`, which start
+//! empty) and redo log bodies of format 2, which carry the retentions. A
+//! schema-7 build would refuse a body of format 2 in the middle of a
+//! replay and would leave the history untrimmed, so the version moves
+//! and such a build refuses the file at open.
+//!
 //! Memory stays bounded: item records are rewritten in chunks of
 //! [`CHUNK`] and the lanes are streamed from the old table into the new one.
 
@@ -173,6 +180,19 @@ pub(super) fn schema5_to_6(txn: &WriteTransaction) -> Result<()> {
 pub(super) fn schema6_to_7(txn: &WriteTransaction) -> Result<()> {
     let mut meta = txn.open_table(META).ctx("open table meta")?;
     meta.insert(SCHEMA_VERSION_KEY, 7)
+        .ctx("write schema version")?;
+    Ok(())
+}
+
+/// Migrate a schema-7 file to schema 8 inside `txn` (the caller commits):
+/// the version only (see the module docs).
+///
+/// # Errors
+///
+/// Storage failures.
+pub(super) fn schema7_to_8(txn: &WriteTransaction) -> Result<()> {
+    let mut meta = txn.open_table(META).ctx("open table meta")?;
+    meta.insert(SCHEMA_VERSION_KEY, 8)
         .ctx("write schema version")?;
     Ok(())
 }

@@ -250,6 +250,8 @@ impl EmbeddedQueue {
             max_backlog: config.max_backlog,
             max_payload_bytes: config.max_payload_bytes,
             aging_step: config.aging_step,
+            completed_retention: config.completed_retention,
+            cancelled_retention: config.cancelled_retention,
         };
         let clock = config
             .clock

@@ -43,6 +43,7 @@ mod finishing;
 mod flows;
 #[cfg(feature = "forward")]
 mod forward;
+mod history;
 mod limits;
 mod moves;
 mod outcomes;
@@ -94,4 +95,7 @@ pub(super) struct Limits {
     pub(super) max_backlog: Option<u64>,
     pub(super) max_payload_bytes: usize,
     pub(super) aging_step: std::time::Duration,
+    /// SPEC 3, History: the finished items kept of each state.
+    pub(super) completed_retention: crate::config::Retention,
+    pub(super) cancelled_retention: crate::config::Retention,
 }

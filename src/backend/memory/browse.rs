@@ -12,7 +12,7 @@ impl Model {
     /// # Errors
     ///
     /// `InvalidInput` for a limit of 0.
-    pub fn list(&self, query: &ListQuery) -> Result<ItemPage> {
+    pub fn list(&self, query: &ListQuery, now_ms: u64) -> Result<ItemPage> {
         let pager = Pager::new(query)?;
         let skip = usize::try_from(query.offset).unwrap_or(usize::MAX);
         let plain = |id: &u64, state: ItemState| -> Result<Option<ListedItem>> {
@@ -90,12 +90,20 @@ impl Model {
                         .map(|i| ListedItem::dead(i, reason.clone(), *at)))
                 },
             )),
+            ItemState::Completed | ItemState::Cancelled => pager.fill(
+                self.history_of(query.state, now_ms)
+                    .skip(skip)
+                    .map(|l| -> Result<Option<ListedItem>> { Ok(Some(l)) }),
+            ),
         }
     }
 
-    /// SPEC 12.1: item `id` and its state.
-    pub fn find(&self, id: u64) -> Option<ListedItem> {
-        let item = self.items.get(&id)?.clone();
+    /// SPEC 12.1: item `id` and its state (a finished one while its
+    /// state's retention shows it at `now_ms`, SPEC 3, History).
+    pub fn find(&self, id: u64, now_ms: u64) -> Option<ListedItem> {
+        let Some(item) = self.items.get(&id).cloned() else {
+            return self.history_find(id, now_ms);
+        };
         if let Some(l) = self.pending.get(&id) {
             return Some(
                 ListedItem::pending(item, l.claimed_at_ms, l.touched_at_ms, None)

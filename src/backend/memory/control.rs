@@ -86,8 +86,11 @@ impl Model {
             return Err(Error::corrupt(format!("item {id} is in no state")));
         }
         self.expire(now_ms);
-        self.items.remove(&id);
+        let item = self.items.remove(&id);
         self.finish(id, OutcomeKind::Cancelled, now_ms);
+        if let Some(item) = item {
+            self.keep_finished(item, None, None, now_ms);
+        }
         Ok(CancelOutcome::Ended)
     }
 

@@ -35,10 +35,13 @@ impl Model {
     /// pending, gone, its outcome `Cancelled`.
     pub(super) fn end_cancelled(&mut self, id: u64, now_ms: u64) {
         self.expire(now_ms);
-        self.pending.remove(&id);
+        let lease = self.pending.remove(&id);
         self.left_pending(id, now_ms);
-        self.items.remove(&id);
+        let item = self.items.remove(&id);
         self.finish(id, OutcomeKind::Cancelled, now_ms);
+        if let Some(item) = item {
+            self.keep_finished(item, lease.map(|l| l.claimed_at_ms), None, now_ms);
+        }
     }
 
     /// SPEC 3, Finishing: ack.
@@ -57,12 +60,21 @@ impl Model {
     /// `LeaseLost`; `InvalidInput` for a result over `max_payload_bytes`.
     pub fn ack_with_result(&mut self, r: Receipt, result: Vec<u8>, now_ms: u64) -> Result<()> {
         check_size("result", result.len(), self.config.max_payload_bytes)?;
-        self.fence(&r, now_ms)?;
+        let lease = self.fence(&r, now_ms)?;
         self.expire(now_ms);
         self.pending.remove(&r.id);
         self.left_pending(r.id, now_ms);
-        self.items.remove(&r.id);
-        self.finish(r.id, OutcomeKind::Done { result }, now_ms);
+        let item = self.items.remove(&r.id);
+        self.finish(
+            r.id,
+            OutcomeKind::Done {
+                result: result.clone(),
+            },
+            now_ms,
+        );
+        if let Some(item) = item {
+            self.keep_finished(item, Some(lease.claimed_at_ms), Some(result), now_ms);
+        }
         Ok(())
     }
 

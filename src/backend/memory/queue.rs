@@ -472,12 +472,12 @@ impl Backend for MemoryQueue {
 
     async fn list(&self, query: crate::ListQuery) -> Result<crate::ItemPage> {
         self.live()?;
-        self.with(|m, _| m.list(&query))
+        self.with(|m, now| m.list(&query, now))
     }
 
     async fn find(&self, id: u64) -> Result<Option<crate::ListedItem>> {
         self.live()?;
-        Ok(self.with(|m, _| m.find(id)))
+        Ok(self.with(|m, now| m.find(id, now)))
     }
 
     async fn now_ms(&self) -> Result<u64> {

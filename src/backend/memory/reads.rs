@@ -38,6 +38,8 @@ impl Model {
                 .filter(|st| st.held > 0 && !st.claimable(now_ms))
                 .map(|st| st.held)
                 .sum(),
+            completed: self.history_count(crate::browse::ItemState::Completed, now_ms),
+            cancelled: self.history_count(crate::browse::ItemState::Cancelled, now_ms),
         }
     }
 

@@ -128,7 +128,8 @@ impl Store for ModelStore<'_> {
         self.with(|m| m.schedule_swap(swap, now))?
     }
     async fn find_item(&self, id: u64) -> Result<Option<crate::browse::ListedItem>> {
-        self.with(|m| m.find(id))
+        let now = self.now_ms;
+        self.with(|m| m.find(id, now))
     }
 }
 

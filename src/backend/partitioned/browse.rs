@@ -17,6 +17,8 @@ fn count_of(s: &Stats, state: ItemState) -> u64 {
         ItemState::Pending => s.pending,
         ItemState::Parked => s.parked,
         ItemState::DeadLetter => s.dead_letters,
+        ItemState::Completed => s.completed,
+        ItemState::Cancelled => s.cancelled,
     }
 }
 

@@ -440,6 +440,8 @@ impl<Q: WorkQueue> Backend for PartitionedQueue<Q> {
             s.dead_letters += p.dead_letters;
             s.dead_letters_dropped += p.dead_letters_dropped;
             s.limited += p.limited;
+            s.completed += p.completed;
+            s.cancelled += p.cancelled;
             s.oldest_pending_age_ms = s.oldest_pending_age_ms.max(p.oldest_pending_age_ms);
             s.oldest_touch_age_ms = s.oldest_touch_age_ms.max(p.oldest_touch_age_ms);
             s.durable &= p.durable;

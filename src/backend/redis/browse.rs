@@ -23,6 +23,8 @@ fn state_of(st: &str) -> Result<ItemState> {
         "pending" => ItemState::Pending,
         "parked" => ItemState::Parked,
         "dead" => ItemState::DeadLetter,
+        "completed" => ItemState::Completed,
+        "cancelled" => ItemState::Cancelled,
         other => {
             return Err(Error::Decode {
                 what: "redis item state".into(),
@@ -33,7 +35,7 @@ fn state_of(st: &str) -> Result<ItemState> {
 }
 
 /// `{id, flow, payload, enq, nb, dlv, st, ca, owner, reason, failed, pri,
-/// cost, held, last touch}`.
+/// cost, held, last touch, cancelling, finished, result}`.
 fn listed(v: &Value) -> Result<ListedItem> {
     let item = reply::item(v, 11)?;
     let a = array(v, "listed item")?;
@@ -69,6 +71,20 @@ fn listed(v: &Value) -> Result<ListedItem> {
             opt_uint(at(a, 10, "listed item")?, "failed_at")?.unwrap_or(0),
         ),
         ItemState::Backlog | ItemState::Due => ListedItem::ready(item, state, held),
+        ItemState::Completed | ItemState::Cancelled => {
+            let finished = opt_uint(at(a, 16, "listed item")?, "finished_at")?.unwrap_or(0);
+            let result = match a.get(17) {
+                Some(Value::Nil) | None => None,
+                Some(v) => Some(bytes(v, "result")?),
+            };
+            let claimed = opt_uint(at(a, 7, "listed item")?, "claimed_at")?;
+            ListedItem::finished(
+                item,
+                (state == ItemState::Completed).then(|| result.unwrap_or_default()),
+                claimed,
+                finished,
+            )
+        }
         other => ListedItem::new(item, other),
     })
 }
@@ -85,6 +101,7 @@ impl RedisQueue {
             super::n_arg(budget),
             super::n_arg(query.effective_limit()),
             query.contains.clone().unwrap_or_default(),
+            self.retention_arg(query.state == ItemState::Completed),
         ];
         let v = self.run("list", &BROWSE, args, false).await?;
         let a = array(&v, "list")?;
@@ -100,7 +117,12 @@ impl RedisQueue {
 
     /// SPEC 12.1: item `id` and its state.
     pub(super) async fn find_item(&self, id: u64) -> Result<Option<ListedItem>> {
-        let args = vec![b"find".to_vec(), id.to_string().into_bytes()];
+        let args = vec![
+            b"find".to_vec(),
+            id.to_string().into_bytes(),
+            self.retention_arg(true),
+            self.retention_arg(false),
+        ];
         let v = self.run("find", &BROWSE, args, false).await?;
         array(&v, "find")?.first().map(listed).transpose()
     }

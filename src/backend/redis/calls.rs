@@ -4,7 +4,7 @@
 use redis::Value;
 
 use super::reply::{added, array, at, bytes, claims, int, opt_uint, text, uint};
-use super::{MAX_LUA_MS, RedisQueue, n_arg, receipt_args};
+use super::{MAX_LUA_MS, RedisQueue, n_arg, receipt_args, retention_text};
 use crate::config::ms;
 use crate::error::{Error, Result};
 use crate::item::{Added, ClaimFrom, Claimed, NewItem, Receipt, check_new_item};
@@ -109,6 +109,18 @@ impl RedisQueue {
         Ok((got, tail, next_due, now))
     }
 
+    /// The retention of completed (`completed`) or cancelled items as the
+    /// scripts read it: `<count>:<age ms>` (SPEC 3, History).
+    pub(super) fn retention_arg(&self, completed: bool) -> Vec<u8> {
+        let c = &self.inner.config;
+        let r = if completed {
+            c.completed_retention
+        } else {
+            c.cancelled_retention
+        };
+        retention_text(r).into_bytes()
+    }
+
     pub(super) fn result_ttl_arg(&self) -> Vec<u8> {
         ms(self.inner.config.result_ttl)
             .min(MAX_LUA_MS)
@@ -210,7 +222,11 @@ impl RedisQueue {
     /// End the items of `receipts` that are pending under them and marked
     /// cancelled; the ids ended.
     pub(super) async fn end_cancelled(&self, receipts: &[Receipt]) -> Result<Vec<u64>> {
-        let mut args = vec![b"end".to_vec(), self.result_ttl_arg()];
+        let mut args = vec![
+            b"end".to_vec(),
+            self.result_ttl_arg(),
+            self.retention_arg(false),
+        ];
         for r in receipts {
             receipt_args(&mut args, r);
         }

@@ -19,6 +19,7 @@ impl RedisQueue {
             b"cancel".to_vec(),
             id.to_string().into_bytes(),
             self.result_ttl_arg(),
+            self.retention_arg(false),
         ];
         let v = self
             .run("cancel", &self.inner.scripts.control, args, true)

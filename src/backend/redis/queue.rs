@@ -113,7 +113,7 @@ impl Backend for RedisQueue {
 
     async fn ack_with_result(&self, receipt: Receipt, result: Vec<u8>) -> Result<()> {
         check_size("result", result.len(), self.inner.config.max_payload_bytes)?;
-        let mut args = vec![self.result_ttl_arg()];
+        let mut args = vec![self.result_ttl_arg(), self.retention_arg(true)];
         receipt_args(&mut args, &receipt);
         args.push(result);
         let v = self.run("ack", &self.inner.scripts.ack, args, true).await?;
@@ -181,8 +181,9 @@ impl Backend for RedisQueue {
         if receipts.is_empty() {
             return Ok(0);
         }
-        let mut args = Vec::with_capacity(1 + receipts.len() * 3);
+        let mut args = Vec::with_capacity(2 + receipts.len() * 3);
         args.push(self.result_ttl_arg());
+        args.push(self.retention_arg(true));
         for r in &receipts {
             receipt_args(&mut args, r);
             args.push(Vec::new());
@@ -294,6 +295,7 @@ impl Backend for RedisQueue {
             c.max_deliveries.to_string().into_bytes(),
             c.dead_letter_cap.min(MAX_LUA_MS).to_string().into_bytes(),
             self.result_ttl_arg(),
+            self.retention_arg(false),
         ];
         let v = self
             .run("reclaim", &self.inner.scripts.reclaim, args, true)
@@ -606,7 +608,12 @@ impl Backend for RedisQueue {
 
     async fn stats(&self) -> Result<Stats> {
         let v = self
-            .run("stats", &self.inner.scripts.stats, Vec::new(), false)
+            .run(
+                "stats",
+                &self.inner.scripts.stats,
+                vec![self.retention_arg(true), self.retention_arg(false)],
+                false,
+            )
             .await?;
         let a = array(&v, "stats")?;
         // A count is never a reason for stats to fail: one made wrong by
@@ -636,6 +643,8 @@ impl Backend for RedisQueue {
             oldest_touch_age_ms: opt_uint(at(a, 6, "stats")?, "stats oldest touch")?
                 .map(|t| now.saturating_sub(t)),
             durable: self.inner.durable.load(Ordering::Acquire),
+            completed: n(11, "stats completed")?,
+            cancelled: n(12, "stats cancelled")?,
         })
     }
 

@@ -42,12 +42,15 @@ pub(super) const PRUNE_LIMIT: u32 = 500;
 /// The namespace layout these scripts read and write, kept in `{ns}:layout`
 /// (SPEC 6): 1 is the ranked lanes with the leases index and the outcomes
 /// hash; 2 adds cancelling (SPEC 3, Cancelling: an item hash's `cx` mark,
-/// outcomes of kind `cancelled`), which a layout-1 namespace needs nothing
-/// for, so it is recorded as 2 at connect. No key: a namespace written
-/// before the key, which this build reads as it is (moving the stream
-/// layout's lanes at connect). A namespace of a higher layout, which a
-/// later build wrote, is refused at connect.
-pub(super) const LAYOUT: u32 = 2;
+/// outcomes of kind `cancelled`); 3 adds the history (SPEC 3, History:
+/// the hashes `{ns}:hist:<id>` and the sorted sets `{ns}:completed` and
+/// `{ns}:cancelled`, which start empty). A namespace of layout 1 or 2
+/// needs nothing for either, so it is recorded as 3 at connect, and a
+/// layout-2 build then refuses it (it would never trim the history). No
+/// key: a namespace written before the key, which this build reads as it
+/// is (moving the stream layout's lanes at connect). A namespace of a
+/// higher layout, which a later build wrote, is refused at connect.
+pub(super) const LAYOUT: u32 = 3;
 
 /// The constants the scripts share with this file, as Lua locals: written
 /// once here, never copied by hand into the scripts.

@@ -160,7 +160,10 @@
     dead_letter: ["select", "id", "flow", "payload", "reason", "failed", "deliveries", "actions"],
     backlog: ["id", "flow", "payload", "added", "deliveries", "actions"],
     due: ["id", "flow", "payload", "due", "deliveries", "actions"],
-    parked: ["id", "flow", "payload", "added", "deliveries", "actions"]
+    parked: ["id", "flow", "payload", "added", "deliveries", "actions"],
+    // SPEC 3, History: the finished items kept by their retention.
+    completed: ["id", "flow", "payload", "result", "claimed", "finished", "deliveries"],
+    cancelled: ["id", "flow", "payload", "claimed", "finished", "deliveries"]
   };
   // Each state's row buttons (SPEC 3: Cancelling, Updating, Timers,
   // Removing): a running item can only be cancelled; a dead letter has
@@ -200,6 +203,8 @@
       case "added": return el("td", { title: when(it.enqueued_at_ms), "class": "opt" }, ago(it.enqueued_at_ms, now));
       case "failed": return el("td", { title: when(it.failed_at_ms) }, ago(it.failed_at_ms, now));
       case "reason": return el("td", {}, it.reason);
+      case "finished": return el("td", { title: when(it.finished_at_ms) }, ago(it.finished_at_ms, now));
+      case "result": return el("td", { "class": "payload" }, it.result ? payloadText(it.result) : "");
       case "deliveries": return el("td", { "class": "num opt" }, it.deliveries);
       case "consumer": return el("td", { "class": "opt" }, it.consumer || "");
       case "actions": {

@@ -266,6 +266,10 @@ pub(super) struct ShownItem {
     held: bool,
     /// Pending and marked cancelled (SPEC 3, Cancelling).
     cancelling: bool,
+    /// Completed or cancelled: when it finished (SPEC 3, History).
+    finished_at_ms: Option<u64>,
+    /// Completed: the ack's result, previewed as payloads are.
+    result: Option<Preview>,
     payload: Preview,
 }
 
@@ -287,6 +291,8 @@ impl From<ListedItem> for ShownItem {
             failed_at_ms: l.failed_at_ms,
             held: l.held,
             cancelling: l.cancelling,
+            finished_at_ms: l.finished_at_ms,
+            result: l.result.as_deref().map(preview),
         }
     }
 }

@@ -256,6 +256,8 @@ fn items(read_only: bool) -> Markup {
         ("backlog", "backlog"),
         ("due", "due"),
         ("parked", "parked"),
+        ("completed", "completed"),
+        ("cancelled", "cancelled"),
     ];
     html! {
         section {

@@ -171,7 +171,8 @@ pub async fn list_searches_payload_text(f: &dyn Factory) {
     assert_eq!(all.len(), 3);
 }
 
-/// SPEC 12.1: `find` names an item's state, and `None` once it is gone.
+/// SPEC 12.1: `find` names an item's state, `completed` once it is acked
+/// (SPEC 3, History), and `None` for an id never added.
 pub async fn find_names_the_state(f: &dyn Factory) {
     let e = env(f).await;
     let q = &e.q;
@@ -205,7 +206,11 @@ pub async fn find_names_the_state(f: &dyn Factory) {
         ItemState::Parked
     );
     q.ack(c[0].receipt).await.unwrap();
-    assert_eq!(q.find(waiting).await.unwrap(), None);
+    // Acked, it is found as a finished item (SPEC 3, History).
+    assert_eq!(
+        q.find(waiting).await.unwrap().map(|l| l.state),
+        Some(ItemState::Completed)
+    );
     assert_eq!(q.find(u64::MAX).await.unwrap(), None);
 }
 
@@ -374,7 +379,10 @@ pub async fn list_and_find_show_items_held_by_a_flow_limit(f: &dyn Factory) {
     for state in [ItemState::Backlog, ItemState::Due] {
         assert!(all_pages(q, ListQuery::new(state)).await.is_empty());
     }
-    assert_eq!(q.find(ids["c3"]).await.unwrap(), None);
+    assert_eq!(
+        q.find(ids["c3"]).await.unwrap().map(|l| l.state),
+        Some(ItemState::Completed)
+    );
 }
 
 fn id_set_of(claimed: &[crate::item::Claimed]) -> BTreeSet<u64> {

@@ -112,8 +112,8 @@ pub fn answer(model: &mut Model, request: Request, now_ms: u64) -> crate::Result
         Request::Stats => Reply::Stats(m.stats(now)),
         Request::BacklogByFlow { sample } => Reply::BacklogByFlow(m.backlog_by_flow(sample, now)),
         Request::Peek { count } => Reply::Items(m.peek(count, now)),
-        Request::List { query } => Reply::Page(m.list(&query)?),
-        Request::Find { id } => Reply::Found(m.find(id)),
+        Request::List { query } => Reply::Page(m.list(&query, now)?),
+        Request::Find { id } => Reply::Found(m.find(id, now)),
         Request::Now => Reply::Time(now),
         // The memory backend has nothing to compact, and a closed model
         // is the model (the runner never sends either).

@@ -210,7 +210,7 @@ impl System {
                 ));
             }
         }
-        compare_lists(self.queue(), model).await
+        compare_lists(self.queue(), model, reference.now_ms()).await
     }
 }
 
@@ -220,7 +220,7 @@ impl System {
 /// # Errors
 ///
 /// A description of the first difference.
-pub(super) async fn compare_lists(q: &BoxQueue, model: &Model) -> Result<(), String> {
+pub(super) async fn compare_lists(q: &BoxQueue, model: &Model, now: u64) -> Result<(), String> {
     use crate::browse::{ItemState, ListQuery, ListedItem};
     // What every backend must agree on (the consumer name is Redis' own).
     type Key = (
@@ -230,6 +230,7 @@ pub(super) async fn compare_lists(q: &BoxQueue, model: &Model) -> Result<(), Str
         Option<String>,
         Option<u64>,
         bool,
+        (Option<u64>, Option<Vec<u8>>),
     );
     let key = |l: ListedItem| {
         (
@@ -239,6 +240,7 @@ pub(super) async fn compare_lists(q: &BoxQueue, model: &Model) -> Result<(), Str
             l.reason,
             l.failed_at_ms,
             l.held,
+            (l.finished_at_ms, l.result),
         )
     };
     // Every item `stats` counts is listed in its state (held ones too).
@@ -246,7 +248,7 @@ pub(super) async fn compare_lists(q: &BoxQueue, model: &Model) -> Result<(), Str
     let mut listed = std::collections::BTreeMap::new();
     for state in ItemState::ALL {
         let want: Vec<Key> = model
-            .list(&ListQuery::new(state).limit(crate::MAX_LIST_LIMIT))
+            .list(&ListQuery::new(state).limit(crate::MAX_LIST_LIMIT), now)
             .map_err(|e| format!("model list failed: {e}"))?
             .items
             .into_iter()
@@ -271,7 +273,7 @@ pub(super) async fn compare_lists(q: &BoxQueue, model: &Model) -> Result<(), Str
             ));
         }
         listed.insert(state, got.len() as u64);
-        for (item, _, _, _, _, held) in &want {
+        for (item, _, _, _, _, held, _) in &want {
             let found = q
                 .find(item.id)
                 .await
@@ -294,6 +296,7 @@ pub(super) async fn compare_lists(q: &BoxQueue, model: &Model) -> Result<(), Str
         stats.pending,
         stats.parked,
         stats.dead_letters,
+        (stats.completed, stats.cancelled),
     );
     let shown = (
         n(ItemState::Backlog) + n(ItemState::Due),
@@ -302,10 +305,11 @@ pub(super) async fn compare_lists(q: &BoxQueue, model: &Model) -> Result<(), Str
         n(ItemState::Pending),
         n(ItemState::Parked),
         n(ItemState::DeadLetter),
+        (n(ItemState::Completed), n(ItemState::Cancelled)),
     );
     if counted != shown {
         return Err(format!(
-            "listed per state {shown:?}, stats count {counted:?} (backlog, due, delayed, pending, parked, dead letters)"
+            "listed per state {shown:?}, stats count {counted:?} (backlog, due, delayed, pending, parked, dead letters, (completed, cancelled))"
         ));
     }
     Ok(())

@@ -7,12 +7,15 @@ use std::time::Duration;
 
 use crate::backend::embedded::tables::Limits;
 use crate::backend::embedded::writer::Op;
+use crate::config::Retention;
 use crate::error::{Error, Result};
 use crate::item::{ClaimFrom, ItemUpdate, NewItem, Receipt};
 use crate::limit::{FlowLimit, RateLimit};
 
-/// The body's format version.
-const BODY_VERSION: u8 = 1;
+/// The body's format version: 2 adds the retentions of the history (SPEC
+/// 3, History; schema 8) to the settings. A body of version 1, written by
+/// a build that kept no history, is replayed keeping none.
+const BODY_VERSION: u8 = 2;
 
 /// What one batch's record holds.
 #[derive(Debug)]
@@ -82,6 +85,10 @@ pub(in crate::backend::embedded) fn begin_batch(
     w.u(limits.max_payload_bytes as u64);
     w.u(limits.aging_step.as_secs());
     w.u(u64::from(limits.aging_step.subsec_nanos()));
+    for r in [limits.completed_retention, limits.cancelled_retention] {
+        w.u(r.count());
+        w.u(r.age_ms());
+    }
     w.u(latest);
     w.u(now);
 }
@@ -434,7 +441,7 @@ impl<'a> R<'a> {
 pub(in crate::backend::embedded) fn decode_batch(body: &[u8]) -> Result<Batch> {
     let mut r = R { bytes: body, at: 0 };
     let version = r.byte()?;
-    if version != BODY_VERSION {
+    if version != BODY_VERSION && version != 1 {
         return Err(bad(format!(
             "record format {version}; this build reads {BODY_VERSION}: upgrade workjournal"
         )));
@@ -455,7 +462,14 @@ pub(in crate::backend::embedded) fn decode_batch(body: &[u8]) -> Result<Batch> {
             }
             Duration::new(secs, nanos)
         },
+        completed_retention: Retention::none(),
+        cancelled_retention: Retention::none(),
     };
+    let mut limits = limits;
+    if version >= 2 {
+        limits.completed_retention = Retention::new(r.u()?, Duration::from_millis(r.u()?));
+        limits.cancelled_retention = Retention::new(r.u()?, Duration::from_millis(r.u()?));
+    }
     let latest = r.u()?;
     let now = r.u()?;
     let mut ops = Vec::new();

@@ -47,6 +47,58 @@ impl Tables<'_> {
         Ok(())
     }
 
+    /// SPEC 3, History: the `completed` and `cancelled` indexes are the
+    /// history records, each record in the index of its state at its
+    /// finish time, each holding at most the retention's count, and no
+    /// finished item is in a state (`located`).
+    fn audit_history(&self, located: &BTreeMap<u64, ItemState>) -> Result<()> {
+        let what = "scan history";
+        let mut indexed: BTreeMap<u64, (bool, u64)> = BTreeMap::new();
+        for (completed, rows) in [
+            (true, self.completed()?.iter().ctx(what)?),
+            (false, self.cancelled()?.iter().ctx(what)?),
+        ] {
+            let mut n = 0u64;
+            for row in rows {
+                let (at, id) = row.ctx(what)?.0.value();
+                if indexed.insert(id, (completed, at)).is_some() {
+                    return Err(Error::corrupt(format!("history names item {id} twice")));
+                }
+                n += 1;
+            }
+            let cap = if completed {
+                self.limits.completed_retention
+            } else {
+                self.limits.cancelled_retention
+            };
+            if n > cap.count() {
+                return Err(Error::corrupt(format!(
+                    "history keeps {n} items of a state whose retention keeps {}",
+                    cap.count()
+                )));
+            }
+        }
+        let mut records = 0u64;
+        for entry in self.history()?.iter().ctx(what)? {
+            let (k, v) = entry.ctx(what)?;
+            let id = k.value();
+            let h: codec::HistoryRecord = codec::decode(format_args!("history[{id}]"), v.value())?;
+            if indexed.get(&id) != Some(&(h.result.is_some(), h.finished_at_ms)) {
+                return Err(Error::corrupt(format!(
+                    "history record {id} is not in its state's index"
+                )));
+            }
+            if let Some(at) = located.get(&id) {
+                return Err(Error::corrupt(format!("finished item {id} is also {at:?}")));
+            }
+            records += 1;
+        }
+        if records != indexed.len() as u64 {
+            return Err(Error::corrupt("a history index names no record"));
+        }
+        Ok(())
+    }
+
     /// (item id, position) of every dead letter, oldest first.
     fn dead_records(&self) -> Result<Vec<(u64, u64)>> {
         let mut out = Vec::new();
@@ -137,6 +189,7 @@ impl Tables<'_> {
         if dead_seqs.len() as u64 != self.dead_by_id()?.len().ctx("count dead letters")? {
             return Err(Error::corrupt("a dead letter is missing from its index"));
         }
+        self.audit_history(&out)?;
         let mut records = BTreeSet::new();
         for entry in self.items()?.iter().ctx("scan items")? {
             records.insert(entry.ctx("scan items")?.0.value());

@@ -227,6 +227,13 @@ impl Tables<'_> {
         };
         let n = acked.len() as u64;
         let ids: Vec<u64> = acked.iter().map(|(id, _)| *id).collect();
+        // SPEC 3, History: the acked items are kept before their records
+        // go; of one batch only the newest `count` (the highest ids) can
+        // stay.
+        let keep = usize::try_from(self.limits.completed_retention.count()).unwrap_or(usize::MAX);
+        for (id, lease) in &acked[acked.len().saturating_sub(keep)..] {
+            self.keep_finished_pending(*id, lease, Some(&[]), now)?;
+        }
         // With flow limits, how many of the batch each flow had, read from
         // the item records as they are deleted.
         let limited = self.has_limits()?;

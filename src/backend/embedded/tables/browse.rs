@@ -18,7 +18,11 @@ impl Tables<'_> {
     ///
     /// `InvalidInput` for a limit of 0; `Corrupt` for an index naming a
     /// missing item; `Decode` for an unreadable record; storage failures.
-    pub(in crate::backend::embedded) fn list(&self, query: &ListQuery) -> Result<ItemPage> {
+    pub(in crate::backend::embedded) fn list(
+        &self,
+        query: &ListQuery,
+        now: u64,
+    ) -> Result<ItemPage> {
         let pager = Pager::new(query)?;
         let skip = usize::try_from(query.offset).unwrap_or(usize::MAX);
         let what = "list items";
@@ -95,19 +99,28 @@ impl Tables<'_> {
                     )))
                 }))
             }
+            ItemState::Completed | ItemState::Cancelled => {
+                let ids = self.history_ids(query.state, now)?.skip(skip);
+                pager.fill(ids.map(|id| self.history_item(id?)))
+            }
         }
     }
 
-    /// SPEC 12.1: item `id` and its state.
+    /// SPEC 12.1: item `id` and its state (a finished one while its
+    /// state's retention shows it at `now`, SPEC 3, History).
     ///
     /// # Errors
     ///
     /// `Decode` for an unreadable record; storage failures.
-    pub(in crate::backend::embedded) fn find(&self, id: u64) -> Result<Option<ListedItem>> {
+    pub(in crate::backend::embedded) fn find(
+        &self,
+        id: u64,
+        now: u64,
+    ) -> Result<Option<ListedItem>> {
         let what = "find an item";
         // A deferred delete's record is a finished item's (SPEC 6, schema 4).
         if self.items()?.get(id).ctx(what)?.is_none() || self.is_deferred(id)? {
-            return Ok(None);
+            return self.history_find(id, now);
         }
         if let Some(lease) = self.lease(id)? {
             let item = self.pending_item(id, &lease)?;

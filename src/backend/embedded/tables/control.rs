@@ -161,6 +161,8 @@ impl Tables<'_> {
         if !found {
             return Err(Error::corrupt(format!("item {id} is in no state")));
         }
+        // SPEC 3, History: kept, with its payload, before it goes.
+        self.keep_finished(id, rec, None, None, now)?;
         // Keeps `items` and `payloads` consistent: no index names the id.
         self.delete_item(id)?;
         // Keeps `outcomes` and `outcome_expiry` consistent: the outcome

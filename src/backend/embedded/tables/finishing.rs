@@ -21,6 +21,7 @@ impl Tables<'_> {
     ) -> Result<()> {
         check_size("result", result.len(), self.limits.max_payload_bytes)?;
         let lease = self.current(r)?;
+        self.keep_finished_pending(r.id, &lease, Some(result), now)?;
         self.remove_pending(r.id, &lease, now)?;
         self.delete_item(r.id)?;
         self.finish(r.id, codec::OUTCOME_DONE, result.to_vec(), "", now)
@@ -273,6 +274,7 @@ impl Tables<'_> {
     /// End marked pending item `id` (under `lease`): out of pending, its
     /// record and payload gone, its outcome cancelled.
     fn end_marked(&mut self, id: u64, lease: &LeaseRecord, now: u64) -> Result<()> {
+        self.keep_finished_pending(id, lease, None, now)?;
         self.remove_pending(id, lease, now)?;
         self.delete_item(id)?;
         self.finish(id, codec::OUTCOME_CANCELLED, Vec::new(), "", now)

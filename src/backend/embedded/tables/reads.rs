@@ -52,6 +52,8 @@ impl Tables<'_> {
             oldest_touch_age_ms: stalest,
             durable: true,
             limited,
+            completed: self.history_count(crate::browse::ItemState::Completed, now)?,
+            cancelled: self.history_count(crate::browse::ItemState::Cancelled, now)?,
         })
     }
 

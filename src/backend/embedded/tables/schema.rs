@@ -179,11 +179,21 @@ tables! {
     /// first.
     SCHEDULE_DUE = "schedule_due": (u64, &'static str) => (),
         schedule_due, schedule_due_t, schedule_due_mut;
+    /// SPEC 3, History (schema 8): id -> versioned
+    /// [`HistoryRecord`](crate::backend::embedded::codec::HistoryRecord),
+    /// the finished items kept by their state's retention.
+    HISTORY = "history": u64 => &'static [u8], history, history, history_mut;
+    /// (finished_at_ms, id) -> (): the completed items of `history`,
+    /// oldest first.
+    COMPLETED = "completed": (u64, u64) => (), completed, completed, completed_mut;
+    /// (finished_at_ms, id) -> (): the cancelled items of `history`,
+    /// oldest first.
+    CANCELLED = "cancelled": (u64, u64) => (), cancelled, cancelled, cancelled_mut;
 }
 
 pub(in crate::backend::embedded) const SCHEMA_VERSION_KEY: &str = "schema_version";
 /// The schema this build writes (SPEC section 6).
-pub(in crate::backend::embedded) const SCHEMA_VERSION: u64 = 7;
+pub(in crate::backend::embedded) const SCHEMA_VERSION: u64 = 8;
 /// The tag of the redo log generation the file's records go under: random,
 /// new at every checkpoint (module `redo`, SPEC section 6).
 pub(in crate::backend::embedded) const REDO_LOG_KEY: &str = "redo_log";

@@ -99,8 +99,8 @@ pub(super) fn apply(t: &mut Tables<'_>, op: &Op, now: u64) -> Result<Reply> {
         Op::Stats => Reply::Stats(t.stats(now)?),
         Op::BacklogByFlow(n) => Reply::ByFlow(t.backlog_by_flow(*n, now)?),
         Op::Peek(n) => Reply::Items(t.peek(*n, now)?),
-        Op::List(q) => Reply::Page(t.list(q)?),
-        Op::Find(id) => Reply::Found(t.find(*id)?),
+        Op::List(q) => Reply::Page(t.list(q, now)?),
+        Op::Find(id) => Reply::Found(t.find(*id, now)?),
         #[cfg(feature = "forward")]
         Op::ForwardJournal(candidate) => Reply::Count(t.forward_journal(*candidate)?),
         #[cfg(feature = "forward")]

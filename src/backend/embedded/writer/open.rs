@@ -262,7 +262,7 @@ fn open_and_recover_marked(
             }
             // SPEC 6: an older schema migrates in this very transaction
             // (made durable by the open's checkpoint below).
-            Some(v @ 1..=6) => {
+            Some(v @ 1..=7) => {
                 if v == 1 {
                     migrate::schema1_to_2(&txn, limits.aging_step)?;
                 }
@@ -278,8 +278,11 @@ fn open_and_recover_marked(
                 if v <= 5 {
                     migrate::schema5_to_6(&txn)?;
                 }
-                migrate::schema6_to_7(&txn)?;
-                tracing::info!(path = %path.display(), "migrated the queue file from schema {v} to 7");
+                if v <= 6 {
+                    migrate::schema6_to_7(&txn)?;
+                }
+                migrate::schema7_to_8(&txn)?;
+                tracing::info!(path = %path.display(), "migrated the queue file from schema {v} to 8");
             }
             Some(_) => {}
         }

@@ -1,5 +1,6 @@
--- ack / ack_batch / ack_with_result. ARGV: now, result_ttl, then id, lease,
--- result triples. Returns how many were acked (lost receipts, and repeats
+-- ack / ack_batch / ack_with_result. ARGV: now, result_ttl, the completed
+-- retention `<count>:<age ms>` (SPEC 3, History), then id, lease, result
+-- triples. Returns how many were acked (lost receipts, and repeats
 -- of one receipt, are skipped).
 -- The receipts are checked against the leases index with one HMGET for
 -- the whole call; only an id missing from it (an item handed out before
@@ -10,7 +11,7 @@
 local n, seen = 0, {}
 local zrem, dels, acked, results = {}, {}, {}, {}
 local ids = {}
-for i = 3, #ARGV - 2, 3 do ids[#ids + 1] = ARGV[i] end
+for i = 4, #ARGV - 2, 3 do ids[#ids + 1] = ARGV[i] end
 local held = {}
 local i = 1
 while i <= #ids do
@@ -20,7 +21,7 @@ while i <= #ids do
   i = last + 1
 end
 for k = 1, #ids do
-  local id, lease = ids[k], ARGV[k * 3 + 1]
+  local id, lease = ids[k], ARGV[k * 3 + 2]
   if not seen[id] then
     local ls = held[k]
     local ok
@@ -35,7 +36,7 @@ for k = 1, #ids do
       zrem[#zrem + 1] = padded
       dels[#dels + 1] = item_key(id)
       acked[#acked + 1] = id
-      results[#results + 1] = { id, ARGV[k * 3 + 2], padded }
+      results[#results + 1] = { id, ARGV[k * 3 + 3], padded }
       n = n + 1
     end
   end
@@ -60,6 +61,21 @@ if n > 0 then
   end
   call_chunked('ZREM', K_PENDING, zrem)
   call_chunked('HDEL', K_LEASES, acked)
+  -- SPEC 3, History: the newest `count` acked items (the highest ids:
+  -- they all finish now) are kept before the rest go.
+  local hc, ha = retention(ARGV[3])
+  if hc > 0 and ha > 0 then
+    local order = {}
+    for j, r in ipairs(results) do order[j] = j end
+    if #order > hc then
+      table.sort(order, function(a, b) return tonumber(results[a][1]) < tonumber(results[b][1]) end)
+    end
+    for j = math.max(1, #order - hc + 1), #order do
+      local r = results[order[j]]
+      keep_finished(r[1], 'completed', r[2], now, redis.call('HGET', item_key(r[1]), 'ca'))
+    end
+  end
+  trim_history('completed', now, hc, ha)
   del_chunked(dels)
   prune_outcomes(now)
   finish_all(results, 'done', now, ARGV[2])

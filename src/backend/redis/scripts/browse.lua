@@ -1,19 +1,39 @@
--- SPEC 12.1, read only. ARGV: now (unused), op, then
---   list: state, offset, budget, limit, needle ("" for none);
+-- SPEC 12.1, read only. ARGV: now, op, then
+--   list: state, offset, budget, limit, needle ("" for none), the state's
+--         retention `<count>:<age ms>` (completed and cancelled only);
 --         returns {ended (0/1), looked, {row...}}
---   find: id; returns {row} or {}
+--   find: id, the completed and the cancelled retention; returns {row} or
+--         {}
 -- row = {id, flow, payload, enq, nb, dlv, st, ca, owner, reason, failed, pri,
 --        cost, held (1/0), last touch ("" unless pending), cancelling (1/0:
---        a pending item marked by `cancel`, SPEC 3, Cancelling)}.
+--        a pending item marked by `cancel`, SPEC 3, Cancelling), finished
+--        ("" unless completed or cancelled), result (nil unless completed)}.
+-- The finished items (SPEC 3, History) are the hashes `{ns}:hist:<id>`,
+-- newest first: those that finished less than the retention's age ago, at
+-- most its count.
 -- Every state is walked from the offset in its own order: the ready lanes
 -- by rank (claim order), then the held lanes of their lane flow by flow
 -- (sorted names, each by rank; SPEC 3, Flow limits), the sorted sets by
 -- time (delayed, pending), the dead list (newest first), the parked lists
 -- flow by flow (sorted names).
 local op = ARGV[2]
+local now = clock_view()
 local FIELDS = { 'flow', 'payload', 'enq', 'nb', 'dlv', 'st', 'ca', 'owner', 'reason', 'failed', 'pri', 'cost',
-  'hl', 'cx' }
-local function fetch(id) return redis.call('HMGET', item_key(id), unpack(FIELDS)) end
+  'hl', 'cx', 'fin', 'res' }
+local finished = false
+local function fetch(id)
+  if finished then return redis.call('HMGET', hist_key(id), unpack(FIELDS)) end
+  return redis.call('HMGET', item_key(id), unpack(FIELDS))
+end
+-- The members of `state`'s history index shown under retention `ret`,
+-- positions [a, b] (newest first).
+local function shown_range(state, ret, a, b)
+  local count, age = retention(ret)
+  if count <= 0 or age <= 0 or a >= count then return {} end
+  b = math.min(b, count - 1)
+  return redis.call('ZREVRANGEBYSCORE', history_zset(state), '+inf', '(' .. fmt(now - age),
+    'LIMIT', a, b - a + 1)
+end
 local function row(id, f, held)
   local h = '0'
   if held then h = '1' end
@@ -22,14 +42,31 @@ local function row(id, f, held)
   if f[6] == 'pending' then touched = redis.call('ZSCORE', K_PENDING, pad(id)) or '' end
   local cx = '0'
   if f[6] == 'pending' and f[14] then cx = '1' end
+  local res = false
+  if f[6] == 'completed' then res = f[16] or '' end
   return { id, f[1] or '', f[2], f[3] or '0', f[4] or '', f[5] or '0', f[6] or '',
-    f[7] or '', f[8] or '', f[9] or '', f[10] or '', f[11] or '0', f[12] or '1', h, touched, cx }
+    f[7] or '', f[8] or '', f[9] or '', f[10] or '', f[11] or '0', f[12] or '1', h, touched, cx,
+    f[15] or '', res }
 end
 
 if op == 'find' then
   local id = ARGV[3]
   local f = fetch(id)
-  if not f[2] then return {} end
+  if not f[2] then
+    -- SPEC 3, History: a finished item, while reads show it.
+    finished = true
+    f = fetch(id)
+    if not f[2] then return {} end
+    local state = f[6]
+    local ret = ARGV[4]
+    if state == 'cancelled' then ret = ARGV[5] end
+    local count, age = retention(ret)
+    local fin = tonumber(f[15] or '') or 0
+    if count <= 0 or fin <= now - age then return {} end
+    local rank = redis.call('ZREVRANK', history_zset(state), pad(id))
+    if not rank or rank >= count then return {} end
+    return { row(id, f, false) }
+  end
   -- `hl` marks an item in its flow's held lane (set by lim_hold).
   return { row(id, f, (f[6] == 'backlog' or f[6] == 'due') and f[13] == '1') }
 end
@@ -125,6 +162,9 @@ elseif state == 'pending' then
   ended = walk_ranked(function(a, b) return redis.call('ZRANGE', K_PENDING, a, b) end, unpad)
 elseif state == 'dead_letter' then
   ended = walk_ranked(function(a, b) return redis.call('LRANGE', K_DEAD, a, b) end, same)
+elseif state == 'completed' or state == 'cancelled' then
+  finished = true
+  ended = walk_ranked(function(a, b) return shown_range(state, ARGV[8], a, b) end, unpad)
 elseif state == 'parked' then
   local flows = redis.call('SMEMBERS', K_FLOWS)
   table.sort(flows)

@@ -1,5 +1,6 @@
 -- SPEC 3, Cancelling: the holder's side of a cancel mark. ARGV: now, op.
--- end (ARGV[3] result_ttl, then id, lease pairs): end each item that is
+-- end (ARGV[3] result_ttl, ARGV[4] the cancelled retention
+--   `<count>:<age ms>`, then id, lease pairs): end each item that is
 --   pending under that lease with the mark `cx` (its holder's call was
 --   answered as lost): out of pending, gone, its outcome `cancelled`.
 --   Returns the ids ended.
@@ -16,11 +17,11 @@ if op == 'look' then
   return { marked, events_tail() }
 end
 local ended = {}
-for i = 4, #ARGV - 1, 2 do
+for i = 5, #ARGV - 1, 2 do
   local id, lease = ARGV[i], ARGV[i + 1]
   local f = redis.call('HMGET', item_key(id), 'st', 'ls', 'cx')
   if f[1] == 'pending' and f[3] and f[2] and tonumber(f[2]) == tonumber(lease) then
-    end_cancelled(id, now)
+    end_cancelled(id, now, ARGV[4])
     ended[#ended + 1] = { id, '' }
   end
 end

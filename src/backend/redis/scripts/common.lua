@@ -572,11 +572,80 @@ local function release(id, now)
   redis.call('HDEL', item_key(id), 'ls', 'ca', 'owner')
 end
 
+-- SPEC 3, History: a finished item kept by its state's retention is the
+-- item's hash renamed to `{ns}:hist:<id>`, with `st` completed or
+-- cancelled, `fin` (when it finished), `res` (a completed item's result)
+-- and `ca` (the claim of its last delivery, if it ran); the sorted sets
+-- `{ns}:completed` and `{ns}:cancelled` index them by `fin`, members
+-- padded ids. A retention comes from Rust as one argument
+-- `<count>:<age ms>`.
+local function hist_key(id) return P .. 'hist:' .. id end
+local function history_zset(state) return P .. state end
+local function retention(s)
+  local i = string.find(s or '', ':', 1, true)
+  if not i then return 0, 0 end
+  return tonumber(string.sub(s, 1, i - 1)) or 0, tonumber(string.sub(s, i + 1)) or 0
+end
+
+-- Keep item `id` (its hash whole) as finished in `state` at `now`, with
+-- result `res` (completed; nil for cancelled) and last claim `ca` (nil or
+-- '' for none). The caller has checked that the retention keeps any, and
+-- trims after (`trim_history`).
+local function keep_finished(id, state, res, now, ca)
+  if redis.call('EXISTS', item_key(id)) == 0 then return end
+  local h = hist_key(id)
+  redis.call('RENAME', item_key(id), h)
+  redis.call('HDEL', h, 'ls', 'owner', 'lane', 'cx', 'hl', 'reason', 'failed', 'ca')
+  local f = { 'st', state, 'fin', fmt(now) }
+  if ca and ca ~= '' then
+    f[#f + 1] = 'ca'
+    f[#f + 1] = ca
+  end
+  if res then
+    f[#f + 1] = 'res'
+    f[#f + 1] = res
+  end
+  redis.call('HSET', h, unpack(f))
+  redis.call('ZADD', history_zset(state), fmt(now), pad(id))
+end
+
+-- How many finished items of `state` reads show at `now` under the
+-- retention `count`, `age`: those that finished less than `age` ago, at
+-- most `count` of them (the newest).
+local function history_shown(state, now, count, age)
+  if count <= 0 or age <= 0 then return 0 end
+  local n = redis.call('ZCOUNT', history_zset(state), '(' .. fmt(now - age), '+inf')
+  return math.min(n, count)
+end
+
+-- Drop the oldest finished items of `state` past the retention's age, then
+-- past its count, at most PRUNE_LIMIT of each a call (reads hide the rest
+-- until the next finish trims them).
+local function trim_history(state, now, count, age)
+  local z = history_zset(state)
+  local gone = redis.call('ZRANGEBYSCORE', z, '-inf', fmt(now - age), 'LIMIT', 0, PRUNE_LIMIT)
+  local excess = math.min(redis.call('ZCARD', z) - #gone - count, PRUNE_LIMIT)
+  if excess > 0 then
+    local more = redis.call('ZRANGE', z, #gone, #gone + excess - 1)
+    for _, m in ipairs(more) do gone[#gone + 1] = m end
+  end
+  if #gone == 0 then return end
+  local keys = {}
+  for i, m in ipairs(gone) do keys[i] = hist_key(unpad(m)) end
+  del_chunked(keys)
+  call_chunked('ZREM', z, gone)
+end
+
 -- End marked pending item `id` (SPEC 3, Cancelling): out of pending and
--- gone; the caller keeps its outcome (`finish_all` of kind `cancelled`).
-local function end_cancelled(id, now)
+-- gone, kept by the cancelled retention `hist` (SPEC 3, History); the
+-- caller keeps its outcome (`finish_all` of kind `cancelled`).
+local function end_cancelled(id, now, hist)
+  local hc, ha = retention(hist)
+  local ca = redis.call('HGET', item_key(id), 'ca')
   release(id, now)
+  if hc > 0 and ha > 0 then keep_finished(id, 'cancelled', nil, now, ca) end
   redis.call('DEL', item_key(id))
+  trim_history('cancelled', now, hc, ha)
 end
 
 local function park_item(id, flow)

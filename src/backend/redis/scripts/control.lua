@@ -10,9 +10,11 @@
 --   letters, with its progress and chunks. A dead letter's outcome stays,
 --   as with a purge; a dedup key is left to expire. Returns 1 removed, 0
 --   when no item is `id`, IS_PENDING (nothing changes) for a pending item.
--- cancel (SPEC 3, Cancelling; ARGV[4] result_ttl): a waiting item leaves
---   its state as with remove and ends as cancelled (its outcome kept for
---   result_ttl; its progress and chunks live as long). A pending item gets
+-- cancel (SPEC 3, Cancelling; ARGV[4] result_ttl, ARGV[5] the cancelled
+--   retention `<count>:<age ms>`): a waiting item leaves its state as with
+--   remove and ends as cancelled (its outcome kept for result_ttl; its
+--   progress and chunks live as long; the item kept by the retention,
+--   SPEC 3, History). A pending item gets
 --   the mark `cx`, leaves the leases index (so that an ack reads its hash,
 --   and `current` answers lost) and a signal `id`, `cancel` goes on the
 --   events stream for `wait_cancelled`. Returns ENDED, MARKED (also when
@@ -229,7 +231,10 @@ if not found then
   end
 end
 if op == 'cancel' then
+  local hc, ha = retention(ARGV[5])
+  if hc > 0 and ha > 0 then keep_finished(id, 'cancelled', nil, now, nil) end
   redis.call('DEL', k)
+  trim_history('cancelled', now, hc, ha)
   prune_outcomes(now)
   finish(id, 'cancelled', '', now, ARGV[4])
   return ENDED

@@ -1,5 +1,6 @@
 -- reclaim. ARGV: now, consumer, min_idle_ms, count, max_deliveries,
--- dead_letter_cap, result_ttl. Oldest claim first by (claimed_at, id): the pending set's
+-- dead_letter_cap, result_ttl, the cancelled retention `<count>:<age ms>`
+-- (SPEC 3, History). Oldest claim first by (claimed_at, id): the pending set's
 -- score is claimed_at and its members are padded ids, so its order is
 -- exactly that, and every stale item is reached however many fresh ones
 -- there are. An item of a paused flow is parked (deliveries unchanged) and
@@ -62,7 +63,7 @@ for _, p in ipairs(plan) do
     cancelled[#cancelled + 1] = id
     cancelled[#cancelled + 1] = f[1] or '0'
     cancelled[#cancelled + 1] = f[2] or '0'
-    end_cancelled(id, now)
+    end_cancelled(id, now, ARGV[8])
     ended[#ended + 1] = { id, '' }
   elseif what == 'park' then
     release(id, now)

@@ -1,7 +1,9 @@
 -- stats, read only: writes nothing, so it runs on a read-only replica too
--- (`clock_view`, SPEC 3, Clock steps). ARGV: now. Returns {backlog, due,
+-- (`clock_view`, SPEC 3, Clock steps). ARGV: now, then the completed and
+-- the cancelled retention `<count>:<age ms>`. Returns {backlog, due,
 -- pending, delayed, parked, dead, oldest last touch or "", now, dead
--- letters dropped past the cap, limited, oldest claim or ""}. Held items
+-- letters dropped past the cap, limited, oldest claim or "", completed,
+-- cancelled} (the finished items reads show, SPEC 3, History). Held items
 -- (SPEC 3, Flow limits) count in the backlog and due
 -- lane; `limited` counts those of flows their limits hold now.
 local now = clock_view()
@@ -30,4 +32,5 @@ local oldest_claim = ''
 if claimed then oldest_claim = fmt(claimed) end
 return { backlog, due, redis.call('ZCARD', K_PENDING), redis.call('ZCARD', K_DELAYED),
   parked, redis.call('LLEN', K_DEAD), oldest[2] or '', fmt(now),
-  tonumber(redis.call('GET', K_DEAD_DROPPED) or '0') or 0, limited, oldest_claim }
+  tonumber(redis.call('GET', K_DEAD_DROPPED) or '0') or 0, limited, oldest_claim,
+  history_shown('completed', now, retention(ARGV[2])), history_shown('cancelled', now, retention(ARGV[3])) }

@@ -12,6 +12,8 @@ fn limits() -> Limits {
         max_backlog: Some(11),
         max_payload_bytes: 1 << 20,
         aging_step: Duration::from_millis(60_500),
+        completed_retention: crate::config::Retention::new(13, Duration::from_millis(17_000)),
+        cancelled_retention: crate::config::Retention::new(19, Duration::from_millis(23_500)),
     }
 }
 
@@ -143,5 +145,46 @@ fn a_cut_or_garbled_body_is_an_error_never_a_panic() {
         b[at] = rng.u8(..);
         let _ = decode_batch(&b);
     }
-    assert!(decode_batch(&[2]).is_err(), "a newer format is refused");
+    assert!(decode_batch(&[3]).is_err(), "a newer format is refused");
+}
+
+/// A body of format 1 (a schema-7 build's, without the history's
+/// retentions) decodes with its settings and operations, keeping no
+/// history, as the build that wrote it did (SPEC 6).
+#[test]
+fn a_format_1_body_replays_keeping_no_history() {
+    let l = limits();
+    let mut buf = vec![1u8];
+    let mut w = W(&mut buf);
+    w.u(u64::from(l.max_deliveries));
+    w.u(l.done_ttl_ms);
+    w.u(l.result_ttl_ms);
+    w.u(l.dedup_window_ms);
+    w.u(l.dead_letter_cap);
+    w.opt(l.max_backlog);
+    w.u(l.max_payload_bytes as u64);
+    w.u(l.aging_step.as_secs());
+    w.u(u64::from(l.aging_step.subsec_nanos()));
+    w.u(7);
+    w.u(9);
+    let op = every_op().remove(0);
+    assert!(encode_op(&mut buf, &op, 1_000));
+    let batch = decode_batch(&buf).unwrap();
+    let none = crate::config::Retention::none();
+    assert_eq!(
+        (
+            batch.limits.completed_retention,
+            batch.limits.cancelled_retention
+        ),
+        (none, none)
+    );
+    assert_eq!(
+        (batch.limits.max_deliveries, batch.limits.dead_letter_cap),
+        (5, 7)
+    );
+    assert_eq!((batch.latest, batch.now), (7, 9));
+    assert_eq!(
+        format!("{:?}", batch.ops),
+        format!("{:?}", vec![(op, 1_000u64)])
+    );
 }
