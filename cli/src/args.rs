@@ -134,6 +134,32 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List one page of the items in STATE, in its order (needs only read
+    /// access): backlog, due, delayed, pending, parked, dead_letter, or the
+    /// finished items kept for a while, completed and cancelled (newest
+    /// first). One line per item: id, flow, deliveries, the state's time
+    /// (added, due, claimed, failed or finished), the payload, then the
+    /// result of a completed item or the reason of a dead letter. When more
+    /// follow, the offset of the next page goes to stderr.
+    List {
+        /// The state to list.
+        #[arg(long, default_value = "backlog", value_parser = parse_state)]
+        state: workjournal::ItemState,
+        /// The most items to show (1 to 500).
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// Skip this many positions (the offset the previous page gave).
+        #[arg(long, default_value_t = 0)]
+        offset: u64,
+        /// Only items whose payload holds TEXT.
+        #[arg(long, value_name = "TEXT")]
+        contains: Option<String>,
+        /// Print JSON: an object with `items` (as `peek --json`, plus
+        /// `state`, the times, `result` and `result_base64` of a completed
+        /// item, `reason` of a dead letter) and `next_offset`.
+        #[arg(long)]
+        json: bool,
+    },
     /// Put a dead letter (or all of them) back at the backlog tail.
     Redrive {
         /// The dead letter's item id.
@@ -507,6 +533,11 @@ pub(crate) fn parse_rate(s: &str) -> Result<Setting<workjournal::RateLimit>, Str
 }
 
 /// A concurrency cap of at least 1, or `off`.
+/// An item state by its name (SPEC 12.1), for `list --state`.
+pub(crate) fn parse_state(s: &str) -> Result<workjournal::ItemState, String> {
+    workjournal::ItemState::parse(s.trim()).map_err(|e| e.to_string())
+}
+
 pub(crate) fn parse_cap(s: &str) -> Result<Setting<u32>, String> {
     if is_off(s) {
         return Ok(Setting(None));

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use workjournal::{BoxQueue, Config, WorkQueue};
+use workjournal::{BoxQueue, Config, ItemState, ListQuery, WorkQueue};
 
 use crate::args::{Cli, Command};
 use crate::display::{item_json, limit_line, preview, reason_line, rfc3339, show_flow, show_rate};
@@ -99,6 +99,7 @@ pub(crate) async fn run(cli: Cli) -> CliResult {
         Command::Stats { .. }
             | Command::Peek { .. }
             | Command::DeadLetters { .. }
+            | Command::List { .. }
             | Command::Result { .. }
             | Command::Limits { .. }
     ) || matches!(&cli.command, Command::Schedule(s) if s.looks_only());
@@ -190,6 +191,13 @@ async fn one(queue: &BoxQueue, command: Command) -> CliResult {
             }
             Ok(())
         }
+        Command::List {
+            state,
+            limit,
+            offset,
+            contains,
+            json,
+        } => list(queue, state, limit, offset, contains, json).await,
         Command::Redrive { id, all } => {
             let n = if all {
                 redrive_all(queue).await?
@@ -371,4 +379,74 @@ async fn redrive_all(queue: &BoxQueue) -> CliResult<u64> {
             return Ok(total);
         }
     }
+}
+
+/// `list` (SPEC 9): one page of one state, as lines or as JSON.
+async fn list(
+    queue: &BoxQueue,
+    state: ItemState,
+    limit: usize,
+    offset: u64,
+    contains: Option<String>,
+    json: bool,
+) -> CliResult {
+    let mut query = ListQuery::new(state).limit(limit).offset(offset);
+    if let Some(text) = contains {
+        query = query.contains(text.into_bytes());
+    }
+    let page = queue.list(query).await?;
+    let mut out = std::io::stdout();
+    if json {
+        use base64::Engine;
+        let items: Vec<serde_json::Value> = page
+            .items
+            .iter()
+            .map(|l| {
+                let mut v = item_json(&l.item);
+                v["state"] = state.name().into();
+                v["not_before_ms"] = l.item.not_before_ms.into();
+                v["claimed_at_ms"] = l.claimed_at_ms.into();
+                v["finished_at_ms"] = l.finished_at_ms.into();
+                v["reason"] = l.reason.clone().into();
+                v["failed_at_ms"] = l.failed_at_ms.into();
+                v["held"] = l.held.into();
+                v["cancelling"] = l.cancelling.into();
+                if let Some(r) = &l.result {
+                    v["result"] = std::str::from_utf8(r).ok().into();
+                    v["result_base64"] = base64::engine::general_purpose::STANDARD.encode(r).into();
+                }
+                v
+            })
+            .collect();
+        let v = serde_json::json!({ "items": items, "next_offset": page.next_offset });
+        return writeln!(out, "{v}").map_err(CliError::output);
+    }
+    for l in &page.items {
+        let at = match state {
+            ItemState::Completed | ItemState::Cancelled => l.finished_at_ms,
+            ItemState::DeadLetter => l.failed_at_ms,
+            ItemState::Pending => l.claimed_at_ms,
+            ItemState::Delayed | ItemState::Due => l.item.not_before_ms,
+            ItemState::Backlog | ItemState::Parked => Some(l.item.enqueued_at_ms),
+        };
+        let extra = match (&l.result, &l.reason) {
+            (Some(r), _) => format!("\t{}", preview(r)),
+            (None, Some(reason)) => format!("\t{}", reason_line(reason)),
+            (None, None) => String::new(),
+        };
+        writeln!(
+            out,
+            "{}\t{}\t{}\t{}\t{}{extra}",
+            l.item.id,
+            show_flow(&l.item.flow),
+            l.item.deliveries,
+            at.map(rfc3339).unwrap_or_else(|| "-".to_string()),
+            preview(&l.item.payload)
+        )
+        .map_err(CliError::output)?;
+    }
+    if let Some(next) = page.next_offset {
+        eprintln!("more: --offset {next}");
+    }
+    Ok(())
 }

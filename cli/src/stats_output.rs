@@ -139,7 +139,7 @@ async fn print_stats(
             None => String::new(),
         };
         format!(
-            "backlog={} due={} delayed={} pending={} parked={} dead_letters={} dead_letters_dropped={} limited={}{lag}",
+            "backlog={} due={} delayed={} pending={} parked={} dead_letters={} dead_letters_dropped={} limited={} completed={} cancelled={}{lag}",
             s.backlog,
             s.due,
             s.delayed,
@@ -147,7 +147,9 @@ async fn print_stats(
             s.parked,
             s.dead_letters,
             s.dead_letters_dropped,
-            s.limited
+            s.limited,
+            s.completed,
+            s.cancelled
         )
     } else {
         // The oldest claim's age, and how long the stalest holder has not
@@ -193,13 +195,15 @@ async fn print_stats(
             lines.push_str(&limit_line(l).replace('\t', " "));
         }
         format!(
-            "backlog       {} (due {}){limited}\ndelayed       {}\npending       {}{oldest}\nparked        {}\ndead letters  {}{dropped}\npaused flows  {paused}{lines}\ndurable       {}{lag}",
+            "backlog       {} (due {}){limited}\ndelayed       {}\npending       {}{oldest}\nparked        {}\ndead letters  {}{dropped}\ncompleted     {} (kept)\ncancelled     {} (kept)\npaused flows  {paused}{lines}\ndurable       {}{lag}",
             s.backlog,
             s.due,
             s.delayed,
             s.pending,
             s.parked,
             s.dead_letters,
+            s.completed,
+            s.cancelled,
             if s.durable { "yes" } else { "no" }
         )
     };

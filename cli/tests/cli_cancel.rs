@@ -291,3 +291,66 @@ fn update_one_item() {
     let err = String::from_utf8_lossy(&refused.stderr);
     assert!(err.contains("dead letter"), "{err}");
 }
+
+/// SPEC 9, `list`: one page of a state, the finished items kept
+/// (SPEC 3, History) included: an item run with `--keep-stdout` is
+/// listed as completed with its result, a cancelled one as cancelled, a
+/// dead letter with its reason; `--json` carries the same, a bad state is
+/// a usage error, and a page that is not the last says where the next
+/// one starts.
+#[test]
+fn list_shows_each_state_and_the_finished_items() {
+    let q = Queue::file();
+    assert_eq!(q.ok(&["add", "print poster"]).trim(), "1");
+    let out = q.run(&[
+        "work",
+        "--exec",
+        "echo done",
+        "--keep-stdout",
+        "--until-empty",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(q.ok(&["add", "old export"]).trim(), "2");
+    assert_eq!(q.ok(&["cancel", "2"]).trim(), "cancelled 2");
+    assert_eq!(q.ok(&["add", "bad"]).trim(), "3");
+    q.dead_letter_all();
+    for p in ["w1", "w2", "w3"] {
+        q.ok(&["add", p]);
+    }
+
+    let done = q.ok(&["list", "--state", "completed"]);
+    let cols: Vec<&str> = done.trim().split('\t').collect();
+    assert_eq!(cols.len(), 6, "{done}");
+    assert_eq!((cols[0], cols[2], cols[4]), ("1", "1", "print poster"));
+    assert_eq!(cols[5], "done\\n", "{done}");
+    let gone = q.ok(&["list", "--state", "cancelled"]);
+    assert!(gone.starts_with("2\t"), "{gone}");
+    assert!(gone.contains("old export"), "{gone}");
+    let dead = q.ok(&["list", "--state", "dead_letter"]);
+    assert!(dead.contains("command exited with code 3"), "{dead}");
+
+    // Pages: two of the backlog, then the rest from the offset given.
+    let out = q.run(&["list", "--limit", "2"]);
+    assert!(out.status.success());
+    let first = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(first.lines().count(), 2, "{first}");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(err.trim(), "more: --offset 2");
+    let rest = q.ok(&["list", "--offset", "2"]);
+    assert!(rest.starts_with("6\t"), "{rest}");
+
+    let v: serde_json::Value =
+        serde_json::from_str(&q.ok(&["list", "--state", "completed", "--json"])).unwrap();
+    let item = &v["items"][0];
+    assert_eq!(item["id"], 1);
+    assert_eq!(item["state"], "completed");
+    assert_eq!(item["result"], "done\n");
+    assert!(item["finished_at_ms"].as_u64().is_some(), "{v}");
+    assert!(item["claimed_at_ms"].as_u64().is_some(), "{v}");
+    assert_eq!(v["next_offset"], serde_json::Value::Null);
+
+    let bad = q.run(&["list", "--state", "failed"]);
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("dead_letter"), "{err}");
+}

@@ -170,6 +170,19 @@ async fn fill(served: &Served) -> u64 {
     )
     .await
     .unwrap();
+    // Finished and kept (SPEC 3, History): one acked with a result, one
+    // cancelled while it waited.
+    q.add(NewItem::new(b"print poster".to_vec())).await.unwrap();
+    let printed = q.claim(1, Duration::ZERO, ClaimFrom::All).await.unwrap();
+    q.ack_with_result(printed[0].receipt, b"printed 3 pages".to_vec())
+        .await
+        .unwrap();
+    let old = q
+        .add(NewItem::new(b"old export".to_vec()))
+        .await
+        .unwrap()
+        .id;
+    q.cancel(old).await.unwrap();
     q.pause("held").await.unwrap();
     q.add(NewItem::new(b"resize photo 1".to_vec()).flow("held"))
         .await
@@ -252,6 +265,23 @@ async fn the_page_shows_the_queue_and_acts_on_it() {
     assert!(row.contains("long job"), "{row}");
     until_text(&c, "#flows tr[data-flow=held] td.flow-state", "paused").await;
     shot(&c, "overview.png").await;
+
+    // The finished items kept: the acked one with its result, the
+    // cancelled one; neither has buttons.
+    assert_eq!(stats["completed"], 1, "{stats}");
+    assert_eq!(stats["cancelled"], 1, "{stats}");
+    click(&c, "#tabs button[data-state=completed]").await;
+    let row = text_of(&c, "#items tbody tr[data-state=completed]").await;
+    assert!(row.contains("print poster"), "{row}");
+    assert!(row.contains("printed 3 pages"), "{row}");
+    assert!(
+        c.find(Locator::Css("#items tbody tr[data-state=completed] button"))
+            .await
+            .is_err()
+    );
+    click(&c, "#tabs button[data-state=cancelled]").await;
+    let row = text_of(&c, "#items tbody tr[data-state=cancelled]").await;
+    assert!(row.contains("old export"), "{row}");
 
     // Dead letters: reason and a payload; redrive moves it back.
     click(&c, "#tabs button[data-state=dead_letter]").await;
