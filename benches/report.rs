@@ -157,6 +157,14 @@ const WORKLOADS: &[(&str, &str)] = &[
         "file MiB after 100 cycles",
         "file size after 100 churn cycles",
     ),
+    (
+        "redis namespace MiB after 1 cycles",
+        "redis namespace memory after 1 churn cycle",
+    ),
+    (
+        "redis namespace MiB after 10 cycles",
+        "redis namespace memory after 10 churn cycles",
+    ),
     ("rpc p50", "request-response round trip p50"),
     ("rpc p99", "request-response round trip p99"),
     (
@@ -199,9 +207,18 @@ const EMBEDDED_OTHERS: &[&str] = &[
     "sqlite-wal",
     "effectum",
     "tokio-sleep",
+    "no-history",
 ];
 /// `raw-zadd-pubsub` is the gateway's request-response pattern (benches/rpc.rs).
-const REDIS_OTHERS: &[&str] = &["raw-streams", "omniqueue", "tokio-sleep", "raw-zadd-pubsub"];
+/// `redis-no-history` (and `no-history` for a file): the same workload
+/// keeping no finished items (benches/churn.rs, benches/claim_ack.rs).
+const REDIS_OTHERS: &[&str] = &[
+    "raw-streams",
+    "omniqueue",
+    "tokio-sleep",
+    "raw-zadd-pubsub",
+    "redis-no-history",
+];
 /// The remote backend's rows compare it with the same queue in-process and
 /// with a SQLite table shared by two writer processes.
 const REMOTE: &str = "workjournal-remote";

@@ -118,6 +118,14 @@ impl Retention {
         ms(self.age)
     }
 
+    /// How many items past the count a state may hold before a finish
+    /// trims it back to the count (1/8 of the count, 16 to 4 096): the
+    /// trim then deletes a run of rows at once instead of one row per
+    /// finish. Reads show at most the count, so the slack is never seen.
+    pub(crate) fn slack(&self) -> u64 {
+        (self.count / 8).clamp(16, 4096)
+    }
+
     /// Whether an item that finished at `finished_ms` is still kept at
     /// `now_ms`.
     pub(crate) fn alive(&self, finished_ms: u64, now_ms: u64) -> bool {

@@ -1756,3 +1756,44 @@ async fn a_schema_7_fixture_migrates_to_schema_8_and_keeps_history() {
     assert_eq!((s.completed, s.cancelled), (1, 1));
     q.close().await.unwrap();
 }
+
+/// SPEC 3, History: the file holds at most the retention's count plus its
+/// slack (1/8 of the count, at least 16) of each state, however many
+/// items finish, and the history's tables stay consistent (audit).
+#[tokio::test]
+async fn the_history_tables_stay_within_count_and_slack() {
+    use workjournal::{ClaimFrom, Retention};
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let config = config(&clock)
+        .completed_retention(Retention::new(2, Duration::from_secs(3600)))
+        .cancelled_retention(Retention::new(2, Duration::from_secs(3600)));
+    let q = EmbeddedQueue::open(dir.path().join("q.redb"), config)
+        .await
+        .unwrap();
+    for round in 0..20 {
+        let mut ids = Vec::new();
+        for k in 0..8 {
+            let p = format!("{round}-{k}").into_bytes();
+            ids.push(q.add(NewItem::new(p)).await.unwrap().id);
+        }
+        let got = q.claim(6, Duration::ZERO, ClaimFrom::All).await.unwrap();
+        q.ack(got[0].receipt).await.unwrap();
+        q.ack_batch(got[1..].iter().map(|c| c.receipt).collect())
+            .await
+            .unwrap();
+        for id in &ids[6..] {
+            q.cancel(*id).await.unwrap();
+        }
+        clock.advance(Duration::from_millis(1));
+        let tables = q.dump_tables().await.unwrap();
+        for t in ["completed", "cancelled"] {
+            assert!(tables[t].len() <= 2 + 16, "{t}: {}", tables[t].len());
+        }
+        assert!(tables["history"].len() <= 2 * (2 + 16));
+        q.audit().await.unwrap();
+    }
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.completed, s.cancelled), (2, 2));
+    q.close().await.unwrap();
+}

@@ -42,6 +42,7 @@ async fn connect(url: &str, ns: &str, config: Config) -> RedisQueue {
 }
 
 workjournal::on_server_and_cluster!(
+    the_history_keys_stay_within_count_and_slack,
     two_handles_promoting_and_claiming_deliver_each_item_once,
     late_ack_from_a_reclaimed_handle_is_lease_lost,
     six_hundred_stale_claims_behind_four_hundred_fresh_are_all_reclaimed,
@@ -1895,5 +1896,72 @@ async fn a_layout_2_snapshot_migrates_to_layout_3_and_keeps_history() {
     );
     let s = q.stats().await.unwrap();
     assert_eq!((s.completed, s.cancelled), (1, 1));
+    q.close().await.unwrap();
+}
+
+/// SPEC 3, History on Redis: a namespace holds at most the retention's
+/// count plus its slack (1/8 of the count, at least 16) of each state's
+/// `{ns}:hist:<id>` hashes, indexed one for one by `{ns}:completed` and
+/// `{ns}:cancelled`, however many items finish.
+async fn the_history_keys_stay_within_count_and_slack(kind: RedisKind) {
+    use workjournal::Retention;
+    let url = shared_url(kind);
+    let ns = fresh_namespace();
+    let config = Config::default()
+        .completed_retention(Retention::new(2, Duration::from_secs(3600)))
+        .cancelled_retention(Retention::new(2, Duration::from_secs(3600)));
+    let q = connect(&url, &ns, config).await;
+    let mut conn = raw(&url).await;
+    for round in 0..20 {
+        let mut ids = Vec::new();
+        for k in 0..8 {
+            let p = format!("{round}-{k}").into_bytes();
+            ids.push(q.add(NewItem::new(p)).await.unwrap().id);
+        }
+        let got = q.claim(6, Duration::ZERO, ClaimFrom::All).await.unwrap();
+        q.ack(got[0].receipt).await.unwrap();
+        q.ack_batch(got[1..].iter().map(|c| c.receipt).collect())
+            .await
+            .unwrap();
+        for id in &ids[6..] {
+            q.cancel(*id).await.unwrap();
+        }
+        let mut kept = 0;
+        for state in ["completed", "cancelled"] {
+            let members: Vec<String> = redis::cmd("ZRANGE")
+                .arg(format!("{{{ns}}}:{state}"))
+                .arg(0)
+                .arg(-1)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            assert!(members.len() <= 2 + 16, "{state}: {}", members.len());
+            for m in &members {
+                let id: u64 = m.parse().unwrap();
+                let st: Option<String> = redis::cmd("HGET")
+                    .arg(format!("{{{ns}}}:hist:{id}"))
+                    .arg("st")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                assert_eq!(st.as_deref(), Some(state), "item {id}");
+            }
+            kept += members.len();
+        }
+        // No history hash outside the indexes: the ids of this namespace
+        // run from 1, so every hash kept is one of them.
+        let mut hashes = 0;
+        for id in 1..=ids[7] {
+            let n: u64 = redis::cmd("EXISTS")
+                .arg(format!("{{{ns}}}:hist:{id}"))
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            hashes += n;
+        }
+        assert_eq!(hashes, kept as u64);
+    }
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.completed, s.cancelled), (2, 2));
     q.close().await.unwrap();
 }

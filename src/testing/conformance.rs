@@ -306,6 +306,7 @@ macro_rules! conformance_case_list {
             cancelled_items_are_kept_waiting_or_running,
             history_keeps_the_newest_count_within_the_age,
             no_retention_keeps_no_finished_item,
+            history_shows_the_newest_count_through_many_finishes,
             back_off_keeps_the_longer_hold,
             schedule_fires_each_slot_exactly_once,
             concurrent_firers_make_one_item_per_slot,

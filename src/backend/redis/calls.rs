@@ -110,7 +110,7 @@ impl RedisQueue {
     }
 
     /// The retention of completed (`completed`) or cancelled items as the
-    /// scripts read it: `<count>:<age ms>` (SPEC 3, History).
+    /// scripts read it: `<count>:<age ms>:<slack>` (SPEC 3, History).
     pub(super) fn retention_arg(&self, completed: bool) -> Vec<u8> {
         let c = &self.inner.config;
         let r = if completed {

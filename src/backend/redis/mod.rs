@@ -188,13 +188,14 @@ fn n_arg(n: usize) -> Vec<u8> {
     (n as u64).min(MAX_LUA_MS).to_string().into_bytes()
 }
 
-/// A retention as the scripts read it, `<count>:<age ms>` (SPEC 3,
-/// History), the age clamped as [`n_arg`] clamps counts.
+/// A retention as the scripts read it, `<count>:<age ms>:<slack>` (SPEC
+/// 3, History), the age clamped as [`n_arg`] clamps counts.
 fn retention_text(r: crate::config::Retention) -> String {
     format!(
-        "{}:{}",
+        "{}:{}:{}",
         r.count().min(MAX_LUA_MS),
-        r.age_ms().min(MAX_LUA_MS)
+        r.age_ms().min(MAX_LUA_MS),
+        r.slack()
     )
 }
 

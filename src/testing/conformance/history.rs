@@ -227,3 +227,46 @@ pub async fn no_retention_keeps_no_finished_item(f: &dyn Factory) {
     assert!(e.q.outcome(a).await.unwrap().is_some());
     assert!(e.q.outcome(b).await.unwrap().is_some());
 }
+
+/// Many finishes past the count (by `ack`, `ack_batch` and `cancel`):
+/// reads show exactly the newest `count` of each state at every step,
+/// whatever the store holds between its trims.
+pub async fn history_shows_the_newest_count_through_many_finishes(f: &dyn Factory) {
+    let config = Config::default()
+        .completed_retention(Retention::new(3, Duration::from_secs(3600)))
+        .cancelled_retention(Retention::new(2, Duration::from_secs(3600)));
+    let e = env_with(f, config).await;
+    let mut acked = Vec::new();
+    let mut cancelled = Vec::new();
+    for round in 0..12u64 {
+        let mut added = Vec::new();
+        for k in 0..6 {
+            added.push(
+                e.q.add(in_flow(&format!("i{round}-{k}"), "h"))
+                    .await
+                    .unwrap()
+                    .id,
+            );
+        }
+        let got = claim(&e.q, 4).await;
+        e.q.ack(got[0].receipt).await.unwrap();
+        e.q.ack_batch(got[1..].iter().map(|c| c.receipt).collect())
+            .await
+            .unwrap();
+        acked.extend(got.iter().map(|c| c.item.id));
+        for id in &added[4..] {
+            e.q.cancel(*id).await.unwrap();
+            cancelled.push(*id);
+        }
+        e.clock.advance(Duration::from_millis(1));
+        let mut newest: Vec<u64> = acked.iter().rev().take(3).copied().collect();
+        // One batch finishes at one time: by id, highest first.
+        newest.sort_unstable_by(|a, b| b.cmp(a));
+        assert_eq!(ids(&finished(&e.q, ItemState::Completed).await), newest);
+        let newest: Vec<u64> = cancelled.iter().rev().take(2).copied().collect();
+        assert_eq!(ids(&finished(&e.q, ItemState::Cancelled).await), newest);
+        let s = e.q.stats().await.unwrap();
+        assert_eq!((s.completed, s.cancelled), (3, 2));
+        assert_eq!(e.q.find(acked[0]).await.unwrap(), None);
+    }
+}

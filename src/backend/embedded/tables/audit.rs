@@ -49,7 +49,8 @@ impl Tables<'_> {
 
     /// SPEC 3, History: the `completed` and `cancelled` indexes are the
     /// history records, each record in the index of its state at its
-    /// finish time, each holding at most the retention's count, and no
+    /// finish time, each holding at most the retention's count and its
+    /// slack, and no
     /// finished item is in a state (`located`).
     fn audit_history(&self, located: &BTreeMap<u64, ItemState>) -> Result<()> {
         let what = "scan history";
@@ -71,10 +72,11 @@ impl Tables<'_> {
             } else {
                 self.limits.cancelled_retention
             };
-            if n > cap.count() {
+            if n > cap.count().saturating_add(cap.slack()) {
                 return Err(Error::corrupt(format!(
-                    "history keeps {n} items of a state whose retention keeps {}",
-                    cap.count()
+                    "history keeps {n} items of a state whose retention keeps {} (slack {})",
+                    cap.count(),
+                    cap.slack()
                 )));
             }
         }

@@ -27,7 +27,7 @@ use crate::item::{Claimed, Lane, Receipt};
 const BATCHED_FROM: usize = 2;
 /// A range pass is taken when the batch's keys span at most this many
 /// times as many ids as the batch holds.
-const SPREAD: u64 = 4;
+pub(super) const SPREAD: u64 = 4;
 
 /// The ids an ack run stands for, from its first (the bits of a `u64`).
 pub(super) const RUN_IDS: u64 = 64;
@@ -41,7 +41,7 @@ pub(super) const RUN_IDS: u64 = 64;
 /// and serialising a tuple key to compare its bytes allocated twice per
 /// row, 7% of an `add_batch`. Only the table's last key is compared as
 /// bytes.
-fn put_run<'r, K, V>(
+pub(super) fn put_run<'r, K, V>(
     table: &mut redb::Table<'_, K, V>,
     rows: &[(K::SelfType<'r>, V::SelfType<'r>)],
     what: &str,
@@ -85,7 +85,7 @@ where
 }
 
 /// [`put_run`] for a table of encoded records keyed by id.
-fn put_encoded(
+pub(super) fn put_encoded(
     table: &mut redb::Table<'_, u64, &'static [u8]>,
     rows: &[(u64, Vec<u8>)],
     what: &str,
@@ -229,10 +229,20 @@ impl Tables<'_> {
         let ids: Vec<u64> = acked.iter().map(|(id, _)| *id).collect();
         // SPEC 3, History: the acked items are kept before their records
         // go; of one batch only the newest `count` (the highest ids) can
-        // stay.
-        let keep = usize::try_from(self.limits.completed_retention.count()).unwrap_or(usize::MAX);
-        for (id, lease) in &acked[acked.len().saturating_sub(keep)..] {
-            self.keep_finished_pending(*id, lease, Some(&[]), now)?;
+        // stay. Their records are read in one pass, as a claim reads them.
+        let retention = self.limits.completed_retention;
+        if retention.keeps() {
+            let keep = usize::try_from(retention.count()).unwrap_or(usize::MAX);
+            let kept = &acked[acked.len().saturating_sub(keep)..];
+            let kept_ids: Vec<u64> = kept.iter().map(|(id, _)| *id).collect();
+            let mut rows = Vec::with_capacity(kept.len());
+            for ((id, lease), mut rec) in kept.iter().zip(self.records_of(&kept_ids)?) {
+                rec.deliveries = lease.deliveries;
+                rows.push(self.history_row(*id, rec, Some(lease.claimed_at_ms), Some(&[]), now)?);
+            }
+            self.keep_many(true, &rows, now)?;
+        } else {
+            self.trim_history(true, now)?;
         }
         // With flow limits, how many of the batch each flow had, read from
         // the item records as they are deleted.

@@ -4,6 +4,7 @@
 
 use redb::{ReadableTable, ReadableTableMetadata};
 
+use super::batches::{SPREAD, put_encoded, put_run};
 use super::{Ctx, Tables};
 use crate::backend::embedded::codec::{self, HistoryRecord, ItemRecord, LeaseRecord};
 use crate::browse::{ItemState, ListedItem};
@@ -20,12 +21,70 @@ impl Tables<'_> {
         }
     }
 
-    /// Keep item `id`, finishing at `now` with `rec` (its delivery count
-    /// the last lease's) and its payload still in place: completed with
-    /// `result`, or cancelled when `result` is `None`; `claimed_at_ms` is
-    /// the claim of its last delivery. Then trim the state (see
-    /// [`Tables::trim_history`]). Call before the item's record and
-    /// payload are deleted.
+    /// The history record of item `id`, finishing at `now` with `rec` (its
+    /// delivery count the last lease's) and its payload still in place:
+    /// completed with `result`, or cancelled when `result` is `None`;
+    /// `claimed_at_ms` is the claim of its last delivery. Encoded, for
+    /// [`Tables::keep_many`].
+    ///
+    /// # Errors
+    ///
+    /// Storage failures reading a payload; `Decode` never (encoding only).
+    pub(super) fn history_row(
+        &self,
+        id: u64,
+        rec: ItemRecord,
+        claimed_at_ms: Option<u64>,
+        result: Option<&[u8]>,
+        now: u64,
+    ) -> Result<(u64, Vec<u8>)> {
+        let payload = self.payload(id, &rec)?;
+        let h = HistoryRecord {
+            flow: rec.flow,
+            enqueued_at_ms: rec.enqueued_at_ms,
+            not_before_ms: rec.not_before_ms,
+            deliveries: rec.deliveries,
+            priority: rec.priority,
+            cost: rec.cost,
+            payload,
+            result: result.map(<[u8]>::to_vec),
+            claimed_at_ms,
+            finished_at_ms: now,
+        };
+        Ok((id, codec::encode(&h)?))
+    }
+
+    /// Keep the finished items `rows` (from [`Tables::history_row`], by
+    /// ascending id, all finishing `now`) in the completed or the cancelled
+    /// state, then trim that state ([`Tables::trim_history`]). New ids at
+    /// the tables' ends are appended through one cursor each.
+    ///
+    /// # Errors
+    ///
+    /// Storage failures.
+    pub(super) fn keep_many(
+        &mut self,
+        completed: bool,
+        rows: &[(u64, Vec<u8>)],
+        now: u64,
+    ) -> Result<()> {
+        if !rows.is_empty() {
+            put_encoded(self.history_mut()?, rows, "write history")?;
+            let index: Vec<((u64, u64), ())> =
+                rows.iter().map(|(id, _)| ((now, *id), ())).collect();
+            if completed {
+                put_run(self.completed_mut()?, &index, "write completed index")?;
+            } else {
+                put_run(self.cancelled_mut()?, &index, "write cancelled index")?;
+            }
+        }
+        self.trim_history(completed, now)
+    }
+
+    /// Keep item `id`, finishing now with `rec` and its payload still in
+    /// place, if its state's retention keeps any (see
+    /// [`Tables::history_row`]); trim the state either way. Call before the
+    /// item's record and payload are deleted.
     ///
     /// # Errors
     ///
@@ -39,34 +98,11 @@ impl Tables<'_> {
         now: u64,
     ) -> Result<()> {
         let completed = result.is_some();
-        if self.retention_of(completed).keeps() {
-            let payload = self.payload(id, &rec)?;
-            let h = HistoryRecord {
-                flow: rec.flow,
-                enqueued_at_ms: rec.enqueued_at_ms,
-                not_before_ms: rec.not_before_ms,
-                deliveries: rec.deliveries,
-                priority: rec.priority,
-                cost: rec.cost,
-                payload,
-                result: result.map(<[u8]>::to_vec),
-                claimed_at_ms,
-                finished_at_ms: now,
-            };
-            self.history_mut()?
-                .insert(id, codec::encode(&h)?.as_slice())
-                .ctx("write history")?;
-            if completed {
-                self.completed_mut()?
-                    .insert((now, id), ())
-                    .ctx("write completed index")?;
-            } else {
-                self.cancelled_mut()?
-                    .insert((now, id), ())
-                    .ctx("write cancelled index")?;
-            }
+        if !self.retention_of(completed).keeps() {
+            return self.trim_history(completed, now);
         }
-        self.trim_history(completed, now)
+        let row = self.history_row(id, rec, claimed_at_ms, result, now)?;
+        self.keep_many(completed, &[row], now)
     }
 
     /// Keep the pending item `id` that `lease` held, finishing now (see
@@ -89,10 +125,12 @@ impl Tables<'_> {
         self.keep_finished(id, rec, Some(lease.claimed_at_ms), result, now)
     }
 
-    /// Drop the oldest finished items of one state while they are past the
-    /// retention's age or more than its count (SPEC 3, History). Each
-    /// finish adds at most one, so this deletes what became too old since
-    /// the state's last finish, and at most one more.
+    /// Drop the oldest finished items of one state that are past the
+    /// retention's age, and the oldest past its count, once the state's
+    /// oldest item is past the age or the state holds more than the count
+    /// plus its slack (`Retention::slack`): a run of rows leaves in one pass
+    /// of each table. Reads show at most the count and nothing past the
+    /// age, so what waits for the next trim is never seen.
     ///
     /// # Errors
     ///
@@ -100,33 +138,75 @@ impl Tables<'_> {
     pub(super) fn trim_history(&mut self, completed: bool, now: u64) -> Result<()> {
         let retention = self.retention_of(completed);
         let what = "trim history";
-        loop {
-            let (first, len) = if completed {
-                let t = self.completed()?;
-                (
-                    t.first().ctx(what)?.map(|(k, _)| k.value()),
-                    t.len().ctx(what)?,
-                )
-            } else {
-                let t = self.cancelled()?;
-                (
-                    t.first().ctx(what)?.map(|(k, _)| k.value()),
-                    t.len().ctx(what)?,
-                )
-            };
-            let Some((at, id)) = first else {
-                return Ok(());
-            };
-            if retention.alive(at, now) && len <= retention.count() {
-                return Ok(());
-            }
-            if completed {
-                self.completed_mut()?.remove((at, id)).ctx(what)?;
-            } else {
-                self.cancelled_mut()?.remove((at, id)).ctx(what)?;
-            }
-            self.history_mut()?.remove(id).ctx(what)?;
+        let (first, len) = if completed {
+            let t = self.completed()?;
+            (
+                t.first().ctx(what)?.map(|(k, _)| k.value()),
+                t.len().ctx(what)?,
+            )
+        } else {
+            let t = self.cancelled()?;
+            (
+                t.first().ctx(what)?.map(|(k, _)| k.value()),
+                t.len().ctx(what)?,
+            )
+        };
+        let Some((oldest, _)) = first else {
+            return Ok(());
+        };
+        if retention.alive(oldest, now)
+            && len <= retention.count().saturating_add(retention.slack())
+        {
+            return Ok(());
         }
+        // The keys to drop are a prefix of the index: past the count, and
+        // past the age (sorted by finish time).
+        let excess = len.saturating_sub(retention.count());
+        let mut gone: Vec<(u64, u64)> = Vec::new();
+        {
+            let rows = if completed {
+                self.completed()?.iter().ctx(what)?
+            } else {
+                self.cancelled()?.iter().ctx(what)?
+            };
+            for row in rows {
+                let key = row.ctx(what)?.0.value();
+                if (gone.len() as u64) < excess || !retention.alive(key.0, now) {
+                    gone.push(key);
+                } else {
+                    break;
+                }
+            }
+        }
+        let Some(&last) = gone.last() else {
+            return Ok(());
+        };
+        let prefix = (0u64, 0u64)..=last;
+        if completed {
+            self.completed_mut()?
+                .retain_in(prefix, |_, ()| false)
+                .ctx(what)?;
+        } else {
+            self.cancelled_mut()?
+                .retain_in(prefix, |_, ()| false)
+                .ctx(what)?;
+        }
+        let mut ids: Vec<u64> = gone.iter().map(|(_, id)| *id).collect();
+        ids.sort_unstable();
+        let (Some(&lo), Some(&hi)) = (ids.first(), ids.last()) else {
+            return Ok(());
+        };
+        let table = self.history_mut()?;
+        if hi - lo < (ids.len() as u64).saturating_mul(SPREAD) {
+            table
+                .retain_in(lo..=hi, |id, _| ids.binary_search(&id).is_err())
+                .ctx(what)?;
+        } else {
+            for id in ids {
+                table.remove(id).ctx(what)?;
+            }
+        }
+        Ok(())
     }
 
     /// The ids of the finished items of `state` shown at `now`, newest

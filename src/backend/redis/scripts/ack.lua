@@ -1,5 +1,5 @@
 -- ack / ack_batch / ack_with_result. ARGV: now, result_ttl, the completed
--- retention `<count>:<age ms>` (SPEC 3, History), then id, lease, result
+-- retention `<count>:<age ms>:<slack>` (SPEC 3, History), then id, lease, result
 -- triples. Returns how many were acked (lost receipts, and repeats
 -- of one receipt, are skipped).
 -- The receipts are checked against the leases index with one HMGET for
@@ -63,19 +63,27 @@ if n > 0 then
   call_chunked('HDEL', K_LEASES, acked)
   -- SPEC 3, History: the newest `count` acked items (the highest ids:
   -- they all finish now) are kept before the rest go.
-  local hc, ha = retention(ARGV[3])
+  -- The kept hash keeps its claim time `ca` (the last delivery's); its
+  -- lease fields stay as the claim left them, unread.
+  local hc, ha, hs = retention(ARGV[3])
   if hc > 0 and ha > 0 then
     local order = {}
-    for j, r in ipairs(results) do order[j] = j end
+    for j, _ in ipairs(results) do order[j] = j end
     if #order > hc then
       table.sort(order, function(a, b) return tonumber(results[a][1]) < tonumber(results[b][1]) end)
     end
+    local index = {}
+    local at = fmt(now)
     for j = math.max(1, #order - hc + 1), #order do
       local r = results[order[j]]
-      keep_finished(r[1], 'completed', r[2], now, redis.call('HGET', item_key(r[1]), 'ca'))
+      if keep_finished(r[1], 'completed', r[2], now) then
+        index[#index + 1] = at
+        index[#index + 1] = r[3]
+      end
     end
+    call_chunked('ZADD', history_zset('completed'), index)
   end
-  trim_history('completed', now, hc, ha)
+  trim_history('completed', now, hc, ha, hs)
   del_chunked(dels)
   prune_outcomes(now)
   finish_all(results, 'done', now, ARGV[2])

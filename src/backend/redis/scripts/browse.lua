@@ -1,6 +1,6 @@
 -- SPEC 12.1, read only. ARGV: now, op, then
 --   list: state, offset, budget, limit, needle ("" for none), the state's
---         retention `<count>:<age ms>` (completed and cancelled only);
+--         retention `<count>:<age ms>:<slack>` (completed and cancelled only);
 --         returns {ended (0/1), looked, {row...}}
 --   find: id, the completed and the cancelled retention; returns {row} or
 --         {}

@@ -1,6 +1,6 @@
 -- SPEC 3, Cancelling: the holder's side of a cancel mark. ARGV: now, op.
 -- end (ARGV[3] result_ttl, ARGV[4] the cancelled retention
---   `<count>:<age ms>`, then id, lease pairs): end each item that is
+--   `<count>:<age ms>:<slack>`, then id, lease pairs): end each item that is
 --   pending under that lease with the mark `cx` (its holder's call was
 --   answered as lost): out of pending, gone, its outcome `cancelled`.
 --   Returns the ids ended.

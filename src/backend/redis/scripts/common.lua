@@ -578,53 +578,56 @@ end
 -- and `ca` (the claim of its last delivery, if it ran); the sorted sets
 -- `{ns}:completed` and `{ns}:cancelled` index them by `fin`, members
 -- padded ids. A retention comes from Rust as one argument
--- `<count>:<age ms>`.
+-- `<count>:<age ms>:<slack>` (the slack: how far past the count a state
+-- may grow before a finish trims it back, so that trims come in runs).
 local function hist_key(id) return P .. 'hist:' .. id end
 local function history_zset(state) return P .. state end
 local function retention(s)
-  local i = string.find(s or '', ':', 1, true)
-  if not i then return 0, 0 end
-  return tonumber(string.sub(s, 1, i - 1)) or 0, tonumber(string.sub(s, i + 1)) or 0
+  local parts = {}
+  for p in string.gmatch(s or '', '[^:]+') do parts[#parts + 1] = tonumber(p) or 0 end
+  return parts[1] or 0, parts[2] or 0, parts[3] or 0
 end
 
--- Keep item `id` (its hash whole) as finished in `state` at `now`, with
--- result `res` (completed; nil for cancelled) and last claim `ca` (nil or
--- '' for none). The caller has checked that the retention keeps any, and
--- trims after (`trim_history`).
-local function keep_finished(id, state, res, now, ca)
-  if redis.call('EXISTS', item_key(id)) == 0 then return end
+-- Keep item `id` as finished in `state` at `now`: its hash renamed (the
+-- payload is not copied), with result `res` (completed; nil for
+-- cancelled). The caller has checked that the retention keeps any, adds
+-- the index entries (ZADD of `now`, padded id) for all it kept in one
+-- call, and trims after (`trim_history`). A hash that is gone (keys
+-- changed by hand) is skipped: returns false.
+local function keep_finished(id, state, res, now)
   local h = hist_key(id)
-  redis.call('RENAME', item_key(id), h)
-  redis.call('HDEL', h, 'ls', 'owner', 'lane', 'cx', 'hl', 'reason', 'failed', 'ca')
+  local moved = redis.pcall('RENAME', item_key(id), h)
+  if type(moved) == 'table' and moved.err then return false end
   local f = { 'st', state, 'fin', fmt(now) }
-  if ca and ca ~= '' then
-    f[#f + 1] = 'ca'
-    f[#f + 1] = ca
-  end
   if res then
     f[#f + 1] = 'res'
     f[#f + 1] = res
   end
   redis.call('HSET', h, unpack(f))
-  redis.call('ZADD', history_zset(state), fmt(now), pad(id))
+  return true
 end
 
 -- How many finished items of `state` reads show at `now` under the
 -- retention `count`, `age`: those that finished less than `age` ago, at
 -- most `count` of them (the newest).
-local function history_shown(state, now, count, age)
+local function history_shown(state, now, count, age, _slack)
   if count <= 0 or age <= 0 then return 0 end
   local n = redis.call('ZCOUNT', history_zset(state), '(' .. fmt(now - age), '+inf')
   return math.min(n, count)
 end
 
 -- Drop the oldest finished items of `state` past the retention's age, then
--- past its count, at most PRUNE_LIMIT of each a call (reads hide the rest
--- until the next finish trims them).
-local function trim_history(state, now, count, age)
+-- past its count, once the oldest is past the age or the state holds more
+-- than the count plus the slack; at most PRUNE_LIMIT of each a call (reads
+-- hide the rest until a later finish trims them).
+local function trim_history(state, now, count, age, slack)
   local z = history_zset(state)
+  local n = redis.call('ZCARD', z)
+  if n == 0 then return end
+  local oldest = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
+  if n <= count + (slack or 0) and tonumber(oldest[2]) > now - age then return end
   local gone = redis.call('ZRANGEBYSCORE', z, '-inf', fmt(now - age), 'LIMIT', 0, PRUNE_LIMIT)
-  local excess = math.min(redis.call('ZCARD', z) - #gone - count, PRUNE_LIMIT)
+  local excess = math.min(n - #gone - count, PRUNE_LIMIT)
   if excess > 0 then
     local more = redis.call('ZRANGE', z, #gone, #gone + excess - 1)
     for _, m in ipairs(more) do gone[#gone + 1] = m end
@@ -640,12 +643,17 @@ end
 -- gone, kept by the cancelled retention `hist` (SPEC 3, History); the
 -- caller keeps its outcome (`finish_all` of kind `cancelled`).
 local function end_cancelled(id, now, hist)
-  local hc, ha = retention(hist)
+  local hc, ha, hs = retention(hist)
   local ca = redis.call('HGET', item_key(id), 'ca')
   release(id, now)
-  if hc > 0 and ha > 0 then keep_finished(id, 'cancelled', nil, now, ca) end
+  if hc > 0 and ha > 0 and keep_finished(id, 'cancelled', nil, now) then
+    -- `release` dropped the claim time: the last delivery's, kept.
+    if ca then redis.call('HSET', hist_key(id), 'ca', ca) end
+    redis.call('HDEL', hist_key(id), 'cx')
+    redis.call('ZADD', history_zset('cancelled'), fmt(now), pad(id))
+  end
   redis.call('DEL', item_key(id))
-  trim_history('cancelled', now, hc, ha)
+  trim_history('cancelled', now, hc, ha, hs)
 end
 
 local function park_item(id, flow)

@@ -11,7 +11,7 @@
 --   as with a purge; a dedup key is left to expire. Returns 1 removed, 0
 --   when no item is `id`, IS_PENDING (nothing changes) for a pending item.
 -- cancel (SPEC 3, Cancelling; ARGV[4] result_ttl, ARGV[5] the cancelled
---   retention `<count>:<age ms>`): a waiting item leaves its state as with
+--   retention `<count>:<age ms>:<slack>`): a waiting item leaves its state as with
 --   remove and ends as cancelled (its outcome kept for result_ttl; its
 --   progress and chunks live as long; the item kept by the retention,
 --   SPEC 3, History). A pending item gets
@@ -231,10 +231,13 @@ if not found then
   end
 end
 if op == 'cancel' then
-  local hc, ha = retention(ARGV[5])
-  if hc > 0 and ha > 0 then keep_finished(id, 'cancelled', nil, now, nil) end
+  local hc, ha, hs = retention(ARGV[5])
+  if hc > 0 and ha > 0 and keep_finished(id, 'cancelled', nil, now) then
+    redis.call('HDEL', hist_key(id), 'ca', 'lane', 'hl')
+    redis.call('ZADD', history_zset('cancelled'), fmt(now), pad(id))
+  end
   redis.call('DEL', k)
-  trim_history('cancelled', now, hc, ha)
+  trim_history('cancelled', now, hc, ha, hs)
   prune_outcomes(now)
   finish(id, 'cancelled', '', now, ARGV[4])
   return ENDED

@@ -1,5 +1,5 @@
 -- reclaim. ARGV: now, consumer, min_idle_ms, count, max_deliveries,
--- dead_letter_cap, result_ttl, the cancelled retention `<count>:<age ms>`
+-- dead_letter_cap, result_ttl, the cancelled retention `<count>:<age ms>:<slack>`
 -- (SPEC 3, History). Oldest claim first by (claimed_at, id): the pending set's
 -- score is claimed_at and its members are padded ids, so its order is
 -- exactly that, and every stale item is reached however many fresh ones

@@ -1,6 +1,6 @@
 -- stats, read only: writes nothing, so it runs on a read-only replica too
 -- (`clock_view`, SPEC 3, Clock steps). ARGV: now, then the completed and
--- the cancelled retention `<count>:<age ms>`. Returns {backlog, due,
+-- the cancelled retention `<count>:<age ms>:<slack>`. Returns {backlog, due,
 -- pending, delayed, parked, dead, oldest last touch or "", now, dead
 -- letters dropped past the cap, limited, oldest claim or "", completed,
 -- cancelled} (the finished items reads show, SPEC 3, History). Held items
