@@ -229,12 +229,13 @@ pub(crate) struct OutcomeRecord {
 }
 
 /// A finished item kept by its state's retention (SPEC 3, History;
-/// schema 8, record version 1): the item as it finished (its delivery
-/// count the last lease's), the ack's result (`Some`) for a completed item
-/// or `None` for a cancelled one, the claim of its last delivery and when
-/// it finished.
+/// schema 8): the item as it finished (its delivery count the last
+/// lease's), the ack's result (`Some`) for a completed item or `None` for
+/// a cancelled one, and the claim of its last delivery. Its finish time is
+/// its run's ([`HistoryRun`]).
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
 pub(crate) struct HistoryRecord {
+    pub(crate) id: u64,
     pub(crate) flow: String,
     pub(crate) enqueued_at_ms: u64,
     pub(crate) not_before_ms: Option<u64>,
@@ -244,7 +245,56 @@ pub(crate) struct HistoryRecord {
     pub(crate) payload: Vec<u8>,
     pub(crate) result: Option<Vec<u8>>,
     pub(crate) claimed_at_ms: Option<u64>,
-    pub(crate) finished_at_ms: u64,
+}
+
+/// The bytes before a history run's records: how many it holds and its
+/// last (highest) id, each u64 little endian, so that a read can skip or
+/// count a run without decoding it.
+pub(crate) const HISTORY_RUN_HEADER: usize = 16;
+
+/// Encode a run of finished items (ascending ids, one finish time): the
+/// header ([`HISTORY_RUN_HEADER`]) and the records (record version 1).
+///
+/// # Errors
+///
+/// As [`encode`].
+pub(crate) fn encode_history_run(records: &[HistoryRecord]) -> Result<Vec<u8>> {
+    let body = encode(&records)?;
+    let last = records.last().map_or(0, |r| r.id);
+    let mut out = Vec::with_capacity(HISTORY_RUN_HEADER + body.len());
+    out.extend_from_slice(&(records.len() as u64).to_le_bytes());
+    out.extend_from_slice(&last.to_le_bytes());
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+/// A history run's header: (items, last id).
+///
+/// # Errors
+///
+/// `Decode` for a value shorter than the header.
+pub(crate) fn history_run_header(what: impl Display, bytes: &[u8]) -> Result<(u64, u64)> {
+    let word = |at: usize| -> Option<u64> {
+        let b: [u8; 8] = bytes.get(at..at + 8)?.try_into().ok()?;
+        Some(u64::from_le_bytes(b))
+    };
+    match (word(0), word(8)) {
+        (Some(n), Some(last)) => Ok((n, last)),
+        _ => Err(Error::Decode {
+            what: what.to_string(),
+            detail: format!("a history run of {} bytes has no header", bytes.len()),
+        }),
+    }
+}
+
+/// A history run's records.
+///
+/// # Errors
+///
+/// As [`history_run_header`] and [`decode`].
+pub(crate) fn decode_history_run(what: impl Display, bytes: &[u8]) -> Result<Vec<HistoryRecord>> {
+    history_run_header(&what, bytes)?;
+    decode(what, bytes.get(HISTORY_RUN_HEADER..).unwrap_or_default())
 }
 
 pub(crate) fn lane_to_u8(lane: Lane) -> u8 {

@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use redb::{ReadableTable, ReadableTableMetadata, TableHandle};
 
 use super::{
-    Ctx, DEFERRED_RECORDS, ITEMS, META, ORPHANS, PAYLOADS, REDO_AT_KEY, REDO_LOG_KEY, Tables,
-    VERIFIED_AT_KEY,
+    CANCELLED_KEPT, COMPLETED_KEPT, Ctx, DEFERRED_RECORDS, ITEMS, META, ORPHANS, PAYLOADS,
+    REDO_AT_KEY, REDO_LOG_KEY, Tables, VERIFIED_AT_KEY,
 };
 use crate::backend::embedded::codec::{self, DeadRecord};
 use crate::browse::ItemState;
@@ -47,56 +47,45 @@ impl Tables<'_> {
         Ok(())
     }
 
-    /// SPEC 3, History: the `completed` and `cancelled` indexes are the
-    /// history records, each record in the index of its state at its
-    /// finish time, each holding at most the retention's count and its
-    /// slack, and no
-    /// finished item is in a state (`located`).
+    /// SPEC 3, History: every run agrees with its header, the counters
+    /// are the runs' items, each state holds at most the retention's count,
+    /// its slack and one run of 64 (a trim drops whole runs), no item is kept
+    /// twice, and no kept item is in a state (`located`).
     fn audit_history(&self, located: &BTreeMap<u64, ItemState>) -> Result<()> {
-        let what = "scan history";
-        let mut indexed: BTreeMap<u64, (bool, u64)> = BTreeMap::new();
-        for (completed, rows) in [
-            (true, self.completed()?.iter().ctx(what)?),
-            (false, self.cancelled()?.iter().ctx(what)?),
-        ] {
-            let mut n = 0u64;
-            for row in rows {
-                let (at, id) = row.ctx(what)?.0.value();
-                if indexed.insert(id, (completed, at)).is_some() {
-                    return Err(Error::corrupt(format!("history names item {id} twice")));
-                }
-                n += 1;
+        let mut seen = BTreeSet::new();
+        let mut kept = [0u64, 0u64];
+        for (completed, _, r) in self.history_all()? {
+            if !seen.insert(r.id) {
+                return Err(Error::corrupt(format!("history keeps item {} twice", r.id)));
             }
-            let cap = if completed {
+            if let Some(at) = located.get(&r.id) {
+                return Err(Error::corrupt(format!(
+                    "finished item {} is also {at:?}",
+                    r.id
+                )));
+            }
+            kept[usize::from(completed)] += 1;
+        }
+        for (completed, key) in [(false, CANCELLED_KEPT), (true, COMPLETED_KEPT)] {
+            let n = kept[usize::from(completed)];
+            if self.counter(key, 0)? != n {
+                return Err(Error::corrupt(format!(
+                    "{key} is {}, the runs hold {n}",
+                    self.counter(key, 0)?
+                )));
+            }
+            let r = if completed {
                 self.limits.completed_retention
             } else {
                 self.limits.cancelled_retention
             };
-            if n > cap.count().saturating_add(cap.slack()) {
+            let bound = r.count().saturating_add(r.slack()).saturating_add(64);
+            if n > bound {
                 return Err(Error::corrupt(format!(
-                    "history keeps {n} items of a state whose retention keeps {} (slack {})",
-                    cap.count(),
-                    cap.slack()
+                    "history keeps {n} items of a state whose retention keeps {} (bound {bound})",
+                    r.count()
                 )));
             }
-        }
-        let mut records = 0u64;
-        for entry in self.history()?.iter().ctx(what)? {
-            let (k, v) = entry.ctx(what)?;
-            let id = k.value();
-            let h: codec::HistoryRecord = codec::decode(format_args!("history[{id}]"), v.value())?;
-            if indexed.get(&id) != Some(&(h.result.is_some(), h.finished_at_ms)) {
-                return Err(Error::corrupt(format!(
-                    "history record {id} is not in its state's index"
-                )));
-            }
-            if let Some(at) = located.get(&id) {
-                return Err(Error::corrupt(format!("finished item {id} is also {at:?}")));
-            }
-            records += 1;
-        }
-        if records != indexed.len() as u64 {
-            return Err(Error::corrupt("a history index names no record"));
         }
         Ok(())
     }

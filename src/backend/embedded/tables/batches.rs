@@ -27,7 +27,7 @@ use crate::item::{Claimed, Lane, Receipt};
 const BATCHED_FROM: usize = 2;
 /// A range pass is taken when the batch's keys span at most this many
 /// times as many ids as the batch holds.
-pub(super) const SPREAD: u64 = 4;
+const SPREAD: u64 = 4;
 
 /// The ids an ack run stands for, from its first (the bits of a `u64`).
 pub(super) const RUN_IDS: u64 = 64;
@@ -41,7 +41,7 @@ pub(super) const RUN_IDS: u64 = 64;
 /// and serialising a tuple key to compare its bytes allocated twice per
 /// row, 7% of an `add_batch`. Only the table's last key is compared as
 /// bytes.
-pub(super) fn put_run<'r, K, V>(
+fn put_run<'r, K, V>(
     table: &mut redb::Table<'_, K, V>,
     rows: &[(K::SelfType<'r>, V::SelfType<'r>)],
     what: &str,
@@ -85,7 +85,7 @@ where
 }
 
 /// [`put_run`] for a table of encoded records keyed by id.
-pub(super) fn put_encoded(
+fn put_encoded(
     table: &mut redb::Table<'_, u64, &'static [u8]>,
     rows: &[(u64, Vec<u8>)],
     what: &str,
@@ -235,12 +235,17 @@ impl Tables<'_> {
             let keep = usize::try_from(retention.count()).unwrap_or(usize::MAX);
             let kept = &acked[acked.len().saturating_sub(keep)..];
             let kept_ids: Vec<u64> = kept.iter().map(|(id, _)| *id).collect();
-            let mut rows = Vec::with_capacity(kept.len());
+            let mut records = Vec::with_capacity(kept.len());
             for ((id, lease), mut rec) in kept.iter().zip(self.records_of(&kept_ids)?) {
                 rec.deliveries = lease.deliveries;
-                rows.push(self.history_row(*id, rec, Some(lease.claimed_at_ms), Some(&[]), now)?);
+                records.push(self.history_record(
+                    *id,
+                    rec,
+                    Some(lease.claimed_at_ms),
+                    Some(&[]),
+                )?);
             }
-            self.keep_many(true, &rows, now)?;
+            self.keep_many(true, &records, now)?;
         } else {
             self.trim_history(true, now)?;
         }

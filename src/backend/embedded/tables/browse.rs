@@ -100,8 +100,10 @@ impl Tables<'_> {
                 }))
             }
             ItemState::Completed | ItemState::Cancelled => {
-                let ids = self.history_ids(query.state, now)?.skip(skip);
-                pager.fill(ids.map(|id| self.history_item(id?)))
+                // At most a page's budget of positions is read.
+                let take = query.budget() as u64;
+                let items = self.history_page(query.state, now, query.offset, take)?;
+                pager.fill(items.into_iter().map(|l| Ok(Some(l))))
             }
         }
     }

@@ -179,16 +179,13 @@ tables! {
     /// first.
     SCHEDULE_DUE = "schedule_due": (u64, &'static str) => (),
         schedule_due, schedule_due_t, schedule_due_mut;
-    /// SPEC 3, History (schema 8): id -> versioned
-    /// [`HistoryRecord`](crate::backend::embedded::codec::HistoryRecord),
-    /// the finished items kept by their state's retention.
-    HISTORY = "history": u64 => &'static [u8], history, history, history_mut;
-    /// (finished_at_ms, id) -> (): the completed items of `history`,
-    /// oldest first.
-    COMPLETED = "completed": (u64, u64) => (), completed, completed, completed_mut;
-    /// (finished_at_ms, id) -> (): the cancelled items of `history`,
-    /// oldest first.
-    CANCELLED = "cancelled": (u64, u64) => (), cancelled, cancelled, cancelled_mut;
+    /// SPEC 3, History (schema 8): the completed items kept by their
+    /// retention, in runs: (finished_at_ms, first id) -> the run's header
+    /// and records ([`encode_history_run`](crate::backend::embedded::codec::encode_history_run)):
+    /// one row per commit that finishes items, not one per item.
+    COMPLETED = "completed": (u64, u64) => &'static [u8], completed, completed, completed_mut;
+    /// The cancelled items kept, as `completed` keeps the completed ones.
+    CANCELLED = "cancelled": (u64, u64) => &'static [u8], cancelled, cancelled, cancelled_mut;
 }
 
 pub(in crate::backend::embedded) const SCHEMA_VERSION_KEY: &str = "schema_version";
@@ -215,6 +212,10 @@ pub(super) const DEAD_DROPPED: &str = "dead_dropped";
 /// The latest time (ms, queue clock) a committed transaction saw: how a
 /// clock step back during a restart is noticed (SPEC 3, Clock steps).
 pub(super) const CLOCK_HIGH: &str = "clock_high";
+/// How many finished items the `completed` and the `cancelled` runs hold
+/// (SPEC 3, History).
+pub(super) const COMPLETED_KEPT: &str = "completed_kept";
+pub(super) const CANCELLED_KEPT: &str = "cancelled_kept";
 /// How many ids the `deferred` table names (module `deferred`).
 pub(super) const DEFERRED_RECORDS: &str = "deferred_records";
 

@@ -66,6 +66,7 @@ if n > 0 then
   -- The kept hash keeps its claim time `ca` (the last delivery's); its
   -- lease fields stay as the claim left them, unread.
   local hc, ha, hs = retention(ARGV[3])
+  local added = 0
   if hc > 0 and ha > 0 then
     local order = {}
     for j, _ in ipairs(results) do order[j] = j end
@@ -82,8 +83,9 @@ if n > 0 then
       end
     end
     call_chunked('ZADD', history_zset('completed'), index)
+    added = #index / 2
   end
-  trim_history('completed', now, hc, ha, hs)
+  trim_history('completed', now, hc, ha, hs, added)
   del_chunked(dels)
   prune_outcomes(now)
   finish_all(results, 'done', now, ARGV[2])

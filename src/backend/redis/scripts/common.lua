@@ -616,18 +616,21 @@ local function history_shown(state, now, count, age, _slack)
   return math.min(n, count)
 end
 
--- Drop the oldest finished items of `state` past the retention's age, then
--- past its count, once the oldest is past the age or the state holds more
--- than the count plus the slack; at most PRUNE_LIMIT of each a call (reads
--- hide the rest until a later finish trims them).
-local function trim_history(state, now, count, age, slack)
+-- Drop the oldest finished items of `state` past the retention's age (at
+-- most PRUNE_LIMIT a call: reads hide the rest until a later finish trims
+-- them), then past its count: up to what this call `added` plus the slack
+-- plus PRUNE_LIMIT, so a state over its count by no more than the slack
+-- before the call is back within it after, and a count lowered between
+-- runs drains PRUNE_LIMIT a call. Only once the oldest is past the age or
+-- the state holds more than the count plus the slack.
+local function trim_history(state, now, count, age, slack, added)
   local z = history_zset(state)
   local n = redis.call('ZCARD', z)
   if n == 0 then return end
   local oldest = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
   if n <= count + (slack or 0) and tonumber(oldest[2]) > now - age then return end
   local gone = redis.call('ZRANGEBYSCORE', z, '-inf', fmt(now - age), 'LIMIT', 0, PRUNE_LIMIT)
-  local excess = math.min(n - #gone - count, PRUNE_LIMIT)
+  local excess = math.min(n - #gone - count, (added or 0) + (slack or 0) + PRUNE_LIMIT)
   if excess > 0 then
     local more = redis.call('ZRANGE', z, #gone, #gone + excess - 1)
     for _, m in ipairs(more) do gone[#gone + 1] = m end
@@ -653,7 +656,7 @@ local function end_cancelled(id, now, hist)
     redis.call('ZADD', history_zset('cancelled'), fmt(now), pad(id))
   end
   redis.call('DEL', item_key(id))
-  trim_history('cancelled', now, hc, ha, hs)
+  trim_history('cancelled', now, hc, ha, hs, 1)
 end
 
 local function park_item(id, flow)

@@ -237,7 +237,7 @@ if op == 'cancel' then
     redis.call('ZADD', history_zset('cancelled'), fmt(now), pad(id))
   end
   redis.call('DEL', k)
-  trim_history('cancelled', now, hc, ha, hs)
+  trim_history('cancelled', now, hc, ha, hs, 1)
   prune_outcomes(now)
   finish(id, 'cancelled', '', now, ARGV[4])
   return ENDED
