@@ -161,6 +161,23 @@ async fn click(c: &Client, css: &str) {
     }
 }
 
+/// Click the row button `css` until the page asks (a confirm or a
+/// prompt): a click that lands on a row the refresh is replacing asks
+/// nothing, and the test would wait for an alert that never comes.
+async fn click_until_alert(c: &Client, css: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        click(c, css).await;
+        for _ in 0..20 {
+            if c.get_alert_text().await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(Instant::now() < deadline, "{css} never asked");
+    }
+}
+
 /// A queue with something in every state the page shows; returns the id
 /// of the dead letter.
 async fn fill(served: &Served) -> u64 {
@@ -501,7 +518,7 @@ async fn the_page_shows_the_queue_and_acts_on_it() {
         .await
         .unwrap();
     click(&c, "#tabs button[data-state=pending]").await;
-    click(
+    click_until_alert(
         &c,
         &format!("#items tr[data-id=\"{long}\"] button[data-action=cancel]"),
     )
@@ -529,7 +546,7 @@ async fn the_page_shows_the_queue_and_acts_on_it() {
     })
     .await;
     click(&c, "#tabs button[data-state=due]").await;
-    click(
+    click_until_alert(
         &c,
         &format!("#items tr[data-id=\"{reminder}\"] button[data-action=cancel]"),
     )
@@ -545,7 +562,7 @@ async fn the_page_shows_the_queue_and_acts_on_it() {
     // A new priority tier from the row (SPEC 3, Updating), asked for in a
     // prompt.
     click(&c, "#tabs button[data-state=backlog]").await;
-    click(
+    click_until_alert(
         &c,
         &format!("#items tr[data-id=\"{report}\"] button[data-action=priority]"),
     )
@@ -560,7 +577,7 @@ async fn the_page_shows_the_queue_and_acts_on_it() {
     })
     .await;
     click(&c, "#tabs button[data-state=backlog]").await;
-    click(
+    click_until_alert(
         &c,
         &format!("#items tr[data-id=\"{report}\"] button[data-action=remove]"),
     )
