@@ -1,15 +1,18 @@
-//! SPEC 12.1 on Redis: `list` and `find` in one read-only script
+//! Looking at a Redis queue: `stats` (`scripts/stats.lua`, SPEC 3,
+//! Looking), and `list` and `find` (SPEC 12.1) in one read-only script
 //! (`scripts/browse.lua`), so a page is one consistent look at the keys; a
 //! ready lane reads on into the flows' held lanes (SPEC 3, Flow limits).
 
 use std::sync::LazyLock;
+use std::sync::atomic::Ordering;
 
 use redis::Value;
 
 use super::RedisQueue;
-use super::reply::{self, array, at, bytes, opt_uint, text, uint};
+use super::reply::{self, array, at, bytes, int, opt_uint, text, uint};
 use crate::browse::{ItemPage, ItemState, ListQuery, ListedItem, MAX_SEARCH_SCAN};
 use crate::error::{Error, Result};
+use crate::item::Stats;
 
 static BROWSE: LazyLock<super::scripts::Script> =
     LazyLock::new(|| super::script(include_str!("scripts/browse.lua")));
@@ -90,6 +93,50 @@ fn listed(v: &Value) -> Result<ListedItem> {
 }
 
 impl RedisQueue {
+    /// SPEC 3, Looking: `stats.lua`'s counts (the finished items kept
+    /// too, SPEC 3, History).
+    pub(super) async fn read_stats(&self) -> Result<Stats> {
+        let v = self
+            .run(
+                "stats",
+                &self.inner.scripts.stats,
+                vec![self.retention_arg(true), self.retention_arg(false)],
+                false,
+            )
+            .await?;
+        let a = array(&v, "stats")?;
+        // A count is never a reason for stats to fail: one made wrong by
+        // keys changed behind the queue's back reads as 0 (SPEC 6, Redis
+        // keys changed by hand).
+        let n = |i: usize, what: &str| -> Result<u64> {
+            Ok(u64::try_from(int(at(a, i, "stats")?, what)?).unwrap_or(0))
+        };
+        let now = n(7, "stats now")?;
+        Ok(Stats {
+            backlog: n(0, "stats backlog")?,
+            due: n(1, "stats due")?,
+            pending: n(2, "stats pending")?,
+            delayed: n(3, "stats delayed")?,
+            parked: n(4, "stats parked")?,
+            dead_letters: n(5, "stats dead letters")?,
+            dead_letters_dropped: n(8, "stats dead letters dropped")?,
+            limited: match a.get(9) {
+                Some(v) => u64::try_from(int(v, "stats limited")?).unwrap_or(0),
+                None => 0,
+            },
+            oldest_pending_age_ms: match a.get(10) {
+                Some(v) => opt_uint(v, "stats oldest claim")?,
+                None => opt_uint(at(a, 6, "stats")?, "stats oldest")?,
+            }
+            .map(|t| now.saturating_sub(t)),
+            oldest_touch_age_ms: opt_uint(at(a, 6, "stats")?, "stats oldest touch")?
+                .map(|t| now.saturating_sub(t)),
+            durable: self.inner.durable.load(Ordering::Acquire),
+            completed: n(11, "stats completed")?,
+            cancelled: n(12, "stats cancelled")?,
+        })
+    }
+
     /// SPEC 12.1: one page of `query`'s state.
     pub(super) async fn list_items(&self, query: ListQuery) -> Result<ItemPage> {
         query.check()?;
